@@ -1,0 +1,38 @@
+/*
+ * quickstart.c - the smallest useful qkv program: record a loss on a tape,
+ * backpropagate, read the gradients. The README quotes this file.
+ *
+ *   scores = q·Kᵀ / √d,  a = softmax(scores),  loss = cross_entropy(scores, 0)
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "qkv.h"
+
+int main(void)
+{
+    /* parameters live outside the tape, with a gradient buffer */
+    qkv_tensor *q = qkv_tensor_new(2, (const int[]){1, 2}, 1); /* (1, d) */
+    qkv_tensor *k = qkv_tensor_new(2, (const int[]){3, 2}, 1); /* (T, d) */
+    const qkv_real qv[2] = {1, 0}, kv[6] = {1, 0, 0, 1, -1, 0};
+    qkv_tensor_set(q, qv, 2);
+    qkv_tensor_set(k, kv, 6);
+
+    qkv_tape *tape = qkv_tape_new(0);
+    qkv_tensor *scores = qkv_scale(tape, qkv_matmul_nt(tape, q, k), 1 / sqrt(2.0));
+    qkv_tensor *attn = qkv_softmax(tape, scores);
+    const int target[1] = {0}; /* the query should attend to key 0 */
+    qkv_tensor *loss = qkv_cross_entropy(tape, scores, target);
+    if (qkv_backward(tape, loss) != QKV_OK) {
+        fprintf(stderr, "error: %s\n", qkv_tape_error(tape));
+        return 1;
+    }
+    printf("attention: %.4f %.4f %.4f\n", attn->data[0], attn->data[1], attn->data[2]);
+    printf("loss: %.4f\n", loss->data[0]);
+    printf("dL/dq: %.4f %.4f\n", q->grad[0], q->grad[1]);
+
+    qkv_tape_free(tape);
+    qkv_tensor_free(q);
+    qkv_tensor_free(k);
+    return 0;
+}

@@ -1,0 +1,59 @@
+/*
+ * gradcheck.h - compare the tape's gradients with central finite differences.
+ *
+ * A check evaluates a scalar loss of some parameters once while recording,
+ * backpropagates, and then, for every parameter entry x, evaluates the loss
+ * again at x+h and x-h without recording. The numerical derivative
+ * (L(x+h) - L(x-h)) / 2h is compared with the tape's.
+ */
+#ifndef QKV_GRADCHECK_H
+#define QKV_GRADCHECK_H
+
+#include "qkv/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Builds a scalar loss on the tape from state held in ctx. It is called
+ * many times and must compute the same function every time. */
+typedef qkv_tensor *(*qkv_loss_fn)(qkv_tape *t, void *ctx);
+
+typedef struct qkv_gradcheck_result {
+    double max_abs;   /* max |analytic - numeric| over all entries */
+    double max_rel;   /* max |analytic - numeric| / max(|a|, |n|, floor) */
+    size_t checked;   /* number of entries compared */
+    int passed;       /* max_rel <= tolerance */
+} qkv_gradcheck_result;
+
+/* Default step, relative-error floor and tolerance for this build's scalar
+ * type (see README "Gradient checks" for why these values). */
+double qkv_gradcheck_default_step(void);
+double qkv_gradcheck_default_floor(void);
+double qkv_gradcheck_default_tol(void);
+
+/* Runs the check on nparams parameters (heap tensors with gradients). Their
+ * values are restored afterwards; their gradients are left holding the
+ * analytic gradient. step, floor and tol of 0 pick the defaults. Returns the
+ * tape status if the loss function fails, QKV_ERR_ARG on bad arguments. */
+qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx,
+                         qkv_tensor **params, int nparams, double step,
+                         double floor, double tol, qkv_gradcheck_result *res);
+
+/* Compares two gradient arrays entry by entry with the metric above and
+ * folds the result into *res (which the caller zeroes first). */
+void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n,
+                      double floor, double tol, qkv_gradcheck_result *res);
+
+/* The built-in checks: one per op plus the compositions attention uses.
+ * qkv_gradcheck_builtin_count() says how many; qkv_gradcheck_builtin(i, ...)
+ * runs check i on a fresh random input and fills *res. name receives a
+ * pointer to the check's static name. */
+int qkv_gradcheck_builtin_count(void);
+qkv_status qkv_gradcheck_builtin(int i, const char **name,
+                                 qkv_gradcheck_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,48 @@
+/*
+ * kernels.h - the hot loops, with no knowledge of tapes or tensors.
+ *
+ * Plain arrays in, plain arrays out, so they can be tested and benchmarked on
+ * their own. Sums that decide a probability or a loss accumulate in double.
+ */
+#ifndef QKV_KERNELS_H
+#define QKV_KERNELS_H
+
+#include <stddef.h>
+#include "qkv/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* C (m×n) = op(A)·op(B), or C += op(A)·op(B) when accumulate is nonzero.
+ * op(A) is m×k: A is stored m×k (ta = 0) or k×m (ta = 1). op(B) is k×n: B is
+ * stored k×n (tb = 0) or n×k (tb = 1). All row-major and contiguous. */
+void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
+              const qkv_real *B, qkv_real *C, int accumulate);
+
+/* Row-wise softmax of x (rows×n) into y. A row that is entirely -inf gives
+ * zeros. x and y may alias. */
+void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
+
+/* Softmax backward, row-wise: dx += y ⊙ (dy - Σ_j dy_j·y_j). */
+void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
+                               const qkv_real *dy, size_t rows, size_t n);
+
+/* Row-wise log-softmax. A row that is entirely -inf gives -inf. */
+void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
+
+/* Sum of n values, accumulated in double. */
+double qkv_sum_real(const qkv_real *x, size_t n);
+
+/* Shannon entropy -Σ p log p (natural log) of a probability row; terms with
+ * p = 0 contribute 0. */
+double qkv_entropy(const qkv_real *p, size_t n);
+
+/* Frobenius norm of the softmax Jacobian J = diag(a) - a·aᵀ for the
+ * probability row a: sqrt(Σ_i a_i²(1-a_i)² + Σ_{i≠j} a_i²a_j²). */
+double qkv_softmax_jacobian_norm(const qkv_real *a, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/*
+ * ops.h - differentiable operations recorded on a tape.
+ *
+ * Every op takes the tape first, then its inputs, then its constants. It
+ * checks shapes, computes the output in the tape's arena and, while the tape
+ * records gradients, appends a node whose backward pass qkv_backward runs.
+ * On any error (including an earlier one on the same tape) an op returns the
+ * nil tensor, records the first error with a message naming the op and the
+ * shapes, and does nothing else. No op ever aborts or exits.
+ *
+ * Shapes are written as [d0,d1,...]; "..." stands for any leading batch
+ * dimensions. Outputs carry a gradient only if some input does.
+ */
+#ifndef QKV_OPS_H
+#define QKV_OPS_H
+
+#include "qkv/tape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Target value that cross-entropy skips. */
+#define QKV_IGNORE (-1)
+
+/* C = A·B. a: [...,m,k]; b: [...,k,n] with the same leading dimensions, or
+ * [k,n] shared by every batch item. Returns [...,m,n]. */
+qkv_tensor *qkv_matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
+
+/* C = A·Bᵀ (as in Q·Kᵀ). a: [...,m,k]; b: [...,n,k] or [n,k]. Returns
+ * [...,m,n]. */
+qkv_tensor *qkv_matmul_nt(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
+
+/* Swaps the last two dimensions: [...,m,n] -> [...,n,m]. Needs ndim >= 2. */
+qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x);
+
+/* y = c·x. */
+qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c);
+
+/* y = a + b, where b broadcasts to a's shape: b's dimensions, aligned on
+ * the right, each equal a's or are 1 (a bias row [n] over [...,n]). */
+qkv_tensor *qkv_add(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
+
+/* y = a ⊙ b, element-wise, b broadcast to a as in qkv_add. */
+qkv_tensor *qkv_mul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
+
+/* Sum and mean of all elements: returns a scalar (ndim 0). Accumulates in
+ * double. */
+qkv_tensor *qkv_sum(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x);
+
+/* Sum and mean along the last dimension: [...,n] -> [...]. A 1-D input
+ * gives a scalar. */
+qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x);
+
+/* Row gather (embedding lookup; one-hot·W). w: [V,D]; ids holds
+ * numel(shape) integers in [0,V), copied onto the tape. Returns
+ * [shape...,D] with out[i,:] = w[ids[i],:]. ndim is 1..3. Backward
+ * scatter-adds into the rows of w. */
+qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
+                       const int *shape);
+
+/* Picks one row per batch item. x: [B,T,D]; idx holds B positions in
+ * [0,T). Returns [B,D] with out[b,:] = x[b,idx[b],:]. */
+qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx);
+
+/* Additive mask: y = x + m, where m broadcasts to x as in qkv_add and holds
+ * 0 (keep) or -INFINITY (drop). m receives no gradient. */
+qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
+
+/* Softmax over the last dimension, with the row maximum subtracted first.
+ * A row whose every entry is -inf (fully masked) gives all zeros and passes
+ * no gradient. */
+qkv_tensor *qkv_softmax(qkv_tape *t, qkv_tensor *x);
+
+/* log(softmax(x)) over the last dimension, computed stably. A fully masked
+ * row gives -inf everywhere and passes no gradient. */
+qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x);
+
+/* Mean cross-entropy of logits [...,C] against integer targets, one per
+ * row, fused with log-softmax: loss = -mean log p[target]. Rows whose target
+ * is QKV_IGNORE are skipped and not counted; if every row is skipped the
+ * loss is 0. Gradient: (p - onehot(target)) / N, N = rows counted. Returns a
+ * scalar. */
+qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets);
+
+/* Element-wise tanh and relu. relu's gradient at 0 is taken as 0. */
+qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

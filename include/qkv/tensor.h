@@ -1,0 +1,99 @@
+/*
+ * tensor.h - the n-dimensional array that every qkv module passes around.
+ *
+ * A tensor is row-major scalar data with up to QKV_MAX_DIMS dimensions and an
+ * optional gradient buffer of the same size. Tensors made here live on the
+ * heap and are owned by the caller (parameters, constants, inputs). Tensors
+ * produced by ops live in a tape's arena instead (see tape.h).
+ */
+#ifndef QKV_TENSOR_H
+#define QKV_TENSOR_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The scalar type. float32 by default; compile everything with -DQKV_DOUBLE
+ * to get double, which makes finite-difference gradient checks strict. */
+#ifdef QKV_DOUBLE
+typedef double qkv_real;
+#else
+typedef float qkv_real;
+#endif
+
+#define QKV_MAX_DIMS 4
+
+/* Status codes shared by every module. QKV_OK is zero. */
+typedef enum qkv_status {
+    QKV_OK = 0,
+    QKV_ERR_SHAPE,   /* tensor shapes do not fit the op */
+    QKV_ERR_ARG,     /* an argument is out of range or otherwise invalid */
+    QKV_ERR_NOMEM,   /* an allocation failed or a size overflowed */
+    QKV_ERR_IO,      /* a file could not be opened, read or written */
+    QKV_ERR_FORMAT,  /* malformed input: bad file, bad UTF-8, unknown word */
+    QKV_ERR_NUMERIC  /* a NaN or an infinity where a finite number belongs */
+} qkv_status;
+
+/* Tensor flags. */
+#define QKV_TENSOR_NIL 1u   /* the harmless result of a failed op */
+#define QKV_TENSOR_HEAP 2u  /* made by qkv_tensor_new: free with qkv_tensor_free */
+
+typedef struct qkv_tensor {
+    qkv_real *data;          /* (numel) row-major values */
+    qkv_real *grad;          /* (numel) dL/d(data), or NULL when untracked */
+    size_t numel;            /* product of shape[0..ndim-1]; 1 for a scalar */
+    int ndim;                /* 0 (scalar) .. QKV_MAX_DIMS */
+    int shape[QKV_MAX_DIMS]; /* unused trailing entries are 1 */
+    unsigned flags;          /* QKV_TENSOR_* */
+} qkv_tensor;
+
+/* A short human-readable name for a status ("shape mismatch", ...). Never
+ * NULL. */
+const char *qkv_status_string(qkv_status s);
+
+/* The shared nil tensor: ndim 0, numel 0, no data. Ops return it after an
+ * error; it is safe to pass anywhere and never written to. */
+qkv_tensor *qkv_nil(void);
+
+/* Nonzero if t is NULL or nil. */
+int qkv_tensor_is_nil(const qkv_tensor *t);
+
+/* Allocates a zero-filled heap tensor of the given shape. When with_grad is
+ * nonzero a zeroed gradient buffer is allocated too (a trainable parameter).
+ * ndim may be 0 (a scalar). Returns the nil tensor if the shape is invalid
+ * (a dimension < 1, ndim out of range, or a size overflow) or memory runs
+ * out; the caller owns a non-nil result and frees it with qkv_tensor_free. */
+qkv_tensor *qkv_tensor_new(int ndim, const int *shape, int with_grad);
+
+/* Frees a tensor made by qkv_tensor_new. Accepts NULL and nil; tape tensors
+ * are ignored (the tape owns them). */
+void qkv_tensor_free(qkv_tensor *t);
+
+/* Sets every gradient entry to zero. No-op without a gradient buffer. */
+void qkv_tensor_zero_grad(qkv_tensor *t);
+
+/* Copies n values from src into t->data. Returns QKV_ERR_SHAPE if n differs
+ * from t->numel. */
+qkv_status qkv_tensor_set(qkv_tensor *t, const qkv_real *src, size_t n);
+
+/* Nonzero if a and b have the same ndim and shape. */
+int qkv_tensor_same_shape(const qkv_tensor *a, const qkv_tensor *b);
+
+/* Writes the shape as "[2,3,4]" into buf (always NUL-terminated). */
+void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len);
+
+/* Prints shape and values (at most max_values of them, 0 = all) with
+ * "%.4f" formatting. */
+void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values);
+
+/* Computes the element count of a shape into *numel. Returns QKV_ERR_ARG for
+ * a dimension < 1 or ndim out of range, QKV_ERR_NOMEM on size overflow. */
+qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/*
+ * cli.h - what the qkv program's subcommands share: option parsing, error
+ * reporting, the progress bar, and each subcommand's entry point.
+ *
+ * Exit codes: 0 success, 1 failure, 2 usage error.
+ */
+#ifndef QKV_CLI_H
+#define QKV_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qkv.h"
+
+#define CLI_OK 0
+#define CLI_FAIL 1
+#define CLI_USAGE 2
+#define CLI_HELP (-1) /* --help was printed: exit 0 */
+
+typedef enum cli_kind { OPT_FLAG, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STR } cli_kind;
+
+/* One --long option. dst points at an int (OPT_FLAG, OPT_INT), uint64_t,
+ * double or const char *. min/max bound numbers (inclusive). */
+typedef struct cli_opt {
+    const char *name;  /* without the leading "--" */
+    cli_kind kind;
+    void *dst;
+    double min, max;
+    const char *help;  /* one line; "ARG: text" names the argument */
+} cli_opt;
+
+/* Parses argv[1..] (argv[0] is the subcommand name). Positional arguments
+ * are stored in pos (at most max_pos, count in *npos; pass NULL/0 to allow
+ * none). Prints the usage and returns CLI_HELP for -h/--help; prints a
+ * one-line error and returns CLI_USAGE on a bad option; CLI_OK otherwise. */
+int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
+              const char *about, char **pos, int max_pos, int *npos);
+
+/* Prints "qkv: <message>" to stderr and returns CLI_FAIL. */
+int cli_fail(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* Prints "qkv: <message>" and a hint to run --help; returns CLI_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Draws a progress bar on stderr when stderr is a terminal and quiet is
+ * zero: step of total, with a short status text. done = 1 ends the line. */
+void cli_progress(int quiet, long step, long total, const char *status, int done);
+
+/* Parses a comma-separated list of positive ints ("4,16,64") into out (at
+ * most max). Returns the count, or -1 on a malformed list. */
+int cli_int_list(const char *s, int *out, int max);
+
+/* Display width of UTF-8 text in terminal columns: CJK ideographs and
+ * full-width forms count 2, other characters 1. */
+int cli_text_width(const char *s);
+
+/* Prints s left-aligned in a field of `width` columns (by display width). */
+void cli_print_padded(FILE *out, const char *s, int width);
+
+/* Subcommands. */
+int cmd_demo(int argc, char **argv);
+int cmd_gradcheck(int argc, char **argv);
+
+/* The demo's whole output for the given settings, written to out. Returns
+ * CLI_OK, or CLI_FAIL after printing why. */
+int demo_print(FILE *out, int d_model, int d_k, int seq_len, uint64_t seed, int scaled);
+
+#endif

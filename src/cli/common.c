@@ -1,0 +1,211 @@
+/*
+ * common.c - option parsing, errors and the progress bar for every
+ * subcommand.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("qkv: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return CLI_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fputs("qkv: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'qkv %s --help'.\n", cmd);
+    return CLI_USAGE;
+}
+
+static void print_help(const char *cmd, const cli_opt *opts, int nopts, const char *usage,
+                       const char *about)
+{
+    printf("Usage: qkv %s %s\n\n%s\n\nOptions:\n", cmd, usage, about);
+    for (int i = 0; i < nopts; i++) {
+        const char *h = opts[i].help, *colon = strstr(h, ": ");
+        char left[64];
+        if (opts[i].kind != OPT_FLAG && colon != NULL)
+            snprintf(left, sizeof left, "--%s %.*s", opts[i].name, (int)(colon - h), h);
+        else
+            snprintf(left, sizeof left, "--%s", opts[i].name);
+        printf("  %-26s %s\n", left, opts[i].kind != OPT_FLAG && colon ? colon + 2 : h);
+    }
+    printf("  %-26s %s\n", "-h, --help", "show this help and exit");
+}
+
+static int set_value(const char *cmd, const cli_opt *o, const char *v)
+{
+    char *end;
+    errno = 0;
+    switch (o->kind) {
+    case OPT_STR:
+        *(const char **)o->dst = v;
+        return CLI_OK;
+    case OPT_DOUBLE: {
+        double d = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(d) || d < o->min || d > o->max)
+            return cli_usage_error(cmd, "--%s: '%s' is not a number in [%g, %g]", o->name, v,
+                                   o->min, o->max);
+        *(double *)o->dst = d;
+        return CLI_OK;
+    }
+    case OPT_INT:
+    case OPT_U64: {
+        long long n = strtoll(v, &end, 10);
+        if (end == v || *end || errno || (double)n < o->min || (double)n > o->max)
+            return cli_usage_error(cmd, "--%s: '%s' is not a whole number in [%.0f, %.0f]",
+                                   o->name, v, o->min, o->max);
+        if (o->kind == OPT_INT)
+            *(int *)o->dst = (int)n;
+        else
+            *(uint64_t *)o->dst = (uint64_t)n;
+        return CLI_OK;
+    }
+    case OPT_FLAG:
+        break;
+    }
+    return CLI_USAGE;
+}
+
+int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
+              const char *about, char **pos, int max_pos, int *npos)
+{
+    const char *cmd = argv[0];
+    int np = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            print_help(cmd, opts, nopts, usage, about);
+            return CLI_HELP;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            if (np >= max_pos)
+                return cli_usage_error(cmd, "unexpected argument '%s'", a);
+            pos[np++] = argv[i];
+            continue;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const cli_opt *o = NULL;
+        for (int j = 0; j < nopts && o == NULL; j++)
+            if (strlen(opts[j].name) == len && strncmp(opts[j].name, name, len) == 0)
+                o = &opts[j];
+        if (o == NULL)
+            return cli_usage_error(cmd, "unknown option '--%.*s'", (int)len, name);
+        if (o->kind == OPT_FLAG) {
+            if (eq)
+                return cli_usage_error(cmd, "--%s takes no value", o->name);
+            *(int *)o->dst = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (v == NULL)
+            return cli_usage_error(cmd, "--%s needs a value", o->name);
+        int r = set_value(cmd, o, v);
+        if (r != CLI_OK)
+            return r;
+    }
+    if (npos != NULL)
+        *npos = np;
+    return CLI_OK;
+}
+
+void cli_progress(int quiet, long step, long total, const char *status, int done)
+{
+    static int tty = -1;
+    if (tty < 0)
+        tty = isatty(STDERR_FILENO);
+    if (quiet || !tty || total <= 0)
+        return;
+    const int width = 30;
+    int fill = (int)((double)step / (double)total * width);
+    fill = fill > width ? width : fill;
+    fprintf(stderr, "\r[%.*s%*s] %ld/%ld %s\033[K", fill,
+            "==============================", width - fill, "", step, total, status);
+    if (done)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+int cli_int_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 1 || v > 1000000 || n >= max)
+            return -1;
+        out[n++] = (int)v;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return -1;
+        s = end;
+    }
+    return n;
+}
+
+/* Decodes one UTF-8 sequence at s (assumed valid); returns its length. */
+static int utf8_next(const unsigned char *s, unsigned *cp)
+{
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    int n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
+    unsigned v = s[0] & (0x7Fu >> n);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *cp = 0xFFFD;
+            return i;
+        }
+        v = (v << 6) | (s[i] & 0x3Fu);
+    }
+    *cp = v;
+    return n;
+}
+
+static int wide(unsigned cp)
+{
+    return (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) ||
+           (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+           (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+           (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x20000 && cp <= 0x3FFFD);
+}
+
+int cli_text_width(const char *s)
+{
+    int w = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned cp;
+        p += utf8_next(p, &cp);
+        w += wide(cp) ? 2 : 1;
+    }
+    return w;
+}
+
+void cli_print_padded(FILE *out, const char *s, int width)
+{
+    int pad = width - cli_text_width(s);
+    fputs(s, out);
+    for (; pad > 0; pad--)
+        fputc(' ', out);
+}

@@ -1,0 +1,55 @@
+/*
+ * main.c - the qkv program: dispatches to one subcommand per file.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *about;
+} command;
+
+static const command commands[] = {
+    {"demo", cmd_demo, "reproduce the tutorial's Python self-attention demo"},
+    {"gradcheck", cmd_gradcheck, "check every op's gradient against finite differences"},
+};
+
+#define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: qkv <command> [options]\n\n"
+                 "qkv trains self-attention's Wq, Wk and Wv with a small tape-based\n"
+                 "autodiff engine, on the tutorial's own example (他 -> 小明).\n\n"
+                 "Commands:\n");
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].about);
+    fprintf(out, "\nRun 'qkv <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("qkv 0.1.0\n");
+        return CLI_OK;
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(name, commands[i].name) == 0) {
+            int r = commands[i].run(argc - 1, argv + 1);
+            return r == CLI_HELP ? CLI_OK : r;
+        }
+    fprintf(stderr, "qkv: unknown command '%s'\nTry 'qkv --help'.\n", name);
+    return CLI_USAGE;
+}

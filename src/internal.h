@@ -1,0 +1,56 @@
+/*
+ * internal.h - declarations shared between qkv's source files. Never
+ * installed; nothing here is public API.
+ */
+#ifndef QKV_INTERNAL_H
+#define QKV_INTERNAL_H
+
+#include "qkv/tape.h"
+
+/* Tensor flag for tensors that live in a tape's arena. */
+#define QKV_TENSOR_TAPE 4u
+
+typedef enum qkv_op {
+    QKV_OP_MATMUL,
+    QKV_OP_MATMUL_NT,
+    QKV_OP_TRANSPOSE,
+    QKV_OP_SCALE,
+    QKV_OP_ADD,
+    QKV_OP_MUL,
+    QKV_OP_SUM,
+    QKV_OP_SUM_LAST,
+    QKV_OP_GATHER,
+    QKV_OP_PICK,
+    QKV_OP_MASK,
+    QKV_OP_SOFTMAX,
+    QKV_OP_LOG_SOFTMAX,
+    QKV_OP_CROSS_ENTROPY,
+    QKV_OP_TANH,
+    QKV_OP_RELU
+} qkv_op;
+
+/* One recorded op: what backward needs, nothing more. */
+typedef struct qkv_node {
+    qkv_op op;
+    qkv_tensor *out;  /* the op's result; its grad is dL/dout */
+    qkv_tensor *a;    /* first input */
+    qkv_tensor *b;    /* second input or NULL */
+    double c;         /* a constant: the scale, or 1/N for means */
+    int *ints;        /* ids, row indices or targets, copied onto the tape */
+    qkv_real *saved;  /* extra forward state (cross-entropy probabilities) */
+} qkv_node;
+
+/* Appends a node for out (which must have a gradient) and returns it, or
+ * NULL after recording an out-of-memory error. */
+qkv_node *qkv_tape_push(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
+                        qkv_tensor *b);
+
+/* Runs one node's backward pass: adds into a->grad and b->grad (those that
+ * exist) from out->grad. Defined in ops.c. */
+void qkv_node_backward(const qkv_node *n);
+
+/* Overflow-checked size arithmetic: returns 0 and leaves *r alone on
+ * overflow. */
+int qkv_mul_size(size_t a, size_t b, size_t *r);
+
+#endif

@@ -1,0 +1,254 @@
+/*
+ * tape.c - the arena, the node list, sticky errors and the backward pass.
+ *
+ * Memory: one main block, plus overflow blocks when a step needs more than
+ * the main block holds. At reset the overflow blocks are merged into a
+ * bigger main block, so once a step of a given size has run, the next steps
+ * of that size allocate nothing.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define ALIGN 64u
+#define DEFAULT_ARENA (1u << 20)
+#define MAX_OVERFLOW 48
+
+struct qkv_tape {
+    unsigned char *base;      /* (cap) main block */
+    size_t cap, used;
+    unsigned char *over[MAX_OVERFLOW]; /* overflow blocks, newest last */
+    size_t over_cap[MAX_OVERFLOW];
+    size_t over_used;         /* bytes used in the newest overflow block */
+    size_t over_total;        /* bytes used in all overflow blocks */
+    int n_over;
+    size_t high_water;
+
+    qkv_node *nodes;          /* (node_cap) recorded ops in creation order */
+    size_t n_nodes, node_cap;
+
+    qkv_status status;
+    char err[256];
+    int grad_on;
+    int backward_done;
+};
+
+static size_t round_up(size_t n)
+{
+    return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+static void *block_alloc(size_t n)
+{
+    return aligned_alloc(ALIGN, round_up(n ? n : 1));
+}
+
+qkv_tape *qkv_tape_new(size_t arena_bytes)
+{
+    qkv_tape *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    t->cap = round_up(arena_bytes ? arena_bytes : DEFAULT_ARENA);
+    t->base = block_alloc(t->cap);
+    t->node_cap = 256;
+    t->nodes = malloc(t->node_cap * sizeof *t->nodes);
+    if (t->base == NULL || t->nodes == NULL) {
+        qkv_tape_free(t);
+        return NULL;
+    }
+    t->grad_on = 1;
+    return t;
+}
+
+static void free_overflow(qkv_tape *t)
+{
+    for (int i = 0; i < t->n_over; i++)
+        free(t->over[i]);
+    t->n_over = 0;
+    t->over_used = t->over_total = 0;
+}
+
+void qkv_tape_free(qkv_tape *t)
+{
+    if (t == NULL)
+        return;
+    free_overflow(t);
+    free(t->base);
+    free(t->nodes);
+    free(t);
+}
+
+void qkv_tape_reset(qkv_tape *t)
+{
+    if (t->n_over > 0) {
+        size_t want = round_up(t->used + t->over_total + t->over_total / 4);
+        unsigned char *bigger = block_alloc(want);
+        if (bigger != NULL) {
+            free(t->base);
+            t->base = bigger;
+            t->cap = want;
+        }
+        free_overflow(t);
+    }
+    t->used = 0;
+    t->n_nodes = 0;
+    t->status = QKV_OK;
+    t->err[0] = '\0';
+    t->backward_done = 0;
+}
+
+qkv_status qkv_tape_status(const qkv_tape *t)
+{
+    return t->status;
+}
+
+const char *qkv_tape_error(const qkv_tape *t)
+{
+    return t->err;
+}
+
+qkv_status qkv_tape_fail(qkv_tape *t, qkv_status s, const char *fmt, ...)
+{
+    if (t->status != QKV_OK || s == QKV_OK)
+        return t->status;
+    t->status = s;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+int qkv_tape_set_grad(qkv_tape *t, int enabled)
+{
+    int old = t->grad_on;
+    t->grad_on = enabled != 0;
+    return old;
+}
+
+int qkv_tape_grad_enabled(const qkv_tape *t)
+{
+    return t->grad_on;
+}
+
+void *qkv_tape_alloc(qkv_tape *t, size_t n)
+{
+    size_t need = round_up(n ? n : 1);
+    if (need < n) {
+        qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: request of %zu bytes overflows", n);
+        return NULL;
+    }
+    void *p;
+    if (t->n_over == 0 && t->cap - t->used >= need) {
+        p = t->base + t->used;
+        t->used += need;
+    } else if (t->n_over > 0 && t->over_cap[t->n_over - 1] - t->over_used >= need) {
+        p = t->over[t->n_over - 1] + t->over_used;
+        t->over_used += need;
+        t->over_total += need;
+    } else {
+        size_t sz = need > t->cap ? need : t->cap;
+        if (t->n_over == MAX_OVERFLOW || (p = block_alloc(sz)) == NULL) {
+            qkv_tape_fail(t, QKV_ERR_NOMEM,
+                          "tape: out of memory allocating %zu bytes "
+                          "(arena holds %zu); did a loop forget qkv_tape_reset?",
+                          n, t->used + t->over_total);
+            return NULL;
+        }
+        t->over[t->n_over] = p;
+        t->over_cap[t->n_over++] = sz;
+        t->over_used = need;
+        t->over_total += need;
+    }
+    if (t->used + t->over_total > t->high_water)
+        t->high_water = t->used + t->over_total;
+    return p;
+}
+
+qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_grad)
+{
+    size_t n, bytes;
+    if (t->status != QKV_OK)
+        return qkv_nil();
+    qkv_status s = qkv_shape_numel(ndim, shape, &n);
+    if (s != QKV_OK) {
+        qkv_tape_fail(t, s, "tensor: invalid shape (ndim %d)", ndim);
+        return qkv_nil();
+    }
+    with_grad = with_grad && t->grad_on;
+    bytes = n * sizeof(qkv_real);
+    qkv_tensor *x = qkv_tape_alloc(t, sizeof *x);
+    qkv_real *data = qkv_tape_alloc(t, bytes);
+    qkv_real *grad = with_grad ? qkv_tape_alloc(t, bytes) : NULL;
+    if (x == NULL || data == NULL || (with_grad && grad == NULL))
+        return qkv_nil();
+    if (grad != NULL)
+        memset(grad, 0, bytes);
+    x->data = data;
+    x->grad = grad;
+    x->numel = n;
+    x->ndim = ndim;
+    for (int i = 0; i < QKV_MAX_DIMS; i++)
+        x->shape[i] = i < ndim ? shape[i] : 1;
+    x->flags = QKV_TENSOR_TAPE;
+    return x;
+}
+
+qkv_node *qkv_tape_push(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
+                        qkv_tensor *b)
+{
+    if (t->n_nodes == t->node_cap) {
+        size_t cap = t->node_cap * 2;
+        qkv_node *grown = realloc(t->nodes, cap * sizeof *grown);
+        if (grown == NULL) {
+            qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: out of memory growing the node list");
+            return NULL;
+        }
+        t->nodes = grown;
+        t->node_cap = cap;
+    }
+    qkv_node *n = &t->nodes[t->n_nodes++];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->out = out;
+    n->a = a;
+    n->b = b;
+    return n;
+}
+
+qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
+{
+    if (t->status != QKV_OK)
+        return t->status;
+    if (qkv_tensor_is_nil(loss) || loss->numel != 1 || loss->grad == NULL ||
+        !(loss->flags & QKV_TENSOR_TAPE))
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "backward: loss must be a scalar recorded on this tape "
+                             "with gradients on (was qkv_tape_set_grad(t, 0) left on?)");
+    if (t->backward_done)
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "backward: already run on this recording; "
+                             "call qkv_tape_reset and record again");
+    t->backward_done = 1;
+    loss->grad[0] = 1;
+    for (size_t i = t->n_nodes; i-- > 0;)
+        qkv_node_backward(&t->nodes[i]);
+    return QKV_OK;
+}
+
+size_t qkv_tape_nodes(const qkv_tape *t)
+{
+    return t->n_nodes;
+}
+
+size_t qkv_tape_bytes_used(const qkv_tape *t)
+{
+    return t->used + t->over_total;
+}
+
+size_t qkv_tape_high_water(const qkv_tape *t)
+{
+    return t->high_water;
+}

@@ -1,0 +1,157 @@
+/*
+ * tensor.c - heap tensors, shapes, printing and status names.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qkv/tensor.h"
+#include "internal.h"
+
+static qkv_tensor nil_tensor = {NULL, NULL, 0, 0, {1, 1, 1, 1}, QKV_TENSOR_NIL};
+
+const char *qkv_status_string(qkv_status s)
+{
+    switch (s) {
+    case QKV_OK: return "ok";
+    case QKV_ERR_SHAPE: return "shape mismatch";
+    case QKV_ERR_ARG: return "invalid argument";
+    case QKV_ERR_NOMEM: return "out of memory";
+    case QKV_ERR_IO: return "input/output error";
+    case QKV_ERR_FORMAT: return "malformed input";
+    case QKV_ERR_NUMERIC: return "non-finite number";
+    }
+    return "unknown status";
+}
+
+qkv_tensor *qkv_nil(void)
+{
+    return &nil_tensor;
+}
+
+int qkv_tensor_is_nil(const qkv_tensor *t)
+{
+    return t == NULL || (t->flags & QKV_TENSOR_NIL) != 0;
+}
+
+int qkv_mul_size(size_t a, size_t b, size_t *r)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return 0;
+    *r = a * b;
+    return 1;
+}
+
+qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel)
+{
+    size_t n = 1;
+    if (ndim < 0 || ndim > QKV_MAX_DIMS || (ndim > 0 && shape == NULL))
+        return QKV_ERR_ARG;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1)
+            return QKV_ERR_ARG;
+        if (!qkv_mul_size(n, (size_t)shape[i], &n))
+            return QKV_ERR_NOMEM;
+    }
+    if (!qkv_mul_size(n, sizeof(qkv_real), &(size_t){0}))
+        return QKV_ERR_NOMEM;
+    *numel = n;
+    return QKV_OK;
+}
+
+qkv_tensor *qkv_tensor_new(int ndim, const int *shape, int with_grad)
+{
+    size_t n;
+    if (qkv_shape_numel(ndim, shape, &n) != QKV_OK)
+        return qkv_nil();
+    qkv_tensor *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return qkv_nil();
+    t->data = calloc(n, sizeof(qkv_real));
+    t->grad = with_grad ? calloc(n, sizeof(qkv_real)) : NULL;
+    if (t->data == NULL || (with_grad && t->grad == NULL)) {
+        free(t->data);
+        free(t->grad);
+        free(t);
+        return qkv_nil();
+    }
+    t->numel = n;
+    t->ndim = ndim;
+    for (int i = 0; i < QKV_MAX_DIMS; i++)
+        t->shape[i] = i < ndim ? shape[i] : 1;
+    t->flags = QKV_TENSOR_HEAP;
+    return t;
+}
+
+void qkv_tensor_free(qkv_tensor *t)
+{
+    if (t == NULL || !(t->flags & QKV_TENSOR_HEAP))
+        return;
+    free(t->data);
+    free(t->grad);
+    free(t);
+}
+
+void qkv_tensor_zero_grad(qkv_tensor *t)
+{
+    if (t != NULL && t->grad != NULL)
+        memset(t->grad, 0, t->numel * sizeof(qkv_real));
+}
+
+qkv_status qkv_tensor_set(qkv_tensor *t, const qkv_real *src, size_t n)
+{
+    if (qkv_tensor_is_nil(t) || n != t->numel)
+        return QKV_ERR_SHAPE;
+    memcpy(t->data, src, n * sizeof(qkv_real));
+    return QKV_OK;
+}
+
+int qkv_tensor_same_shape(const qkv_tensor *a, const qkv_tensor *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i])
+            return 0;
+    return 1;
+}
+
+void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    if (qkv_tensor_is_nil(t)) {
+        snprintf(buf, len, "nil");
+        return;
+    }
+    used += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < t->ndim && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ",%d" : "%d", t->shape[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+}
+
+void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values)
+{
+    char shape[64];
+    qkv_shape_str(t, shape, sizeof shape);
+    fprintf(out, "tensor%s", shape);
+    if (qkv_tensor_is_nil(t)) {
+        fputc('\n', out);
+        return;
+    }
+    size_t n = t->numel;
+    size_t row = t->ndim > 0 ? (size_t)t->shape[t->ndim - 1] : 1;
+    if (max_values != 0 && n > max_values)
+        n = max_values;
+    for (size_t i = 0; i < n; i++) {
+        if (i % row == 0)
+            fputs("\n ", out);
+        fprintf(out, " %.4f", (double)t->data[i]);
+    }
+    if (n < t->numel)
+        fprintf(out, " ... (%zu more)", t->numel - n);
+    fputc('\n', out);
+}

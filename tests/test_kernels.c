@@ -1,0 +1,140 @@
+/*
+ * test_kernels.c - matmul variants against a double-precision triple loop,
+ * softmax rows, and the attention metrics against hand-worked values.
+ */
+#include <stdlib.h>
+
+#include "tests.h"
+
+/* Reference C = op(A)·op(B) in double, straight from the definition, and
+ * the error bound of a k-term sum computed in qkv_real: γ_k·Σ|a||b| with
+ * γ_k = k·ε/(1 - k·ε) (Higham, Accuracy and Stability, §3.1). */
+static void ref_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+                     double *C, double *bound)
+{
+    double gamma = k * REAL_EPS / (1 - k * REAL_EPS);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0, mag = 0;
+            for (int p = 0; p < k; p++) {
+                double a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
+                double b = tb ? B[(size_t)j * k + p] : B[(size_t)p * n + j];
+                s += a * b;
+                mag += fabs(a * b);
+            }
+            C[(size_t)i * n + j] = s;
+            bound[(size_t)i * n + j] = gamma * mag;
+        }
+}
+
+static void fill(qkv_rng *g, qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (qkv_real)(2 * qkv_rng_random(g) - 1);
+}
+
+START_TEST(test_gemm_variants_match_the_definition_on_odd_sizes)
+{
+    static const int sizes[] = {1, 3, 17, 63, 65};
+    qkv_rng g;
+    qkv_rng_seed(&g, 1);
+    for (int variant = 0; variant < 4; variant++) {
+        int ta = variant & 1, tb = variant >> 1;
+        for (int si = 0; si < 5; si++)
+            for (int sj = 0; sj < 5; sj += 2) {
+                int m = sizes[si], n = sizes[sj], k = sizes[(si + sj) % 5];
+                qkv_real *A = malloc(sizeof *A * m * k), *B = malloc(sizeof *B * k * n);
+                qkv_real *C = malloc(sizeof *C * m * n);
+                double *R = malloc(sizeof *R * m * n), *E = malloc(sizeof *E * m * n);
+                fill(&g, A, (size_t)m * k);
+                fill(&g, B, (size_t)k * n);
+                fill(&g, C, (size_t)m * n);
+                ref_gemm(ta, tb, m, n, k, A, B, R, E);
+                qkv_gemm(ta, tb, m, n, k, A, B, C, 0);
+                for (int i = 0; i < m * n; i++)
+                    ASSERT_NEAR(C[i], R[i], E[i] + REAL_EPS * fabs(R[i]));
+                /* accumulate mode adds on top: one more rounding per entry */
+                qkv_gemm(ta, tb, m, n, k, A, B, C, 1);
+                for (int i = 0; i < m * n; i++)
+                    ASSERT_NEAR(C[i], 2 * R[i], 2 * E[i] + 3 * REAL_EPS * fabs(2 * R[i]));
+                free(A);
+                free(B);
+                free(C);
+                free(R);
+                free(E);
+            }
+    }
+}
+END_TEST
+
+START_TEST(test_softmax_rows_match_the_tutorial)
+{
+    /* the tutorial's table: [1,2,3] -> 0.09, 0.24, 0.67 (exactly e^i / Σ e^j) */
+    const qkv_real x[3] = {1, 2, 3};
+    qkv_real y[3];
+    qkv_softmax_rows(y, x, 1, 3);
+    double z = exp(1.0) + exp(2.0) + exp(3.0);
+    ASSERT_NEAR(y[0], exp(1.0) / z, 2 * REAL_EPS);
+    ASSERT_NEAR(y[1], exp(2.0) / z, 2 * REAL_EPS);
+    ASSERT_NEAR(y[2], exp(3.0) / z, 4 * REAL_EPS);
+    ASSERT_NEAR(y[0], 0.0900306, 1e-7);
+    ASSERT_NEAR(y[1], 0.2447285, 1e-7);
+    ASSERT_NEAR(y[2], 0.6652410, 1e-7);
+}
+END_TEST
+
+START_TEST(test_softmax_rows_are_shift_invariant_and_sum_to_one)
+{
+    const qkv_real x[4] = {1, 2, 3, 4}, xs[4] = {1001, 1002, 1003, 1004};
+    qkv_real y[4], ys[4];
+    qkv_softmax_rows(y, x, 1, 4);
+    qkv_softmax_rows(ys, xs, 1, 4);
+    ASSERT_NEAR(qkv_sum_real(y, 4), 1, 4 * REAL_EPS);
+    for (int i = 0; i < 4; i++)
+        ASSERT_NEAR(y[i], ys[i], 4 * REAL_EPS);
+}
+END_TEST
+
+START_TEST(test_entropy_of_known_distributions)
+{
+    const qkv_real half[2] = {0.5, 0.5}, onehot[3] = {0, 1, 0}, quarter[4] = {.25, .25, .25, .25};
+    ASSERT_NEAR(qkv_entropy(half, 2), log(2.0), 1e-15);
+    ASSERT_NEAR(qkv_entropy(onehot, 3), 0, 0);
+    ASSERT_NEAR(qkv_entropy(quarter, 4), log(4.0), 1e-15);
+    /* H(0.9, 0.1) = -(0.9 ln 0.9 + 0.1 ln 0.1) = 0.325082973391448 */
+    const qkv_real skew[2] = {0.9f, 0.1f};
+    ASSERT_NEAR(qkv_entropy(skew, 2), 0.325082973391448, 1e-6);
+}
+END_TEST
+
+START_TEST(test_jacobian_norm_of_known_distributions)
+{
+    /* a = (1/2, 1/2): J = [[1/4, -1/4], [-1/4, 1/4]], ||J||_F = sqrt(4/16) = 1/2 */
+    const qkv_real half[2] = {0.5, 0.5}, onehot[3] = {0, 1, 0};
+    ASSERT_NEAR(qkv_softmax_jacobian_norm(half, 2), 0.5, 1e-15);
+    /* saturated softmax: J = 0 */
+    ASSERT_NEAR(qkv_softmax_jacobian_norm(onehot, 3), 0, 0);
+    /* uniform over n: diag (1/n)(1-1/n), off-diag -1/n²:
+     * ||J||² = n(1/n - 1/n²)² + n(n-1)/n⁴ = (n-1)/n², n = 4 -> sqrt(3)/4 */
+    const qkv_real q[4] = {.25, .25, .25, .25};
+    ASSERT_NEAR(qkv_softmax_jacobian_norm(q, 4), sqrt(3.0) / 4, 1e-15);
+    /* a = (0.7, 0.2, 0.1), entries written out by hand:
+     * diag 0.21, 0.16, 0.09; off-diag -0.14, -0.07, -0.02 (each twice)
+     * ||J||² = 0.0441+0.0256+0.0081 + 2(0.0196+0.0049+0.0004) = 0.1276 */
+    const qkv_real a[3] = {0.7f, 0.2f, 0.1f};
+    ASSERT_NEAR(qkv_softmax_jacobian_norm(a, 3), sqrt(0.1276), 1e-6);
+}
+END_TEST
+
+Suite *kernels_suite(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_gemm_variants_match_the_definition_on_odd_sizes);
+    tcase_add_test(tc, test_softmax_rows_match_the_tutorial);
+    tcase_add_test(tc, test_softmax_rows_are_shift_invariant_and_sum_to_one);
+    tcase_add_test(tc, test_entropy_of_known_distributions);
+    tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
+    suite_add_tcase(s, tc);
+    return s;
+}

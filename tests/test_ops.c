@@ -1,0 +1,304 @@
+/*
+ * test_ops.c - every op's forward values on hand-worked examples, the
+ * gradients that have closed forms, masking, stability and error messages.
+ * (Finite-difference checks of every op are in test_gradcheck.c.)
+ */
+#include <string.h>
+
+#include "tests.h"
+
+#define TOL (8 * REAL_EPS)
+
+typedef struct fx {
+    qkv_tape *t;
+    qkv_tensor *held[8];
+    int n;
+} fx;
+
+static qkv_tensor *hold(fx *f, qkv_tensor *x)
+{
+    f->held[f->n++] = x;
+    return x;
+}
+
+static void fx_free(fx *f)
+{
+    for (int i = 0; i < f->n; i++)
+        qkv_tensor_free(f->held[i]);
+    qkv_tape_free(f->t);
+}
+
+static void assert_values(const qkv_tensor *y, const double *want, size_t n, double tol)
+{
+    ck_assert(!qkv_tensor_is_nil(y));
+    ck_assert_uint_eq(y->numel, n);
+    for (size_t i = 0; i < n; i++)
+        ASSERT_NEAR(y->data[i], want[i], tol);
+}
+
+START_TEST(test_matmul_by_hand)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    /* [[1,2,3],[4,5,6]]·[[7,8],[9,10],[11,12]] = [[58,64],[139,154]] */
+    qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
+    qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 0));
+    assert_values(qkv_matmul(f.t, a, b), (const double[]){58, 64, 139, 154}, 4, 0);
+    /* A·Aᵀ = [[14,32],[32,77]] */
+    assert_values(qkv_matmul_nt(f.t, a, a), (const double[]){14, 32, 32, 77}, 4, 0);
+    assert_values(qkv_transpose(f.t, a), (const double[]){1, 4, 2, 5, 3, 6}, 6, 0);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_batched_matmul_by_hand)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    /* item 0: I·B0 = B0; item 1: 2I·B1 = 2B1 */
+    qkv_tensor *a = hold(&f, tensor_of(3, (const int[]){2, 2, 2}, (const double[]){1, 0, 0, 1, 2, 0, 0, 2}, 0));
+    qkv_tensor *b = hold(&f, tensor_of(3, (const int[]){2, 2, 1}, (const double[]){3, 4, 5, 6}, 0));
+    qkv_tensor *y = qkv_matmul(f.t, a, b);
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[2], 1);
+    assert_values(y, (const double[]){3, 4, 10, 12}, 4, 0);
+    /* a shared 2-D right operand applies to every item */
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){1, 1}, 0));
+    assert_values(qkv_matmul(f.t, a, w), (const double[]){1, 1, 2, 2}, 4, 0);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_matmul_gradients_by_hand)
+{
+    /* L = Σ A·B: dA[i,p] = Σ_j B[p,j], dB[p,j] = Σ_i A[i,p] */
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
+    qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 1));
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_matmul(f.t, a, b))), QKV_OK);
+    const double da[6] = {15, 19, 23, 15, 19, 23}, db[6] = {5, 5, 7, 7, 9, 9};
+    for (int i = 0; i < 6; i++) {
+        ASSERT_NEAR(a->grad[i], da[i], 0);
+        ASSERT_NEAR(b->grad[i], db[i], 0);
+    }
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_elementwise_and_broadcast_by_hand)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, -2, 3, -4, 5, -6}, 0));
+    qkv_tensor *bias = hold(&f, tensor_of(1, (const int[]){3}, (const double[]){10, 20, 30}, 0));
+    qkv_tensor *col = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){2, -1}, 0));
+    assert_values(qkv_scale(f.t, x, 0.5), (const double[]){0.5, -1, 1.5, -2, 2.5, -3}, 6, 0);
+    assert_values(qkv_add(f.t, x, bias), (const double[]){11, 18, 33, 6, 25, 24}, 6, 0);
+    assert_values(qkv_mul(f.t, x, col), (const double[]){2, -4, 6, 4, -5, 6}, 6, 0);
+    assert_values(qkv_relu(f.t, x), (const double[]){1, 0, 3, 0, 5, 0}, 6, 0);
+    assert_values(qkv_tanh(f.t, x),
+                  (const double[]){tanh(1.0), tanh(-2.0), tanh(3.0), tanh(-4.0), tanh(5.0), tanh(-6.0)},
+                  6, 2 * REAL_EPS);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_reductions_by_hand)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
+    qkv_tensor *s = qkv_sum(f.t, x);
+    ck_assert_int_eq(s->ndim, 0);
+    assert_values(s, (const double[]){21}, 1, 0);
+    assert_values(qkv_mean(f.t, x), (const double[]){3.5}, 1, 0);
+    assert_values(qkv_sum_last(f.t, x), (const double[]){6, 15}, 2, 0);
+    qkv_tensor *m = qkv_mean_last(f.t, x);
+    ck_assert_int_eq(m->ndim, 1);
+    assert_values(m, (const double[]){2, 5}, 2, 0);
+    /* d(mean of row means)/dx = 1/6 everywhere */
+    ck_assert_int_eq(qkv_backward(f.t, qkv_mean(f.t, m)), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(x->grad[i], 1.0 / 6, REAL_EPS);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_gather_and_pick_rows_by_hand)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){0, 1, 10, 11, 20, 21}, 1));
+    const int ids[4] = {2, 0, 2, 1};
+    qkv_tensor *g = qkv_gather(f.t, w, ids, 2, (const int[]){2, 2});
+    ck_assert_int_eq(g->ndim, 3);
+    assert_values(g, (const double[]){20, 21, 0, 1, 20, 21, 10, 11}, 8, 0);
+    /* one-hot·W is the same as the gather */
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){1, 3}, (const double[]){0, 0, 1}, 0));
+    assert_values(qkv_matmul(f.t, x, w), (const double[]){20, 21}, 2, 0);
+    const int pos[2] = {1, 0};
+    qkv_tensor *p = qkv_pick_rows(f.t, g, pos);
+    assert_values(p, (const double[]){0, 1, 20, 21}, 4, 0);
+    /* backward scatter-adds: row 2 was gathered twice but picked once; row 0 once */
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, p)), QKV_OK);
+    const double want[6] = {1, 1, 0, 0, 1, 1};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(w->grad[i], want[i], 0);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_gather_scatter_adds_repeated_ids)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){1, 2}, 1));
+    const int ids[3] = {1, 1, 1};
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_gather(f.t, w, ids, 1, (const int[]){3}))), QKV_OK);
+    ASSERT_NEAR(w->grad[0], 0, 0);
+    ASSERT_NEAR(w->grad[1], 3, 0);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_softmax_stable_at_plus_minus_1e4)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
+                                       (const double[]){1e4, -1e4, 0, 1e4, 1e4, -1e4, -1e4, -1e4, -1e4}, 1));
+    qkv_tensor *y = qkv_softmax(f.t, x);
+    assert_values(y, (const double[]){1, 0, 0, 0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 9, TOL);
+    qkv_tensor *ly = qkv_log_softmax(f.t, x);
+    assert_values(ly, (const double[]){0, -2e4, -1e4, -log(2.0), -log(2.0), -2e4 - log(2.0),
+                                       -log(3.0), -log(3.0), -log(3.0)}, 9, 1e4 * REAL_EPS * 4);
+    for (int i = 0; i < 9; i++)
+        ck_assert(isfinite(y->data[i]) && isfinite(ly->data[i]));
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_fully_masked_row_gives_zeros_not_nan)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
+    qkv_tensor *m = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){0, 0, -INFINITY, -INFINITY,
+                                                                                -INFINITY, -INFINITY}, 0));
+    qkv_tensor *y = qkv_softmax(f.t, qkv_mask(f.t, x, m));
+    double z = exp(1.0) + exp(2.0);
+    assert_values(y, (const double[]){exp(1.0) / z, exp(2.0) / z, 0, 0, 0, 0}, 6, TOL);
+    qkv_tensor *r = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_mul(f.t, y, r))), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert(isfinite(x->grad[i]));
+    /* masked entries and the fully masked row pass no gradient */
+    for (int i = 2; i < 6; i++)
+        ASSERT_NEAR(x->grad[i], 0, 0);
+    /* kept entries: dy_j/dx_i = y_i(δij - y_j), readout weights 1 and 2 */
+    double p = exp(1.0) / z;
+    ASSERT_NEAR(x->grad[0], p * (1 - (p * 1 + (1 - p) * 2)), TOL);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){1, 2}, 1));
+    qkv_tensor *m = hold(&f, tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, -INFINITY}, 0));
+    qkv_tensor *y = qkv_log_softmax(f.t, qkv_mask(f.t, x, m));
+    ck_assert(isinf(y->data[0]) && y->data[0] < 0);
+    qkv_tensor *s = qkv_sum(f.t, qkv_scale(f.t, qkv_log_softmax(f.t, x), 1));
+    ck_assert_int_eq(qkv_backward(f.t, s), QKV_OK);
+    /* Σ_j log p_j: d/dx_i = 1 - n·p_i */
+    double p0 = 1 / (1 + exp(1.0));
+    ASSERT_NEAR(x->grad[0], 1 - 2 * p0, TOL);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_cross_entropy_by_hand)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
+                                       (const double[]){1, 2, 3, 5, 5, 5, 0, 0, 9}, 1));
+    const int targets[3] = {2, QKV_IGNORE, 0};
+    qkv_tensor *l = qkv_cross_entropy(f.t, x, targets);
+    double z = exp(1.0) + exp(2.0) + exp(3.0);
+    double l0 = -log(exp(3.0) / z);               /* 0.40760596... */
+    double l2 = -(0 - (9 + log(2 * exp(-9.0) + 1)));
+    ASSERT_NEAR(l->data[0], (l0 + l2) / 2, 4 * REAL_EPS * 10);
+    ASSERT_NEAR(l0, 0.4076059644, 1e-9);
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    /* (p - y)/N with N = 2 counted rows; the ignored row gets nothing */
+    ASSERT_NEAR(x->grad[0], exp(1.0) / z / 2, TOL);
+    ASSERT_NEAR(x->grad[2], (exp(3.0) / z - 1) / 2, TOL);
+    for (int j = 3; j < 6; j++)
+        ASSERT_NEAR(x->grad[j], 0, 0);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_cross_entropy_all_ignored_is_zero)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1));
+    const int targets[2] = {QKV_IGNORE, QKV_IGNORE};
+    qkv_tensor *l = qkv_cross_entropy(f.t, x, targets);
+    ASSERT_NEAR(l->data[0], 0, 0);
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    for (int i = 0; i < 4; i++)
+        ASSERT_NEAR(x->grad[i], 0, 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* Runs one failing call on a fresh tape and checks status and message. */
+#define EXPECT_ERROR(call, status, message)                                  \
+    do {                                                                     \
+        qkv_tape_reset(f.t);                                                 \
+        ck_assert((call) == qkv_nil());                                      \
+        ck_assert_int_eq(qkv_tape_status(f.t), (status));                    \
+        ck_assert_str_eq(qkv_tape_error(f.t), (message));                    \
+    } while (0)
+
+START_TEST(test_errors_name_the_op_and_shapes)
+{
+    fx f = {qkv_tape_new(0), {0}, 0};
+    qkv_tensor *a = hold(&f, tensor_of(3, (const int[]){2, 3, 4}, NULL, 0));
+    qkv_tensor *b = hold(&f, tensor_of(3, (const int[]){3, 4, 5}, NULL, 0));
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){5, 3}, NULL, 0));
+    qkv_tensor *v = hold(&f, tensor_of(1, (const int[]){3}, NULL, 0));
+    const int ids[2] = {1, 5}, idx[2] = {0, 3}, tg[6] = {0, 1, 2, 3, 4, 0};
+    EXPECT_ERROR(qkv_matmul(f.t, a, b), QKV_ERR_SHAPE,
+                 "matmul: [2,3,4] x [3,4,5]: batch dimensions differ");
+    EXPECT_ERROR(qkv_matmul_nt(f.t, a, w), QKV_ERR_SHAPE,
+                 "matmul_nt: [2,3,4] x [5,3]: inner dimensions differ");
+    EXPECT_ERROR(qkv_add(f.t, a, v), QKV_ERR_SHAPE,
+                 "add: [2,3,4] and [3]: second shape does not broadcast to the first");
+    EXPECT_ERROR(qkv_gather(f.t, w, ids, 1, (const int[]){2}), QKV_ERR_ARG,
+                 "gather: id 5 at position 1 is outside [0,5) of table [5,3]");
+    EXPECT_ERROR(qkv_pick_rows(f.t, a, idx), QKV_ERR_ARG,
+                 "pick_rows: index 3 for item 1 is outside [0,3) of [2,3,4]");
+    EXPECT_ERROR(qkv_cross_entropy(f.t, a, tg), QKV_ERR_ARG,
+                 "cross_entropy: target 4 of row 4 is outside [0,4) for logits [2,3,4]");
+    EXPECT_ERROR(qkv_transpose(f.t, v), QKV_ERR_SHAPE, "transpose: [3]: needs at least 2 dimensions");
+    EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,
+                 "pick_rows: [5,3]: input must be [B,T,D] with B indices");
+    fx_free(&f);
+}
+END_TEST
+
+Suite *ops_suite(void)
+{
+    Suite *s = suite_create("ops");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_matmul_by_hand);
+    tcase_add_test(tc, test_batched_matmul_by_hand);
+    tcase_add_test(tc, test_matmul_gradients_by_hand);
+    tcase_add_test(tc, test_elementwise_and_broadcast_by_hand);
+    tcase_add_test(tc, test_reductions_by_hand);
+    tcase_add_test(tc, test_gather_and_pick_rows_by_hand);
+    tcase_add_test(tc, test_gather_scatter_adds_repeated_ids);
+    tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);
+    tcase_add_test(tc, test_fully_masked_row_gives_zeros_not_nan);
+    tcase_add_test(tc, test_log_softmax_masked_row_is_minus_inf_without_nan_gradient);
+    tcase_add_test(tc, test_cross_entropy_by_hand);
+    tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
+    tcase_add_test(tc, test_errors_name_the_op_and_shapes);
+    suite_add_tcase(s, tc);
+    return s;
+}

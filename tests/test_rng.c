@@ -1,0 +1,79 @@
+/*
+ * test_rng.c - qkv's generator against CPython's random module. The golden
+ * values in tests/data/rng_golden.h come from scripts/golden.py run under
+ * python3; equality is exact (the doubles are stored in hex).
+ */
+#include "tests.h"
+#include "data/rng_golden.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+START_TEST(test_seed_matches_cpython_for_small_and_wide_seeds)
+{
+    qkv_rng g;
+    for (size_t i = 0; i < COUNT(golden_seeds); i++) {
+        qkv_rng_seed(&g, golden_seeds[i]);
+        ck_assert_msg(qkv_rng_random(&g) == golden_first_random[i], "seed %llu",
+                      (unsigned long long)golden_seeds[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_random_matches_cpython_for_1000_draws)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 42);
+    for (size_t i = 0; i < COUNT(golden_random_42); i++)
+        ck_assert_msg(qkv_rng_random(&g) == golden_random_42[i], "draw %zu", i);
+}
+END_TEST
+
+START_TEST(test_normalvariate_matches_cpython_for_1000_draws)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 7);
+    for (size_t i = 0; i < COUNT(golden_normal_7); i++)
+        ck_assert_msg(qkv_rng_normalvariate(&g, 0, 1) == golden_normal_7[i], "draw %zu", i);
+    qkv_rng_seed(&g, 42);
+    for (size_t i = 0; i < COUNT(golden_normal_42_sd01); i++)
+        ck_assert_msg(qkv_rng_normalvariate(&g, 0, 0.1) == golden_normal_42_sd01[i], "draw %zu", i);
+}
+END_TEST
+
+START_TEST(test_getrandbits_and_randbelow_match_cpython)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 3);
+    for (size_t i = 0; i < COUNT(golden_bits_3); i++)
+        ck_assert_uint_eq(qkv_rng_getrandbits(&g, 1 + (int)(i % 32)), golden_bits_3[i]);
+    qkv_rng_seed(&g, 5);
+    for (size_t i = 0; i < COUNT(golden_below_5); i++)
+        ck_assert_uint_eq(qkv_rng_below(&g, 1 + i * 7919 % 100003), golden_below_5[i]);
+}
+END_TEST
+
+START_TEST(test_shuffle_matches_cpython)
+{
+    qkv_rng g;
+    int deck[100];
+    for (int i = 0; i < 100; i++)
+        deck[i] = i;
+    qkv_rng_seed(&g, 11);
+    qkv_rng_shuffle(&g, deck, 100, sizeof deck[0]);
+    for (int i = 0; i < 100; i++)
+        ck_assert_int_eq(deck[i], (int)golden_shuffle_11[i]);
+}
+END_TEST
+
+Suite *rng_suite(void)
+{
+    Suite *s = suite_create("rng");
+    TCase *tc = tcase_create("cpython");
+    tcase_add_test(tc, test_seed_matches_cpython_for_small_and_wide_seeds);
+    tcase_add_test(tc, test_random_matches_cpython_for_1000_draws);
+    tcase_add_test(tc, test_normalvariate_matches_cpython_for_1000_draws);
+    tcase_add_test(tc, test_getrandbits_and_randbelow_match_cpython);
+    tcase_add_test(tc, test_shuffle_matches_cpython);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,203 @@
+/*
+ * test_tape.c - tape semantics: accumulation, reset, no-grad, parameters
+ * outside the tape, and sticky errors.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "tests.h"
+
+START_TEST(test_grad_accumulates_when_a_tensor_is_used_twice)
+{
+    /* L = Σ x⊙x + Σ (x + x) → dL/dx = 2x + 2 */
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){1, -2, 0.5}, 1);
+    qkv_tensor *l = qkv_add(t, qkv_sum(t, qkv_mul(t, x, x)), qkv_sum(t, qkv_add(t, x, x)));
+    ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+    ASSERT_NEAR(l->data[0], 1 + 4 + 0.25 + 2 * (1 - 2 + 0.5), 1e-6);
+    ASSERT_NEAR(x->grad[0], 4, 0);
+    ASSERT_NEAR(x->grad[1], -2, 0);
+    ASSERT_NEAR(x->grad[2], 3, 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_params_keep_values_and_grads_across_reset)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){3, 4}, 1);
+    for (int step = 0; step < 2; step++) {
+        qkv_tape_reset(t);
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_scale(t, w, 2))), QKV_OK);
+    }
+    /* two steps without zeroing: gradients add up, values untouched */
+    ASSERT_NEAR(w->grad[0], 4, 0);
+    ASSERT_NEAR(w->data[1], 4, 0);
+    qkv_tensor_zero_grad(w);
+    ASSERT_NEAR(w->grad[0], 0, 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_reset_forgets_nodes_and_keeps_memory)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *w = tensor_of(2, (const int[]){8, 8}, NULL, 1);
+    qkv_sum(t, qkv_matmul(t, w, w));
+    ck_assert_uint_eq(qkv_tape_nodes(t), 2);
+    size_t used = qkv_tape_bytes_used(t);
+    ck_assert_uint_gt(used, 0);
+    qkv_tape_reset(t);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    ck_assert_uint_eq(qkv_tape_bytes_used(t), 0);
+    qkv_sum(t, qkv_matmul(t, w, w));
+    ck_assert_uint_eq(qkv_tape_bytes_used(t), used);
+    ck_assert_uint_eq(qkv_tape_high_water(t), used);
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_small_arena_grows_and_reset_merges_it)
+{
+    qkv_tape *t = qkv_tape_new(256);
+    qkv_tensor *w = tensor_of(2, (const int[]){32, 32}, NULL, 1);
+    for (int step = 0; step < 3; step++) {
+        qkv_tape_reset(t);
+        qkv_tensor *y = qkv_matmul(t, w, w);
+        y = qkv_matmul(t, y, w);
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+    }
+    ck_assert_uint_ge(qkv_tape_high_water(t), 4 * 32 * 32 * sizeof(qkv_real));
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_no_grad_records_nothing)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *w = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
+    ck_assert_int_eq(qkv_tape_set_grad(t, 0), 1);
+    qkv_tensor *y = qkv_sum(t, qkv_matmul(t, w, w));
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    ck_assert_ptr_null(y->grad);
+    ASSERT_NEAR(y->data[0], 7 + 10 + 15 + 22, 0);
+    ck_assert_int_eq(qkv_backward(t, y), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "qkv_tape_set_grad"));
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_constants_get_no_gradient)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *c = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 0);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){5, 6}, 1);
+    qkv_tensor *y = qkv_mul(t, c, c);
+    ck_assert_ptr_null(y->grad);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, w, c))), QKV_OK);
+    ASSERT_NEAR(w->grad[1], 2, 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(c);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_backward_twice_is_an_error)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, NULL, 1);
+    qkv_tensor *l = qkv_sum(t, w);
+    ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+    ck_assert_int_eq(qkv_backward(t, l), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "already run"));
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_backward_needs_a_scalar)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, NULL, 1);
+    ck_assert_int_eq(qkv_backward(t, qkv_scale(t, w, 2)), QKV_ERR_ARG);
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
+START_TEST(test_shape_mismatch_is_sticky_and_named)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *a = tensor_of(2, (const int[]){4, 8}, NULL, 1);
+    qkv_tensor *b = tensor_of(2, (const int[]){6, 6}, NULL, 1);
+    qkv_tensor *bad = qkv_matmul(t, a, b);
+    ck_assert(bad == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_str_eq(qkv_tape_error(t), "matmul: [4,8] x [6,6]: inner dimensions differ");
+    /* later calls, even valid ones, do nothing and keep the first error */
+    size_t nodes = qkv_tape_nodes(t);
+    ck_assert(qkv_softmax(t, a) == qkv_nil());
+    ck_assert(qkv_transpose(t, qkv_scale(t, bad, 2)) == qkv_nil());
+    ck_assert_uint_eq(qkv_tape_nodes(t), nodes);
+    ck_assert_str_eq(qkv_tape_error(t), "matmul: [4,8] x [6,6]: inner dimensions differ");
+    ck_assert_int_eq(qkv_backward(t, bad), QKV_ERR_SHAPE);
+    /* reset clears it */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert_str_eq(qkv_tape_error(t), "");
+    ck_assert(!qkv_tensor_is_nil(qkv_matmul(t, a, qkv_transpose(t, a))));
+    qkv_tape_free(t);
+    qkv_tensor_free(a);
+    qkv_tensor_free(b);
+}
+END_TEST
+
+START_TEST(test_nil_input_is_an_error_not_a_crash)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    ck_assert(qkv_relu(t, NULL) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "relu: input is nil"));
+    ck_assert(qkv_relu(NULL, qkv_nil()) == qkv_nil());
+    qkv_tape_free(t);
+    qkv_tape_free(NULL);
+}
+END_TEST
+
+START_TEST(test_tape_tensor_and_alloc)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *m = qkv_tape_tensor(t, 2, (const int[]){3, 3}, 0);
+    ck_assert(!qkv_tensor_is_nil(m));
+    ck_assert_uint_eq((uintptr_t)m->data % 64, 0);
+    ck_assert(qkv_tape_tensor(t, 2, (const int[]){3, -1}, 0) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert(qkv_tape_tensor(t, 1, (const int[]){2}, 0) == qkv_nil()); /* sticky */
+    qkv_tape_free(t);
+}
+END_TEST
+
+Suite *tape_suite(void)
+{
+    Suite *s = suite_create("tape");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_grad_accumulates_when_a_tensor_is_used_twice);
+    tcase_add_test(tc, test_params_keep_values_and_grads_across_reset);
+    tcase_add_test(tc, test_reset_forgets_nodes_and_keeps_memory);
+    tcase_add_test(tc, test_small_arena_grows_and_reset_merges_it);
+    tcase_add_test(tc, test_no_grad_records_nothing);
+    tcase_add_test(tc, test_constants_get_no_gradient);
+    tcase_add_test(tc, test_backward_twice_is_an_error);
+    tcase_add_test(tc, test_backward_needs_a_scalar);
+    tcase_add_test(tc, test_shape_mismatch_is_sticky_and_named);
+    tcase_add_test(tc, test_nil_input_is_an_error_not_a_crash);
+    tcase_add_test(tc, test_tape_tensor_and_alloc);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,102 @@
+/*
+ * test_tensor.c - heap tensors: creation, nil, shapes, printing.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "tests.h"
+
+START_TEST(test_tensor_new_is_zero_filled_with_its_shape)
+{
+    qkv_tensor *t = qkv_tensor_new(3, (const int[]){2, 3, 4}, 1);
+    ck_assert(!qkv_tensor_is_nil(t));
+    ck_assert_uint_eq(t->numel, 24);
+    ck_assert_int_eq(t->ndim, 3);
+    ck_assert_int_eq(t->shape[2], 4);
+    ck_assert_int_eq(t->shape[3], 1);
+    ck_assert_ptr_nonnull(t->grad);
+    for (size_t i = 0; i < t->numel; i++) {
+        ck_assert(t->data[i] == 0);
+        ck_assert(t->grad[i] == 0);
+    }
+    qkv_tensor_free(t);
+}
+END_TEST
+
+START_TEST(test_scalar_tensor_has_one_element)
+{
+    qkv_tensor *t = qkv_tensor_new(0, NULL, 0);
+    ck_assert(!qkv_tensor_is_nil(t));
+    ck_assert_uint_eq(t->numel, 1);
+    ck_assert_ptr_null(t->grad);
+    qkv_tensor_free(t);
+}
+END_TEST
+
+START_TEST(test_bad_shapes_give_nil_not_null)
+{
+    ck_assert(qkv_tensor_new(2, (const int[]){3, 0}, 0) == qkv_nil());
+    ck_assert(qkv_tensor_new(5, (const int[]){1, 1, 1, 1, 1}, 0) == qkv_nil());
+    ck_assert(qkv_tensor_new(-1, NULL, 0) == qkv_nil());
+    /* 2^31-1 cubed overflows size_t on 64-bit machines too (after sizeof) */
+    ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0) == qkv_nil());
+    ck_assert(qkv_tensor_is_nil(qkv_nil()));
+    ck_assert(qkv_tensor_is_nil(NULL));
+    ck_assert_uint_eq(qkv_nil()->numel, 0);
+}
+END_TEST
+
+START_TEST(test_free_accepts_null_and_nil)
+{
+    qkv_tensor_free(NULL);
+    qkv_tensor_free(qkv_nil());
+    qkv_tensor_zero_grad(NULL);
+}
+END_TEST
+
+START_TEST(test_shape_str_and_set)
+{
+    char buf[32];
+    qkv_tensor *t = qkv_tensor_new(2, (const int[]){4, 8}, 0);
+    qkv_shape_str(t, buf, sizeof buf);
+    ck_assert_str_eq(buf, "[4,8]");
+    qkv_shape_str(qkv_nil(), buf, sizeof buf);
+    ck_assert_str_eq(buf, "nil");
+    qkv_real v[32] = {0};
+    v[5] = 2.5f;
+    ck_assert_int_eq(qkv_tensor_set(t, v, 31), QKV_ERR_SHAPE);
+    ck_assert_int_eq(qkv_tensor_set(t, v, 32), QKV_OK);
+    ck_assert(t->data[5] == 2.5f);
+    qkv_tensor_free(t);
+}
+END_TEST
+
+START_TEST(test_print_shows_shape_and_values)
+{
+    qkv_tensor *t = tensor_of(2, (const int[]){2, 2}, (const double[]){1, -0.5, 0.25, 3}, 0);
+    FILE *f = tmpfile();
+    qkv_tensor_print(t, f, 0);
+    rewind(f);
+    char buf[128] = {0};
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_str_eq(buf, "tensor[2,2]\n  1.0000 -0.5000\n  0.2500 3.0000\n");
+    ck_assert_str_eq(qkv_status_string(QKV_ERR_SHAPE), "shape mismatch");
+    qkv_tensor_free(t);
+}
+END_TEST
+
+Suite *tensor_suite(void)
+{
+    Suite *s = suite_create("tensor");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_tensor_new_is_zero_filled_with_its_shape);
+    tcase_add_test(tc, test_scalar_tensor_has_one_element);
+    tcase_add_test(tc, test_bad_shapes_give_nil_not_null);
+    tcase_add_test(tc, test_free_accepts_null_and_nil);
+    tcase_add_test(tc, test_shape_str_and_set);
+    tcase_add_test(tc, test_print_shows_shape_and_values);
+    suite_add_tcase(s, tc);
+    return s;
+}

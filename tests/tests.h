@@ -1,0 +1,39 @@
+/*
+ * tests.h - the suites that tests/main.c runs, and shared assertions.
+ */
+#ifndef QKV_TESTS_H
+#define QKV_TESTS_H
+
+#include <check.h>
+#include <math.h>
+
+#include "qkv.h"
+
+/* Relative precision of one rounding of qkv_real. */
+#ifdef QKV_DOUBLE
+#define REAL_EPS 1.1e-16
+#else
+#define REAL_EPS 6.0e-8
+#endif
+
+/* |a - b| <= tol, with both values in the failure message. */
+#define ASSERT_NEAR(a, b, tol)                                                          \
+    do {                                                                                \
+        double a_ = (double)(a), b_ = (double)(b);                                      \
+        ck_assert_msg(fabs(a_ - b_) <= (tol), "%s = %.17g, expected %.17g (tol %g)", #a, \
+                      a_, b_, (double)(tol));                                           \
+    } while (0)
+
+/* Makes a heap tensor holding the given values (with a gradient buffer when
+ * grad is nonzero). */
+qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad);
+
+Suite *tensor_suite(void);
+Suite *tape_suite(void);
+Suite *kernels_suite(void);
+Suite *ops_suite(void);
+Suite *rng_suite(void);
+Suite *gradcheck_suite(void);
+Suite *demo_suite(void);
+
+#endif
