@@ -63,7 +63,7 @@ $(BUILD)/obj/cli/%.o: src/cli/%.c $(wildcard include/qkv/*.h) $(wildcard src/cli
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(wildcard include/qkv/*.h) $(wildcard tests/*.h) $(wildcard src/cli/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@

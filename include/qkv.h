@@ -10,5 +10,9 @@
 #include "qkv/ops.h"
 #include "qkv/rng.h"
 #include "qkv/gradcheck.h"
+#include "qkv/optim.h"
+#include "qkv/nn.h"
+#include "qkv/coref.h"
+#include "qkv/io.h"
 
 #endif

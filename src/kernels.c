@@ -166,3 +166,15 @@ double qkv_softmax_jacobian_norm(const qkv_real *a, size_t n)
     double f = diag + sq * sq - quad;
     return sqrt(f > 0 ? f : 0);
 }
+
+uint32_t qkv_crc32(uint32_t crc, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int b = 0; b < 8; b++)
+            crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+    return ~crc;
+}

@@ -35,5 +35,10 @@ Suite *ops_suite(void);
 Suite *rng_suite(void);
 Suite *gradcheck_suite(void);
 Suite *demo_suite(void);
+Suite *coref_suite(void);
+Suite *nn_suite(void);
+Suite *optim_suite(void);
+Suite *io_suite(void);
+Suite *cli_suite(void);
 
 #endif

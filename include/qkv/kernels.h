@@ -8,6 +8,7 @@
 #define QKV_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "qkv/tensor.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,10 @@ double qkv_entropy(const qkv_real *p, size_t n);
 /* Frobenius norm of the softmax Jacobian J = diag(a) - a·aᵀ for the
  * probability row a: sqrt(Σ_i a_i²(1-a_i)² + Σ_{i≠j} a_i²a_j²). */
 double qkv_softmax_jacobian_norm(const qkv_real *a, size_t n);
+
+/* CRC-32 (IEEE 802.3, as zlib's crc32) of n bytes, continuing from crc
+ * (start with 0). */
+uint32_t qkv_crc32(uint32_t crc, const void *data, size_t n);
 
 #ifdef __cplusplus
 }

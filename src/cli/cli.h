@@ -68,6 +68,38 @@ void cli_print_padded(FILE *out, const char *s, int width);
 /* Subcommands. */
 int cmd_demo(int argc, char **argv);
 int cmd_gradcheck(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_resolve(int argc, char **argv);
+
+/* ---- the coreference task, shared by train, eval, resolve, saturation ---- */
+
+#define CLI_DEFAULT_MODEL "out/coref.qkv"
+
+/* Accuracy, loss and attention mass on the antecedent over a set of
+ * examples. */
+typedef struct task_eval {
+    double loss, acc, mass;
+    int n;
+} task_eval;
+
+/* Appends examples[i] to the batch (the pronoun is the query, the
+ * antecedent's class the target and its token the mark). */
+void task_add(qkv_batch *b, const qkv_example *ex);
+
+/* Evaluates m on n examples (level 0 = all, else only that level) without
+ * recording gradients, in chunks of the batch's capacity. */
+qkv_status task_evaluate(qkv_model *m, qkv_tape *t, qkv_batch *b, const qkv_example *ex, int n,
+                         int level, task_eval *out);
+
+/* Draws the next training batch: items in an order reshuffled each epoch
+ * by g (order holds n indices and *pos the cursor). */
+void task_next_batch(qkv_rng *g, qkv_batch *b, const qkv_example *ex, int *order, int n,
+                     int *pos);
+
+/* Loads a checkpoint (path NULL = the default) with a one-line error; the
+ * default's absence gets a hint to run qkv train. NULL on failure. */
+qkv_model *task_load(const char *path);
 
 /* The demo's whole output for the given settings, written to out. Returns
  * CLI_OK, or CLI_FAIL after printing why. */

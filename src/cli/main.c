@@ -15,6 +15,9 @@ typedef struct command {
 static const command commands[] = {
     {"demo", cmd_demo, "reproduce the tutorial's Python self-attention demo"},
     {"gradcheck", cmd_gradcheck, "check every op's gradient against finite differences"},
+    {"train", cmd_train, "train Wq, Wk, Wv on the coreference task (他 -> 小明)"},
+    {"eval", cmd_eval, "accuracy of a trained model per split and level"},
+    {"resolve", cmd_resolve, "show whom each pronoun in a sentence refers to"},
 };
 
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))

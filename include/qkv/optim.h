@@ -1,0 +1,65 @@
+/*
+ * optim.h - optimizers over heap tensors with gradients: SGD with momentum,
+ * Adam, AdamW, and clipping by global norm.
+ *
+ * An optimizer keeps its state (velocities, moments) for a fixed list of
+ * parameters; it allocates everything in qkv_optim_new and nothing per step.
+ */
+#ifndef QKV_OPTIM_H
+#define QKV_OPTIM_H
+
+#include "qkv/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qkv_optim_kind { QKV_SGD, QKV_ADAM, QKV_ADAMW } qkv_optim_kind;
+
+typedef struct qkv_optim_config {
+    qkv_optim_kind kind;
+    double lr;
+    double momentum;     /* SGD: v = μ·v + g; p -= lr·v (0 = plain SGD) */
+    double beta1, beta2; /* Adam(W) moment decay, e.g. 0.9 and 0.999 */
+    double eps;          /* Adam(W) denominator guard, e.g. 1e-8 */
+    double weight_decay; /* SGD/Adam: g += wd·p; AdamW: p -= lr·wd·p (decoupled) */
+    double clip;         /* clip the global gradient norm to this; 0 = off */
+} qkv_optim_config;
+
+typedef struct qkv_optim qkv_optim;
+
+/* A config with the usual defaults for kind: lr 0.1 (SGD) or 0.01 (Adam,
+ * AdamW), momentum 0, betas 0.9/0.999, eps 1e-8, weight decay 0 (0.01 for
+ * AdamW), no clipping. */
+qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind);
+
+/* Makes an optimizer for n parameters (not owned; they must outlive it).
+ * Returns NULL on a bad argument or when memory runs out. */
+qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n);
+void qkv_optim_free(qkv_optim *o); /* accepts NULL */
+
+/* Sets every parameter's gradient to zero. */
+void qkv_optim_zero_grad(qkv_optim *o);
+
+/* Clips (if configured) and applies one update. Returns QKV_ERR_NUMERIC and
+ * changes nothing if some gradient is NaN or infinite. */
+qkv_status qkv_optim_step(qkv_optim *o);
+
+/* The global gradient norm before the last step's clipping. */
+double qkv_optim_last_norm(const qkv_optim *o);
+
+/* sqrt(Σ g²) over all gradients of the n parameters (accumulated in double). */
+double qkv_grad_norm(qkv_tensor *const *params, int n);
+
+/* Scales all gradients by max_norm / norm when their global norm exceeds
+ * max_norm. Returns the norm before clipping. */
+double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm);
+
+/* Parses "sgd", "adam" or "adamw"; returns 0 and sets *kind, or -1. */
+int qkv_optim_parse(const char *name, qkv_optim_kind *kind);
+const char *qkv_optim_name(qkv_optim_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,114 @@
+/*
+ * resolve.c - `qkv resolve "句子"`: tokenize a sentence, show each pronoun's
+ * attention over the tokens as a bar chart, and name its antecedent.
+ */
+#include <string.h>
+
+#include "cli.h"
+
+#define BAR 24
+
+static void print_bar(double w)
+{
+    int n = (int)(w * BAR + 0.5);
+    for (int i = 0; i < n; i++)
+        fputs("█", stdout);
+    for (int i = n; i < BAR; i++)
+        fputs("·", stdout);
+}
+
+/* Writes the (T,T) attention matrix of item 0 as CSV with token labels:
+ * a header row of key tokens, then one row per query token. */
+static int write_matrix(const char *path, const qkv_forward *f, const int *ids, int n)
+{
+    char err[512], header[QKV_MAX_TOKENS * 16 + 16] = "query\\key";
+    size_t used = strlen(header);
+    for (int j = 0; j < n; j++)
+        used += (size_t)snprintf(header + used, sizeof header - used, ",%s", qkv_vocab_word(ids[j]));
+    FILE *out = qkv_csv_create(path, header, err, sizeof err);
+    if (out == NULL)
+        return cli_fail("resolve: %s", err);
+    for (int i = 0; i < n; i++) {
+        fputs(qkv_vocab_word(ids[i]), out);
+        for (int j = 0; j < n; j++)
+            fprintf(out, ",%.6f", (double)f->attn->data[(size_t)i * n + j]);
+        fputc('\n', out);
+    }
+    if (fclose(out) != 0)
+        return cli_fail("resolve: cannot write %s", path);
+    return CLI_OK;
+}
+
+static void explain(const qkv_forward *f, const qkv_batch *b, int item, const int *ids, int n)
+{
+    int p = b->query[item];
+    const qkv_real *a = f->attn->data + ((size_t)item * b->T + p) * b->T;
+    printf("\n%s (token %d) attends to:\n", qkv_vocab_word(ids[p]), p);
+    for (int j = 0; j < n; j++) {
+        printf("  %2d ", j);
+        cli_print_padded(stdout, qkv_vocab_word(ids[j]), 10);
+        print_bar(a[j]);
+        printf(" %.3f\n", (double)a[j]);
+    }
+    double prob;
+    int cls = qkv_predict(f, item, &prob);
+    printf("%s → %s (%.2f)\n", qkv_vocab_word(ids[p]), qkv_vocab_word(qkv_coref_name_id(cls)), prob);
+}
+
+int cmd_resolve(int argc, char **argv)
+{
+    const char *path = NULL, *csv = NULL;
+    char *text[1];
+    int npos = 0;
+    const cli_opt opts[] = {
+        {"model", OPT_STR, &path, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
+        {"csv", OPT_STR, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
+    };
+    int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] \"句子\"",
+                      "Shows where each pronoun (他, 她) in the sentence looks, and which\n"
+                      "person the model says it refers to.",
+                      text, 1, &npos);
+    if (r != CLI_OK)
+        return r;
+    if (npos != 1)
+        return cli_usage_error("resolve", "give one sentence, e.g. \"小明是个运动达人，他平时很爱打篮球\"");
+    int ids[QKV_MAX_TOKENS], n, pronouns[QKV_MAX_TOKENS], np = 0;
+    char err[256];
+    if (qkv_tokenize(text[0], ids, QKV_MAX_TOKENS, &n, err, sizeof err) != QKV_OK)
+        return cli_fail("resolve: %s", err);
+    for (int i = 0; i < n; i++)
+        if (qkv_vocab_kind(ids[i]) == QKV_WORD_HE || qkv_vocab_kind(ids[i]) == QKV_WORD_SHE)
+            pronouns[np++] = i;
+    if (np == 0)
+        return cli_fail("resolve: no pronoun (他 or 她) in the sentence");
+    qkv_model *m = task_load(path);
+    if (m == NULL)
+        return CLI_FAIL;
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_batch *b = qkv_batch_new(np, QKV_MAX_TOKENS);
+    qkv_forward f;
+    if (t == NULL || b == NULL) {
+        r = cli_fail("resolve: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < np; i++)
+        qkv_batch_add(b, ids, n, pronouns[i], QKV_IGNORE, -1);
+    qkv_tape_set_grad(t, 0);
+    if (qkv_model_forward(m, t, b, &f) != QKV_OK) {
+        r = cli_fail("resolve: %s", qkv_tape_error(t));
+        goto done;
+    }
+    printf("tokens:");
+    for (int i = 0; i < n; i++)
+        printf(" %s", qkv_vocab_word(ids[i]));
+    printf("\n");
+    for (int i = 0; i < np; i++)
+        explain(&f, b, i, ids, n);
+    if (csv != NULL)
+        r = write_matrix(csv, &f, ids, n);
+done:
+    qkv_batch_free(b);
+    qkv_tape_free(t);
+    qkv_model_free(m);
+    return r;
+}

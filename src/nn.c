@@ -1,0 +1,238 @@
+/*
+ * nn.c - the self-attention model: batches, weights, forward pass, one
+ * training step, and attention metrics.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qkv/kernels.h"
+#include "qkv/nn.h"
+#include "qkv/rng.h"
+
+/* ------------------------------------------------------------------------ */
+/* batches                                                                  */
+
+qkv_batch *qkv_batch_new(int cap_b, int cap_t)
+{
+    if (cap_b < 1 || cap_t < 1)
+        return NULL;
+    qkv_batch *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    b->cap_b = cap_b;
+    b->cap_t = cap_t;
+    b->ids = calloc((size_t)cap_b * (size_t)cap_t, sizeof *b->ids);
+    b->len = calloc((size_t)cap_b, sizeof *b->len);
+    b->query = calloc((size_t)cap_b, sizeof *b->query);
+    b->target = calloc((size_t)cap_b, sizeof *b->target);
+    b->mark = calloc((size_t)cap_b, sizeof *b->mark);
+    if (!b->ids || !b->len || !b->query || !b->target || !b->mark) {
+        qkv_batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void qkv_batch_free(qkv_batch *b)
+{
+    if (b == NULL)
+        return;
+    free(b->ids);
+    free(b->len);
+    free(b->query);
+    free(b->target);
+    free(b->mark);
+    free(b);
+}
+
+void qkv_batch_clear(qkv_batch *b)
+{
+    b->B = 0;
+    b->T = 0;
+}
+
+qkv_status qkv_batch_add(qkv_batch *b, const int *ids, int len, int query, int target, int mark)
+{
+    if (b->B >= b->cap_b || len < 1 || len > b->cap_t || query < 0 || query >= len)
+        return QKV_ERR_ARG;
+    int *row = b->ids + (size_t)b->B * b->cap_t;
+    memcpy(row, ids, sizeof *row * (size_t)len);
+    memset(row + len, 0, sizeof *row * (size_t)(b->cap_t - len));
+    b->len[b->B] = len;
+    b->query[b->B] = query;
+    b->target[b->B] = target;
+    b->mark[b->B] = mark;
+    b->B++;
+    if (len > b->T)
+        b->T = len;
+    return QKV_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* model                                                                    */
+
+static void fill_normal(qkv_rng *g, qkv_tensor *w, double std)
+{
+    for (size_t i = 0; i < w->numel; i++)
+        w->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, std);
+}
+
+qkv_model *qkv_model_new(const qkv_model_config *cfg)
+{
+    if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->classes < 1 || !(cfg->init_std >= 0))
+        return NULL;
+    qkv_model *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return NULL;
+    m->cfg = *cfg;
+    const int qkv_shape[2] = {cfg->vocab, cfg->d_k}, o_shape[2] = {cfg->d_k, cfg->classes};
+    m->wq = qkv_tensor_new(2, qkv_shape, 1);
+    m->wk = qkv_tensor_new(2, qkv_shape, 1);
+    m->wv = qkv_tensor_new(2, qkv_shape, 1);
+    m->wo = qkv_tensor_new(2, o_shape, 1);
+    m->params[0] = m->wq;
+    m->params[1] = m->wk;
+    m->params[2] = m->wv;
+    m->params[3] = m->wo;
+    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+        if (qkv_tensor_is_nil(m->params[i])) {
+            qkv_model_free(m);
+            return NULL;
+        }
+    qkv_rng g;
+    qkv_rng_seed(&g, cfg->seed);
+    fill_normal(&g, m->wq, cfg->init_std);
+    fill_normal(&g, m->wk, cfg->init_std);
+    fill_normal(&g, m->wv, cfg->init_std);
+    fill_normal(&g, m->wo, 1 / sqrt((double)cfg->d_k));
+    return m;
+}
+
+void qkv_model_free(qkv_model *m)
+{
+    if (m == NULL)
+        return;
+    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+        qkv_tensor_free(m->params[i]);
+    free(m);
+}
+
+/* Copies the batch's ids into a contiguous (B,T) array on the tape, and
+ * builds the (B,1,T) padding mask: 0 for real keys, -inf for padding. */
+static int *pack_batch(qkv_tape *t, const qkv_batch *b, qkv_tensor **mask)
+{
+    int *ids = qkv_tape_alloc(t, sizeof *ids * (size_t)b->B * (size_t)b->T);
+    *mask = qkv_tape_tensor(t, 3, (const int[]){b->B, 1, b->T}, 0);
+    if (ids == NULL || qkv_tensor_is_nil(*mask))
+        return NULL;
+    for (int i = 0; i < b->B; i++)
+        for (int j = 0; j < b->T; j++) {
+            ids[i * b->T + j] = b->ids[(size_t)i * b->cap_t + j];
+            (*mask)->data[i * b->T + j] = j < b->len[i] ? 0 : -INFINITY;
+        }
+    return ids;
+}
+
+qkv_status qkv_model_forward(qkv_model *m, qkv_tape *t, const qkv_batch *b, qkv_forward *f)
+{
+    memset(f, 0, sizeof *f);
+    if (b->B < 1)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "model: empty batch");
+    qkv_tensor *mask;
+    int *ids = pack_batch(t, b, &mask);
+    if (ids == NULL)
+        return qkv_tape_status(t);
+    const int shape[2] = {b->B, b->T};
+    qkv_tensor *q = qkv_gather(t, m->wq, ids, 2, shape); /* (B,T,d_k) */
+    qkv_tensor *k = qkv_gather(t, m->wk, ids, 2, shape); /* (B,T,d_k) */
+    qkv_tensor *v = qkv_gather(t, m->wv, ids, 2, shape); /* (B,T,d_k) */
+    qkv_tensor *s = qkv_matmul_nt(t, q, k);              /* (B,T,T) */
+    if (m->cfg.scaled)
+        s = qkv_scale(t, s, 1 / sqrt((double)m->cfg.d_k));
+    f->scores = s;
+    f->attn = qkv_softmax(t, qkv_mask(t, s, mask));             /* (B,T,T) */
+    qkv_tensor *h = qkv_pick_rows(t, qkv_matmul(t, f->attn, v), b->query); /* (B,d_k) */
+    f->logits = qkv_matmul(t, h, m->wo);                       /* (B,C) */
+    f->loss = qkv_cross_entropy(t, f->logits, b->target);      /* () */
+    return qkv_tape_status(t);
+}
+
+qkv_status qkv_model_train_step(qkv_model *m, qkv_optim *o, qkv_tape *t, const qkv_batch *b,
+                                qkv_forward *f)
+{
+    qkv_optim_zero_grad(o);
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 1);
+    qkv_status s = qkv_model_forward(m, t, b, f);
+    if (s == QKV_OK)
+        s = qkv_backward(t, f->loss);
+    if (s != QKV_OK)
+        return s;
+    if (!isfinite(f->loss->data[0]))
+        return QKV_ERR_NUMERIC;
+    return qkv_optim_step(o);
+}
+
+/* ------------------------------------------------------------------------ */
+/* metrics                                                                  */
+
+int qkv_predict(const qkv_forward *f, int i, double *p)
+{
+    int C = f->logits->shape[1], best = 0;
+    const qkv_real *row = f->logits->data + (size_t)i * C;
+    double sum = 0;
+    for (int c = 1; c < C; c++)
+        if (row[c] > row[best])
+            best = c;
+    for (int c = 0; c < C; c++)
+        sum += exp((double)row[c] - row[best]);
+    if (p != NULL)
+        *p = 1 / sum;
+    return best;
+}
+
+void qkv_attn_stats_of(const qkv_forward *f, const qkv_batch *b, qkv_attn_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    const int T = b->T;
+    long rows = 0, pairs = 0, marked = 0;
+    double ssum = 0, ssq = 0;
+    st->loss = f->loss->data[0];
+    st->items = b->B;
+    for (int i = 0; i < b->B; i++) {
+        int n = b->len[i];
+        st->correct += qkv_predict(f, i, NULL) == b->target[i];
+        for (int r = 0; r < n; r++) {
+            const qkv_real *a = f->attn->data + ((size_t)i * T + r) * T;
+            const qkv_real *s = f->scores->data + ((size_t)i * T + r) * T;
+            double mx = 0;
+            for (int j = 0; j < n; j++) {
+                mx = a[j] > mx ? a[j] : mx;
+                ssum += s[j];
+                ssq += (double)s[j] * s[j];
+            }
+            st->entropy += qkv_entropy(a, (size_t)n);
+            st->jacobian += qkv_softmax_jacobian_norm(a, (size_t)n);
+            st->max_weight += mx;
+            rows++;
+            pairs += n;
+        }
+        if (b->mark[i] >= 0) {
+            const qkv_real *a = f->attn->data + ((size_t)i * T + b->query[i]) * T;
+            for (int j = 0; j < n; j++)
+                if (b->ids[(size_t)i * b->cap_t + j] == b->mark[i])
+                    st->mark_mass += a[j];
+            marked++;
+        }
+    }
+    if (rows > 0) {
+        st->entropy /= (double)rows;
+        st->jacobian /= (double)rows;
+        st->max_weight /= (double)rows;
+        double mean = ssum / (double)pairs;
+        st->score_var = ssq / (double)pairs - mean * mean;
+    }
+    if (marked > 0)
+        st->mark_mass /= (double)marked;
+}

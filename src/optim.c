@@ -1,0 +1,165 @@
+/*
+ * optim.c - SGD (momentum), Adam and AdamW, and global-norm clipping.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qkv/optim.h"
+
+struct qkv_optim {
+    qkv_optim_config cfg;
+    qkv_tensor **params; /* (n) not owned */
+    int n;
+    double **m, **v;     /* (n) first and second moments (SGD uses m as velocity) */
+    long t;              /* steps taken */
+    double last_norm;
+};
+
+qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind)
+{
+    qkv_optim_config c = {kind, kind == QKV_SGD ? 0.1 : 0.01, 0, 0.9, 0.999, 1e-8,
+                          kind == QKV_ADAMW ? 0.01 : 0, 0};
+    return c;
+}
+
+void qkv_optim_free(qkv_optim *o)
+{
+    if (o == NULL)
+        return;
+    for (int i = 0; i < o->n; i++) {
+        if (o->m)
+            free(o->m[i]);
+        if (o->v)
+            free(o->v[i]);
+    }
+    free(o->m);
+    free(o->v);
+    free(o->params);
+    free(o);
+}
+
+qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n)
+{
+    if (cfg == NULL || params == NULL || n < 1 || !(cfg->lr > 0) || cfg->momentum < 0 ||
+        cfg->momentum >= 1 || cfg->beta1 < 0 || cfg->beta1 >= 1 || cfg->beta2 < 0 ||
+        cfg->beta2 >= 1 || cfg->eps < 0 || cfg->weight_decay < 0 || cfg->clip < 0)
+        return NULL;
+    for (int i = 0; i < n; i++)
+        if (qkv_tensor_is_nil(params[i]) || params[i]->grad == NULL)
+            return NULL;
+    qkv_optim *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return NULL;
+    o->cfg = *cfg;
+    o->params = malloc(sizeof *o->params * (size_t)n);
+    o->m = calloc((size_t)n, sizeof *o->m);
+    o->v = calloc((size_t)n, sizeof *o->v);
+    o->n = n;
+    int ok = o->params && o->m && o->v;
+    for (int i = 0; ok && i < n; i++) {
+        o->params[i] = params[i];
+        o->m[i] = calloc(params[i]->numel, sizeof(double));
+        o->v[i] = calloc(params[i]->numel, sizeof(double));
+        ok = o->m[i] && o->v[i];
+    }
+    if (!ok) {
+        qkv_optim_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+void qkv_optim_zero_grad(qkv_optim *o)
+{
+    for (int i = 0; i < o->n; i++)
+        qkv_tensor_zero_grad(o->params[i]);
+}
+
+double qkv_grad_norm(qkv_tensor *const *params, int n)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < params[i]->numel; j++)
+            s += (double)params[i]->grad[j] * params[i]->grad[j];
+    return sqrt(s);
+}
+
+double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm)
+{
+    double norm = qkv_grad_norm(params, n);
+    if (max_norm > 0 && norm > max_norm) {
+        double k = max_norm / norm;
+        for (int i = 0; i < n; i++)
+            for (size_t j = 0; j < params[i]->numel; j++)
+                params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
+    }
+    return norm;
+}
+
+double qkv_optim_last_norm(const qkv_optim *o)
+{
+    return o->last_norm;
+}
+
+static void sgd_update(qkv_optim *o, int i)
+{
+    const qkv_optim_config *c = &o->cfg;
+    qkv_tensor *p = o->params[i];
+    double *vel = o->m[i];
+    for (size_t j = 0; j < p->numel; j++) {
+        double g = p->grad[j] + c->weight_decay * p->data[j];
+        vel[j] = c->momentum * vel[j] + g;
+        p->data[j] = (qkv_real)(p->data[j] - c->lr * vel[j]);
+    }
+}
+
+static void adam_update(qkv_optim *o, int i)
+{
+    const qkv_optim_config *c = &o->cfg;
+    qkv_tensor *p = o->params[i];
+    double *m = o->m[i], *v = o->v[i];
+    double bc1 = 1 - pow(c->beta1, (double)o->t), bc2 = 1 - pow(c->beta2, (double)o->t);
+    int decoupled = c->kind == QKV_ADAMW;
+    for (size_t j = 0; j < p->numel; j++) {
+        double w = p->data[j];
+        double g = p->grad[j] + (decoupled ? 0 : c->weight_decay * w);
+        if (decoupled)
+            w -= c->lr * c->weight_decay * w;
+        m[j] = c->beta1 * m[j] + (1 - c->beta1) * g;
+        v[j] = c->beta2 * v[j] + (1 - c->beta2) * g * g;
+        p->data[j] = (qkv_real)(w - c->lr * (m[j] / bc1) / (sqrt(v[j] / bc2) + c->eps));
+    }
+}
+
+qkv_status qkv_optim_step(qkv_optim *o)
+{
+    double norm = qkv_grad_norm(o->params, o->n);
+    if (!isfinite(norm))
+        return QKV_ERR_NUMERIC;
+    o->last_norm = qkv_clip_grad_norm(o->params, o->n, o->cfg.clip);
+    o->t++;
+    for (int i = 0; i < o->n; i++) {
+        if (o->cfg.kind == QKV_SGD)
+            sgd_update(o, i);
+        else
+            adam_update(o, i);
+    }
+    return QKV_OK;
+}
+
+int qkv_optim_parse(const char *name, qkv_optim_kind *kind)
+{
+    static const char *names[] = {"sgd", "adam", "adamw"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *kind = (qkv_optim_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *qkv_optim_name(qkv_optim_kind kind)
+{
+    return kind == QKV_SGD ? "sgd" : kind == QKV_ADAM ? "adam" : "adamw";
+}

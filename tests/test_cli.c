@@ -1,0 +1,166 @@
+/*
+ * test_cli.c - the qkv program end to end: help, usage errors, train with
+ * its defaults, divergence, eval, resolve and its errors. Runs the built
+ * binary (QKV_BIN) in a temporary directory.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests.h"
+
+static char tmp[64];
+
+static void setup(void)
+{
+    strcpy(tmp, "/tmp/qkv_cli_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Runs `qkv ARGS` inside tmp with stderr merged; returns the exit code and
+ * the output (caller frees). */
+static int run(const char *args, char **out)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s 2>&1", tmp, QKV_BIN, args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = '\0';
+    int status = pclose(p);
+    *out = buf;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void expect(const char *args, int code, const char *part)
+{
+    char *out;
+    int rc = run(args, &out);
+    ck_assert_msg(rc == code, "qkv %s: exit %d, expected %d\n%s", args, rc, code, out);
+    ck_assert_msg(strstr(out, part) != NULL, "qkv %s: output lacks '%s':\n%s", args, part, out);
+    free(out);
+}
+
+START_TEST(test_every_command_has_help)
+{
+    static const char *cmds[] = {"demo", "gradcheck", "train", "eval", "resolve", "saturation"};
+    char args[64], want[64];
+    expect("--help", 0, "Usage: qkv <command>");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        snprintf(want, sizeof want, "Usage: qkv %s", cmds[i]);
+        expect(args, 0, want);
+    }
+}
+END_TEST
+
+START_TEST(test_usage_errors_exit_2_with_a_message)
+{
+    expect("", 2, "Usage: qkv <command>");
+    expect("frobnicate", 2, "unknown command 'frobnicate'");
+    expect("train --steps", 2, "--steps needs a value");
+    expect("train --steps ten", 2, "--steps: 'ten' is not a whole number");
+    expect("train --optim rmsprop", 2, "is not sgd, adam or adamw");
+    expect("train --levels 4", 2, "--levels");
+    expect("demo --bogus", 2, "unknown option '--bogus'");
+    expect("demo --seq-len 9", 2, "exceeds --d-model");
+}
+END_TEST
+
+START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
+{
+    char *out;
+    ck_assert_int_eq(run("train --quiet", &out), 0);
+    char *final = strstr(out, "final: ");
+    ck_assert_msg(final != NULL, "%s", out);
+    double loss, tr, va, te, mass;
+    int steps;
+    ck_assert_int_eq(sscanf(final, "final: steps=%d loss=%lf train_acc=%lf val_acc=%lf test_acc=%lf "
+                                   "attn_antecedent=%lf", &steps, &loss, &tr, &va, &te, &mass), 6);
+    ck_assert_msg(te >= 0.99 && mass >= 0.9, "test_acc %.4f attn %.4f", te, mass);
+    free(out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/out/train.csv", tmp);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_str_eq(line, "step,train_loss,train_acc,val_loss,val_acc,attn_antecedent,"
+                           "gnorm_wq,gnorm_wk,gnorm_wv,gnorm_wo\n");
+    int rows = 0;
+    while (fgets(line, sizeof line, f))
+        rows++;
+    fclose(f);
+    ck_assert_int_eq(rows, 30);
+    expect("eval", 0, "test   all");
+    expect("resolve \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → 小明");
+    /* both pronouns, in an order no template uses */
+    char *o2;
+    ck_assert_int_eq(run("resolve \"小红和阿杰是朋友，他爱打篮球，她喜欢唱歌\"", &o2), 0);
+    ck_assert_msg(strstr(o2, "他 → 阿杰") && strstr(o2, "她 → 小红"), "%s", o2);
+    free(o2);
+    expect("resolve \"因为他很爱跑步，所以小雪和小强去公园\"", 0, "他 → 小强");
+    expect("resolve --csv out/heat.csv \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → 小明");
+    /* resolve errors: one line, exit 1 */
+    expect("resolve \"小明很爱唱歌\"", 1, "no pronoun");
+    expect("resolve \"小明是个运动达人，他平时很爱打排球\"", 1, "unknown word \"排球\" at character 15");
+    expect("resolve \"$(printf '\\344\\273')\"", 1, "invalid UTF-8 at byte 0");
+    expect("resolve --model nowhere.qkv \"他\"", 1, "cannot open nowhere.qkv");
+}
+END_TEST
+
+START_TEST(test_resolve_without_a_model_says_to_train)
+{
+    expect("resolve \"他很爱唱歌\"", 1, "run 'qkv train' first");
+}
+END_TEST
+
+START_TEST(test_divergence_stops_and_keeps_the_last_checkpoint)
+{
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 20 --save good.qkv --log a.csv", &out), 0);
+    free(out);
+    char path[128], before[4096], after[4096];
+    snprintf(path, sizeof path, "%s/good.qkv", tmp);
+    FILE *f = fopen(path, "rb");
+    size_t n1 = fread(before, 1, sizeof before, f);
+    fclose(f);
+    expect("train --quiet --optim sgd --lr 1e30 --init-std 10 --save good.qkv --log b.csv", 1,
+           "diverged at step");
+    f = fopen(path, "rb");
+    size_t n2 = fread(after, 1, sizeof after, f);
+    fclose(f);
+    ck_assert_uint_eq(n1, n2);
+    ck_assert_int_eq(memcmp(before, after, n1), 0);
+}
+END_TEST
+
+Suite *cli_suite(void)
+{
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("program");
+    tcase_set_timeout(tc, 300);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_every_command_has_help);
+    tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
+    tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
+    tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
+    tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,213 @@
+/*
+ * test_coref.c - vocabulary, tokenizer (UTF-8 and unknown words), and the
+ * generator's determinism and splits.
+ */
+#include <string.h>
+
+#include "tests.h"
+
+static const char *required[] = {
+    "小明", "小刚", "小强", "小军", "大伟", "阿杰", "小红", "小丽", "小芳", "小美", "小雪", "阿珍",
+    "他", "她", "是", "个", "运动达人", "平时", "很", "爱", "打", "篮球", "和", "去", "公园",
+    "喜欢", "唱歌", "跳舞", "跑步", "踢", "足球", "画画", "看书", "老师", "学生", "朋友", "今天",
+    "说", "因为", "所以", "的", "，", "。"};
+
+START_TEST(test_vocabulary_has_every_required_word_and_gender)
+{
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+        ck_assert_msg(qkv_vocab_id(required[i]) > 0, "missing %s", required[i]);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id(required[i])), QKV_WORD_MALE);
+        ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id(required[6 + i])), QKV_WORD_FEMALE);
+    }
+    ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id("他")), QKV_WORD_HE);
+    ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id("她")), QKV_WORD_SHE);
+    ck_assert_int_eq(qkv_vocab_kind(0), QKV_WORD_PAD);
+    ck_assert_int_eq(qkv_vocab_id("<pad>"), -1); /* never a real word */
+    ck_assert_int_eq(qkv_coref_classes(), 12);
+    for (int c = 0; c < 12; c++)
+        ck_assert_int_eq(qkv_coref_class_of(qkv_coref_name_id(c)), c);
+    ck_assert_int_eq(qkv_coref_class_of(qkv_vocab_id("他")), -1);
+    ck_assert_ptr_null(qkv_vocab_word(qkv_vocab_size()));
+}
+END_TEST
+
+START_TEST(test_tokenizer_splits_the_tutorial_sentence)
+{
+    const char *want[] = {"小明", "是", "个", "运动达人", "，", "他", "平时", "很", "爱", "打", "篮球"};
+    int ids[QKV_MAX_TOKENS], n;
+    char err[128];
+    ck_assert_int_eq(qkv_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_MAX_TOKENS, &n, err,
+                                  sizeof err), QKV_OK);
+    ck_assert_int_eq(n, 11);
+    for (int i = 0; i < n; i++)
+        ck_assert_str_eq(qkv_vocab_word(ids[i]), want[i]);
+    /* ASCII spaces are skipped */
+    ck_assert_int_eq(qkv_tokenize(" 小明 是 ", ids, QKV_MAX_TOKENS, &n, err, sizeof err), QKV_OK);
+    ck_assert_int_eq(n, 2);
+}
+END_TEST
+
+START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
+{
+    static const struct {
+        const char *text;
+        const char *msg;
+    } bad[] = {
+        {"小明\x80", "invalid UTF-8 at byte 6"},          /* stray continuation byte */
+        {"\xC0\xAF", "invalid UTF-8 at byte 0"},          /* overlong '/' */
+        {"他\xED\xA0\x80", "invalid UTF-8 at byte 3"},     /* UTF-16 surrogate */
+        {"他\xE4\xB8", "invalid UTF-8 at byte 3"},         /* truncated sequence */
+        {"\xF4\x90\x80\x80", "invalid UTF-8 at byte 0"},  /* above U+10FFFF */
+        {"\xFF", "invalid UTF-8 at byte 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int ids[8], n;
+        char err[128];
+        ck_assert_int_eq(qkv_tokenize(bad[i].text, ids, 8, &n, err, sizeof err), QKV_ERR_FORMAT);
+        ck_assert_str_eq(err, bad[i].msg);
+    }
+    size_t off = 99;
+    ck_assert(qkv_utf8_valid("\xF0\x9F\x98\x80", 4, &off)); /* U+1F600 is fine */
+    ck_assert(!qkv_utf8_valid("ab\xE0\x80\x80", 5, &off));  /* overlong 3-byte NUL */
+    ck_assert_uint_eq(off, 2);
+}
+END_TEST
+
+START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
+{
+    int ids[QKV_MAX_TOKENS], n;
+    char err[128];
+    ck_assert_int_eq(qkv_tokenize("小明是个运动达人，他平时很爱打排球", ids, QKV_MAX_TOKENS, &n, err,
+                                  sizeof err), QKV_ERR_FORMAT);
+    ck_assert_str_eq(err, "unknown word \"排球\" at character 15");
+    ck_assert_int_eq(qkv_tokenize("小明 hello 他", ids, QKV_MAX_TOKENS, &n, err, sizeof err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err, "unknown word \"hello\" at character 3");
+    ck_assert_int_eq(qkv_tokenize("他他他", ids, 2, &n, err, sizeof err), QKV_ERR_ARG);
+}
+END_TEST
+
+static int same_example(const qkv_example *a, const qkv_example *b)
+{
+    return a->len == b->len && a->pronoun == b->pronoun && a->tmpl == b->tmpl &&
+           memcmp(a->ids, b->ids, sizeof(int) * (size_t)a->len) == 0;
+}
+
+START_TEST(test_generator_is_deterministic_for_a_seed)
+{
+    qkv_dataset a, b, c;
+    ck_assert_int_eq(qkv_dataset_build(&a, 7, 5), QKV_OK);
+    ck_assert_int_eq(qkv_dataset_build(&b, 7, 5), QKV_OK);
+    ck_assert_int_eq(qkv_dataset_build(&c, 7, 6), QKV_OK);
+    ck_assert_int_eq(a.n_train, b.n_train);
+    ck_assert_int_eq(a.n_val, c.n_val);
+    for (int i = 0; i < a.n_train; i++)
+        ck_assert(same_example(&a.train[i], &b.train[i]));
+    int differ = 0;
+    for (int i = 0; i < a.n_val; i++)
+        differ += !same_example(&a.val[i], &c.val[i]);
+    ck_assert_int_gt(differ, 0);
+    qkv_dataset_free(&a);
+    qkv_dataset_free(&b);
+    qkv_dataset_free(&c);
+    qkv_dataset_free(NULL);
+}
+END_TEST
+
+START_TEST(test_splits_are_disjoint_and_test_templates_unseen)
+{
+    qkv_dataset d;
+    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    ck_assert_int_gt(d.n_train, 0);
+    ck_assert_int_gt(d.n_val, 0);
+    ck_assert_int_gt(d.n_test, 0);
+    for (int i = 0; i < d.n_val; i++)
+        for (int j = 0; j < d.n_train; j++)
+            ck_assert(!same_example(&d.val[i], &d.train[j]));
+    for (int i = 0; i < d.n_test; i++)
+        for (int j = 0; j < d.n_train; j++)
+            ck_assert_int_ne(d.test[i].tmpl, d.train[j].tmpl);
+    /* validation uses training templates */
+    for (int i = 0; i < d.n_val; i++) {
+        int seen = 0;
+        for (int j = 0; j < d.n_train && !seen; j++)
+            seen = d.val[i].tmpl == d.train[j].tmpl;
+        ck_assert(seen);
+    }
+    qkv_dataset_free(&d);
+    ck_assert_int_eq(qkv_dataset_build(&d, 0, 1), QKV_ERR_ARG);
+}
+END_TEST
+
+START_TEST(test_examples_follow_their_level)
+{
+    qkv_dataset d;
+    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    int per_level[4] = {0}, cataphora = 0;
+    const qkv_example *sets[3] = {d.train, d.val, d.test};
+    int sizes[3] = {d.n_train, d.n_val, d.n_test};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < sizes[s]; i++) {
+            const qkv_example *e = &sets[s][i];
+            qkv_word_kind pk = qkv_vocab_kind(e->ids[e->pronoun]);
+            qkv_word_kind ak = qkv_vocab_kind(e->antecedent);
+            ck_assert(pk == (ak == QKV_WORD_MALE ? QKV_WORD_HE : QKV_WORD_SHE));
+            ck_assert_int_eq(e->target, qkv_coref_class_of(e->antecedent));
+            int names = 0, other_gender = 0, first_name = -1;
+            for (int j = 0; j < e->len; j++) {
+                qkv_word_kind k = qkv_vocab_kind(e->ids[j]);
+                if (k == QKV_WORD_MALE || k == QKV_WORD_FEMALE) {
+                    names++;
+                    other_gender += k != ak;
+                    first_name = first_name < 0 ? j : first_name;
+                }
+            }
+            ck_assert_int_eq(other_gender > 0, e->level >= 2);
+            if (e->level == 1)
+                ck_assert_int_eq(names, 1);
+            cataphora += e->pronoun < first_name;
+            per_level[e->level]++;
+            /* the text round-trips through the tokenizer */
+            char text[512], err[128];
+            int ids[QKV_MAX_TOKENS], n;
+            qkv_example_text(e, text, sizeof text);
+            ck_assert_int_eq(qkv_tokenize(text, ids, QKV_MAX_TOKENS, &n, err, sizeof err), QKV_OK);
+            ck_assert_int_eq(n, e->len);
+            ck_assert_int_eq(memcmp(ids, e->ids, sizeof(int) * (size_t)n), 0);
+        }
+    ck_assert_int_gt(per_level[1], 0);
+    ck_assert_int_gt(per_level[2], 0);
+    ck_assert_int_gt(per_level[3], 0);
+    ck_assert_int_gt(cataphora, 0);
+    qkv_dataset_free(&d);
+}
+END_TEST
+
+START_TEST(test_parse_levels)
+{
+    ck_assert_uint_eq(qkv_parse_levels("1,2,3"), 7);
+    ck_assert_uint_eq(qkv_parse_levels("2"), 2);
+    ck_assert_uint_eq(qkv_parse_levels("1,3"), 5);
+    ck_assert_uint_eq(qkv_parse_levels("4"), 0);
+    ck_assert_uint_eq(qkv_parse_levels(""), 0);
+    ck_assert_uint_eq(qkv_parse_levels("1,"), 0);
+    ck_assert_uint_eq(qkv_parse_levels("12"), 0);
+}
+END_TEST
+
+Suite *coref_suite(void)
+{
+    Suite *s = suite_create("coref");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_vocabulary_has_every_required_word_and_gender);
+    tcase_add_test(tc, test_tokenizer_splits_the_tutorial_sentence);
+    tcase_add_test(tc, test_tokenizer_rejects_invalid_utf8_with_its_offset);
+    tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);
+    tcase_add_test(tc, test_generator_is_deterministic_for_a_seed);
+    tcase_add_test(tc, test_splits_are_disjoint_and_test_templates_unseen);
+    tcase_add_test(tc, test_examples_follow_their_level);
+    tcase_add_test(tc, test_parse_levels);
+    suite_add_tcase(s, tc);
+    return s;
+}

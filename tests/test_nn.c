@@ -1,0 +1,226 @@
+/*
+ * test_nn.c - the attention model: weights drawn as CPython draws them,
+ * padding, the whole model's gradient check, the metrics on hand-worked
+ * examples, and training that reaches the accuracy with a fixed seed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests.h"
+#include "data/rng_golden.h"
+
+START_TEST(test_model_weights_follow_cpython_normalvariate)
+{
+    /* seed 42, N(0, 0.1): Wq then Wk row by row, exactly as the tutorial */
+    qkv_model_config c = {8, 6, 3, 1, 0.1, 42};
+    qkv_model *m = qkv_model_new(&c);
+    ck_assert_ptr_nonnull(m);
+    for (int i = 0; i < 48; i++) {
+        ck_assert(m->wq->data[i] == (qkv_real)golden_normal_42_sd01[i]);
+        ck_assert(m->wk->data[i] == (qkv_real)golden_normal_42_sd01[48 + i]);
+    }
+    qkv_model_config bad = c;
+    bad.d_k = 0;
+    ck_assert_ptr_null(qkv_model_new(&bad));
+    qkv_model_free(m);
+    qkv_model_free(NULL);
+}
+END_TEST
+
+START_TEST(test_batch_add_checks_its_arguments)
+{
+    qkv_batch *b = qkv_batch_new(1, 4);
+    const int ids[5] = {1, 2, 3, 4, 5};
+    ck_assert_int_eq(qkv_batch_add(b, ids, 5, 0, 0, -1), QKV_ERR_ARG); /* too long */
+    ck_assert_int_eq(qkv_batch_add(b, ids, 3, 3, 0, -1), QKV_ERR_ARG); /* query past the end */
+    ck_assert_int_eq(qkv_batch_add(b, ids, 3, 2, 0, -1), QKV_OK);
+    ck_assert_int_eq(qkv_batch_add(b, ids, 3, 2, 0, -1), QKV_ERR_ARG); /* full */
+    ck_assert_int_eq(b->T, 3);
+    ck_assert_ptr_null(qkv_batch_new(0, 4));
+    qkv_batch_free(b);
+    qkv_batch_free(NULL);
+}
+END_TEST
+
+START_TEST(test_padding_gets_no_attention)
+{
+    qkv_model_config c = {10, 4, 3, 1, 1.0, 3};
+    qkv_model *m = qkv_model_new(&c);
+    qkv_batch *b = qkv_batch_new(2, 8);
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_batch_add(b, (const int[]){1, 2, 3, 4, 5}, 5, 2, 1, 3);
+    qkv_batch_add(b, (const int[]){6, 7}, 2, 1, 0, 6);
+    qkv_forward f;
+    ck_assert_int_eq(qkv_model_forward(m, t, b, &f), QKV_OK);
+    ck_assert_int_eq(f.attn->shape[1], 5);
+    for (int i = 0; i < 2; i++) /* item 1's rows: keys 2..4 are padding */
+        for (int j = 0; j < 5; j++) {
+            double a = f.attn->data[(5 + i) * 5 + j];
+            if (j >= 2)
+                ASSERT_NEAR(a, 0, 0);
+        }
+    for (int r = 0; r < 10; r++) {
+        double s = 0;
+        for (int j = 0; j < 5; j++)
+            s += f.attn->data[r * 5 + j];
+        ASSERT_NEAR(s, 1, 8 * REAL_EPS);
+    }
+    ck_assert(isfinite(f.loss->data[0]));
+    qkv_tape_free(t);
+    qkv_batch_free(b);
+    qkv_model_free(m);
+}
+END_TEST
+
+typedef struct model_ctx {
+    qkv_model *m;
+    qkv_batch *b;
+} model_ctx;
+
+static qkv_tensor *model_loss(qkv_tape *t, void *ctx)
+{
+    model_ctx *c = ctx;
+    qkv_forward f;
+    qkv_model_forward(c->m, t, c->b, &f);
+    return f.loss;
+}
+
+START_TEST(test_whole_model_gradcheck_on_real_sentences)
+{
+    qkv_dataset d;
+    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_model_config c = {qkv_vocab_size(), 3, qkv_coref_classes(), _i, 0.5, 4};
+    qkv_model *m = qkv_model_new(&c);
+    qkv_batch *b = qkv_batch_new(3, QKV_MAX_TOKENS);
+    const int pick[3] = {0, d.n_train / 2, d.n_train - 1}; /* mixed lengths: padding */
+    for (int i = 0; i < 3; i++) {
+        const qkv_example *e = &d.train[pick[i]];
+        qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+    }
+    qkv_tape *t = qkv_tape_new(0);
+    model_ctx ctx = {m, b};
+    qkv_gradcheck_result res;
+    ck_assert_int_eq(qkv_gradcheck(t, model_loss, &ctx, m->params, QKV_MODEL_PARAMS, 0, 0, 0, &res),
+                     QKV_OK);
+    ck_assert_msg(res.passed, "max rel %.3e abs %.3e", res.max_rel, res.max_abs);
+    /* every weight matrix receives a gradient */
+    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+        ck_assert_double_gt(qkv_grad_norm(&m->params[i], 1), 0);
+    qkv_tape_free(t);
+    qkv_batch_free(b);
+    qkv_model_free(m);
+    qkv_dataset_free(&d);
+}
+END_TEST
+
+START_TEST(test_attention_metrics_by_hand)
+{
+    /* one item of length 2, padded to T = 3; query row 0 */
+    qkv_batch *b = qkv_batch_new(1, 3);
+    qkv_batch_add(b, (const int[]){5, 7}, 2, 0, 1, 7);
+    b->T = 3;
+    /* rows 0 and 1: attention (0.5,0.5) and (1,0); scores (1,3), (2,2) */
+    qkv_tensor *attn = tensor_of(3, (const int[]){1, 3, 3},
+                                 (const double[]){0.5, 0.5, 0, 1, 0, 0, 0, 0, 0}, 0);
+    qkv_tensor *scores = tensor_of(3, (const int[]){1, 3, 3},
+                                   (const double[]){1, 3, 99, 2, 2, 99, 99, 99, 99}, 0);
+    qkv_tensor *logits = tensor_of(2, (const int[]){1, 2}, (const double[]){0, 2}, 0);
+    qkv_tensor *loss = tensor_of(0, NULL, (const double[]){0.25}, 0);
+    qkv_forward f = {scores, attn, logits, loss};
+    qkv_attn_stats st;
+    qkv_attn_stats_of(&f, b, &st);
+    ck_assert_int_eq(st.correct, 1);
+    ASSERT_NEAR(st.loss, 0.25, 0);
+    ASSERT_NEAR(st.entropy, (log(2.0) + 0) / 2, 1e-12);     /* ln 2 and 0 */
+    ASSERT_NEAR(st.max_weight, (0.5 + 1) / 2, 1e-12);
+    ASSERT_NEAR(st.jacobian, (0.5 + 0) / 2, 1e-12);         /* see test_kernels */
+    ASSERT_NEAR(st.score_var, 0.5, 1e-12);                  /* {1,3,2,2}: mean 2, var 2/4 */
+    ASSERT_NEAR(st.mark_mass, 0.5, 0);                      /* row 0 on token 7 */
+    double p;
+    ck_assert_int_eq(qkv_predict(&f, 0, &p), 1);
+    ASSERT_NEAR(p, 1 / (1 + exp(-2.0)), 1e-12);
+    qkv_tensor_free(attn);
+    qkv_tensor_free(scores);
+    qkv_tensor_free(logits);
+    qkv_tensor_free(loss);
+    qkv_batch_free(b);
+}
+END_TEST
+
+/* Trains like `qkv train` with its defaults; returns test accuracy and
+ * attention mass, and whether Wq, Wk, Wv all moved. */
+static void train_default(double *acc, double *mass, int *moved)
+{
+    qkv_dataset d;
+    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_model_config c = {qkv_vocab_size(), 16, qkv_coref_classes(), 1, 0.1, 1};
+    qkv_model *m = qkv_model_new(&c);
+    qkv_real *before = malloc(sizeof *before * 3 * m->wq->numel);
+    for (int i = 0; i < 3; i++)
+        memcpy(before + i * m->wq->numel, m->params[i]->data, sizeof *before * m->wq->numel);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    oc.lr = 0.05;
+    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_MODEL_PARAMS);
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_batch *b = qkv_batch_new(32, QKV_MAX_TOKENS);
+    qkv_rng g;
+    qkv_rng_seed(&g, 2);
+    for (int step = 0; step < 300; step++) {
+        qkv_batch_clear(b);
+        for (int i = 0; i < 32; i++) {
+            const qkv_example *e = &d.train[qkv_rng_choice(&g, (size_t)d.n_train)];
+            qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+        }
+        qkv_forward f;
+        ck_assert_int_eq(qkv_model_train_step(m, o, t, b, &f), QKV_OK);
+    }
+    qkv_batch_free(b);
+    b = qkv_batch_new(d.n_test, QKV_MAX_TOKENS);
+    for (int i = 0; i < d.n_test; i++)
+        qkv_batch_add(b, d.test[i].ids, d.test[i].len, d.test[i].pronoun, d.test[i].target,
+                      d.test[i].antecedent);
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    qkv_forward f;
+    qkv_attn_stats st;
+    ck_assert_int_eq(qkv_model_forward(m, t, b, &f), QKV_OK);
+    qkv_attn_stats_of(&f, b, &st);
+    *acc = (double)st.correct / st.items;
+    *mass = st.mark_mass;
+    *moved = 0;
+    for (int i = 0; i < 3; i++)
+        *moved += memcmp(before + i * m->wq->numel, m->params[i]->data,
+                         sizeof *before * m->wq->numel) != 0;
+    free(before);
+    qkv_batch_free(b);
+    qkv_tape_free(t);
+    qkv_optim_free(o);
+    qkv_model_free(m);
+    qkv_dataset_free(&d);
+}
+
+START_TEST(test_training_reaches_test_accuracy_with_a_fixed_seed)
+{
+    double acc, mass;
+    int moved;
+    train_default(&acc, &mass, &moved);
+    ck_assert_msg(acc >= 0.99, "test accuracy %.4f", acc);
+    ck_assert_msg(mass >= 0.9, "attention on the antecedent %.4f", mass);
+    ck_assert_int_eq(moved, 3); /* Wq, Wk and Wv all changed */
+}
+END_TEST
+
+Suite *nn_suite(void)
+{
+    Suite *s = suite_create("nn");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_model_weights_follow_cpython_normalvariate);
+    tcase_add_test(tc, test_batch_add_checks_its_arguments);
+    tcase_add_test(tc, test_padding_gets_no_attention);
+    tcase_add_loop_test(tc, test_whole_model_gradcheck_on_real_sentences, 0, 2);
+    tcase_add_test(tc, test_attention_metrics_by_hand);
+    tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,155 @@
+/*
+ * test_optim.c - each optimizer's update against steps worked by hand, and
+ * clipping by global norm.
+ */
+#include "tests.h"
+
+/* One parameter tensor holding the given values, gradient set to g. */
+static qkv_tensor *param(const double *values, const double *g, int n)
+{
+    qkv_tensor *p = tensor_of(1, (const int[]){n}, values, 1);
+    for (int i = 0; i < n; i++)
+        p->grad[i] = (qkv_real)g[i];
+    return p;
+}
+
+START_TEST(test_sgd_with_momentum_by_hand)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){0.5}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.lr = 0.1;
+    c.momentum = 0.9;
+    qkv_optim *o = qkv_optim_new(&c, &p, 1);
+    ck_assert_ptr_nonnull(o);
+    /* step 1: v = 0.5, p = 1 - 0.1·0.5 = 0.95 */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.95, REAL_EPS);
+    /* step 2 (same g): v = 0.9·0.5 + 0.5 = 0.95, p = 0.95 - 0.095 = 0.855 */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.855, 2 * REAL_EPS);
+    qkv_optim_zero_grad(o);
+    ASSERT_NEAR(p->grad[0], 0, 0);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+START_TEST(test_adam_two_steps_by_hand)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){0.5}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    c.lr = 0.01;
+    qkv_optim *o = qkv_optim_new(&c, &p, 1);
+    /* step 1: m̂ = g, v̂ = g², update = lr·g/(|g| + 1e-8) ≈ 0.01 */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.99, 2 * REAL_EPS);
+    /* step 2, g = -1:
+     *   m = 0.9·0.05 + 0.1·(-1) = -0.055          m̂ = -0.055/0.19 = -0.28947368
+     *   v = 0.999·0.00025 + 0.001 = 0.00124975   v̂ = 0.00124975/0.001999 = 0.62518759
+     *   p = 0.99 - 0.01·(-0.28947368)/sqrt(0.62518759) = 0.99 + 0.00366104 = 0.99366104 */
+    p->grad[0] = -1;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.99366104, 1e-7 + 2 * REAL_EPS);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+START_TEST(test_adamw_decays_weights_apart_from_the_gradient)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){0}, 1);
+    qkv_tensor *q = param((const double[]){1}, (const double[]){0}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAMW);
+    c.lr = 0.01;
+    c.weight_decay = 0.1;
+    qkv_optim *w = qkv_optim_new(&c, &p, 1);
+    c.kind = QKV_ADAM;
+    qkv_optim *l2 = qkv_optim_new(&c, &q, 1);
+    ck_assert_int_eq(qkv_optim_step(w), QKV_OK);
+    ck_assert_int_eq(qkv_optim_step(l2), QKV_OK);
+    /* AdamW: p = 1 - lr·wd·1 = 0.999, and the zero gradient moves nothing */
+    ASSERT_NEAR(p->data[0], 0.999, 2 * REAL_EPS);
+    /* Adam + L2: g = wd·p = 0.1, so the first step is a full lr: 1 - 0.01 */
+    ASSERT_NEAR(q->data[0], 0.99, 2 * REAL_EPS);
+    qkv_optim_free(w);
+    qkv_optim_free(l2);
+    qkv_tensor_free(p);
+    qkv_tensor_free(q);
+}
+END_TEST
+
+START_TEST(test_clip_by_global_norm)
+{
+    qkv_tensor *a = param((const double[]){0}, (const double[]){3}, 1);
+    qkv_tensor *b = param((const double[]){0}, (const double[]){4}, 1);
+    qkv_tensor *ps[2] = {a, b};
+    ASSERT_NEAR(qkv_grad_norm(ps, 2), 5, 0);
+    ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, 10), 5, 0); /* under the limit: unchanged */
+    ASSERT_NEAR(a->grad[0], 3, 0);
+    ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, 1), 5, 0);
+    ASSERT_NEAR(a->grad[0], 0.6, REAL_EPS);
+    ASSERT_NEAR(b->grad[0], 0.8, REAL_EPS);
+    /* through the optimizer: SGD lr 1 with clip 1 moves by the clipped gradient */
+    a->grad[0] = 3;
+    b->grad[0] = 4;
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.lr = 1;
+    c.clip = 1;
+    qkv_optim *o = qkv_optim_new(&c, ps, 2);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(qkv_optim_last_norm(o), 5, 0);
+    ASSERT_NEAR(a->data[0], -0.6, REAL_EPS);
+    ASSERT_NEAR(b->data[0], -0.8, REAL_EPS);
+    qkv_optim_free(o);
+    qkv_tensor_free(a);
+    qkv_tensor_free(b);
+}
+END_TEST
+
+START_TEST(test_non_finite_gradient_changes_nothing)
+{
+    qkv_tensor *p = param((const double[]){1, 2}, (const double[]){0.5, NAN}, 2);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    qkv_optim *o = qkv_optim_new(&c, &p, 1);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ASSERT_NEAR(p->data[0], 1, 0);
+    ASSERT_NEAR(p->data[1], 2, 0);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+START_TEST(test_bad_configs_are_refused)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){0}, 1);
+    qkv_tensor *nograd = tensor_of(1, (const int[]){1}, NULL, 0);
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.lr = 0;
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 1));
+    c = qkv_optim_defaults(QKV_SGD);
+    ck_assert_ptr_null(qkv_optim_new(&c, &nograd, 1));
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 0));
+    qkv_optim_kind k;
+    ck_assert_int_eq(qkv_optim_parse("adamw", &k), 0);
+    ck_assert_int_eq(k, QKV_ADAMW);
+    ck_assert_int_eq(qkv_optim_parse("rmsprop", &k), -1);
+    ck_assert_str_eq(qkv_optim_name(QKV_SGD), "sgd");
+    qkv_optim_free(NULL);
+    qkv_tensor_free(p);
+    qkv_tensor_free(nograd);
+}
+END_TEST
+
+Suite *optim_suite(void)
+{
+    Suite *s = suite_create("optim");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_sgd_with_momentum_by_hand);
+    tcase_add_test(tc, test_adam_two_steps_by_hand);
+    tcase_add_test(tc, test_adamw_decays_weights_apart_from_the_gradient);
+    tcase_add_test(tc, test_clip_by_global_norm);
+    tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
+    tcase_add_test(tc, test_bad_configs_are_refused);
+    suite_add_tcase(s, tc);
+    return s;
+}
