@@ -58,7 +58,7 @@ static void expect(const char *args, int code, const char *part)
 
 START_TEST(test_every_command_has_help)
 {
-    static const char *cmds[] = {"demo", "gradcheck", "train", "eval", "resolve", "saturation"};
+    static const char *cmds[] = {"demo", "gradcheck", "train", "eval", "resolve", "saturation", "softmax"};
     char args[64], want[64];
     expect("--help", 0, "Usage: qkv <command>");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

@@ -71,6 +71,8 @@ int cmd_gradcheck(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_resolve(int argc, char **argv);
+int cmd_saturation(int argc, char **argv);
+int cmd_softmax(int argc, char **argv);
 
 /* ---- the coreference task, shared by train, eval, resolve, saturation ---- */
 

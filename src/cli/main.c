@@ -18,6 +18,8 @@ static const command commands[] = {
     {"train", cmd_train, "train Wq, Wk, Wv on the coreference task (他 -> 小明)"},
     {"eval", cmd_eval, "accuracy of a trained model per split and level"},
     {"resolve", cmd_resolve, "show whom each pronoun in a sentence refers to"},
+    {"softmax", cmd_softmax, "compare linear and exponential normalisation (the tutorial's table)"},
+    {"saturation", cmd_saturation, "measure softmax saturation with and without sqrt(d_k)"},
 };
 
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))

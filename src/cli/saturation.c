@@ -1,0 +1,303 @@
+/*
+ * saturation.c - `qkv saturation`: measure what the √d_k scaling does.
+ *
+ * For every d_k it trains a pair of models from the same initial weights on
+ * the same batches, one with scores divided by √d_k and one without, and
+ * logs softmax saturation (entropy, largest weight, Jacobian norm), score
+ * variance and gradient norms. It also samples unit-variance q and k to
+ * measure Var(q·k) directly against the tutorial's claim (d_k, and 1 after
+ * scaling).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define MAX_DK 16
+#define MAX_SEEDS 32
+#define VAR_SAMPLES 20000
+
+typedef struct sat_opts {
+    const char *dks, *optim, *out, *levels;
+    int steps, seeds, batch, log_every, quiet;
+    double lr, init_std;
+    uint64_t seed;
+} sat_opts;
+
+/* What one run contributes to the summary table. */
+typedef struct run_result {
+    double var0, entropy0, jacobian0; /* at initialisation */
+    int steps90;                      /* first logged step with val acc >= 0.9, -1 never */
+    double final_acc;                 /* test accuracy at the end; NAN if diverged */
+} run_result;
+
+typedef struct sat_ctx {
+    const sat_opts *o;
+    qkv_optim_kind kind;
+    qkv_dataset data;
+    qkv_tape *tape;
+    qkv_batch *batch, *eval_batch;
+    int *order;
+    FILE *csv;
+} sat_ctx;
+
+static double frob(const qkv_tensor *t)
+{
+    double s = 0;
+    for (size_t i = 0; i < t->numel; i++)
+        s += (double)t->grad[i] * t->grad[i];
+    return sqrt(s);
+}
+
+/* Trains one model; logs rows; fills r. Returns CLI_OK or CLI_FAIL. */
+static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r)
+{
+    const sat_opts *o = c->o;
+    qkv_model_config mc = {qkv_vocab_size(), d_k, qkv_coref_classes(), scaled, o->init_std, seed};
+    qkv_optim_config oc = qkv_optim_defaults(c->kind);
+    oc.lr = o->lr;
+    qkv_model *m = qkv_model_new(&mc);
+    qkv_optim *opt = m ? qkv_optim_new(&oc, m->params, QKV_MODEL_PARAMS) : NULL;
+    if (opt == NULL) {
+        qkv_model_free(m);
+        return cli_fail("saturation: out of memory");
+    }
+    qkv_rng g; /* the same batches for the scaled and the unscaled run */
+    qkv_rng_seed(&g, seed + 1);
+    for (int i = 0; i < c->data.n_train; i++)
+        c->order[i] = i;
+    int pos = 0, rc = CLI_OK;
+    r->steps90 = -1;
+    r->final_acc = NAN;
+    for (int step = 0; step < o->steps; step++) {
+        qkv_forward f;
+        qkv_attn_stats st;
+        task_next_batch(&g, c->batch, c->data.train, c->order, c->data.n_train, &pos);
+        qkv_status s = qkv_model_train_step(m, opt, c->tape, c->batch, &f);
+        if (s == QKV_ERR_NUMERIC)
+            break; /* diverged: reported as such */
+        if (s != QKV_OK) {
+            rc = cli_fail("saturation: %s", qkv_tape_error(c->tape));
+            break;
+        }
+        if (step % o->log_every != 0 && step != o->steps - 1)
+            continue;
+        /* the forward pass and gradients of this step are those of the
+         * weights after `step` updates */
+        qkv_attn_stats_of(&f, c->batch, &st);
+        double gs = frob(f.scores);
+        if (step == 0) {
+            r->var0 = st.score_var;
+            r->entropy0 = st.entropy;
+            r->jacobian0 = st.jacobian;
+        }
+        task_eval val;
+        task_evaluate(m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0, &val);
+        if (r->steps90 < 0 && val.acc >= 0.9)
+            r->steps90 = step;
+        fprintf(c->csv, "%d,%d,%llu,%d,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
+                d_k, scaled, (unsigned long long)seed, step, st.loss, (double)st.correct / st.items,
+                val.acc, qkv_grad_norm(&m->wq, 1), qkv_grad_norm(&m->wk, 1),
+                qkv_grad_norm(&m->wv, 1), gs, st.entropy, st.max_weight, st.jacobian,
+                st.score_var);
+    }
+    if (rc == CLI_OK && r->steps90 != -2) {
+        task_eval te;
+        task_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test, 0, &te);
+        int finite = 1;
+        for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+            for (size_t j = 0; j < m->params[i]->numel; j++)
+                finite &= isfinite(m->params[i]->data[j]);
+        r->final_acc = finite ? te.acc : NAN;
+    }
+    qkv_optim_free(opt);
+    qkv_model_free(m);
+    return rc;
+}
+
+static void mean_std(const double *x, int n, double *mean, double *sd)
+{
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++)
+        ss += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+/* "1.23" or "1.23±0.04" */
+static const char *fmt_stat(char *buf, size_t len, const double *x, int n, const char *f)
+{
+    double m, sd;
+    mean_std(x, n, &m, &sd);
+    int used = snprintf(buf, len, f, m);
+    if (n > 1 && used > 0 && (size_t)used < len)
+        snprintf(buf + used, len - (size_t)used, "±%.2g", sd);
+    return buf;
+}
+
+static const char *fmt_steps(char *buf, size_t len, const run_result *r, int n)
+{
+    double x[MAX_SEEDS];
+    int reached = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i].steps90 >= 0)
+            x[reached++] = r[i].steps90;
+    if (reached == 0)
+        return snprintf(buf, len, "never"), buf;
+    fmt_stat(buf, len, x, reached, "%.0f");
+    if (reached < n) {
+        size_t u = strlen(buf);
+        snprintf(buf + u, len - u, " (%d/%d)", reached, n);
+    }
+    return buf;
+}
+
+static void print_summary(const sat_opts *o, const int *dks, int ndk, run_result (*res)[2][MAX_SEEDS])
+{
+    printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d steps, "
+           "init std %g, %d seed(s)\n", o->optim, o->lr, o->steps, o->init_std, o->seeds);
+    printf("(each cell: scaled | unscaled; at init = before the first update)\n\n");
+    printf("%5s  %-23s %-23s %-23s %-19s %-17s\n", "d_k", "score var at init", "entropy at init",
+           "Jacobian norm at init", "steps to 90% val", "final test acc");
+    for (int d = 0; d < ndk; d++) {
+        printf("%5d ", dks[d]);
+        const char *fmts[4] = {"%.3g", "%.3f", "%.4f", "%.3f"};
+        for (int col = 0; col < 5; col++) {
+            char cell[2][40];
+            for (int s = 0; s < 2; s++) {
+                double x[MAX_SEEDS];
+                const run_result *r = res[d][1 - s];
+                for (int i = 0; i < o->seeds; i++)
+                    x[i] = col == 0 ? r[i].var0 : col == 1 ? r[i].entropy0 : col == 2 ? r[i].jacobian0
+                                                             : r[i].final_acc;
+                if (col == 3)
+                    fmt_steps(cell[s], sizeof cell[s], r, o->seeds);
+                else
+                    fmt_stat(cell[s], sizeof cell[s], x, o->seeds, fmts[col == 4 ? 3 : col]);
+            }
+            char both[90];
+            snprintf(both, sizeof both, "%s | %s", cell[0], cell[1]);
+            printf(" %-*s", col == 3 ? 19 : col == 4 ? 17 : 23, both);
+        }
+        printf("\n");
+    }
+}
+
+/* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k. */
+static int variance_table(const sat_opts *o, const int *dks, int ndk)
+{
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/variance.csv", o->out);
+    FILE *f = qkv_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled",
+                             err, sizeof err);
+    if (f == NULL)
+        return cli_fail("saturation: %s", err);
+    qkv_rng g;
+    qkv_rng_seed(&g, o->seed);
+    printf("\nVar(q·k) for q, k with N(0,1) entries, %d samples per d_k\n\n", VAR_SAMPLES);
+    printf("%5s %12s %8s %16s %8s\n", "d_k", "Var(q·k)", "theory", "Var(q·k/√d_k)", "theory");
+    for (int d = 0; d < ndk; d++) {
+        double s = 0, ss = 0;
+        for (int n = 0; n < VAR_SAMPLES; n++) {
+            double dot = 0;
+            for (int i = 0; i < dks[d]; i++)
+                dot += qkv_rng_normalvariate(&g, 0, 1) * qkv_rng_normalvariate(&g, 0, 1);
+            s += dot;
+            ss += dot * dot;
+        }
+        double mean = s / VAR_SAMPLES, var = (ss - VAR_SAMPLES * mean * mean) / (VAR_SAMPLES - 1);
+        printf("%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
+        fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], var, var / dks[d], dks[d]);
+    }
+    if (fclose(f) != 0)
+        return cli_fail("saturation: cannot write %s", path);
+    return CLI_OK;
+}
+
+static int sweep(sat_ctx *c, const int *dks, int ndk)
+{
+    const sat_opts *o = c->o;
+    static run_result res[MAX_DK][2][MAX_SEEDS];
+    int total = ndk * 2 * o->seeds, done = 0;
+    char status[64];
+    for (int s = 0; s < o->seeds; s++)
+        for (int d = 0; d < ndk; d++)
+            for (int scaled = 1; scaled >= 0; scaled--) {
+                snprintf(status, sizeof status, "d_k=%d %s seed %d", dks[d],
+                         scaled ? "scaled" : "unscaled", s);
+                cli_progress(o->quiet, done, total, status, 0);
+                if (run_one(c, dks[d], scaled, o->seed + (uint64_t)s, &res[d][scaled][s]) != CLI_OK)
+                    return CLI_FAIL;
+                done++;
+            }
+    cli_progress(o->quiet, total, total, "done", 1);
+    print_summary(o, dks, ndk, res);
+    return CLI_OK;
+}
+
+int cmd_saturation(int argc, char **argv)
+{
+    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", "1,2,3", 300, 1, 32, 10, 0,
+                  -1, 1.0, 1};
+    const cli_opt opts[] = {
+        {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
+        {"steps", OPT_INT, &o.steps, 1, 1e7, "N: training steps per run (default 300)"},
+        {"seeds", OPT_INT, &o.seeds, 1, MAX_SEEDS, "N: repeat every run with N seeds (default 1)"},
+        {"optim", OPT_STR, &o.optim, 0, 0, "NAME: sgd (default) or adam"},
+        {"lr", OPT_DOUBLE, &o.lr, 1e-12, 1e300, "X: learning rate (default 0.5 for sgd, 0.01 for adam)"},
+        {"init-std", OPT_DOUBLE, &o.init_std, 0, 100, "X: std of Wq, Wk, Wv at init (default 1)"},
+        {"batch", OPT_INT, &o.batch, 1, 4096, "N: sentences per step (default 32)"},
+        {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between CSV rows (default 10)"},
+        {"seed", OPT_U64, &o.seed, 0, 4294967295.0, "N: first seed (default 1)"},
+        {"out", OPT_STR, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
+        {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
+    };
+    int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
+                      "Trains scaled and unscaled attention side by side at every d_k, from the\n"
+                      "same weights on the same batches, and measures softmax saturation.\n"
+                      "Writes DIR/runs.csv and DIR/variance.csv and prints summary tables.",
+                      NULL, 0, NULL);
+    if (r != CLI_OK)
+        return r;
+    int dks[MAX_DK], ndk = cli_int_list(o.dks, dks, MAX_DK);
+    if (ndk <= 0)
+        return cli_usage_error("saturation", "--dk: '%s' is not a list of up to %d positive ints",
+                               o.dks, MAX_DK);
+    sat_ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = &o;
+    if (qkv_optim_parse(o.optim, &c.kind) != 0 || c.kind == QKV_ADAMW)
+        return cli_usage_error("saturation", "--optim: '%s' is not sgd or adam", o.optim);
+    if (o.lr < 0)
+        o.lr = c.kind == QKV_SGD ? 0.5 : 0.01;
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/runs.csv", o.out);
+    c.csv = qkv_csv_create(path, "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
+                                 "gnorm_wv,gnorm_scores,entropy,max_weight,jacobian,score_var",
+                           err, sizeof err);
+    if (c.csv == NULL)
+        return cli_fail("saturation: %s", err);
+    c.tape = qkv_tape_new(0);
+    c.batch = qkv_batch_new(o.batch, QKV_MAX_TOKENS);
+    c.eval_batch = qkv_batch_new(256, QKV_MAX_TOKENS);
+    if (qkv_dataset_build(&c.data, qkv_parse_levels(o.levels), o.seed) != QKV_OK || !c.tape ||
+        !c.batch || !c.eval_batch || !(c.order = malloc(sizeof *c.order * (size_t)c.data.n_train)))
+        r = cli_fail("saturation: out of memory");
+    if (r == CLI_OK)
+        r = sweep(&c, dks, ndk);
+    if (fclose(c.csv) != 0 && r == CLI_OK)
+        r = cli_fail("saturation: cannot write %s", path);
+    if (r == CLI_OK)
+        r = variance_table(&o, dks, ndk);
+    if (r == CLI_OK)
+        printf("\nwrote %s/runs.csv and %s/variance.csv\n", o.out, o.out);
+    free(c.order);
+    qkv_batch_free(c.batch);
+    qkv_batch_free(c.eval_batch);
+    qkv_tape_free(c.tape);
+    qkv_dataset_free(&c.data);
+    return r;
+}

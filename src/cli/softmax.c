@@ -1,0 +1,84 @@
+/*
+ * softmax.c - `qkv softmax`: the tutorial's comparison of linear and
+ * exponential normalisation, z/Σz against e^z/Σe^z.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+#define MAX_VEC 8
+#define MAX_LEN 32
+
+/* Parses "1,2,-0.5" into out; returns the count or -1. */
+static int parse_vector(const char *s, double *out, int max)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (end == s || errno || !isfinite(v) || n >= max)
+            return -1;
+        out[n++] = v;
+        if (*end == ',' && end[1] != '\0')
+            end++;
+        else if (*end)
+            return -1;
+        s = end;
+    }
+    return n;
+}
+
+int cmd_softmax(int argc, char **argv)
+{
+    const char *csv = NULL;
+    char *vec[MAX_VEC];
+    int nvec = 0;
+    const cli_opt opts[] = {
+        {"csv", OPT_STR, &csv, 0, 0, "FILE: also write vector,i,z,linear,softmax rows"},
+    };
+    int r = cli_parse(argc, argv, opts, 1, "[--csv FILE] [VECTOR ...]",
+                      "Normalises each VECTOR (comma-separated numbers; default 1,2,3 and\n"
+                      "-1,2,-0.5, the tutorial's examples) two ways: linearly, z/Σz, and with\n"
+                      "softmax, e^z/Σe^z. Linear weights can be negative or blow up.",
+                      vec, MAX_VEC, &nvec);
+    if (r != CLI_OK)
+        return r;
+    char *defaults[2] = {"1,2,3", "-1,2,-0.5"};
+    char **use = nvec ? vec : defaults;
+    nvec = nvec ? nvec : 2;
+    FILE *out = NULL;
+    char err[512];
+    if (csv != NULL && (out = qkv_csv_create(csv, "vector,i,z,linear,softmax", err, sizeof err)) == NULL)
+        return cli_fail("softmax: %s", err);
+    for (int v = 0; v < nvec && r == CLI_OK; v++) {
+        double z[MAX_LEN];
+        qkv_real zr[MAX_LEN], p[MAX_LEN];
+        int n = parse_vector(use[v], z, MAX_LEN);
+        if (n <= 0) {
+            r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers", use[v], MAX_LEN);
+            break;
+        }
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            sum += z[i];
+            zr[i] = (qkv_real)z[i];
+        }
+        qkv_softmax_rows(p, zr, 1, (size_t)n);
+        printf("z = [%s]   Σz = %g\n", use[v], sum);
+        printf("  %3s %10s %12s %12s\n", "i", "z", "z/Σz", "e^z/Σe^z");
+        for (int i = 0; i < n; i++) {
+            double lin = sum != 0 ? z[i] / sum : NAN;
+            printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, (double)p[i],
+                   lin < 0 || lin > 1 ? "   <- not a weight" : "");
+            if (out != NULL)
+                fprintf(out, "\"%s\",%d,%g,%.6g,%.6g\n", use[v], i, z[i], lin, (double)p[i]);
+        }
+        printf("\n");
+    }
+    if (out != NULL && fclose(out) != 0 && r == CLI_OK)
+        r = cli_fail("softmax: cannot write %s", csv);
+    return r;
+}
