@@ -99,8 +99,16 @@ test-float: $(TESTS) $(QKV)
 asan: deps
 	@$(MAKE) --no-print-directory SAN=1 test-float
 
+# The main job: train, measure, plot (see scripts/run.sh).
+run: deps all
+	@sh scripts/run.sh
+
+# Every plot from whatever CSV files exist under out/.
+plots: deps
+	@sh scripts/plots.sh out out/plots
+
 clean:
-	rm -rf build out/*.csv
+	rm -rf build
 
 install: lib $(QKV)
 	install -d $(DESTDIR)$(PREFIX)/include/qkv $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

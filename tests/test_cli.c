@@ -106,7 +106,7 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
     while (fgets(line, sizeof line, f))
         rows++;
     fclose(f);
-    ck_assert_int_eq(rows, 30);
+    ck_assert_int_eq(rows, 60);
     expect("eval", 0, "test   all");
     expect("resolve \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → 小明");
     /* both pronouns, in an order no template uses */
@@ -150,6 +150,92 @@ START_TEST(test_divergence_stops_and_keeps_the_last_checkpoint)
 }
 END_TEST
 
+/* Reads a whole file into a string (caller frees). */
+static char *slurp_path(const char *p)
+{
+    FILE *f = fopen(p, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", p);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *b = calloc((size_t)n + 1, 1);
+    ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return b;
+}
+
+START_TEST(test_saturation_is_deterministic_for_a_seed)
+{
+    char *o1, *o2, path[160];
+    const char *args = "saturation --quiet --dk 4,8 --steps 12 --log-every 4 --out %s";
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, args, "a");
+    ck_assert_int_eq(run(cmd, &o1), 0);
+    snprintf(cmd, sizeof cmd, args, "b");
+    ck_assert_int_eq(run(cmd, &o2), 0);
+    ck_assert_ptr_nonnull(strstr(o1, "steps to 90% val"));
+    ck_assert_ptr_nonnull(strstr(o1, "Var(q·k)"));
+    /* the same tables, apart from the output directory they name */
+    *strstr(o1, "wrote a/") = '\0';
+    *strstr(o2, "wrote b/") = '\0';
+    ck_assert_str_eq(o1, o2);
+    snprintf(path, sizeof path, "%s/a/runs.csv", tmp);
+    char *c1 = slurp_path(path);
+    snprintf(path, sizeof path, "%s/b/runs.csv", tmp);
+    char *c2 = slurp_path(path);
+    ck_assert_str_eq(c1, c2);
+    /* header + (2 d_k × scaled/unscaled × steps 0,4,8,11) rows */
+    int lines = 0;
+    for (char *p = c1; *p; p++)
+        lines += *p == '\n';
+    ck_assert_int_eq(lines, 1 + 2 * 2 * 4);
+    ck_assert(strncmp(c1, "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,gnorm_wv,"
+                          "gnorm_scores,entropy,max_weight,jacobian,score_var\n", 100) == 0);
+    free(o1);
+    free(o2);
+    free(c1);
+    free(c2);
+    expect("saturation --dk 4,x", 2, "--dk");
+    expect("saturation --optim adamw", 2, "is not sgd or adam");
+}
+END_TEST
+
+START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
+{
+    static const char *pngs[] = {"loss", "saturation", "saturation_adam", "variance", "heatmap",
+                                 "softmax"};
+    char cmd[512], path[160];
+    snprintf(cmd, sizeof cmd, "sh '%s/../../scripts/plots.sh' '%s/plots' '%s/png' >/dev/null 2>&1",
+             QKV_TEST_DATA, QKV_TEST_DATA, tmp);
+    ck_assert_msg(system(cmd) == 0, "plots.sh failed (is gnuplot installed? scripts/deps.sh)");
+    for (size_t i = 0; i < sizeof pngs / sizeof pngs[0]; i++) {
+        snprintf(path, sizeof path, "%s/png/%s.png", tmp, pngs[i]);
+        FILE *f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "no %s", path);
+        unsigned char magic[8];
+        ck_assert_uint_eq(fread(magic, 1, 8, f), 8);
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fclose(f);
+        ck_assert_int_eq(memcmp(magic, "\x89PNG\r\n\x1a\n", 8), 0);
+        ck_assert_int_gt(size, 10000); /* a drawn plot, not an empty canvas */
+    }
+    /* missing inputs are named and make the exit status 1 */
+    char *out;
+    snprintf(cmd, sizeof cmd, "cd '%s' && mkdir -p empty && sh '%s/../../scripts/plots.sh' empty 2>&1",
+             tmp, QKV_TEST_DATA);
+    FILE *p = popen(cmd, "r");
+    out = calloc(4096, 1);
+    size_t n = fread(out, 1, 4095, p);
+    int status = pclose(p);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_int_eq(WEXITSTATUS(status), 1);
+    ck_assert_msg(strstr(out, "skipped loss.png: missing empty/train.csv (make it with: build/qkv train)"),
+                  "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -161,6 +247,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
+    tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed);
+    tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);
     suite_add_tcase(s, tc);
     return s;
 }

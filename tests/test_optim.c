@@ -40,9 +40,9 @@ START_TEST(test_adam_two_steps_by_hand)
     qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
     c.lr = 0.01;
     qkv_optim *o = qkv_optim_new(&c, &p, 1);
-    /* step 1: m̂ = g, v̂ = g², update = lr·g/(|g| + 1e-8) ≈ 0.01 */
+    /* step 1: m̂ = g, v̂ = g², update = lr·g/(|g| + 1e-8) = 0.01·0.5/(0.5 + 1e-8) */
     ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
-    ASSERT_NEAR(p->data[0], 0.99, 2 * REAL_EPS);
+    ASSERT_NEAR(p->data[0], 1 - 0.01 * 0.5 / (0.5 + 1e-8), 2 * REAL_EPS);
     /* step 2, g = -1:
      *   m = 0.9·0.05 + 0.1·(-1) = -0.055          m̂ = -0.055/0.19 = -0.28947368
      *   v = 0.999·0.00025 + 0.001 = 0.00124975   v̂ = 0.00124975/0.001999 = 0.62518759
@@ -69,8 +69,8 @@ START_TEST(test_adamw_decays_weights_apart_from_the_gradient)
     ck_assert_int_eq(qkv_optim_step(l2), QKV_OK);
     /* AdamW: p = 1 - lr·wd·1 = 0.999, and the zero gradient moves nothing */
     ASSERT_NEAR(p->data[0], 0.999, 2 * REAL_EPS);
-    /* Adam + L2: g = wd·p = 0.1, so the first step is a full lr: 1 - 0.01 */
-    ASSERT_NEAR(q->data[0], 0.99, 2 * REAL_EPS);
+    /* Adam + L2: g = wd·p = 0.1, so the first step is a full lr: 1 - 0.01·0.1/(0.1 + 1e-8) */
+    ASSERT_NEAR(q->data[0], 1 - 0.01 * 0.1 / (0.1 + 1e-8), 2 * REAL_EPS);
     qkv_optim_free(w);
     qkv_optim_free(l2);
     qkv_tensor_free(p);
@@ -87,8 +87,8 @@ START_TEST(test_clip_by_global_norm)
     ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, 10), 5, 0); /* under the limit: unchanged */
     ASSERT_NEAR(a->grad[0], 3, 0);
     ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, 1), 5, 0);
-    ASSERT_NEAR(a->grad[0], 0.6, REAL_EPS);
-    ASSERT_NEAR(b->grad[0], 0.8, REAL_EPS);
+    ASSERT_NEAR(a->grad[0], 0.6, 2 * REAL_EPS);
+    ASSERT_NEAR(b->grad[0], 0.8, 2 * REAL_EPS);
     /* through the optimizer: SGD lr 1 with clip 1 moves by the clipped gradient */
     a->grad[0] = 3;
     b->grad[0] = 4;
@@ -98,8 +98,8 @@ START_TEST(test_clip_by_global_norm)
     qkv_optim *o = qkv_optim_new(&c, ps, 2);
     ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
     ASSERT_NEAR(qkv_optim_last_norm(o), 5, 0);
-    ASSERT_NEAR(a->data[0], -0.6, REAL_EPS);
-    ASSERT_NEAR(b->data[0], -0.8, REAL_EPS);
+    ASSERT_NEAR(a->data[0], -0.6, 2 * REAL_EPS);
+    ASSERT_NEAR(b->data[0], -0.8, 2 * REAL_EPS);
     qkv_optim_free(o);
     qkv_tensor_free(a);
     qkv_tensor_free(b);

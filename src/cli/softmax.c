@@ -37,7 +37,7 @@ int cmd_softmax(int argc, char **argv)
     char *vec[MAX_VEC];
     int nvec = 0;
     const cli_opt opts[] = {
-        {"csv", OPT_STR, &csv, 0, 0, "FILE: also write vector,i,z,linear,softmax rows"},
+        {"csv", OPT_STR, &csv, 0, 0, "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
     };
     int r = cli_parse(argc, argv, opts, 1, "[--csv FILE] [VECTOR ...]",
                       "Normalises each VECTOR (comma-separated numbers; default 1,2,3 and\n"
@@ -61,8 +61,11 @@ int cmd_softmax(int argc, char **argv)
             r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers", use[v], MAX_LEN);
             break;
         }
+        char label[MAX_LEN * 24] = ""; /* "1;2;3": the vector without commas */
+        size_t used = 0;
         double sum = 0;
         for (int i = 0; i < n; i++) {
+            used += (size_t)snprintf(label + used, sizeof label - used, i ? ";%g" : "%g", z[i]);
             sum += z[i];
             zr[i] = (qkv_real)z[i];
         }
@@ -74,7 +77,7 @@ int cmd_softmax(int argc, char **argv)
             printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, (double)p[i],
                    lin < 0 || lin > 1 ? "   <- not a weight" : "");
             if (out != NULL)
-                fprintf(out, "\"%s\",%d,%g,%.6g,%.6g\n", use[v], i, z[i], lin, (double)p[i]);
+                fprintf(out, "%s,%d,%g,%.6g,%.6g\n", label, i, z[i], lin, (double)p[i]);
         }
         printf("\n");
     }

@@ -145,7 +145,7 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
 
 int cmd_train(int argc, char **argv)
 {
-    train_opts o = {300, 32, 16, 0, 0, 10, 0.05, 0.0, 0.1, 0.0, -1, 1,
+    train_opts o = {300, 32, 16, 0, 0, 5, 0.05, 0.0, 0.1, 0.0, -1, 1,
                     "adam", "1,2,3", "out/train.csv", CLI_DEFAULT_MODEL};
     const cli_opt opts[] = {
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: optimisation steps (default 300)"},
@@ -161,7 +161,7 @@ int cmd_train(int argc, char **argv)
         {"seed", OPT_U64, &o.seed, 0, 4294967295.0, "N: seed for weights, splits, batches (default 1)"},
         {"levels", OPT_STR, &o.levels, 0, 0, "LIST: task levels, e.g. 1,2,3 (default) or 2"},
         {"log", OPT_STR, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
-        {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between log rows (default 10)"},
+        {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between log rows (default 5)"},
         {"save", OPT_STR, &o.save, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar or messages on stderr"},
     };

@@ -1,0 +1,73 @@
+#!/bin/sh
+# Render every qkv plot that its CSV input exists for.
+#
+#   scripts/plots.sh [DATA_DIR [PLOT_DIR]]     (defaults: out, DATA_DIR/plots)
+#
+# Inputs, and the command that makes each:
+#   DATA_DIR/train.csv                 qkv train                      -> loss.png
+#   DATA_DIR/saturation/runs.csv       qkv saturation                 -> saturation.png
+#   DATA_DIR/saturation-adam/runs.csv  qkv saturation --optim adam    -> saturation_adam.png
+#   DATA_DIR/saturation/variance.csv   qkv saturation                 -> variance.png
+#   DATA_DIR/heatmap.csv               qkv resolve --csv ... "句子"    -> heatmap.png
+#   DATA_DIR/softmax.csv               qkv softmax --csv ...          -> softmax.png
+# Missing inputs are named, the rest is still drawn, and the exit status is 1.
+set -u
+data=${1:-out}
+plots=${2:-$data/plots}
+here=$(cd "$(dirname "$0")" && pwd)/plots
+
+if ! command -v gnuplot >/dev/null 2>&1; then
+    echo "plots: gnuplot is not installed; run scripts/deps.sh" >&2
+    exit 1
+fi
+mkdir -p "$plots" || exit 1
+status=0
+
+# render NAME SCRIPT INPUT HOW [EXTRA_GNUPLOT_ASSIGNMENTS]
+render() {
+    name=$1 script=$2 input=$3 how=$4 extra=${5:-}
+    if [ ! -s "$input" ]; then
+        echo "plots: skipped $name.png: missing $input (make it with: $how)" >&2
+        status=1
+        return
+    fi
+    if gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
+        "$here/$script.gp"; then
+        echo "plots: wrote $plots/$name.png"
+    else
+        echo "plots: gnuplot failed on $here/$script.gp for $input" >&2
+        status=1
+    fi
+}
+
+# Space-separated distinct values of column 1 (d_k list, vector names).
+distinct() {
+    awk -F, 'NR > 1 && !seen[$1]++ { gsub(/"/, "", $1); printf "%s ", $1 }' "$1"
+}
+
+first_seed() {
+    awk -F, 'NR == 2 { print $3; exit }' "$1"
+}
+
+render loss loss "$data/train.csv" "build/qkv train"
+for run in saturation saturation-adam; do
+    csv=$data/$run/runs.csv
+    optim=sgd
+    [ "$run" = saturation-adam ] && optim=adam
+    name=$(echo "$run" | tr - _)
+    if [ -s "$csv" ]; then
+        render "$name" saturation "$csv" "" \
+            "dks='$(distinct "$csv")'; seed=$(first_seed "$csv"); optim='$optim'"
+    else
+        render "$name" saturation "$csv" "build/qkv saturation --optim $optim --out $data/$run"
+    fi
+done
+render variance variance "$data/saturation/variance.csv" "build/qkv saturation"
+render heatmap heatmap "$data/heatmap.csv" \
+    "build/qkv resolve --csv $data/heatmap.csv \"小明是个运动达人，他平时很爱打篮球\""
+if [ -s "$data/softmax.csv" ]; then
+    render softmax softmax "$data/softmax.csv" "" "vecs='$(distinct "$data/softmax.csv")'"
+else
+    render softmax softmax "$data/softmax.csv" "build/qkv softmax --csv $data/softmax.csv"
+fi
+exit $status

@@ -1,0 +1,18 @@
+# heatmap.png: the trained model's attention matrix, tokens as labels.
+# Variables: infile (from `qkv resolve --csv`), outfile.
+load dir."/common.gp"
+set terminal pngcairo size 1100,950 font "WenQuanYi Zen Hei,13" enhanced
+set output outfile
+set title "注意力权重：「小明是个运动达人，他平时很爱打篮球」（行：查询 Q，列：键 K）" font ",14"
+set xlabel "键 key"
+set ylabel "查询 query"
+set yrange [*:*] reverse
+set xtics rotate by -45 nomirror
+set palette defined (0 "#ffffff", 0.5 "#6baed6", 1 "#08306b")
+set cbrange [0:1]
+set cblabel "softmax 权重"
+unset grid
+set view map
+plot infile matrix rowheaders columnheaders using 1:2:3 with image, \
+     infile matrix rowheaders columnheaders using 1:2:($3 > 0.05 ? sprintf("%.2f", $3) : "") \
+        with labels font ",9" tc rgb "#cc0000"

@@ -1,0 +1,20 @@
+# softmax.png: linear z/Σz against softmax e^z/Σe^z for each vector.
+# Variables: infile (from `qkv softmax --csv`), outfile, vecs ("1,2,3 -1,2,-0.5").
+load dir."/common.gp"
+set terminal pngcairo size 1300,600 font "WenQuanYi Zen Hei,12" enhanced
+set output outfile
+n = words(vecs)
+set multiplot layout 1,n title "为什么用 e^x：线性归一化会给出负“权重”，Softmax 不会" font ",16"
+set style fill solid 0.8 border -1
+set boxwidth 0.35
+set xzeroaxis lt -1 lw 1.5
+set xlabel "分量 i"
+set key top left
+do for [k=1:n] {
+    v = word(vecs, k)
+    set title sprintf("z = [%s]", v)
+    set xtics 1
+    plot infile using ((strcol(1) eq v) ? $2 - 0.18 : 1/0):4 with boxes lc rgb c_unscaled title "线性 z/Σz", \
+         infile using ((strcol(1) eq v) ? $2 + 0.18 : 1/0):5 with boxes lc rgb c_scaled title "Softmax e^z/Σe^z"
+}
+unset multiplot
