@@ -236,6 +236,63 @@ START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
 }
 END_TEST
 
+/* Splits text into lines with leading white space removed (in place). */
+static int trimmed_lines(char *text, char **lines, int max)
+{
+    int n = 0;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l && n < max;
+         l = strtok_r(NULL, "\n", &save)) {
+        while (*l == ' ' || *l == '\t')
+            l++;
+        lines[n++] = l;
+    }
+    return n;
+}
+
+/* Nonzero if the lines of block appear consecutively in file's lines. */
+static int contains_block(char **file, int nf, char **block, int nb)
+{
+    for (int i = 0; i + nb <= nf; i++) {
+        int j = 0;
+        while (j < nb && strcmp(file[i + j], block[j]) == 0)
+            j++;
+        if (j == nb)
+            return 1;
+    }
+    return 0;
+}
+
+START_TEST(test_readme_c_snippets_are_compiled_example_code)
+{
+    static char *file_lines[2][400], *block_lines[100];
+    static const char *examples[2] = {"quickstart.c", "train_coref.c"};
+    char path[256], *text[2];
+    int nf[2], blocks = 0;
+    for (int e = 0; e < 2; e++) {
+        snprintf(path, sizeof path, "%s/../../examples/%s", QKV_TEST_DATA, examples[e]);
+        text[e] = slurp_path(path);
+        nf[e] = trimmed_lines(text[e], file_lines[e], 400);
+    }
+    snprintf(path, sizeof path, "%s/../../README.md", QKV_TEST_DATA);
+    char *readme = slurp_path(path);
+    for (char *p = strstr(readme, "```c\n"); p != NULL; p = strstr(p, "```c\n")) {
+        char *body = p + 5, *end = strstr(body, "```");
+        ck_assert_ptr_nonnull(end);
+        *end = '\0';
+        int nb = trimmed_lines(body, block_lines, 100);
+        ck_assert_msg(contains_block(file_lines[0], nf[0], block_lines, nb) ||
+                          contains_block(file_lines[1], nf[1], block_lines, nb),
+                      "README block starting '%s' is not in examples/", block_lines[0]);
+        blocks++;
+        p = end + 1;
+    }
+    ck_assert_int_ge(blocks, 2);
+    free(readme);
+    free(text[0]);
+    free(text[1]);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -249,6 +306,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed);
     tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);
+    tcase_add_test(tc, test_readme_c_snippets_are_compiled_example_code);
     suite_add_tcase(s, tc);
     return s;
 }
