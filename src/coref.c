@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "qkv/coref.h"
 #include "qkv/kernels.h"
 #include "qkv/rng.h"
@@ -324,9 +325,9 @@ static int expand(int tno, qkv_example *out)
 static qkv_status split_validation(qkv_dataset *d, uint64_t seed)
 {
     int n = d->n_train, n_val = n / 5;
-    int *order = malloc(sizeof *order * (size_t)(n + 1));
-    qkv_example *val = malloc(sizeof *val * (size_t)(n_val + 1));
-    qkv_example *train = malloc(sizeof *train * (size_t)(n - n_val + 1));
+    int *order = qkv_malloc(sizeof *order * (size_t)(n + 1));
+    qkv_example *val = qkv_malloc(sizeof *val * (size_t)(n_val + 1));
+    qkv_example *train = qkv_malloc(sizeof *train * (size_t)(n - n_val + 1));
     if (order == NULL || val == NULL || train == NULL) {
         free(order);
         free(val);
@@ -362,8 +363,8 @@ qkv_status qkv_dataset_build(qkv_dataset *d, unsigned levels, uint64_t seed)
         return QKV_ERR_ARG;
     int nm = names_of(QKV_WORD_MALE, male), nf = names_of(QKV_WORD_FEMALE, female);
     size_t most = (size_t)(2 * nm * nf + nm + nf) * N_TEMPLATES; /* every combination */
-    d->train = malloc(sizeof *d->train * most);
-    d->test = malloc(sizeof *d->test * most);
+    d->train = qkv_malloc(sizeof *d->train * most);
+    d->test = qkv_malloc(sizeof *d->test * most);
     if (d->train == NULL || d->test == NULL) {
         qkv_dataset_free(d);
         return QKV_ERR_NOMEM;

@@ -49,6 +49,13 @@ qkv_node *qkv_tape_push(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
  * exist) from out->grad. Defined in ops.c. */
 void qkv_node_backward(const qkv_node *n);
 
+/* The library's allocation functions: the C ones, counted, so that tests
+ * can prove a training step allocates nothing (qkv_alloc_count). */
+void *qkv_malloc(size_t n);
+void *qkv_calloc(size_t n, size_t size);
+void *qkv_realloc(void *p, size_t n);
+void *qkv_aligned_alloc(size_t align, size_t n);
+
 /* Overflow-checked size arithmetic: returns 0 and leaves *r alone on
  * overflow. */
 int qkv_mul_size(size_t a, size_t b, size_t *r);

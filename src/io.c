@@ -10,6 +10,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "qkv/io.h"
 #include "qkv/kernels.h"
 
@@ -138,7 +139,7 @@ qkv_status qkv_model_save(const qkv_model *m, uint32_t fingerprint, const char *
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return fail(err, errlen, QKV_ERR_IO, "%s: path too long", path);
-    if ((b.p = malloc(b.cap)) == NULL)
+    if ((b.p = qkv_malloc(b.cap)) == NULL)
         return fail(err, errlen, QKV_ERR_NOMEM, "%s: out of memory", path);
     encode(m, fingerprint, &b);
     FILE *f = fopen(tmp, "wb");
@@ -182,7 +183,7 @@ static unsigned char *read_file(const char *path, size_t *len, qkv_status *st, c
         return NULL;
     }
     FILE *f = fopen(path, "rb");
-    unsigned char *p = malloc((size_t)sb.st_size);
+    unsigned char *p = qkv_malloc((size_t)sb.st_size);
     size_t n = (f != NULL && p != NULL) ? fread(p, 1, (size_t)sb.st_size, f) : 0;
     if (f != NULL)
         fclose(f);

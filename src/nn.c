@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "qkv/kernels.h"
 #include "qkv/nn.h"
 #include "qkv/rng.h"
@@ -17,16 +18,16 @@ qkv_batch *qkv_batch_new(int cap_b, int cap_t)
 {
     if (cap_b < 1 || cap_t < 1)
         return NULL;
-    qkv_batch *b = calloc(1, sizeof *b);
+    qkv_batch *b = qkv_calloc(1, sizeof *b);
     if (b == NULL)
         return NULL;
     b->cap_b = cap_b;
     b->cap_t = cap_t;
-    b->ids = calloc((size_t)cap_b * (size_t)cap_t, sizeof *b->ids);
-    b->len = calloc((size_t)cap_b, sizeof *b->len);
-    b->query = calloc((size_t)cap_b, sizeof *b->query);
-    b->target = calloc((size_t)cap_b, sizeof *b->target);
-    b->mark = calloc((size_t)cap_b, sizeof *b->mark);
+    b->ids = qkv_calloc((size_t)cap_b * (size_t)cap_t, sizeof *b->ids);
+    b->len = qkv_calloc((size_t)cap_b, sizeof *b->len);
+    b->query = qkv_calloc((size_t)cap_b, sizeof *b->query);
+    b->target = qkv_calloc((size_t)cap_b, sizeof *b->target);
+    b->mark = qkv_calloc((size_t)cap_b, sizeof *b->mark);
     if (!b->ids || !b->len || !b->query || !b->target || !b->mark) {
         qkv_batch_free(b);
         return NULL;
@@ -82,7 +83,7 @@ qkv_model *qkv_model_new(const qkv_model_config *cfg)
 {
     if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->classes < 1 || !(cfg->init_std >= 0))
         return NULL;
-    qkv_model *m = calloc(1, sizeof *m);
+    qkv_model *m = qkv_calloc(1, sizeof *m);
     if (m == NULL)
         return NULL;
     m->cfg = *cfg;

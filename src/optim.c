@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal.h"
 #include "qkv/optim.h"
 
 struct qkv_optim {
@@ -48,19 +49,19 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     for (int i = 0; i < n; i++)
         if (qkv_tensor_is_nil(params[i]) || params[i]->grad == NULL)
             return NULL;
-    qkv_optim *o = calloc(1, sizeof *o);
+    qkv_optim *o = qkv_calloc(1, sizeof *o);
     if (o == NULL)
         return NULL;
     o->cfg = *cfg;
-    o->params = malloc(sizeof *o->params * (size_t)n);
-    o->m = calloc((size_t)n, sizeof *o->m);
-    o->v = calloc((size_t)n, sizeof *o->v);
+    o->params = qkv_malloc(sizeof *o->params * (size_t)n);
+    o->m = qkv_calloc((size_t)n, sizeof *o->m);
+    o->v = qkv_calloc((size_t)n, sizeof *o->v);
     o->n = n;
     int ok = o->params && o->m && o->v;
     for (int i = 0; ok && i < n; i++) {
         o->params[i] = params[i];
-        o->m[i] = calloc(params[i]->numel, sizeof(double));
-        o->v[i] = calloc(params[i]->numel, sizeof(double));
+        o->m[i] = qkv_calloc(params[i]->numel, sizeof(double));
+        o->v[i] = qkv_calloc(params[i]->numel, sizeof(double));
         ok = o->m[i] && o->v[i];
     }
     if (!ok) {

@@ -1,10 +1,11 @@
 /*
  * tape.c - the arena, the node list, sticky errors and the backward pass.
  *
- * Memory: one main block, plus overflow blocks when a step needs more than
- * the main block holds. At reset the overflow blocks are merged into a
- * bigger main block, so once a step of a given size has run, the next steps
- * of that size allocate nothing.
+ * Memory: a list of blocks. Allocation bumps a pointer through the current
+ * block and moves on to the next block when it is full, creating a block
+ * only when the list runs out. Reset rewinds to the first block and keeps
+ * them all, so a step that needs no more memory than an earlier one
+ * allocates nothing.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -14,16 +15,15 @@
 
 #define ALIGN 64u
 #define DEFAULT_ARENA (1u << 20)
-#define MAX_OVERFLOW 48
+#define MAX_BLOCKS 48
 
 struct qkv_tape {
-    unsigned char *base;      /* (cap) main block */
-    size_t cap, used;
-    unsigned char *over[MAX_OVERFLOW]; /* overflow blocks, newest last */
-    size_t over_cap[MAX_OVERFLOW];
-    size_t over_used;         /* bytes used in the newest overflow block */
-    size_t over_total;        /* bytes used in all overflow blocks */
-    int n_over;
+    unsigned char *block[MAX_BLOCKS]; /* (block_cap[i]) arena memory */
+    size_t block_cap[MAX_BLOCKS];
+    int n_blocks;
+    int cur;                  /* block being filled */
+    size_t cur_used;          /* bytes used in it */
+    size_t in_use;            /* bytes handed out since the last reset */
     size_t high_water;
 
     qkv_node *nodes;          /* (node_cap) recorded ops in creation order */
@@ -42,19 +42,20 @@ static size_t round_up(size_t n)
 
 static void *block_alloc(size_t n)
 {
-    return aligned_alloc(ALIGN, round_up(n ? n : 1));
+    return qkv_aligned_alloc(ALIGN, round_up(n ? n : 1));
 }
 
 qkv_tape *qkv_tape_new(size_t arena_bytes)
 {
-    qkv_tape *t = calloc(1, sizeof *t);
+    qkv_tape *t = qkv_calloc(1, sizeof *t);
     if (t == NULL)
         return NULL;
-    t->cap = round_up(arena_bytes ? arena_bytes : DEFAULT_ARENA);
-    t->base = block_alloc(t->cap);
+    t->block_cap[0] = round_up(arena_bytes ? arena_bytes : DEFAULT_ARENA);
+    t->block[0] = block_alloc(t->block_cap[0]);
+    t->n_blocks = 1;
     t->node_cap = 256;
-    t->nodes = malloc(t->node_cap * sizeof *t->nodes);
-    if (t->base == NULL || t->nodes == NULL) {
+    t->nodes = qkv_malloc(t->node_cap * sizeof *t->nodes);
+    if (t->block[0] == NULL || t->nodes == NULL) {
         qkv_tape_free(t);
         return NULL;
     }
@@ -62,37 +63,21 @@ qkv_tape *qkv_tape_new(size_t arena_bytes)
     return t;
 }
 
-static void free_overflow(qkv_tape *t)
-{
-    for (int i = 0; i < t->n_over; i++)
-        free(t->over[i]);
-    t->n_over = 0;
-    t->over_used = t->over_total = 0;
-}
-
 void qkv_tape_free(qkv_tape *t)
 {
     if (t == NULL)
         return;
-    free_overflow(t);
-    free(t->base);
+    for (int i = 0; i < t->n_blocks; i++)
+        free(t->block[i]);
     free(t->nodes);
     free(t);
 }
 
 void qkv_tape_reset(qkv_tape *t)
 {
-    if (t->n_over > 0) {
-        size_t want = round_up(t->used + t->over_total + t->over_total / 4);
-        unsigned char *bigger = block_alloc(want);
-        if (bigger != NULL) {
-            free(t->base);
-            t->base = bigger;
-            t->cap = want;
-        }
-        free_overflow(t);
-    }
-    t->used = 0;
+    t->cur = 0;
+    t->cur_used = 0;
+    t->in_use = 0;
     t->n_nodes = 0;
     t->status = QKV_OK;
     t->err[0] = '\0';
@@ -140,30 +125,31 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n)
         qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: request of %zu bytes overflows", n);
         return NULL;
     }
-    void *p;
-    if (t->n_over == 0 && t->cap - t->used >= need) {
-        p = t->base + t->used;
-        t->used += need;
-    } else if (t->n_over > 0 && t->over_cap[t->n_over - 1] - t->over_used >= need) {
-        p = t->over[t->n_over - 1] + t->over_used;
-        t->over_used += need;
-        t->over_total += need;
-    } else {
-        size_t sz = need > t->cap ? need : t->cap;
-        if (t->n_over == MAX_OVERFLOW || (p = block_alloc(sz)) == NULL) {
+    /* the first block from the current one on with room, else a new one */
+    while (t->cur < t->n_blocks && t->block_cap[t->cur] - t->cur_used < need) {
+        t->cur++;
+        t->cur_used = 0;
+    }
+    if (t->cur == t->n_blocks) {
+        size_t sz = 2 * t->block_cap[t->n_blocks - 1];
+        sz = need > sz ? need : sz;
+        unsigned char *p = t->n_blocks < MAX_BLOCKS ? block_alloc(sz) : NULL;
+        if (p == NULL) {
+            t->cur = t->n_blocks - 1; /* stay on a real block */
+            t->cur_used = t->block_cap[t->cur];
             qkv_tape_fail(t, QKV_ERR_NOMEM,
-                          "tape: out of memory allocating %zu bytes "
-                          "(arena holds %zu); did a loop forget qkv_tape_reset?",
-                          n, t->used + t->over_total);
+                          "tape: out of memory allocating %zu bytes (arena holds %zu); "
+                          "did a loop forget qkv_tape_reset?", n, t->in_use);
             return NULL;
         }
-        t->over[t->n_over] = p;
-        t->over_cap[t->n_over++] = sz;
-        t->over_used = need;
-        t->over_total += need;
+        t->block[t->n_blocks] = p;
+        t->block_cap[t->n_blocks++] = sz;
     }
-    if (t->used + t->over_total > t->high_water)
-        t->high_water = t->used + t->over_total;
+    void *p = t->block[t->cur] + t->cur_used;
+    t->cur_used += need;
+    t->in_use += need;
+    if (t->in_use > t->high_water)
+        t->high_water = t->in_use;
     return p;
 }
 
@@ -201,7 +187,7 @@ qkv_node *qkv_tape_push(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
 {
     if (t->n_nodes == t->node_cap) {
         size_t cap = t->node_cap * 2;
-        qkv_node *grown = realloc(t->nodes, cap * sizeof *grown);
+        qkv_node *grown = qkv_realloc(t->nodes, cap * sizeof *grown);
         if (grown == NULL) {
             qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: out of memory growing the node list");
             return NULL;
@@ -245,7 +231,7 @@ size_t qkv_tape_nodes(const qkv_tape *t)
 
 size_t qkv_tape_bytes_used(const qkv_tape *t)
 {
-    return t->used + t->over_total;
+    return t->in_use;
 }
 
 size_t qkv_tape_high_water(const qkv_tape *t)

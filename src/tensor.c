@@ -34,6 +34,37 @@ int qkv_tensor_is_nil(const qkv_tensor *t)
     return t == NULL || (t->flags & QKV_TENSOR_NIL) != 0;
 }
 
+static size_t alloc_count;
+
+size_t qkv_alloc_count(void)
+{
+    return alloc_count;
+}
+
+void *qkv_malloc(size_t n)
+{
+    alloc_count++;
+    return malloc(n);
+}
+
+void *qkv_calloc(size_t n, size_t size)
+{
+    alloc_count++;
+    return calloc(n, size);
+}
+
+void *qkv_realloc(void *p, size_t n)
+{
+    alloc_count++;
+    return realloc(p, n);
+}
+
+void *qkv_aligned_alloc(size_t align, size_t n)
+{
+    alloc_count++;
+    return aligned_alloc(align, n);
+}
+
 int qkv_mul_size(size_t a, size_t b, size_t *r)
 {
     if (a != 0 && b > SIZE_MAX / a)
@@ -64,11 +95,11 @@ qkv_tensor *qkv_tensor_new(int ndim, const int *shape, int with_grad)
     size_t n;
     if (qkv_shape_numel(ndim, shape, &n) != QKV_OK)
         return qkv_nil();
-    qkv_tensor *t = calloc(1, sizeof *t);
+    qkv_tensor *t = qkv_calloc(1, sizeof *t);
     if (t == NULL)
         return qkv_nil();
-    t->data = calloc(n, sizeof(qkv_real));
-    t->grad = with_grad ? calloc(n, sizeof(qkv_real)) : NULL;
+    t->data = qkv_calloc(n, sizeof(qkv_real));
+    t->grad = with_grad ? qkv_calloc(n, sizeof(qkv_real)) : NULL;
     if (t->data == NULL || (with_grad && t->grad == NULL)) {
         free(t->data);
         free(t->grad);

@@ -210,6 +210,44 @@ START_TEST(test_training_reaches_test_accuracy_with_a_fixed_seed)
 }
 END_TEST
 
+START_TEST(test_training_step_allocates_nothing_after_the_first)
+{
+    qkv_dataset d;
+    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_model_config c = {qkv_vocab_size(), 64, qkv_coref_classes(), 1, 0.1, 1};
+    qkv_model *m = qkv_model_new(&c);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAMW);
+    oc.clip = 1;
+    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_MODEL_PARAMS);
+    qkv_tape *t = qkv_tape_new(4096); /* small, so the arena must grow in step 1 */
+    qkv_batch *b = qkv_batch_new(32, QKV_MAX_TOKENS);
+    qkv_rng g;
+    qkv_rng_seed(&g, 3);
+    size_t after_first = 0;
+    for (int step = 0; step < 20; step++) {
+        qkv_batch_clear(b);
+        for (int i = 0; i < 32; i++) {
+            /* the longest sentences first, so later batches need no more memory */
+            const qkv_example *e = &d.train[step == 0 ? (size_t)i : qkv_rng_choice(&g, (size_t)d.n_train)];
+            qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+        }
+        if (step == 0) /* pad the first batch to the longest length there is */
+            b->T = QKV_MAX_TOKENS;
+        qkv_forward f;
+        ck_assert_int_eq(qkv_model_train_step(m, o, t, b, &f), QKV_OK);
+        if (step == 0)
+            after_first = qkv_alloc_count();
+    }
+    ck_assert_uint_eq(qkv_alloc_count(), after_first);
+    ck_assert_uint_gt(qkv_tape_high_water(t), 4096);
+    qkv_batch_free(b);
+    qkv_tape_free(t);
+    qkv_optim_free(o);
+    qkv_model_free(m);
+    qkv_dataset_free(&d);
+}
+END_TEST
+
 Suite *nn_suite(void)
 {
     Suite *s = suite_create("nn");
@@ -221,6 +259,7 @@ Suite *nn_suite(void)
     tcase_add_loop_test(tc, test_whole_model_gradcheck_on_real_sentences, 0, 2);
     tcase_add_test(tc, test_attention_metrics_by_hand);
     tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
+    tcase_add_test(tc, test_training_step_allocates_nothing_after_the_first);
     suite_add_tcase(s, tc);
     return s;
 }

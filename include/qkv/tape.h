@@ -21,9 +21,9 @@ extern "C" {
 
 typedef struct qkv_tape qkv_tape;
 
-/* Creates a tape whose arena starts with arena_bytes (0 picks a default).
- * The arena grows by itself when a step needs more, and keeps the grown
- * size across resets. Returns NULL only when memory runs out. Free with
+/* Creates a tape whose arena starts with arena_bytes (0 picks 1 MiB).
+ * The arena grows by itself (adding blocks of twice the size) when a step
+ * needs more, and keeps the blocks across resets. Returns NULL only when memory runs out. Free with
  * qkv_tape_free. */
 qkv_tape *qkv_tape_new(size_t arena_bytes);
 
@@ -31,9 +31,9 @@ qkv_tape *qkv_tape_new(size_t arena_bytes);
 void qkv_tape_free(qkv_tape *t);
 
 /* Forgets every node and tape tensor and clears the error status. Pointers
- * to tape tensors become invalid. Memory is kept; if the arena had to grow
- * during the last step, its pieces are merged into one block here, so that
- * later steps of the same size allocate nothing. */
+ * to tape tensors become invalid. All memory is kept and reused, so a step
+ * that needs no more than an earlier one allocates nothing. Allocates and
+ * frees nothing itself. */
 void qkv_tape_reset(qkv_tape *t);
 
 /* The first error recorded since the last reset, or QKV_OK. */

@@ -93,6 +93,11 @@ void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values);
  * a dimension < 1 or ndim out of range, QKV_ERR_NOMEM on size overflow. */
 qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel);
 
+/* How many heap allocations the library has made since the program
+ * started (every malloc, calloc, realloc and aligned_alloc it calls). Two
+ * readings around a training step tell whether the step allocated. */
+size_t qkv_alloc_count(void);
+
 #ifdef __cplusplus
 }
 #endif
