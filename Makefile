@@ -13,7 +13,7 @@ VERSION := 0.1.0
 SOMAJOR := 0
 
 WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
-OPT     ?= -O2 -g
+OPT     ?= -O3 -g
 CPPFLAGS += -Iinclude -D_POSIX_C_SOURCE=200809L
 CFLAGS  ?=
 ifeq ($(SAN),1)
@@ -47,7 +47,7 @@ TESTS  := $(BUILD)/qkv_tests
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 
-.PHONY: all lib test test-float test-double asan clean install deps run plots bench
+.PHONY: all lib test test-float test-double asan clean install deps run plots bench bench-compare
 .DEFAULT_GOAL := all
 
 all: lib $(QKV) $(EXAMPLES)
@@ -106,6 +106,16 @@ run: deps all
 # Every plot from whatever CSV files exist under out/.
 plots: deps
 	@sh scripts/plots.sh out out/plots
+
+# Benchmarks: never part of the test suite.
+$(BUILD)/bench: tests/bench/bench.c $(STATIC)
+	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -o $@ $< $(STATIC) $(LDLIBS) -ldl
+
+bench: $(BUILD)/bench $(QKV)
+	$(BUILD)/bench $(QKV) out/bench.csv
+
+bench-compare: $(BUILD)/bench $(QKV)
+	@sh scripts/bench_compare.sh $(BUILD)/bench $(QKV)
 
 clean:
 	rm -rf build

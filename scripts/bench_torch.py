@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The training-step benchmark of `make bench`, in PyTorch eager, on one CPU
+thread, for `make bench-compare`.
+
+Same model as qkv: token ids index the rows of Wq, Wk, Wv; scores Q·Kᵀ/√d_k
+with a padding mask; softmax; A·V; the query row; ·Wo; cross-entropy; Adam.
+Needs Debian's PyTorch, which the build never requires:
+
+    apt-get install python3-torch
+    /usr/bin/python3 scripts/bench_torch.py [out/bench_torch.csv]
+
+Prints a table like qkv's and writes section,name,value,unit rows.
+"""
+import math
+import os
+import statistics
+import sys
+import time
+
+try:
+    import torch
+except ImportError:
+    sys.exit("bench_torch.py: PyTorch is not installed; apt-get install python3-torch "
+             "and run it with /usr/bin/python3")
+
+CONFIGS = [("S", 32, 12, 48, 16), ("M", 32, 12, 48, 256), ("L", 256, 16, 64, 512)]
+CLASSES = 12
+
+
+def median_time(fn, blocks=7, min_block=0.2):
+    fn()
+    reps = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= min_block:
+            break
+        reps = int(reps * min(100, 1.5 * min_block / max(dt, 1e-9))) + 1
+    times = []
+    for _ in range(blocks):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        times.append((time.perf_counter() - t0) / reps)
+    return statistics.median(times)
+
+
+def bench(name, B, T, V, dk, rows):
+    g = torch.Generator().manual_seed(7)
+    params = [torch.randn(V, dk, generator=g).mul_(0.1).requires_grad_() for _ in range(3)]
+    wo = torch.randn(dk, CLASSES, generator=g).div_(math.sqrt(dk)).requires_grad_()
+    params.append(wo)
+    ids = torch.randint(1, V, (B, T), generator=g)
+    query = torch.randint(0, T, (B,), generator=g)
+    target = torch.randint(0, CLASSES, (B,), generator=g)
+    mask = torch.zeros(B, 1, T)  # every item has full length, as in bench.c
+    opt = torch.optim.Adam(params, lr=1e-3)
+    scale = 1.0 / math.sqrt(dk)
+    arange = torch.arange(B)
+
+    def forward():
+        wq, wk, wv, wo_ = params
+        q, k, v = wq[ids], wk[ids], wv[ids]
+        s = torch.bmm(q, k.transpose(1, 2)) * scale + mask
+        a = torch.softmax(s, dim=-1)
+        h = torch.bmm(a, v)[arange, query]
+        return torch.nn.functional.cross_entropy(h @ wo_, target)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        forward().backward()
+        opt.step()
+
+    def fwd():
+        forward()
+
+    def fwd_bwd():
+        opt.zero_grad(set_to_none=False)
+        forward().backward()
+
+    t_step = median_time(step)
+    t_fwd = median_time(fwd)
+    t_bwd = median_time(fwd_bwd) - t_fwd
+    print(f"{name:<3} {B:5d} {T:4d} {V:4d} {dk:5d} {t_step * 1e6:12.1f} {t_fwd * 1e6:12.1f} "
+          f"{t_bwd * 1e6:12.1f} {t_bwd / t_fwd:9.2f}")
+    rows += [("train", f"{name}_step", t_step * 1e6, "us"),
+             ("train", f"{name}_forward", t_fwd * 1e6, "us"),
+             ("train", f"{name}_backward", t_bwd * 1e6, "us"),
+             ("train", f"{name}_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "out/bench_torch.csv"
+    torch.set_num_threads(1)
+    print(f"PyTorch {torch.__version__} eager, {torch.get_num_threads()} thread")
+    print("Training step (forward + backward + Adam), median of 7 blocks; 12 classes")
+    print(f"{'cfg':<3} {'B':>5} {'T':>4} {'V':>4} {'d_k':>5} {'step (µs)':>12} {'fwd (µs)':>12} "
+          f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
+    rows = []
+    for cfg in CONFIGS:
+        bench(*cfg, rows)
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with open(out, "w") as f:
+        f.write("section,name,value,unit\n")
+        for r in rows:
+            f.write(f"{r[0]},{r[1]},{r[2]:.6g},{r[3]}\n")
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,317 @@
+/*
+ * bench.c - `make bench`: matmul GFLOP/s, training-step time, the
+ * backward/forward ratio and the peak RSS of `qkv train`. Prints a table and
+ * writes out/bench.csv (section,name,value,unit). Timing lives here, never
+ * in the test suite.
+ *
+ * OpenBLAS is loaded with dlopen when present, so neither the library nor
+ * this program depends on it.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "qkv.h"
+
+static FILE *csv;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void record(const char *section, const char *name, double value, const char *unit)
+{
+    if (csv != NULL)
+        fprintf(csv, "%s,%s,%.6g,%s\n", section, name, value, unit);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over `blocks` timed blocks of the time per call of fn(ctx), each
+ * block running enough calls to last about min_block seconds. */
+static double median_time(void (*fn)(void *), void *ctx, int blocks, double min_block)
+{
+    double t[32];
+    long reps = 1;
+    fn(ctx); /* warm up: first-touch, arena growth */
+    for (;;) {
+        double t0 = now();
+        for (long r = 0; r < reps; r++)
+            fn(ctx);
+        double dt = now() - t0;
+        if (dt >= min_block || reps > (1L << 24))
+            break;
+        reps = dt > 0 ? (long)(reps * fmin(100, 1.5 * min_block / dt)) + 1 : reps * 10;
+    }
+    for (int b = 0; b < blocks; b++) {
+        double t0 = now();
+        for (long r = 0; r < reps; r++)
+            fn(ctx);
+        t[b] = (now() - t0) / (double)reps;
+    }
+    qsort(t, (size_t)blocks, sizeof t[0], cmp_double);
+    return t[blocks / 2];
+}
+
+/* ------------------------------------------------------------------------ */
+/* matmul                                                                   */
+
+typedef void (*sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha,
+                         const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                         int ldc);
+
+typedef struct mm_ctx {
+    int n;
+    float *a, *b, *c;
+    sgemm_fn blas;
+} mm_ctx;
+
+static void mm_naive(void *p)
+{
+    mm_ctx *x = p;
+    int n = x->n;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            float s = 0;
+            for (int k = 0; k < n; k++)
+                s += x->a[i * n + k] * x->b[k * n + j];
+            x->c[i * n + j] = s;
+        }
+}
+
+static void mm_qkv(void *p)
+{
+    mm_ctx *x = p;
+    qkv_gemm(0, 0, x->n, x->n, x->n, x->a, x->b, x->c, 0);
+}
+
+static void mm_blas(void *p)
+{
+    mm_ctx *x = p;
+    /* CblasRowMajor = 101, CblasNoTrans = 111 */
+    x->blas(101, 111, 111, x->n, x->n, x->n, 1.0f, x->a, x->n, x->b, x->n, 0.0f, x->c, x->n);
+}
+
+static sgemm_fn load_openblas(void)
+{
+    static const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (h == NULL)
+            continue;
+        /* POSIX dlsym returns an object pointer; copy it into a function pointer */
+        void (*set_threads)(int) = NULL;
+        sgemm_fn f = NULL;
+        void *sym = dlsym(h, "openblas_set_num_threads");
+        memcpy(&set_threads, &sym, sizeof sym);
+        sym = dlsym(h, "cblas_sgemm");
+        memcpy(&f, &sym, sizeof sym);
+        if (f == NULL)
+            continue;
+        if (set_threads != NULL)
+            set_threads(1);
+        return f;
+    }
+    return NULL;
+}
+
+static void bench_matmul(void)
+{
+    static const int sizes[] = {64, 128, 256, 512, 1024};
+    sgemm_fn blas = load_openblas();
+    const char *impls[] = {"portable", "avx2", "avx512"};
+    printf("Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s)\n", qkv_gemm_name());
+    printf("%6s %8s %10s %8s %8s %10s %9s\n", "n", "naive", "portable", "avx2", "avx512",
+           "openblas", "best/blas");
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        int n = sizes[s];
+        mm_ctx x = {n, malloc(sizeof(float) * n * n), malloc(sizeof(float) * n * n),
+                    malloc(sizeof(float) * n * n), blas};
+        for (int i = 0; i < n * n; i++) {
+            x.a[i] = (float)((i * 7 % 13) - 6) / 7.0f;
+            x.b[i] = (float)((i * 5 % 11) - 5) / 5.0f;
+        }
+        double flop = 2.0 * n * n * n, best = 0;
+        char name[32];
+        double naive = flop / median_time(mm_naive, &x, n >= 512 ? 1 : 3, n >= 512 ? 0 : 0.05) / 1e9;
+        snprintf(name, sizeof name, "naive_%d", n);
+        record("matmul", name, naive, "GFLOP/s");
+        printf("%6d %8.2f", n, naive);
+        for (int i = 0; i < 3; i++) {
+            if (qkv_gemm_use(impls[i]) != 0) {
+                printf(" %*s", i == 0 ? 10 : 8, "-");
+                continue;
+            }
+            double g = flop / median_time(mm_qkv, &x, 5, 0.1) / 1e9;
+            best = fmax(best, g);
+            snprintf(name, sizeof name, "qkv_%s_%d", impls[i], n);
+            record("matmul", name, g, "GFLOP/s");
+            printf(" %*.2f", i == 0 ? 10 : 8, g);
+        }
+        qkv_gemm_use("auto");
+        if (blas != NULL) {
+            double g = flop / median_time(mm_blas, &x, 5, 0.1) / 1e9;
+            snprintf(name, sizeof name, "openblas_%d", n);
+            record("matmul", name, g, "GFLOP/s");
+            snprintf(name, sizeof name, "ratio_best_over_openblas_%d", n);
+            record("matmul", name, best / g, "ratio");
+            printf(" %10.2f %8.0f%%\n", g, 100 * best / g);
+        } else {
+            printf(" %10s %9s\n", "absent", "-");
+        }
+        free(x.a);
+        free(x.b);
+        free(x.c);
+    }
+    if (blas == NULL)
+        printf("(OpenBLAS not found: apt-get install libopenblas0-pthread to compare)\n");
+}
+
+/* ------------------------------------------------------------------------ */
+/* training step                                                            */
+
+typedef struct step_ctx {
+    qkv_model *m;
+    qkv_optim *o;
+    qkv_tape *t;
+    qkv_batch *b;
+} step_ctx;
+
+static void run_step(void *p)
+{
+    step_ctx *c = p;
+    qkv_forward f;
+    if (qkv_model_train_step(c->m, c->o, c->t, c->b, &f) != QKV_OK) {
+        fprintf(stderr, "bench: step failed: %s\n", qkv_tape_error(c->t));
+        exit(1);
+    }
+}
+
+static void run_forward(void *p)
+{
+    step_ctx *c = p;
+    qkv_forward f;
+    qkv_tape_reset(c->t);
+    qkv_model_forward(c->m, c->t, c->b, &f);
+}
+
+static void run_forward_backward(void *p)
+{
+    step_ctx *c = p;
+    qkv_forward f;
+    qkv_tape_reset(c->t);
+    qkv_model_forward(c->m, c->t, c->b, &f);
+    qkv_backward(c->t, f.loss);
+}
+
+typedef struct config {
+    const char *name;
+    int B, T, V, d_k;
+} config;
+
+static void bench_steps(const char *only)
+{
+    static const config cfgs[] = {
+        {"S", 32, 12, 48, 16}, {"M", 32, 12, 48, 256}, {"L", 256, 16, 64, 512}};
+    printf("\nTraining step (forward + backward + Adam), median of 7 blocks; 12 classes\n");
+    printf("%-3s %5s %4s %4s %5s %12s %12s %12s %9s %10s\n", "cfg", "B", "T", "V", "d_k",
+           "step (µs)", "fwd (µs)", "bwd (µs)", "bwd/fwd", "tape (KiB)");
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        const config *g = &cfgs[i];
+        if (only != NULL && strcmp(only, g->name) != 0)
+            continue;
+        qkv_model_config mc = {g->V, g->d_k, 12, 1, 0.1, 1};
+        step_ctx c = {qkv_model_new(&mc), NULL, qkv_tape_new(0), qkv_batch_new(g->B, g->T)};
+        qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+        oc.lr = 1e-3;
+        c.o = qkv_optim_new(&oc, c.m->params, QKV_MODEL_PARAMS);
+        qkv_rng r;
+        qkv_rng_seed(&r, 7);
+        int ids[64];
+        for (int b = 0; b < g->B; b++) {
+            for (int t = 0; t < g->T; t++)
+                ids[t] = 1 + (int)qkv_rng_below(&r, (uint64_t)g->V - 1);
+            qkv_batch_add(c.b, ids, g->T, (int)qkv_rng_below(&r, (uint64_t)g->T),
+                          (int)qkv_rng_below(&r, 12), -1);
+        }
+        double step = median_time(run_step, &c, 7, 0.2);
+        double fwd = median_time(run_forward, &c, 7, 0.2);
+        double fb = median_time(run_forward_backward, &c, 7, 0.2);
+        double bwd = fb - fwd;
+        printf("%-3s %5d %4d %4d %5d %12.1f %12.1f %12.1f %9.2f %10.0f\n", g->name, g->B, g->T,
+               g->V, g->d_k, step * 1e6, fwd * 1e6, bwd * 1e6, bwd / fwd,
+               qkv_tape_high_water(c.t) / 1024.0);
+        char name[32];
+        snprintf(name, sizeof name, "%s_step", g->name);
+        record("train", name, step * 1e6, "us");
+        snprintf(name, sizeof name, "%s_forward", g->name);
+        record("train", name, fwd * 1e6, "us");
+        snprintf(name, sizeof name, "%s_backward", g->name);
+        record("train", name, bwd * 1e6, "us");
+        snprintf(name, sizeof name, "%s_bwd_over_fwd", g->name);
+        record("train", name, bwd / fwd, "ratio");
+        qkv_batch_free(c.b);
+        qkv_tape_free(c.t);
+        qkv_optim_free(c.o);
+        qkv_model_free(c.m);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* peak RSS                                                                 */
+
+static void bench_rss(const char *qkv)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (freopen("/dev/null", "w", stdout) == NULL)
+            _exit(127);
+        execl(qkv, qkv, "train", "--quiet", "--log", "/tmp/qkv_bench_train.csv", "--save",
+              "/tmp/qkv_bench_model.qkv", (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    struct rusage ru;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0 || getrusage(RUSAGE_CHILDREN, &ru) != 0) {
+        printf("\npeak RSS: could not run %s train\n", qkv);
+        return;
+    }
+    printf("\nPeak RSS of the default `qkv train`: %.1f MB\n", ru.ru_maxrss / 1024.0);
+    record("train", "peak_rss_default_train", ru.ru_maxrss / 1024.0, "MB");
+}
+
+int main(int argc, char **argv)
+{
+    /* `bench steps [S|M|L]` runs only the training-step table (profiling) */
+    if (argc > 1 && strcmp(argv[1], "steps") == 0) {
+        bench_steps(argc > 2 ? argv[2] : NULL);
+        return 0;
+    }
+    const char *qkv = argc > 1 ? argv[1] : "build/qkv";
+    const char *out = argc > 2 ? argv[2] : "out/bench.csv";
+    char err[256];
+    csv = qkv_csv_create(out, "section,name,value,unit", err, sizeof err);
+    if (csv == NULL)
+        fprintf(stderr, "bench: %s (continuing without CSV)\n", err);
+    bench_matmul();
+    bench_steps(NULL);
+    bench_rss(qkv);
+    if (csv != NULL && fclose(csv) == 0)
+        printf("\nwrote %s\n", out);
+    return 0;
+}
