@@ -31,18 +31,92 @@
 typedef void (*ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c,
                            int ldc, int mr, int nr);
 
-/* c[0..n) += a·b[0..n) */
-typedef void (*axpy_fn)(int n, qkv_real a, const qkv_real *b, qkv_real *c);
-/* Σ_p a[p]·b[p] over [0,k) */
-typedef qkv_real (*dot_fn)(int k, const qkv_real *a, const qkv_real *b);
+/* C (m×n) += op(A)·op(B) by the direct path. */
+typedef void (*direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
+                          const qkv_real *B, qkv_real *C);
 
+/* y[j] = e^(x[j] - mx) for x[j] <= mx; returns Σ y[j] in double. */
+typedef double (*exps_fn)(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y);
+
+/* One instruction set's kernels. */
 typedef struct gemm_impl {
     const char *name;
     int mr, nr;
-    ukernel_fn kernel; /* for the blocked path */
-    axpy_fn axpy;      /* for the direct path */
-    dot_fn dot;
+    ukernel_fn kernel; /* the blocked path's micro-kernel */
+    direct_fn direct;  /* the direct path */
+    exps_fn exps;      /* softmax's exponentials */
 } gemm_impl;
+
+/* ---- the direct path ---------------------------------------------------- */
+/*
+ * For products whose C is small or thin (the per-sentence attention
+ * matmuls, 12×12 to 16×512). Each row of C is computed a register-wide
+ * chunk at a time: the chunk is loaded once, accumulates A(i,p)·B[p,chunk]
+ * over all p, and is stored once. A transposed B is first copied to scratch
+ * as k×n, which costs k·n moves against m·n·k multiply-adds.
+ */
+#define DIRECT_SCRATCH 65536
+static _Thread_local _Alignas(64) qkv_real direct_scratch[DIRECT_SCRATCH];
+
+/* C[i,j] += Σ_p A(i,p)·B[j,p] as dot products (B too large to copy). */
+static void direct_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+                        qkv_real *C)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            qkv_real s[4] = {0};
+            int p = 0;
+            for (; p + 4 <= k; p += 4)
+                for (int l = 0; l < 4; l++)
+                    s[l] += (ta ? A[(size_t)(p + l) * m + i] : A[(size_t)i * k + p + l]) *
+                            B[(size_t)j * k + p + l];
+            for (; p < k; p++)
+                s[0] += (ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]) * B[(size_t)j * k + p];
+            C[(size_t)i * n + j] += (s[0] + s[1]) + (s[2] + s[3]);
+        }
+}
+
+/* Makes op(B) available as a row-major k×n matrix; NULL if it does not fit. */
+static const qkv_real *b_rows(int tb, int n, int k, const qkv_real *B)
+{
+    if (!tb)
+        return B;
+    if ((size_t)k * n > DIRECT_SCRATCH)
+        return NULL;
+    for (int j = 0; j < n; j++)
+        for (int p = 0; p < k; p++)
+            direct_scratch[(size_t)p * n + j] = B[(size_t)j * k + p];
+    return direct_scratch;
+}
+
+/* Portable: C[i, j0..j0+w) accumulated in a local array. */
+static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+                     qkv_real *C)
+{
+    const qkv_real *Bk = b_rows(tb, n, k, B);
+    if (Bk == NULL) {
+        direct_dots(ta, m, n, k, A, B, C);
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int w = n - j0 < 64 ? n - j0 : 64;
+        for (int i = 0; i < m; i++) {
+            qkv_real acc[64];
+            qkv_real *c = C + (size_t)i * n + j0;
+            for (int j = 0; j < w; j++)
+                acc[j] = c[j];
+            for (int p = 0; p < k; p++) {
+                const qkv_real a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
+                const qkv_real *b = Bk + (size_t)p * n + j0;
+                for (int j = 0; j < w; j++)
+                    acc[j] += a * b[j];
+            }
+            for (int j = 0; j < w; j++)
+                c[j] = acc[j];
+        }
+    }
+}
+
 
 static _Thread_local _Alignas(64) qkv_real pack_a_buf[MC * KC];
 static _Thread_local _Alignas(64) qkv_real pack_b_buf[KC * NC];
@@ -67,27 +141,19 @@ static void ukernel_c(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *
     add_tile(acc, 16, c, ldc, mr, nr);
 }
 
-static void axpy_c(int n, qkv_real a, const qkv_real *restrict b, qkv_real *restrict c)
+/* libm's exp in double: the reference the vector versions are held to. */
+static double exps_c(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
 {
-    for (int j = 0; j < n; j++)
-        c[j] += a * b[j];
+    double sum = 0;
+    for (size_t j = 0; j < n; j++) {
+        double e = exp((double)x[j] - mx);
+        y[j] = (qkv_real)e;
+        sum += e;
+    }
+    return sum;
 }
 
-/* Eight independent partial sums, so the additions need not wait on each
- * other (and a compiler may keep them in one vector register). */
-static qkv_real dot_c(int k, const qkv_real *a, const qkv_real *b)
-{
-    qkv_real s[8] = {0};
-    int p = 0;
-    for (; p + 8 <= k; p += 8)
-        for (int l = 0; l < 8; l++)
-            s[l] += a[p + l] * b[p + l];
-    for (; p < k; p++)
-        s[0] += a[p] * b[p];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-static const gemm_impl impl_portable = {"portable", 4, 16, ukernel_c, axpy_c, dot_c};
+static const gemm_impl impl_portable = {"portable", 4, 16, ukernel_c, direct_c, exps_c};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -152,67 +218,225 @@ ukernel_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int 
     add_tile(t, 32, c, ldc, mr, nr);
 }
 
+/* AVX-512 direct path: rows i0..i0+R of C, up to four zmm chunks (64
+ * columns) each, held in registers while p runs; R independent rows keep
+ * the FMA pipeline busy. Masks cover a ragged right edge. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, __mmask16 last,
+                  const float *A, const float *B, float *C)
+{
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < nch; q++)
+            acc[r][q] = _mm512_maskz_loadu_ps(q == nch - 1 ? last : 0xFFFF,
+                                              C + (size_t)(i0 + r) * n + j0 + 16 * q);
+    for (int p = 0; p < k; p++) {
+        const float *b = B + (size_t)p * n + j0;
+        __m512 bv[4];
+        for (int q = 0; q < nch; q++)
+            bv[q] = _mm512_maskz_loadu_ps(q == nch - 1 ? last : 0xFFFF, b + 16 * q);
+        for (int r = 0; r < R; r++) {
+            int i = i0 + r;
+            __m512 a = _mm512_set1_ps(ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]);
+            for (int q = 0; q < nch; q++)
+                acc[r][q] = _mm512_fmadd_ps(a, bv[q], acc[r][q]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < nch; q++)
+            _mm512_mask_storeu_ps(C + (size_t)(i0 + r) * n + j0 + 16 * q,
+                                  q == nch - 1 ? last : 0xFFFF, acc[r][q]);
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0, __mmask16 last, const float *A,
+                   const float *B, float *C)
+{
+    int i = 0;
+    for (; i + 4 <= m; i += 4)
+        rows_avx512_block(4, nch, i, ta, m, n, k, j0, last, A, B, C);
+    for (; i < m; i++)
+        rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
+}
+
+__attribute__((target("avx512f"))) static void
+direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *B, float *C)
+{
+    const float *Bk = b_rows(tb, n, k, B);
+    if (Bk == NULL) {
+        direct_dots(ta, m, n, k, A, B, C);
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int w = n - j0 < 64 ? n - j0 : 64, nch = (w + 15) / 16, tail = w - 16 * (nch - 1);
+        __mmask16 last = (__mmask16)(tail == 16 ? 0xFFFF : (1u << tail) - 1);
+        switch (nch) { /* constant chunk counts, so acc[] stays in registers */
+        case 1: rows_avx512_chunks(1, ta, m, n, k, j0, last, A, Bk, C); break;
+        case 2: rows_avx512_chunks(2, ta, m, n, k, j0, last, A, Bk, C); break;
+        case 3: rows_avx512_chunks(3, ta, m, n, k, j0, last, A, Bk, C); break;
+        default: rows_avx512_chunks(4, ta, m, n, k, j0, last, A, Bk, C); break;
+        }
+    }
+}
+
+/* AVX2 direct path: as the AVX-512 one with ymm chunks (up to 32
+ * columns); a ragged right edge goes through the portable loop. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, const float *A,
+                const float *B, float *C)
+{
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < nch; q++)
+            acc[r][q] = _mm256_loadu_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q);
+    for (int p = 0; p < k; p++) {
+        const float *b = B + (size_t)p * n + j0;
+        __m256 bv[4];
+        for (int q = 0; q < nch; q++)
+            bv[q] = _mm256_loadu_ps(b + 8 * q);
+        for (int r = 0; r < R; r++) {
+            int i = i0 + r;
+            __m256 a = _mm256_set1_ps(ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]);
+            for (int q = 0; q < nch; q++)
+                acc[r][q] = _mm256_fmadd_ps(a, bv[q], acc[r][q]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < nch; q++)
+            _mm256_storeu_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q, acc[r][q]);
+}
+
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, const float *A, const float *B,
+                 float *C)
+{
+    int i = 0;
+    for (; i + 3 <= m; i += 3)
+        rows_avx2_block(3, nch, i, ta, m, n, k, j0, A, B, C);
+    for (; i < m; i++)
+        rows_avx2_block(1, nch, i, ta, m, n, k, j0, A, B, C);
+}
+
 __attribute__((target("avx2,fma"))) static void
-axpy_avx2(int n, float a, const float *b, float *c)
+direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B, float *C)
 {
-    __m256 va = _mm256_set1_ps(a);
-    int j = 0;
-    for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(c + j, _mm256_fmadd_ps(va, _mm256_loadu_ps(b + j), _mm256_loadu_ps(c + j)));
-    for (; j < n; j++)
-        c[j] += a * b[j];
+    const float *Bk = b_rows(tb, n, k, B);
+    if (Bk == NULL) {
+        direct_dots(ta, m, n, k, A, B, C);
+        return;
+    }
+    int j0 = 0;
+    for (; j0 + 8 <= n; j0 += 32) {
+        int nch = (n - j0) / 8 < 4 ? (n - j0) / 8 : 4;
+        switch (nch) {
+        case 1: rows_avx2_chunks(1, ta, m, n, k, j0, A, Bk, C); break;
+        case 2: rows_avx2_chunks(2, ta, m, n, k, j0, A, Bk, C); break;
+        case 3: rows_avx2_chunks(3, ta, m, n, k, j0, A, Bk, C); break;
+        default: rows_avx2_chunks(4, ta, m, n, k, j0, A, Bk, C); break;
+        }
+        if (nch < 4) {
+            j0 += 8 * nch;
+            break;
+        }
+    }
+    for (int i = 0; j0 < n && i < m; i++) /* the last n % 8 columns */
+        for (int p = 0; p < k; p++) {
+            float a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
+            for (int j = j0; j < n; j++)
+                C[(size_t)i * n + j] += a * Bk[(size_t)p * n + j];
+        }
 }
 
-__attribute__((target("avx2,fma"))) static float dot_avx2(int k, const float *a, const float *b)
+/* Vector e^x for x <= 0 in float: x = t·ln2 + r with |r| <= ln2/2 (ln2
+ * split in two so t·ln2 is exact), e^r by its Taylor series to r^7
+ * (truncation below 6e-9 relative), then scaled by 2^t. Results below
+ * e^-87 (under FLT_MIN) are returned as 0, so masked scores (-inf) give
+ * exactly 0. Within 2 ulp of the exact value. */
+#define EXP_LN2_HI 0.693145751953125f
+#define EXP_LN2_LO 1.428606765330187e-06f
+#define EXP_MIN (-87.0f)
+
+__attribute__((target("avx512f"))) static inline __m512 exp_avx512(__m512 v)
 {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0;
-    int p = 0;
-    for (; p + 16 <= k; p += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p + 8), _mm256_loadu_ps(b + p + 8), s1);
-    }
-    for (; p + 8 <= k; p += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), s0);
-    _Alignas(32) float t[8];
-    _mm256_store_ps(t, _mm256_add_ps(s0, s1));
-    float s = ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
-    for (; p < k; p++)
-        s += a[p] * b[p];
-    return s;
+    __mmask16 live = _mm512_cmp_ps_mask(v, _mm512_set1_ps(EXP_MIN), _CMP_GE_OQ);
+    v = _mm512_max_ps(v, _mm512_set1_ps(EXP_MIN));
+    __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(t, _mm512_set1_ps(EXP_LN2_HI), v);
+    r = _mm512_fnmadd_ps(t, _mm512_set1_ps(EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, t));
 }
 
-__attribute__((target("avx512f"))) static void axpy_avx512(int n, float a, const float *b, float *c)
+/* y[j] = e^(x[j] - mx); returns Σ y[j], accumulated in double. */
+__attribute__((target("avx512f"))) static double
+exps_avx512(size_t n, const float *x, float mx, float *y)
 {
-    __m512 va = _mm512_set1_ps(a);
-    int j = 0;
-    for (; j + 16 <= n; j += 16)
-        _mm512_storeu_ps(c + j, _mm512_fmadd_ps(va, _mm512_loadu_ps(b + j), _mm512_loadu_ps(c + j)));
-    if (j < n) {
-        __mmask16 m = (__mmask16)((1u << (n - j)) - 1);
-        __m512 vc = _mm512_maskz_loadu_ps(m, c + j);
-        _mm512_mask_storeu_ps(c + j, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, b + j), vc));
+    __m512 vmx = _mm512_set1_ps(mx);
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (size_t j = 0; j < n; j += 16) {
+        __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        __m512 v = _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + j), vmx);
+        __m512 e = exp_avx512(v); /* lanes past the end are e^-inf = 0 */
+        _mm512_mask_storeu_ps(y + j, m, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
 
-__attribute__((target("avx512f"))) static float dot_avx512(int k, const float *a, const float *b)
+__attribute__((target("avx2,fma"))) static inline __m256 exp_avx2(__m256 v)
 {
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0;
-    int p = 0;
-    for (; p + 32 <= k; p += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(b + p), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p + 16), _mm512_loadu_ps(b + p + 16), s1);
-    }
-    for (; p + 16 <= k; p += 16)
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + p), _mm512_loadu_ps(b + p), s0);
-    if (p < k) {
-        __mmask16 m = (__mmask16)((1u << (k - p)) - 1);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + p), _mm512_maskz_loadu_ps(m, b + p), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    __m256 live = _mm256_cmp_ps(v, _mm256_set1_ps(EXP_MIN), _CMP_GE_OQ);
+    v = _mm256_max_ps(v, _mm256_set1_ps(EXP_MIN));
+    __m256 t = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(t, _mm256_set1_ps(EXP_LN2_HI), v);
+    r = _mm256_fnmadd_ps(t, _mm256_set1_ps(EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^t by building the exponent bits; t >= -126 after the clamp */
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(t), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
-static const gemm_impl impl_avx2 = {"avx2", 6, 16, ukernel_avx2, axpy_avx2, dot_avx2};
-static const gemm_impl impl_avx512 = {"avx512", 12, 32, ukernel_avx512, axpy_avx512, dot_avx512};
+__attribute__((target("avx2,fma"))) static double
+exps_avx2(size_t n, const float *x, float mx, float *y)
+{
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    for (size_t j = 0; j < n; j += 8) {
+        _Alignas(32) float in[8], out[8];
+        size_t w = n - j < 8 ? n - j : 8;
+        for (size_t l = 0; l < 8; l++)
+            in[l] = l < w ? x[j + l] : -INFINITY;
+        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_load_ps(in), vmx));
+        _mm256_store_ps(out, e);
+        memcpy(y + j, out, w * sizeof(float));
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    _Alignas(32) double t[4];
+    _mm256_store_pd(t, _mm256_add_pd(s0, s1));
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
+static const gemm_impl impl_avx2 = {"avx2", 6, 16, ukernel_avx2, direct_avx2, exps_avx2};
+static const gemm_impl impl_avx512 = {"avx512", 12, 32, ukernel_avx512, direct_avx512, exps_avx512};
 
 
 static int cpu_has_avx2(void)
@@ -325,32 +549,6 @@ const char *qkv_gemm_name(void)
     return gemm_active->name;
 }
 
-/* The direct path, for products too small or too thin to repay packing
- * (the per-sentence attention matmuls): rows of C built with axpy, or
- * entries with dot products, walking contiguous memory. */
-static void gemm_direct(const gemm_impl *im, int ta, int tb, int m, int n, int k,
-                        const qkv_real *A, const qkv_real *B, qkv_real *C)
-{
-    if (!tb) { /* C[i,:] += A(i,p)·B[p,:] */
-        for (int i = 0; i < m; i++)
-            for (int p = 0; p < k; p++)
-                im->axpy(n, ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p], B + (size_t)p * n,
-                         C + (size_t)i * n);
-    } else if (!ta) { /* C[i,j] += A[i,:]·B[j,:] */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++)
-                C[(size_t)i * n + j] += im->dot(k, A + (size_t)i * k, B + (size_t)j * k);
-    } else { /* both transposed (no op uses it): C[i,j] += Σ_p A[p,i]·B[j,p] */
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
-                qkv_real s = 0;
-                for (int p = 0; p < k; p++)
-                    s += A[(size_t)p * m + i] * B[(size_t)j * k + p];
-                C[(size_t)i * n + j] += s;
-            }
-    }
-}
-
 void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
               const qkv_real *B, qkv_real *C, int accumulate)
 {
@@ -362,7 +560,7 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
     if (m >= BLOCKED_MIN && n >= BLOCKED_MIN && k >= 8)
         gemm_blocked(gemm_active, ta, tb, m, n, k, A, B, C);
     else
-        gemm_direct(gemm_active, ta, tb, m, n, k, A, B, C);
+        gemm_active->direct(ta, tb, m, n, k, A, B, C);
 }
 
 
@@ -375,21 +573,25 @@ static double row_max(const qkv_real *x, size_t n)
     return mx;
 }
 
+static const gemm_impl *kernels(void)
+{
+    if (gemm_active == NULL)
+        gemm_active = gemm_best();
+    return gemm_active;
+}
+
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
+    exps_fn exps = kernels()->exps;
     for (size_t r = 0; r < rows; r++, x += n, y += n) {
-        double mx = row_max(x, n), sum = 0;
+        double mx = row_max(x, n);
         if (mx == -INFINITY) {
             memset(y, 0, n * sizeof *y);
             continue;
         }
-        for (size_t j = 0; j < n; j++) {
-            double e = exp((double)x[j] - mx);
-            y[j] = (qkv_real)e;
-            sum += e;
-        }
+        qkv_real inv = (qkv_real)(1 / exps(n, x, (qkv_real)mx, y));
         for (size_t j = 0; j < n; j++)
-            y[j] = (qkv_real)((double)y[j] / sum);
+            y[j] *= inv;
     }
 }
 
@@ -414,8 +616,7 @@ void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
                 y[j] = -INFINITY;
             continue;
         }
-        for (size_t j = 0; j < n; j++)
-            sum += exp((double)x[j] - mx);
+        sum = kernels()->exps(n, x, (qkv_real)mx, y); /* y as scratch */
         double lse = mx + log(sum);
         for (size_t j = 0; j < n; j++)
             y[j] = (qkv_real)((double)x[j] - lse);
