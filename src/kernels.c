@@ -129,16 +129,17 @@ static void add_tile(const qkv_real *t, int NR, qkv_real *c, int ldc, int mr, in
             c[(size_t)i * ldc + j] += t[i * NR + j];
 }
 
-/* Portable micro-kernel: a 4×16 tile, written so compilers can vectorise it. */
+/* Portable micro-kernel: a 4×8 tile, small enough for the 16 SSE registers
+ * of baseline x86-64, written so compilers can vectorise it. */
 static void ukernel_c(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc,
                       int mr, int nr)
 {
-    qkv_real acc[4 * 16] = {0};
-    for (int p = 0; p < kc; p++, ap += 4, bp += 16)
+    qkv_real acc[4 * 8] = {0};
+    for (int p = 0; p < kc; p++, ap += 4, bp += 8)
         for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 16; j++)
-                acc[i * 16 + j] += ap[i] * bp[j];
-    add_tile(acc, 16, c, ldc, mr, nr);
+            for (int j = 0; j < 8; j++)
+                acc[i * 8 + j] += ap[i] * bp[j];
+    add_tile(acc, 8, c, ldc, mr, nr);
 }
 
 /* libm's exp in double: the reference the vector versions are held to. */
@@ -153,7 +154,7 @@ static double exps_c(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
     return sum;
 }
 
-static const gemm_impl impl_portable = {"portable", 4, 16, ukernel_c, direct_c, exps_c};
+static const gemm_impl impl_portable = {"portable", 4, 8, ukernel_c, direct_c, exps_c};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))

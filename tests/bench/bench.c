@@ -105,6 +105,8 @@ static void mm_blas(void *p)
     x->blas(101, 111, 111, x->n, x->n, x->n, 1.0f, x->a, x->n, x->b, x->n, 0.0f, x->c, x->n);
 }
 
+static char blas_core[64] = "absent";
+
 static sgemm_fn load_openblas(void)
 {
     static const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
@@ -123,6 +125,10 @@ static sgemm_fn load_openblas(void)
             continue;
         if (set_threads != NULL)
             set_threads(1);
+        char *(*corename)(void) = NULL;
+        sym = dlsym(h, "openblas_get_corename");
+        memcpy(&corename, &sym, sizeof sym);
+        snprintf(blas_core, sizeof blas_core, "%s", corename ? corename() : "unknown");
         return f;
     }
     return NULL;
@@ -133,7 +139,8 @@ static void bench_matmul(void)
     static const int sizes[] = {64, 128, 256, 512, 1024};
     sgemm_fn blas = load_openblas();
     const char *impls[] = {"portable", "avx2", "avx512"};
-    printf("Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s)\n", qkv_gemm_name());
+    printf("Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s; OpenBLAS core %s)\n",
+           qkv_gemm_name(), blas_core);
     printf("%6s %8s %10s %8s %8s %10s %9s\n", "n", "naive", "portable", "avx2", "avx512",
            "openblas", "best/blas");
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -164,6 +171,16 @@ static void bench_matmul(void)
         qkv_gemm_use("auto");
         if (blas != NULL) {
             double g = flop / median_time(mm_blas, &x, 5, 0.1) / 1e9;
+            /* sanity: both libraries compute the same product */
+            float *mine = malloc(sizeof(float) * n * n);
+            qkv_gemm(0, 0, n, n, n, x.a, x.b, mine, 0);
+            mm_blas(&x);
+            double worst = 0;
+            for (int i = 0; i < n * n; i++)
+                worst = fmax(worst, fabs((double)mine[i] - x.c[i]) / (1 + fabs((double)x.c[i])));
+            free(mine);
+            if (worst > 1e-3)
+                printf("  (qkv and OpenBLAS disagree: max rel diff %.2g)\n", worst);
             snprintf(name, sizeof name, "openblas_%d", n);
             record("matmul", name, g, "GFLOP/s");
             snprintf(name, sizeof name, "ratio_best_over_openblas_%d", n);
