@@ -524,7 +524,7 @@ static const gemm_impl *gemm_best(void)
     return &impl_portable;
 }
 
-int qkv_gemm_use(const char *name)
+int qkv_kernels_use(const char *name)
 {
     const gemm_impl *pick = NULL;
     if (strcmp(name, "auto") == 0)
@@ -543,7 +543,7 @@ int qkv_gemm_use(const char *name)
     return 0;
 }
 
-const char *qkv_gemm_name(void)
+const char *qkv_kernels_name(void)
 {
     if (gemm_active == NULL)
         gemm_active = gemm_best();

@@ -21,16 +21,17 @@ extern "C" {
 void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
               const qkv_real *B, qkv_real *C, int accumulate);
 
-/* Chooses the implementation behind qkv_gemm's larger products: "auto"
- * (the fastest this CPU supports; the default), "portable" (plain C, always
- * available), "avx2" (AVX2+FMA) or "avx512" (AVX-512F); the last two exist
- * only in float32 builds on x86. Returns 0, or -1 and changes nothing when
+/* Chooses the instruction set of the matmul and softmax kernels: "auto"
+ * (the fastest this CPU supports; the default), "portable" (plain C and
+ * libm, always available), "avx2" (AVX2+FMA) or "avx512" (AVX-512F); the
+ * last two exist only in float32 builds on x86. Results differ between them
+ * only by float rounding (summation order; softmax's e^x within 2 ulp). Returns 0, or -1 and changes nothing when
  * the CPU or the build lacks it. Not thread-safe: call it before starting
  * threads. */
-int qkv_gemm_use(const char *name);
+int qkv_kernels_use(const char *name);
 
 /* The name of the implementation in use. */
-const char *qkv_gemm_name(void);
+const char *qkv_kernels_name(void);
 
 /* Row-wise softmax of x (rows×n) into y. A row that is entirely -inf gives
  * zeros. x and y may alias. */

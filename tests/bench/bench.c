@@ -140,7 +140,7 @@ static void bench_matmul(void)
     sgemm_fn blas = load_openblas();
     const char *impls[] = {"portable", "avx2", "avx512"};
     printf("Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s; OpenBLAS core %s)\n",
-           qkv_gemm_name(), blas_core);
+           qkv_kernels_name(), blas_core);
     printf("%6s %8s %10s %8s %8s %10s %9s\n", "n", "naive", "portable", "avx2", "avx512",
            "openblas", "best/blas");
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -158,7 +158,7 @@ static void bench_matmul(void)
         record("matmul", name, naive, "GFLOP/s");
         printf("%6d %8.2f", n, naive);
         for (int i = 0; i < 3; i++) {
-            if (qkv_gemm_use(impls[i]) != 0) {
+            if (qkv_kernels_use(impls[i]) != 0) {
                 printf(" %*s", i == 0 ? 10 : 8, "-");
                 continue;
             }
@@ -168,7 +168,7 @@ static void bench_matmul(void)
             record("matmul", name, g, "GFLOP/s");
             printf(" %*.2f", i == 0 ? 10 : 8, g);
         }
-        qkv_gemm_use("auto");
+        qkv_kernels_use("auto");
         if (blas != NULL) {
             double g = flop / median_time(mm_blas, &x, 5, 0.1) / 1e9;
             /* sanity: both libraries compute the same product */
