@@ -436,6 +436,30 @@ exps_avx2(size_t n, const float *x, float mx, float *y)
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
+/* Softmax of a row of at most 16 entries held in one register: the max, the
+ * exponentials, their sum (in double) and the scaling without touching
+ * memory in between. Returns 0 if the row is longer (the caller then takes
+ * the general path). */
+__attribute__((target("avx512f"))) static int softmax16_avx512(size_t n, const float *x, float *y)
+{
+    if (n > 16)
+        return 0;
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x);
+    float mx = _mm512_reduce_max_ps(v);
+    if (mx == -INFINITY) {
+        _mm512_mask_storeu_ps(y, m, _mm512_setzero_ps());
+        return 1;
+    }
+    __m512 e = exp_avx512(_mm512_sub_ps(v, _mm512_set1_ps(mx)));
+    __m512d s = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
+                              _mm512_cvtps_pd(_mm256_castpd_ps(
+                                  _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    float inv = (float)(1 / _mm512_reduce_add_pd(s));
+    _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(e, _mm512_set1_ps(inv)));
+    return 1;
+}
+
 static const gemm_impl impl_avx2 = {"avx2", 6, 16, ukernel_avx2, direct_avx2, exps_avx2};
 static const gemm_impl impl_avx512 = {"avx512", 12, 32, ukernel_avx512, direct_avx512, exps_avx512};
 
@@ -584,6 +608,13 @@ static const gemm_impl *kernels(void)
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
     exps_fn exps = kernels()->exps;
+#ifdef QKV_HAVE_X86_KERNELS
+    if (n <= 16 && kernels() == &impl_avx512) {
+        for (size_t r = 0; r < rows; r++)
+            softmax16_avx512(n, x + r * n, y + r * n);
+        return;
+    }
+#endif
     for (size_t r = 0; r < rows; r++, x += n, y += n) {
         double mx = row_max(x, n);
         if (mx == -INFINITY) {

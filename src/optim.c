@@ -86,15 +86,13 @@ double qkv_grad_norm(qkv_tensor *const *params, int n)
     return sqrt(s);
 }
 
+static void scale_grads(qkv_tensor *const *params, int n, double k);
+
 double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm)
 {
     double norm = qkv_grad_norm(params, n);
-    if (max_norm > 0 && norm > max_norm) {
-        double k = max_norm / norm;
-        for (int i = 0; i < n; i++)
-            for (size_t j = 0; j < params[i]->numel; j++)
-                params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
-    }
+    if (max_norm > 0 && norm > max_norm)
+        scale_grads(params, n, max_norm / norm);
     return norm;
 }
 
@@ -119,26 +117,41 @@ static void adam_update(qkv_optim *o, int i)
 {
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
-    double *m = o->m[i], *v = o->v[i];
-    double bc1 = 1 - pow(c->beta1, (double)o->t), bc2 = 1 - pow(c->beta2, (double)o->t);
-    int decoupled = c->kind == QKV_ADAMW;
-    for (size_t j = 0; j < p->numel; j++) {
-        double w = p->data[j];
-        double g = p->grad[j] + (decoupled ? 0 : c->weight_decay * w);
-        if (decoupled)
-            w -= c->lr * c->weight_decay * w;
-        m[j] = c->beta1 * m[j] + (1 - c->beta1) * g;
-        v[j] = c->beta2 * v[j] + (1 - c->beta2) * g * g;
-        p->data[j] = (qkv_real)(w - c->lr * (m[j] / bc1) / (sqrt(v[j] / bc2) + c->eps));
+    qkv_real *restrict w = p->data;
+    const qkv_real *restrict grad = p->grad;
+    double *restrict m = o->m[i], *restrict v = o->v[i];
+    /* p -= lr·m̂/(sqrt(v̂) + eps) with m̂ = m/bc1, v̂ = v/bc2, rearranged to
+     * one division: lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps) */
+    const double step = c->lr / (1 - pow(c->beta1, (double)o->t));
+    const double rs = 1 / sqrt(1 - pow(c->beta2, (double)o->t));
+    const double b1 = c->beta1, b2 = c->beta2, eps = c->eps;
+    const double l2 = c->kind == QKV_ADAMW ? 0 : c->weight_decay;
+    const double keep = c->kind == QKV_ADAMW ? 1 - c->lr * c->weight_decay : 1;
+    const size_t n = p->numel;
+    for (size_t j = 0; j < n; j++) {
+        double wj = w[j], g = grad[j] + l2 * wj;
+        m[j] = b1 * m[j] + (1 - b1) * g;
+        v[j] = b2 * v[j] + (1 - b2) * g * g;
+        w[j] = (qkv_real)(keep * wj - step * m[j] / (sqrt(v[j]) * rs + eps));
     }
+}
+
+/* Multiplies every gradient by k. */
+static void scale_grads(qkv_tensor *const *params, int n, double k)
+{
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < params[i]->numel; j++)
+            params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
 }
 
 qkv_status qkv_optim_step(qkv_optim *o)
 {
-    double norm = qkv_grad_norm(o->params, o->n);
+    double norm = qkv_grad_norm(o->params, o->n); /* NaN or Inf if any gradient is */
     if (!isfinite(norm))
         return QKV_ERR_NUMERIC;
-    o->last_norm = qkv_clip_grad_norm(o->params, o->n, o->cfg.clip);
+    o->last_norm = norm;
+    if (o->cfg.clip > 0 && norm > o->cfg.clip)
+        scale_grads(o->params, o->n, o->cfg.clip / norm);
     o->t++;
     for (int i = 0; i < o->n; i++) {
         if (o->cfg.kind == QKV_SGD)
