@@ -19,8 +19,8 @@ step "3/5 linear vs exponential normalisation"
 "$qkv" softmax --csv "$out/softmax.csv"
 
 step "4/5 sqrt(d_k) saturation sweep, SGD then Adam"
-"$qkv" saturation --out "$out/saturation"
-"$qkv" saturation --optim adam --out "$out/saturation-adam"
+"$qkv" saturation --seeds 3 --out "$out/saturation"
+"$qkv" saturation --seeds 3 --optim adam --out "$out/saturation-adam"
 
 step "5/5 plots"
 sh "$(dirname "$0")/plots.sh" "$out" "$out/plots"

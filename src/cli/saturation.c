@@ -157,30 +157,34 @@ static const char *fmt_steps(char *buf, size_t len, const run_result *r, int n)
 
 static void print_summary(const sat_opts *o, const int *dks, int ndk, run_result (*res)[2][MAX_SEEDS])
 {
+    static const char *heads[5] = {"score var at init", "entropy at init", "Jacobian at init",
+                                   "steps to 90% val", "final test acc"};
+    static const char *fmts[5] = {"%.3g", "%.3f", "%.4f", "", "%.3f"};
     printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d steps, "
-           "init std %g, %d seed(s)\n", o->optim, o->lr, o->steps, o->init_std, o->seeds);
-    printf("(each cell: scaled | unscaled; at init = before the first update)\n\n");
-    printf("%5s  %-23s %-23s %-23s %-19s %-17s\n", "d_k", "score var at init", "entropy at init",
-           "Jacobian norm at init", "steps to 90% val", "final test acc");
+           "init std %g, %d seed(s)%s\n", o->optim, o->lr, o->steps, o->init_std, o->seeds,
+           o->seeds > 1 ? " (mean±sd)" : "");
+    printf("(each cell: scaled | unscaled; at init = before the first update)\n\n%5s", "d_k");
+    for (int col = 0; col < 5; col++)
+        printf("  %-27s", heads[col]);
+    printf("\n");
     for (int d = 0; d < ndk; d++) {
-        printf("%5d ", dks[d]);
-        const char *fmts[4] = {"%.3g", "%.3f", "%.4f", "%.3f"};
+        printf("%5d", dks[d]);
         for (int col = 0; col < 5; col++) {
             char cell[2][40];
             for (int s = 0; s < 2; s++) {
-                double x[MAX_SEEDS];
                 const run_result *r = res[d][1 - s];
+                double x[MAX_SEEDS];
                 for (int i = 0; i < o->seeds; i++)
-                    x[i] = col == 0 ? r[i].var0 : col == 1 ? r[i].entropy0 : col == 2 ? r[i].jacobian0
-                                                             : r[i].final_acc;
+                    x[i] = col == 0 ? r[i].var0 : col == 1 ? r[i].entropy0
+                         : col == 2 ? r[i].jacobian0 : r[i].final_acc;
                 if (col == 3)
                     fmt_steps(cell[s], sizeof cell[s], r, o->seeds);
                 else
-                    fmt_stat(cell[s], sizeof cell[s], x, o->seeds, fmts[col == 4 ? 3 : col]);
+                    fmt_stat(cell[s], sizeof cell[s], x, o->seeds, fmts[col]);
             }
             char both[90];
             snprintf(both, sizeof both, "%s | %s", cell[0], cell[1]);
-            printf(" %-*s", col == 3 ? 19 : col == 4 ? 17 : 23, both);
+            printf("  %-*s", 27 + (int)(strlen(both) - (size_t)cli_text_width(both)), both);
         }
         printf("\n");
     }
