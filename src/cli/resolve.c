@@ -51,8 +51,11 @@ static void explain(const qkv_forward *f, const qkv_batch *b, int item, const in
         printf(" %.3f\n", (double)a[j]);
     }
     double prob;
-    int cls = qkv_predict(f, item, &prob);
-    printf("%s → %s (%.2f)\n", qkv_vocab_word(ids[p]), qkv_vocab_word(qkv_coref_name_id(cls)), prob);
+    int cls = qkv_predict(f, item, &prob), name = qkv_coref_name_id(cls), present = 0;
+    for (int j = 0; j < n; j++)
+        present |= ids[j] == name;
+    printf("%s → %s (%.2f)%s\n", qkv_vocab_word(ids[p]), qkv_vocab_word(name), prob,
+           present ? "" : "  (not in the sentence: a guess)");
 }
 
 int cmd_resolve(int argc, char **argv)

@@ -75,7 +75,8 @@ int cmd_softmax(int argc, char **argv)
         for (int i = 0; i < n; i++) {
             double lin = sum != 0 ? z[i] / sum : NAN;
             printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, (double)p[i],
-                   lin < 0 || lin > 1 ? "   <- not a weight" : "");
+                   sum == 0 ? "   <- undefined: Σz = 0"
+                   : lin < 0 || lin > 1 ? "   <- not a weight" : "");
             if (out != NULL)
                 fprintf(out, "%s,%d,%g,%.6g,%.6g\n", label, i, z[i], lin, (double)p[i]);
         }
