@@ -605,6 +605,16 @@ static const gemm_impl *kernels(void)
     return gemm_active;
 }
 
+double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max)
+{
+    *max = row_max(x, n);
+    if (*max == -INFINITY) {
+        memset(e, 0, n * sizeof *e);
+        return 0;
+    }
+    return kernels()->exps(n, x, (qkv_real)*max, e);
+}
+
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
     exps_fn exps = kernels()->exps;

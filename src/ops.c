@@ -354,8 +354,12 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
     qkv_tensor *out = make_out(t, ndim + 1, oshape, w, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
-    for (size_t i = 0; i < n; i++)
-        memcpy(out->data + i * D, w->data + (size_t)ids[i] * D, (size_t)D * sizeof(qkv_real));
+    for (size_t i = 0; i < n; i++) { /* short rows: a loop beats a memcpy call */
+        const qkv_real *restrict src = w->data + (size_t)ids[i] * D;
+        qkv_real *restrict dst = out->data + i * D;
+        for (int j = 0; j < D; j++)
+            dst[j] = src[j];
+    }
     int failed;
     qkv_node *node = record(t, QKV_OP_GATHER, out, w, NULL, &failed);
     if (node != NULL && (node->ints = tape_ints(t, ids, n)) == NULL)
@@ -451,17 +455,24 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     qkv_tensor *out = make_out(t, 0, NULL, logits, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
+    /* probabilities (kept for backward when recording) and the loss from
+     * log-sum-exp in double: -log p[t] = log Σ e^(x - max) - (x[t] - max) */
+    const int recording = out->grad != NULL;
+    qkv_real *p = qkv_tape_alloc(t, logits->numel * sizeof(qkv_real));
+    if (p == NULL)
+        return qkv_nil();
     double loss = 0;
     for (size_t r = 0; r < rows; r++) {
-        if (targets[r] == QKV_IGNORE)
-            continue;
         const qkv_real *x = logits->data + r * C;
-        double mx = -INFINITY, sum = 0;
-        for (size_t j = 0; j < C; j++)
-            mx = x[j] > mx ? x[j] : mx;
-        for (size_t j = 0; j < C; j++)
-            sum += exp((double)x[j] - mx);
-        loss -= (double)x[targets[r]] - mx - log(sum);
+        qkv_real *pr = p + r * C;
+        double mx, sum = qkv_exp_shifted(pr, x, C, &mx);
+        if (targets[r] != QKV_IGNORE)
+            loss += mx + log(sum) - (double)x[targets[r]];
+        if (recording) {
+            qkv_real inv = (qkv_real)(1 / sum);
+            for (size_t j = 0; j < C; j++)
+                pr[j] *= inv;
+        }
     }
     double c = counted ? 1.0 / (double)counted : 0.0;
     out->data[0] = (qkv_real)(loss * c);
@@ -469,11 +480,9 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     qkv_node *node = record(t, QKV_OP_CROSS_ENTROPY, out, logits, NULL, &failed);
     if (node != NULL) {
         node->c = c;
-        node->ints = tape_ints(t, targets, rows);
-        node->saved = qkv_tape_alloc(t, logits->numel * sizeof(qkv_real));
-        if (node->ints == NULL || node->saved == NULL)
+        node->saved = p;
+        if ((node->ints = tape_ints(t, targets, rows)) == NULL)
             return qkv_nil();
-        qkv_softmax_rows(node->saved, logits->data, rows, C);
     }
     return failed ? qkv_nil() : out;
 }

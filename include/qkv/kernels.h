@@ -37,6 +37,10 @@ const char *qkv_kernels_name(void);
  * zeros. x and y may alias. */
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
 
+/* e[j] = e^(x[j] - m) for the row maximum m, which goes to *max; returns
+ * Σ e[j], accumulated in double. A row of -inf gives zeros and returns 0. */
+double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max);
+
 /* Softmax backward, row-wise: dx += y ⊙ (dy - Σ_j dy_j·y_j). */
 void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
                                const qkv_real *dy, size_t rows, size_t n);
