@@ -226,10 +226,11 @@ static qkv_model *decode(buf *b, const char *path, uint32_t fingerprint, qkv_sta
     b->pos = 8;
     uint32_t version = get_u32(b);
     uint64_t size = get_u64(b);
-    if (version > QKV_CHECKPOINT_VERSION || version == 0) {
+    if (version == 0 || version > QKV_CHECKPOINT_VERSION) {
         *st = fail(err, errlen, QKV_ERR_FORMAT,
-                   "%s has format version %u; this qkv reads version %u (upgrade qkv)", path,
-                   version, QKV_CHECKPOINT_VERSION);
+                   version ? "%s has format version %u; this qkv reads version %u (upgrade qkv)"
+                           : "%s is damaged: format version %u (this qkv reads version %u)",
+                   path, version, QKV_CHECKPOINT_VERSION);
         return NULL;
     }
     if (size != b->len) {
