@@ -1,8 +1,10 @@
 /*
- * kernels.c - portable loops for matmul, softmax and the attention metrics.
+ * kernels.c - the hot loops: matmul, softmax and the attention metrics.
  *
- * The loops are ordered so the innermost one walks contiguous memory and
- * the compiler can vectorise it.
+ * Each kernel exists in portable C (always built, always tested) and, in
+ * float32 builds on x86, in AVX2+FMA and AVX-512 versions selected at run
+ * time (qkv_kernels_use). Reductions that decide a probability or a loss
+ * accumulate in double.
  */
 #include <math.h>
 #include <string.h>
@@ -13,13 +15,13 @@
 /* matmul                                                                   */
 /*
  * Two paths. Products whose C is small or thin (the per-sentence attention
- * matmuls, 12×12 to 16×16) go straight through memory: rows of C built with
- * axpy, or entries with dot products. Larger ones use a cache-blocked GEMM
+ * matmuls, 12×12 up to 16×512) take the direct path: each row of C is held
+ * in registers while it accumulates. Larger ones use a cache-blocked GEMM
  * in the style of GotoBLAS/BLIS: B is packed into KC×NR panels, A into
  * MR×KC panels, and a register-tiled micro-kernel computes each MR×NR tile
- * of C. The primitives (micro-kernel, axpy, dot) are portable C, or
- * AVX2+FMA or AVX-512 intrinsics chosen at run time from cpuid. Every path
- * adds up the same products; only the order of the float additions differs.
+ * of C. Both exist in portable C and as AVX2+FMA or AVX-512 intrinsics
+ * chosen at run time from cpuid. Every path adds up the same products; only
+ * the order of the float additions differs.
  */
 
 #define KC 256           /* depth of a packed panel */
