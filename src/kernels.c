@@ -7,6 +7,7 @@
  * accumulate in double.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qkv/kernels.h"
@@ -539,7 +540,8 @@ static void gemm_blocked(const gemm_impl *im, int ta, int tb, int m, int n, int 
 
 static const gemm_impl *gemm_active;
 
-static const gemm_impl *gemm_best(void)
+/* The fastest kernel set this CPU supports. */
+static const gemm_impl *cpu_best(void)
 {
 #ifdef QKV_HAVE_X86_KERNELS
     if (cpu_has_avx512())
@@ -550,19 +552,34 @@ static const gemm_impl *gemm_best(void)
     return &impl_portable;
 }
 
+/* The kernel set called name, if this build and CPU have it; else NULL. */
+static const gemm_impl *find_impl(const char *name)
+{
+    if (strcmp(name, "auto") == 0)
+        return cpu_best();
+    if (strcmp(name, "portable") == 0)
+        return &impl_portable;
+#ifdef QKV_HAVE_X86_KERNELS
+    if (strcmp(name, "avx2") == 0 && cpu_has_avx2())
+        return &impl_avx2;
+    if (strcmp(name, "avx512") == 0 && cpu_has_avx512())
+        return &impl_avx512;
+#endif
+    return NULL;
+}
+
+/* The default: QKV_KERNELS from the environment if it names a kernel set
+ * this machine has, else the fastest. */
+static const gemm_impl *gemm_best(void)
+{
+    const char *env = getenv("QKV_KERNELS");
+    const gemm_impl *im = env != NULL ? find_impl(env) : NULL;
+    return im != NULL ? im : cpu_best();
+}
+
 int qkv_kernels_use(const char *name)
 {
-    const gemm_impl *pick = NULL;
-    if (strcmp(name, "auto") == 0)
-        pick = gemm_best();
-    else if (strcmp(name, "portable") == 0)
-        pick = &impl_portable;
-#ifdef QKV_HAVE_X86_KERNELS
-    else if (strcmp(name, "avx2") == 0 && cpu_has_avx2())
-        pick = &impl_avx2;
-    else if (strcmp(name, "avx512") == 0 && cpu_has_avx512())
-        pick = &impl_avx512;
-#endif
+    const gemm_impl *pick = find_impl(name);
     if (pick == NULL)
         return -1;
     gemm_active = pick;

@@ -22,7 +22,8 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
               const qkv_real *B, qkv_real *C, int accumulate);
 
 /* Chooses the instruction set of the matmul and softmax kernels: "auto"
- * (the fastest this CPU supports; the default), "portable" (plain C and
+ * (the fastest this CPU supports; the default unless the environment
+ * variable QKV_KERNELS names another set), "portable" (plain C and
  * libm, always available), "avx2" (AVX2+FMA) or "avx512" (AVX-512F); the
  * last two exist only in float32 builds on x86. Results differ between them
  * only by float rounding (summation order; softmax's e^x within 2 ulp). Returns 0, or -1 and changes nothing when
