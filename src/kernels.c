@@ -263,10 +263,51 @@ rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0, __mmask16 last,
         rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
 }
 
+/* dst (k×n, row-major) = Bᵀ for B n×k with n, k <= 16, in registers: load
+ * the rows, transpose 16×16 in four shuffle stages, store the columns. */
+__attribute__((target("avx512f"))) static void
+transpose16_avx512(const float *B, int n, int k, float *dst)
+{
+    __m512 r[16], t[16];
+    __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
+    for (int j = 0; j < 16; j++)
+        r[j] = j < n ? _mm512_maskz_loadu_ps(km, B + (size_t)j * k) : _mm512_setzero_ps();
+    for (int j = 0; j < 16; j += 2) { /* pairs of rows interleaved */
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) { /* then fours: column p of rows j..j+3 per lane */
+        __m512d a = _mm512_castps_pd(t[j]), b = _mm512_castps_pd(t[j + 1]);
+        __m512d c = _mm512_castps_pd(t[j + 2]), d = _mm512_castps_pd(t[j + 3]);
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int q = 0; q < 4; q++) { /* 128-bit lanes of rows 0-7, then of rows 8-15 */
+        t[q] = _mm512_shuffle_f32x4(r[q], r[q + 4], 0x88);
+        t[q + 4] = _mm512_shuffle_f32x4(r[q], r[q + 4], 0xdd);
+        t[q + 8] = _mm512_shuffle_f32x4(r[q + 8], r[q + 12], 0x88);
+        t[q + 12] = _mm512_shuffle_f32x4(r[q + 8], r[q + 12], 0xdd);
+    }
+    for (int q = 0; q < 8; q++) { /* column q and column q + 8 */
+        r[q] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0x88);
+        r[q + 8] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd);
+    }
+    for (int p = 0; p < k; p++)
+        _mm512_mask_storeu_ps(dst + (size_t)p * n, nm, r[p]);
+}
+
 __attribute__((target("avx512f"))) static void
 direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *B, float *C)
 {
-    const float *Bk = b_rows(tb, n, k, B);
+    const float *Bk;
+    if (tb && n <= 16 && k <= 16) {
+        transpose16_avx512(B, n, k, direct_scratch);
+        Bk = direct_scratch;
+    } else {
+        Bk = b_rows(tb, n, k, B);
+    }
     if (Bk == NULL) {
         direct_dots(ta, m, n, k, A, B, C);
         return;

@@ -66,7 +66,9 @@ START_TEST(test_gemm_paths_match_the_definition_on_odd_sizes)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
     static const int sizes[] = {1, 3, 17, 63, 65};
-    static const int big[][3] = {{130, 600, 300}, {48, 48, 8}, {97, 65, 513}, {49, 50, 7}};
+    /* blocked sizes, and the attention shapes (n, k <= 16: register transpose) */
+    static const int big[7][3] = {{130, 600, 300}, {48, 48, 8}, {97, 65, 513}, {49, 50, 7},
+                                  {12, 12, 16},   {16, 16, 16}, {5, 13, 11}};
     qkv_rng g;
     qkv_rng_seed(&g, 1);
     int tested = 0;
@@ -80,7 +82,7 @@ START_TEST(test_gemm_paths_match_the_definition_on_odd_sizes)
             for (int si = 0; si < 5; si++)
                 for (int sj = 0; sj < 5; sj++)
                     check_gemm(&g, ta, tb, sizes[si], sizes[sj], sizes[(si + 2 * sj) % 5]);
-            for (int b = 0; b < 4; b++)
+            for (int b = 0; b < 7; b++)
                 check_gemm(&g, ta, tb, big[b][0], big[b][1], big[b][2]);
         }
     }
