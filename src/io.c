@@ -317,16 +317,23 @@ qkv_status qkv_mkdirs(const char *dir, char *err, size_t errlen)
     return QKV_OK;
 }
 
-FILE *qkv_csv_create(const char *path, const char *header, char *err, size_t errlen)
+qkv_status qkv_mkdirs_for(const char *path, char *err, size_t errlen)
 {
     char dir[4096];
     const char *slash = strrchr(path, '/');
-    if (slash != NULL && (size_t)(slash - path) < sizeof dir) {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-        if (qkv_mkdirs(dir, err, errlen) != QKV_OK)
-            return NULL;
-    }
+    if (slash == NULL)
+        return QKV_OK;
+    if ((size_t)(slash - path) >= sizeof dir)
+        return fail(err, errlen, QKV_ERR_IO, "%s: path too long", path);
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return qkv_mkdirs(dir, err, errlen);
+}
+
+FILE *qkv_csv_create(const char *path, const char *header, char *err, size_t errlen)
+{
+    if (qkv_mkdirs_for(path, err, errlen) != QKV_OK)
+        return NULL;
     FILE *f = fopen(path, "w");
     if (f == NULL) {
         fail(err, errlen, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));

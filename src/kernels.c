@@ -41,13 +41,17 @@ typedef void (*direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A
 /* y[j] = e^(x[j] - mx) for x[j] <= mx; returns Σ y[j] in double. */
 typedef double (*exps_fn)(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y);
 
+/* Softmax of one row of at most 16 entries. */
+typedef void (*softmax16_fn)(size_t n, const qkv_real *x, qkv_real *y);
+
 /* One instruction set's kernels. */
 typedef struct gemm_impl {
     const char *name;
     int mr, nr;
-    ukernel_fn kernel; /* the blocked path's micro-kernel */
-    direct_fn direct;  /* the direct path */
-    exps_fn exps;      /* softmax's exponentials */
+    ukernel_fn kernel;      /* the blocked path's micro-kernel */
+    direct_fn direct;       /* the direct path */
+    exps_fn exps;           /* softmax's exponentials */
+    softmax16_fn softmax16; /* short rows in one register, or NULL */
 } gemm_impl;
 
 /* ---- the direct path ---------------------------------------------------- */
@@ -157,7 +161,7 @@ static double exps_c(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
     return sum;
 }
 
-static const gemm_impl impl_portable = {"portable", 4, 8, ukernel_c, direct_c, exps_c};
+static const gemm_impl impl_portable = {"portable", 4, 8, ukernel_c, direct_c, exps_c, NULL};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -482,18 +486,15 @@ exps_avx2(size_t n, const float *x, float mx, float *y)
 
 /* Softmax of a row of at most 16 entries held in one register: the max, the
  * exponentials, their sum (in double) and the scaling without touching
- * memory in between. Returns 0 if the row is longer (the caller then takes
- * the general path). */
-__attribute__((target("avx512f"))) static int softmax16_avx512(size_t n, const float *x, float *y)
+ * memory in between. */
+__attribute__((target("avx512f"))) static void softmax16_avx512(size_t n, const float *x, float *y)
 {
-    if (n > 16)
-        return 0;
     __mmask16 m = (__mmask16)((1u << n) - 1);
     __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x);
     float mx = _mm512_reduce_max_ps(v);
     if (mx == -INFINITY) {
         _mm512_mask_storeu_ps(y, m, _mm512_setzero_ps());
-        return 1;
+        return;
     }
     __m512 e = exp_avx512(_mm512_sub_ps(v, _mm512_set1_ps(mx)));
     __m512d s = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
@@ -501,12 +502,11 @@ __attribute__((target("avx512f"))) static int softmax16_avx512(size_t n, const f
                                   _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     float inv = (float)(1 / _mm512_reduce_add_pd(s));
     _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(e, _mm512_set1_ps(inv)));
-    return 1;
 }
 
-static const gemm_impl impl_avx2 = {"avx2", 6, 16, ukernel_avx2, direct_avx2, exps_avx2};
-static const gemm_impl impl_avx512 = {"avx512", 12, 32, ukernel_avx512, direct_avx512, exps_avx512};
-
+static const gemm_impl impl_avx2 = {"avx2", 6, 16, ukernel_avx2, direct_avx2, exps_avx2, NULL};
+static const gemm_impl impl_avx512 = {"avx512",      12,          32, ukernel_avx512,
+                                      direct_avx512, exps_avx512, softmax16_avx512};
 
 static int cpu_has_avx2(void)
 {
@@ -627,25 +627,30 @@ int qkv_kernels_use(const char *name)
     return 0;
 }
 
-const char *qkv_kernels_name(void)
+/* The kernel set in use, chosen on first use. */
+static const gemm_impl *kernels(void)
 {
     if (gemm_active == NULL)
         gemm_active = gemm_best();
-    return gemm_active->name;
+    return gemm_active;
+}
+
+const char *qkv_kernels_name(void)
+{
+    return kernels()->name;
 }
 
 void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
               const qkv_real *B, qkv_real *C, int accumulate)
 {
-    if (gemm_active == NULL)
-        gemm_active = gemm_best();
+    const gemm_impl *im = kernels();
     if (!accumulate)
         memset(C, 0, (size_t)m * n * sizeof *C);
     /* packing costs O(mk + kn) per block; it pays off once C is large */
     if (m >= BLOCKED_MIN && n >= BLOCKED_MIN && k >= 8)
-        gemm_blocked(gemm_active, ta, tb, m, n, k, A, B, C);
+        gemm_blocked(im, ta, tb, m, n, k, A, B, C);
     else
-        gemm_active->direct(ta, tb, m, n, k, A, B, C);
+        im->direct(ta, tb, m, n, k, A, B, C);
 }
 
 
@@ -656,13 +661,6 @@ static double row_max(const qkv_real *x, size_t n)
         if (x[j] > mx)
             mx = x[j];
     return mx;
-}
-
-static const gemm_impl *kernels(void)
-{
-    if (gemm_active == NULL)
-        gemm_active = gemm_best();
-    return gemm_active;
 }
 
 double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max)
@@ -677,21 +675,16 @@ double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max)
 
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
-    exps_fn exps = kernels()->exps;
-#ifdef QKV_HAVE_X86_KERNELS
-    if (n <= 16 && kernels() == &impl_avx512) {
-        for (size_t r = 0; r < rows; r++)
-            softmax16_avx512(n, x + r * n, y + r * n);
-        return;
-    }
-#endif
+    softmax16_fn short_row = kernels()->softmax16;
     for (size_t r = 0; r < rows; r++, x += n, y += n) {
-        double mx = row_max(x, n);
-        if (mx == -INFINITY) {
-            memset(y, 0, n * sizeof *y);
+        if (short_row != NULL && n <= 16) {
+            short_row(n, x, y);
             continue;
         }
-        qkv_real inv = (qkv_real)(1 / exps(n, x, (qkv_real)mx, y));
+        double mx, sum = qkv_exp_shifted(y, x, n, &mx);
+        if (sum == 0)
+            continue; /* fully masked: y is already all zeros */
+        qkv_real inv = (qkv_real)(1 / sum);
         for (size_t j = 0; j < n; j++)
             y[j] *= inv;
     }
@@ -712,14 +705,9 @@ void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
 void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
     for (size_t r = 0; r < rows; r++, x += n, y += n) {
-        double mx = row_max(x, n), sum = 0;
-        if (mx == -INFINITY) {
-            for (size_t j = 0; j < n; j++)
-                y[j] = -INFINITY;
-            continue;
-        }
-        sum = kernels()->exps(n, x, (qkv_real)mx, y); /* y as scratch */
-        double lse = mx + log(sum);
+        double mx, sum = qkv_exp_shifted(y, x, n, &mx); /* y as scratch */
+        /* a fully masked row (sum 0) gives x - inf = -inf everywhere */
+        double lse = sum > 0 ? mx + log(sum) : INFINITY;
         for (size_t j = 0; j < n; j++)
             y[j] = (qkv_real)((double)x[j] - lse);
     }

@@ -12,7 +12,7 @@ struct qkv_optim {
     qkv_optim_config cfg;
     qkv_tensor **params; /* (n) not owned */
     int n;
-    double **m, **v;     /* (n) first and second moments (SGD uses m as velocity) */
+    double **m, **v;     /* (n) first and second moments; SGD keeps its velocity in m, no v */
     long t;              /* steps taken */
     double last_norm;
 };
@@ -61,8 +61,8 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     for (int i = 0; ok && i < n; i++) {
         o->params[i] = params[i];
         o->m[i] = qkv_calloc(params[i]->numel, sizeof(double));
-        o->v[i] = qkv_calloc(params[i]->numel, sizeof(double));
-        ok = o->m[i] && o->v[i];
+        o->v[i] = cfg->kind == QKV_SGD ? NULL : qkv_calloc(params[i]->numel, sizeof(double));
+        ok = o->m[i] && (o->v[i] || cfg->kind == QKV_SGD);
     }
     if (!ok) {
         qkv_optim_free(o);
@@ -86,13 +86,22 @@ double qkv_grad_norm(qkv_tensor *const *params, int n)
     return sqrt(s);
 }
 
-static void scale_grads(qkv_tensor *const *params, int n, double k);
+/* Scales all gradients by max_norm / norm when norm (their global norm)
+ * exceeds max_norm > 0. */
+static void clip_to(qkv_tensor *const *params, int n, double norm, double max_norm)
+{
+    if (!(max_norm > 0 && norm > max_norm))
+        return;
+    double k = max_norm / norm;
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < params[i]->numel; j++)
+            params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
+}
 
 double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm)
 {
     double norm = qkv_grad_norm(params, n);
-    if (max_norm > 0 && norm > max_norm)
-        scale_grads(params, n, max_norm / norm);
+    clip_to(params, n, norm, max_norm);
     return norm;
 }
 
@@ -136,22 +145,13 @@ static void adam_update(qkv_optim *o, int i)
     }
 }
 
-/* Multiplies every gradient by k. */
-static void scale_grads(qkv_tensor *const *params, int n, double k)
-{
-    for (int i = 0; i < n; i++)
-        for (size_t j = 0; j < params[i]->numel; j++)
-            params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
-}
-
 qkv_status qkv_optim_step(qkv_optim *o)
 {
     double norm = qkv_grad_norm(o->params, o->n); /* NaN or Inf if any gradient is */
     if (!isfinite(norm))
         return QKV_ERR_NUMERIC;
     o->last_norm = norm;
-    if (o->cfg.clip > 0 && norm > o->cfg.clip)
-        scale_grads(o->params, o->n, o->cfg.clip / norm);
+    clip_to(o->params, o->n, norm, o->cfg.clip);
     o->t++;
     for (int i = 0; i < o->n; i++) {
         if (o->cfg.kind == QKV_SGD)

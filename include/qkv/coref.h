@@ -20,6 +20,7 @@ extern "C" {
 
 #define QKV_MAX_TOKENS 48 /* longest sentence, in tokens */
 #define QKV_LEVELS 3
+#define QKV_ALL_LEVELS 7u /* the level bit set of levels 1, 2 and 3 */
 
 typedef enum qkv_word_kind {
     QKV_WORD_PAD,    /* id 0, "<pad>": never produced by the tokenizer */

@@ -43,6 +43,10 @@ qkv_model *qkv_model_load(const char *path, uint32_t fingerprint, qkv_status *st
  * QKV_ERR_IO with a message on failure. */
 qkv_status qkv_mkdirs(const char *dir, char *err, size_t errlen);
 
+/* Creates the directory that the file path would live in (everything up to
+ * its last '/'), as qkv_mkdirs does; nothing for a bare file name. */
+qkv_status qkv_mkdirs_for(const char *path, char *err, size_t errlen);
+
 /* Opens path for writing a CSV log (creating its directory) and writes the
  * header line. Returns NULL with a message in err on failure. */
 FILE *qkv_csv_create(const char *path, const char *header, char *err, size_t errlen);

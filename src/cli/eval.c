@@ -22,7 +22,7 @@ int cmd_eval(int argc, char **argv)
     qkv_dataset d;
     qkv_tape *t = qkv_tape_new(0);
     qkv_batch *b = qkv_batch_new(256, QKV_MAX_TOKENS);
-    if (t == NULL || b == NULL || qkv_dataset_build(&d, 7, m->cfg.seed) != QKV_OK) {
+    if (t == NULL || b == NULL || qkv_dataset_build(&d, QKV_ALL_LEVELS, m->cfg.seed) != QKV_OK) {
         qkv_model_free(m);
         qkv_tape_free(t);
         qkv_batch_free(b);

@@ -19,7 +19,7 @@
 #define VAR_SAMPLES 20000
 
 typedef struct sat_opts {
-    const char *dks, *optim, *out, *levels;
+    const char *dks, *optim, *out;
     int steps, seeds, batch, log_every, quiet;
     double lr, init_std;
     uint64_t seed;
@@ -102,7 +102,7 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
                 qkv_grad_norm(&m->wv, 1), gs, st.entropy, st.max_weight, st.jacobian,
                 st.score_var);
     }
-    if (rc == CLI_OK && r->steps90 != -2) {
+    if (rc == CLI_OK) {
         task_eval te;
         task_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test, 0, &te);
         int finite = 1;
@@ -244,7 +244,7 @@ static int sweep(sat_ctx *c, const int *dks, int ndk)
 
 int cmd_saturation(int argc, char **argv)
 {
-    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", "1,2,3", 300, 1, 32, 10, 0,
+    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0,
                   -1, 1.0, 1};
     const cli_opt opts[] = {
         {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
@@ -287,7 +287,7 @@ int cmd_saturation(int argc, char **argv)
     c.tape = qkv_tape_new(0);
     c.batch = qkv_batch_new(o.batch, QKV_MAX_TOKENS);
     c.eval_batch = qkv_batch_new(256, QKV_MAX_TOKENS);
-    if (qkv_dataset_build(&c.data, qkv_parse_levels(o.levels), o.seed) != QKV_OK || !c.tape ||
+    if (qkv_dataset_build(&c.data, QKV_ALL_LEVELS, o.seed) != QKV_OK || !c.tape ||
         !c.batch || !c.eval_batch || !(c.order = malloc(sizeof *c.order * (size_t)c.data.n_train)))
         r = cli_fail("saturation: out of memory");
     if (r == CLI_OK)

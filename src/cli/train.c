@@ -126,14 +126,8 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
         return cli_fail("train: cannot finish writing %s", o->log);
     }
     tr->log = NULL;
-    const char *slash = strrchr(o->save, '/');
-    if (slash != NULL) {
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - o->save), o->save);
-        if (qkv_mkdirs(dir, err, sizeof err) != QKV_OK)
-            return cli_fail("train: %s", err);
-    }
-    if (qkv_model_save(m, qkv_vocab_fingerprint(), o->save, err, sizeof err) != QKV_OK)
+    if (qkv_mkdirs_for(o->save, err, sizeof err) != QKV_OK ||
+        qkv_model_save(m, qkv_vocab_fingerprint(), o->save, err, sizeof err) != QKV_OK)
         return cli_fail("train: %s", err);
     if (!o->quiet)
         fprintf(stderr, "trained in %.2f s; log %s; model %s\n", seconds, o->log, o->save);
