@@ -157,17 +157,22 @@ static qkv_tensor *c_cross_entropy(qkv_tape *t, qkv_tensor **p)
     return qkv_cross_entropy(t, p[0], targets);
 }
 
-/* A causal mask over [2,3,3] scores, plus one fully masked row. */
+/* A causal mask [2,tq,tk] (query i sees keys j <= i + tk - tq), with row 0
+ * of item 1 fully masked. */
+static qkv_tensor *causal_mask(qkv_tape *t, int tq, int tk)
+{
+    qkv_tensor *m = qkv_tape_tensor(t, 3, (const int[]){2, tq, tk}, 0);
+    for (int b = 0; !qkv_tensor_is_nil(m) && b < 2; b++)
+        for (int i = 0; i < tq; i++)
+            for (int j = 0; j < tk; j++)
+                m->data[(b * tq + i) * tk + j] =
+                    j > i + tk - tq || (b == 1 && i == 0) ? -INFINITY : 0;
+    return m;
+}
+
 static qkv_tensor *c_mask_softmax(qkv_tape *t, qkv_tensor **p)
 {
-    qkv_tensor *m = qkv_tape_tensor(t, 3, (const int[]){2, 3, 3}, 0);
-    if (qkv_tensor_is_nil(m))
-        return m;
-    for (int b = 0; b < 2; b++)
-        for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 3; j++)
-                m->data[(b * 3 + i) * 3 + j] = j > i || (b == 1 && i == 0) ? -INFINITY : 0;
-    return qkv_softmax(t, qkv_mask(t, p[0], m));
+    return qkv_softmax(t, qkv_mask(t, p[0], causal_mask(t, 3, 3)));
 }
 
 /* softmax(Q·Kᵀ/√d)·V on dense inputs. */
@@ -177,8 +182,21 @@ static qkv_tensor *c_attention(qkv_tape *t, qkv_tensor **p)
     return qkv_matmul(t, qkv_softmax(t, s), p[2]);
 }
 
+/* Fused attention with a causal mask (one row fully masked), a loss that
+ * also reads the scores and the weights, and one picked row per item. */
+static qkv_tensor *c_attention_fused(qkv_tape *t, qkv_tensor **p)
+{
+    static const int rows[2] = {2, 1};
+    qkv_attention_parts parts;
+    qkv_tensor *o = qkv_attention(t, p[0], p[1], p[2], causal_mask(t, 3, 4), 0.5, &parts);
+    qkv_tensor *extra = qkv_add(t, qkv_sum(t, qkv_mul(t, parts.scores, parts.attn)),
+                                qkv_sum(t, qkv_pick_rows(t, o, rows)));
+    return qkv_add(t, qkv_mean(t, qkv_tanh(t, o)), extra);
+}
+
 /* The coreference model end to end: gather Q, K, V from token ids, scaled
- * scores, padding mask, softmax, A·V, the pronoun's row, ·Wo, cross-entropy. */
+ * scores, padding mask, softmax, A·V (fused, as qkv_model_forward has them),
+ * the pronoun's row, ·Wo, cross-entropy. */
 static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
 {
     static const int ids[8] = {0, 3, 5, 2, 1, 4, 2, 0}; /* [2,4]; item 1 is padded */
@@ -192,9 +210,7 @@ static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
         return m;
     for (int j = 0; j < 8; j++)
         m->data[j] = j == 7 ? -INFINITY : 0; /* item 1 has length 3 */
-    qkv_tensor *s = qkv_scale(t, qkv_matmul_nt(t, q, k), 1.0 / sqrt(3.0));
-    qkv_tensor *a = qkv_softmax(t, qkv_mask(t, s, m));
-    qkv_tensor *h = qkv_pick_rows(t, qkv_matmul(t, a, v), pron);
+    qkv_tensor *h = qkv_pick_rows(t, qkv_attention(t, q, k, v, m, 1.0 / sqrt(3.0), NULL), pron);
     return qkv_cross_entropy(t, qkv_matmul(t, h, p[3]), target);
 }
 
@@ -222,6 +238,8 @@ static const gc_case cases[] = {
     {"tanh", c_tanh, 1, {2}, {{3, 4}}, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1},
     {"attention softmax(QKᵀ/√d)V", c_attention, 3, {3, 3, 3}, {{2, 3, 4}, {2, 5, 4}, {2, 5, 4}}, 0},
+    {"fused attention (mask, parts)", c_attention_fused, 3, {3, 3, 3},
+     {{2, 3, 4}, {2, 4, 4}, {2, 4, 5}}, 0},
     {"coref model end to end", c_model, 4, {2, 2, 2, 2}, {{6, 3}, {6, 3}, {6, 3}, {3, 4}}, 0},
 };
 

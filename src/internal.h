@@ -26,7 +26,8 @@ typedef enum qkv_op {
     QKV_OP_LOG_SOFTMAX,
     QKV_OP_CROSS_ENTROPY,
     QKV_OP_TANH,
-    QKV_OP_RELU
+    QKV_OP_RELU,
+    QKV_OP_ATTENTION
 } qkv_op;
 
 /* One recorded op: what backward needs, nothing more. */
@@ -38,6 +39,7 @@ typedef struct qkv_node {
     double c;         /* a constant: the scale, or 1/N for means */
     int *ints;        /* ids, row indices or targets, copied onto the tape */
     qkv_real *saved;  /* extra forward state (cross-entropy probabilities) */
+    void *aux;        /* an op's own record, on the tape (attention) */
 } qkv_node;
 
 /* Appends a node for out (which must have a gradient) and returns it, or

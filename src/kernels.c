@@ -44,6 +44,14 @@ typedef double (*exps_fn)(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
 /* Softmax of one row of at most 16 entries. */
 typedef void (*softmax16_fn)(size_t n, const qkv_real *x, qkv_real *y);
 
+/* Fused attention for one item; return nonzero when the shape is not one
+ * they handle, and the generic path runs instead. */
+typedef int (*attn_fwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                           const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
+typedef int (*attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                           const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                           qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv);
+
 /* One instruction set's kernels. */
 typedef struct gemm_impl {
     const char *name;
@@ -52,6 +60,8 @@ typedef struct gemm_impl {
     direct_fn direct;       /* the direct path */
     exps_fn exps;           /* softmax's exponentials */
     softmax16_fn softmax16; /* short rows in one register, or NULL */
+    attn_fwd_fn attn_fwd;   /* fused attention, or NULL: the generic path */
+    attn_bwd_fn attn_bwd;
 } gemm_impl;
 
 /* ---- the direct path ---------------------------------------------------- */
@@ -161,7 +171,8 @@ static double exps_c(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
     return sum;
 }
 
-static const gemm_impl impl_portable = {"portable", 4, 8, ukernel_c, direct_c, exps_c, NULL};
+static const gemm_impl impl_portable = {"portable", 4,    8,   ukernel_c, direct_c,
+                                        exps_c,     NULL, NULL, NULL};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -267,15 +278,16 @@ rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0, __mmask16 last,
         rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
 }
 
-/* dst (k×n, row-major) = Bᵀ for B n×k with n, k <= 16, in registers: load
- * the rows, transpose 16×16 in four shuffle stages, store the columns. */
+/* dst (k×n, row stride ldd) = Bᵀ for B n×k (row stride ldb) with n, k <=
+ * 16, in registers: load the rows, transpose 16×16 in four shuffle stages,
+ * store the columns. */
 __attribute__((target("avx512f"))) static void
-transpose16_avx512(const float *B, int n, int k, float *dst)
+transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t ldd)
 {
     __m512 r[16], t[16];
     __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
     for (int j = 0; j < 16; j++)
-        r[j] = j < n ? _mm512_maskz_loadu_ps(km, B + (size_t)j * k) : _mm512_setzero_ps();
+        r[j] = j < n ? _mm512_maskz_loadu_ps(km, B + (size_t)j * ldb) : _mm512_setzero_ps();
     for (int j = 0; j < 16; j += 2) { /* pairs of rows interleaved */
         t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
         t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
@@ -299,7 +311,7 @@ transpose16_avx512(const float *B, int n, int k, float *dst)
         r[q + 8] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd);
     }
     for (int p = 0; p < k; p++)
-        _mm512_mask_storeu_ps(dst + (size_t)p * n, nm, r[p]);
+        _mm512_mask_storeu_ps(dst + (size_t)p * ldd, nm, r[p]);
 }
 
 __attribute__((target("avx512f"))) static void
@@ -307,7 +319,7 @@ direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *
 {
     const float *Bk;
     if (tb && n <= 16 && k <= 16) {
-        transpose16_avx512(B, n, k, direct_scratch);
+        transpose16_avx512(B, (size_t)k, n, k, direct_scratch, (size_t)n);
         Bk = direct_scratch;
     } else {
         Bk = b_rows(tb, n, k, B);
@@ -484,29 +496,236 @@ exps_avx2(size_t n, const float *x, float mx, float *y)
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
 
-/* Softmax of a row of at most 16 entries held in one register: the max, the
+/* Softmax of the first lanes (m) of v in the register: the max, the
  * exponentials, their sum (in double) and the scaling without touching
- * memory in between. */
-__attribute__((target("avx512f"))) static void softmax16_avx512(size_t n, const float *x, float *y)
+ * memory. An all -inf row gives zeros. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+softmax16_reg(__mmask16 m, __m512 v)
 {
-    __mmask16 m = (__mmask16)((1u << n) - 1);
-    __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x);
+    v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, v);
     float mx = _mm512_reduce_max_ps(v);
-    if (mx == -INFINITY) {
-        _mm512_mask_storeu_ps(y, m, _mm512_setzero_ps());
-        return;
-    }
+    if (mx == -INFINITY)
+        return _mm512_setzero_ps();
     __m512 e = exp_avx512(_mm512_sub_ps(v, _mm512_set1_ps(mx)));
     __m512d s = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
                               _mm512_cvtps_pd(_mm256_castpd_ps(
                                   _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     float inv = (float)(1 / _mm512_reduce_add_pd(s));
-    _mm512_mask_storeu_ps(y, m, _mm512_mul_ps(e, _mm512_set1_ps(inv)));
+    return _mm512_mul_ps(e, _mm512_set1_ps(inv));
 }
 
-static const gemm_impl impl_avx2 = {"avx2", 6, 16, ukernel_avx2, direct_avx2, exps_avx2, NULL};
-static const gemm_impl impl_avx512 = {"avx512",      12,          32, ukernel_avx512,
-                                      direct_avx512, exps_avx512, softmax16_avx512};
+/* Softmax of a row of at most 16 entries held in one register. */
+__attribute__((target("avx512f"))) static void softmax16_avx512(size_t n, const float *x, float *y)
+{
+    __mmask16 m = (__mmask16)((1u << n) - 1);
+    _mm512_mask_storeu_ps(y, m, softmax16_reg(m, _mm512_maskz_loadu_ps(m, x)));
+}
+
+/* ---- fused attention, keys in one register (tk <= 16) ----------------- */
+/*
+ * Each step is the arithmetic of the unfused ops, in the same order, so the
+ * results are bit for bit those of qkv_gemm (the direct path: one FMA chain
+ * per element, depth ascending), the double-precision scaling, the mask and
+ * softmax16. What changes is that an item's S and A rows never leave the
+ * registers between the steps, and that backward skips rows of zeros.
+ */
+#define ATTN_MAXD 1024
+static _Thread_local _Alignas(64) float attn_kt[ATTN_MAXD * 16];
+
+/* dst (d×16, row stride 16) = Xᵀ for X tk×d, tk <= 16, d <= ATTN_MAXD. */
+__attribute__((target("avx512f"))) static void transpose_keys(const float *X, int tk, int d,
+                                                              float *dst)
+{
+    for (int c0 = 0; c0 < d; c0 += 16)
+        transpose16_avx512(X + c0, (size_t)d, tk, d - c0 < 16 ? d - c0 : 16, dst + (size_t)c0 * 16,
+                           16);
+}
+
+/* (float)(c·(double)x) lane by lane: the scaling op's rounding. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 scale_ps(__m512 x,
+                                                                                __m512d c)
+{
+    __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(c, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
+    __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
+        c, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                                               _mm256_castps_pd(hi), 1));
+}
+
+/* The mask's row i, as lanes (0 beyond tk). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512
+mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
+{
+    const float *mr = sh->mask + (size_t)i * sh->mask_rs;
+    return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0]))
+                            : _mm512_maskz_loadu_ps(km, mr);
+}
+
+static __mmask16 lanes(int n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+}
+
+/* Rows i0..i0+R of S, A and O. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+attn_fwd_rows(int R, int i0, const qkv_attn_shape *sh, const float *q, const float *kt,
+              const float *v, float *s, float *a, float *o)
+{
+    const int tk = sh->tk, dk = sh->dk, dv = sh->dv;
+    const __mmask16 km = lanes(tk);
+    __m512 acc[4];
+    for (int r = 0; r < R; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int p = 0; p < dk; p++) {
+        __m512 b = _mm512_maskz_load_ps(km, kt + (size_t)p * 16);
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(i0 + r) * dk + p]), b, acc[r]);
+    }
+    const __m512d c = _mm512_set1_pd(sh->scale);
+    for (int r = 0; r < R; r++) {
+        const size_t i = (size_t)(i0 + r);
+        __m512 x = scale_ps(acc[r], c);
+        _mm512_mask_storeu_ps(s + i * tk, km, x);
+        if (sh->mask != NULL)
+            x = _mm512_add_ps(x, mask_row(sh, (int)i, km));
+        _mm512_mask_storeu_ps(a + i * tk, km, softmax16_reg(km, x));
+    }
+    for (int c0 = 0; c0 < dv; c0 += 16) {
+        const __mmask16 cm = lanes(dv - c0);
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_setzero_ps();
+        for (int j = 0; j < tk; j++) {
+            __m512 vv = _mm512_maskz_loadu_ps(cm, v + (size_t)j * dv + c0);
+            for (int r = 0; r < R; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(size_t)(i0 + r) * tk + j]), vv, acc[r]);
+        }
+        for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(o + (size_t)(i0 + r) * dv + c0, cm, acc[r]);
+    }
+}
+
+__attribute__((target("avx512f"))) static int
+attn_fwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                float *s, float *a, float *o)
+{
+    if (sh->tk > 16 || sh->dk > ATTN_MAXD)
+        return -1;
+    transpose_keys(k, sh->tk, sh->dk, attn_kt);
+    int i = 0;
+    for (; i + 4 <= sh->tq; i += 4)
+        attn_fwd_rows(4, i, sh, q, attn_kt, v, s, a, o);
+    for (; i < sh->tq; i++)
+        attn_fwd_rows(1, i, sh, q, attn_kt, v, s, a, o);
+    return 0;
+}
+
+/* y[c0..) = fma(x, row[c0..), y[c0..)) over d columns: y += x·row. */
+__attribute__((target("avx512f"), always_inline)) static inline void axpy_row(float x,
+                                                                              const float *row,
+                                                                              float *y, int d)
+{
+    const __m512 xv = _mm512_set1_ps(x);
+    for (int c0 = 0; c0 < d; c0 += 16) {
+        const __mmask16 cm = lanes(d - c0);
+        _mm512_mask_storeu_ps(y + c0, cm,
+                              _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(cm, row + c0),
+                                              _mm512_maskz_loadu_ps(cm, y + c0)));
+    }
+}
+
+static int row_is_zero(const float *x, int n)
+{
+    for (int j = 0; j < n; j++)
+        if (x[j] != 0)
+            return 0;
+    return 1;
+}
+
+__attribute__((target("avx512f"))) static int
+attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
+                float *dv)
+{
+    const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
+    if (tk > 16 || (da != NULL && d_v > ATTN_MAXD))
+        return -1;
+    const __mmask16 km = lanes(tk);
+    const __m512d c = _mm512_set1_pd(sh->scale);
+    if (da != NULL) {
+        transpose_keys(v, tk, d_v, attn_kt); /* Vᵀ */
+    }
+    for (int i = 0; i < tq; i++) {
+        const float *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
+        const int live = !row_is_zero(go, d_v);
+        if (live && dv != NULL) /* dV[j,:] += A[i,j]·dO[i,:] (rows i ascending) */
+            for (int j = 0; j < tk; j++)
+                axpy_row(ai[j], go, dv + (size_t)j * d_v, d_v);
+        if (da == NULL)
+            continue;
+        /* dA[i,:] += dO[i,:]·Vᵀ */
+        __m512 g = _mm512_maskz_loadu_ps(km, da + (size_t)i * tk);
+        if (live) {
+            for (int p = 0; p < d_v; p++)
+                g = _mm512_fmadd_ps(_mm512_set1_ps(go[p]),
+                                    _mm512_maskz_load_ps(km, attn_kt + (size_t)p * 16), g);
+            _mm512_mask_storeu_ps(da + (size_t)i * tk, km, g);
+        }
+        /* dSs[i,:] += mask-kept A ⊙ (dA - Σ dA·A), the dot summed in order */
+        __m512 sg = _mm512_maskz_loadu_ps(km, ds + (size_t)i * tk);
+        if (_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km) {
+            _Alignas(64) float gv[16];
+            _mm512_store_ps(gv, g);
+            double dot = 0;
+            for (int j = 0; j < tk; j++)
+                dot += (double)gv[j] * ai[j];
+            __m512 ar = _mm512_maskz_loadu_ps(km, ai);
+            __m512d dd = _mm512_set1_pd(dot);
+            __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(
+                _mm512_cvtps_pd(_mm512_castps512_ps256(ar)),
+                _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), dd)));
+            __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ar), 1))),
+                _mm512_sub_pd(
+                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))),
+                    dd)));
+            __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+            if (sh->mask != NULL) {
+                __mmask16 drop = _mm512_cmp_ps_mask(mask_row(sh, i, km),
+                                                    _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+                dx = _mm512_maskz_mov_ps((__mmask16)~drop, dx);
+            }
+            sg = _mm512_add_ps(sg, dx);
+            _mm512_mask_storeu_ps(ds + (size_t)i * tk, km, sg);
+        }
+        if (!(_mm512_cmp_ps_mask(sg, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km))
+            continue;
+        /* dS = scale·dSs; dQ[i,:] += Σ_j dS[j]·K[j,:]; dK[j,:] += dS[j]·Q[i,:] */
+        _Alignas(64) float d[16];
+        _mm512_store_ps(d, scale_ps(sg, c));
+        if (dq != NULL)
+            for (int c0 = 0; c0 < d_k; c0 += 16) {
+                const __mmask16 cm = lanes(d_k - c0);
+                __m512 acc = _mm512_maskz_loadu_ps(cm, dq + (size_t)i * d_k + c0);
+                for (int j = 0; j < tk; j++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d[j]),
+                                          _mm512_maskz_loadu_ps(cm, k + (size_t)j * d_k + c0), acc);
+                _mm512_mask_storeu_ps(dq + (size_t)i * d_k + c0, cm, acc);
+            }
+        if (dk != NULL)
+            for (int j = 0; j < tk; j++)
+                axpy_row(d[j], q + (size_t)i * d_k, dk + (size_t)j * d_k, d_k);
+    }
+    return 0;
+}
+
+static const gemm_impl impl_avx2 = {"avx2",    6,    16,   ukernel_avx2, direct_avx2,
+                                    exps_avx2, NULL, NULL, NULL};
+static const gemm_impl impl_avx512 = {"avx512",         12,
+                                      32,               ukernel_avx512,
+                                      direct_avx512,    exps_avx512,
+                                      softmax16_avx512, attn_fwd_avx512,
+                                      attn_bwd_avx512};
 
 static int cpu_has_avx2(void)
 {
@@ -700,6 +919,69 @@ void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
         for (size_t j = 0; j < n; j++)
             dx[j] += (qkv_real)(y[j] * ((double)dy[j] - dot));
     }
+}
+
+/* ---- fused attention ---------------------------------------------------- */
+/*
+ * The generic path is the unfused ops' kernels called on one item: qkv_gemm,
+ * the scaling in double, the mask, qkv_softmax_rows, and the same in
+ * reverse. Kernel sets with a fused path take the shapes it handles.
+ */
+
+static int attn_dropped(const qkv_attn_shape *sh, int i, int j)
+{
+    if (sh->mask == NULL)
+        return 0;
+    qkv_real m = sh->mask[(size_t)i * sh->mask_rs + (size_t)j * sh->mask_cs];
+    return isinf(m) && m < 0;
+}
+
+void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                           const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o)
+{
+    const gemm_impl *im = kernels();
+    if (im->attn_fwd != NULL && im->attn_fwd(sh, q, k, v, s, a, o) == 0)
+        return;
+    const int tq = sh->tq, tk = sh->tk;
+    qkv_gemm(0, 1, tq, tk, sh->dk, q, k, s, 0);
+    for (int i = 0; i < tq; i++)
+        for (int j = 0; j < tk; j++) {
+            size_t e = (size_t)i * tk + j;
+            s[e] = (qkv_real)(sh->scale * s[e]);
+            a[e] = sh->mask != NULL
+                       ? s[e] + sh->mask[(size_t)i * sh->mask_rs + (size_t)j * sh->mask_cs]
+                       : s[e];
+        }
+    qkv_softmax_rows(a, a, (size_t)tq, (size_t)tk);
+    qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
+}
+
+void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                            qkv_real *dv, qkv_real *scratch)
+{
+    const gemm_impl *im = kernels();
+    if (im->attn_bwd != NULL && im->attn_bwd(sh, q, k, v, a, dout, ds, da, dq, dk, dv) == 0)
+        return;
+    const int tq = sh->tq, tk = sh->tk;
+    if (dv != NULL) /* dV += Aᵀ·dO */
+        qkv_gemm(1, 0, tk, sh->dv, tq, a, dout, dv, 1);
+    if (da == NULL)
+        return;
+    qkv_gemm(0, 1, tq, tk, sh->dv, dout, v, da, 1); /* dA += dO·Vᵀ */
+    memset(scratch, 0, sizeof *scratch * (size_t)tq * (size_t)tk);
+    qkv_softmax_backward_rows(scratch, a, da, (size_t)tq, (size_t)tk);
+    for (int i = 0; i < tq; i++) /* dSs += kept entries; then dS = scale·dSs */
+        for (int j = 0; j < tk; j++) {
+            size_t e = (size_t)i * tk + j;
+            ds[e] += attn_dropped(sh, i, j) ? 0 : scratch[e];
+            scratch[e] = (qkv_real)(sh->scale * ds[e]);
+        }
+    if (dq != NULL) /* dQ += dS·K */
+        qkv_gemm(0, 0, tq, sh->dk, tk, scratch, k, dq, 1);
+    if (dk != NULL) /* dK += dSᵀ·Q */
+        qkv_gemm(1, 0, tk, sh->dk, tq, scratch, q, dk, 1);
 }
 
 void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)

@@ -148,12 +148,14 @@ qkv_status qkv_model_forward(qkv_model *m, qkv_tape *t, const qkv_batch *b, qkv_
     qkv_tensor *q = qkv_gather(t, m->wq, ids, 2, shape); /* (B,T,d_k) */
     qkv_tensor *k = qkv_gather(t, m->wk, ids, 2, shape); /* (B,T,d_k) */
     qkv_tensor *v = qkv_gather(t, m->wv, ids, 2, shape); /* (B,T,d_k) */
-    qkv_tensor *s = qkv_matmul_nt(t, q, k);              /* (B,T,T) */
-    if (m->cfg.scaled)
-        s = qkv_scale(t, s, 1 / sqrt((double)m->cfg.d_k));
-    f->scores = s;
-    f->attn = qkv_softmax(t, qkv_mask(t, s, mask));             /* (B,T,T) */
-    qkv_tensor *h = qkv_pick_rows(t, qkv_matmul(t, f->attn, v), b->query); /* (B,d_k) */
+    /* softmax(Q·Kᵀ/√d_k + mask)·V, fused: the same numbers as qkv_matmul_nt,
+     * qkv_scale, qkv_mask, qkv_softmax and qkv_matmul in a row */
+    qkv_attention_parts parts;
+    qkv_tensor *o = qkv_attention(t, q, k, v, mask, m->cfg.scaled ? 1 / sqrt((double)m->cfg.d_k) : 1,
+                                  &parts);                      /* (B,T,d_k) */
+    f->scores = parts.scores;                                  /* (B,T,T) */
+    f->attn = parts.attn;                                      /* (B,T,T) */
+    qkv_tensor *h = qkv_pick_rows(t, o, b->query);             /* (B,d_k) */
     f->logits = qkv_matmul(t, h, m->wo);                       /* (B,C) */
     f->loss = qkv_cross_entropy(t, f->logits, b->target);      /* () */
     return qkv_tape_status(t);

@@ -488,6 +488,132 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
 }
 
 /* ------------------------------------------------------------------------ */
+/* fused attention                                                          */
+
+/* The attention node's own record. */
+typedef struct attn_rec {
+    qkv_tensor *v, *scores, *attn;
+    const qkv_tensor *mask;
+    bcast mp;          /* the mask's strides against the scores */
+    double scale;
+    qkv_real *scratch; /* Tq·Tk reals for the generic backward */
+} attn_rec;
+
+/* The kernels' view of batch item (i0,i1). */
+static qkv_attn_shape attn_item(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k,
+                                int i0, int i1)
+{
+    qkv_attn_shape sh = {q->shape[q->ndim - 2], k->shape[k->ndim - 2], q->shape[q->ndim - 1],
+                         r->v->shape[r->v->ndim - 1], NULL, 0, 0, r->scale};
+    if (r->mask != NULL) {
+        sh.mask = r->mask->data + i0 * r->mp.bstride[0] + i1 * r->mp.bstride[1];
+        sh.mask_rs = r->mp.bstride[2];
+        sh.mask_cs = r->mp.bstride[3];
+    }
+    return sh;
+}
+
+/* Nonzero when q, k and v have 2 to 4 dimensions, the same leading ones,
+ * and matching inner sizes. */
+static int attn_shapes_ok(const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v)
+{
+    int n = q->ndim;
+    if (n < 2 || n > 4 || k->ndim != n || v->ndim != n)
+        return 0;
+    for (int i = 0; i < n - 2; i++)
+        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])
+            return 0;
+    return k->shape[n - 1] == q->shape[n - 1] && v->shape[n - 2] == k->shape[n - 2];
+}
+
+qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                          const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
+{
+    if (parts != NULL)
+        parts->scores = parts->attn = qkv_nil();
+    if (!inputs_ok(t, "attention", q, k, 1) || !inputs_ok(t, "attention", v, NULL, 0))
+        return qkv_nil();
+    if (!attn_shapes_ok(q, k, v)) {
+        char sq[64], sk[64], sv[64];
+        qkv_shape_str(q, sq, sizeof sq);
+        qkv_shape_str(k, sk, sizeof sk);
+        qkv_shape_str(v, sv, sizeof sv);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "attention: q %s, k %s, v %s: need [...,Tq,d], [...,Tk,d] and [...,Tk,dv] "
+                      "with the same leading dimensions", sq, sk, sv);
+        return qkv_nil();
+    }
+    const int nd = q->ndim, tq = q->shape[nd - 2], tk = k->shape[nd - 2];
+    int sshape[QKV_MAX_DIMS], oshape[QKV_MAX_DIMS];
+    memcpy(sshape, q->shape, sizeof sshape);
+    memcpy(oshape, q->shape, sizeof oshape);
+    sshape[nd - 1] = tk;
+    oshape[nd - 1] = v->shape[nd - 1];
+    const int qk_grad = wants_grad(q, k);
+    qkv_tensor *scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
+    qkv_tensor *attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
+    qkv_tensor *out = qkv_tape_tensor(t, nd, oshape, qk_grad || v->grad != NULL);
+    attn_rec *r = qkv_tape_alloc(t, sizeof *r);
+    if (qkv_tensor_is_nil(out) || r == NULL)
+        return qkv_nil();
+    *r = (attn_rec){v, scores, attn, mask, {{0}, {0}}, scale, NULL};
+    if (mask != NULL && (qkv_tensor_is_nil(mask) || !bcast_plan(scores, mask, &r->mp))) {
+        char sm[64], ss[64];
+        qkv_shape_str(mask, sm, sizeof sm);
+        qkv_shape_str(scores, ss, sizeof ss);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "attention: mask %s does not broadcast to the scores %s",
+                      sm, ss);
+        return qkv_nil();
+    }
+    bcast items; /* the leading dimensions, padded to two */
+    bcast_plan(scores, scores, &items);
+    for (int i0 = 0; i0 < items.dim[0]; i0++)
+        for (int i1 = 0; i1 < items.dim[1]; i1++) {
+            size_t b = (size_t)i0 * items.dim[1] + i1;
+            qkv_attn_shape sh = attn_item(r, q, k, i0, i1);
+            qkv_attention_forward(&sh, q->data + b * tq * sh.dk, k->data + b * tk * sh.dk,
+                                  v->data + b * tk * sh.dv, scores->data + b * tq * tk,
+                                  attn->data + b * tq * tk, out->data + b * tq * sh.dv);
+        }
+    if (parts != NULL) {
+        parts->scores = scores;
+        parts->attn = attn;
+    }
+    if (out->grad == NULL)
+        return out;
+    if (qk_grad && (r->scratch = qkv_tape_alloc(t, sizeof(qkv_real) * (size_t)tq * tk)) == NULL)
+        return qkv_nil();
+    int failed;
+    qkv_node *node = record(t, QKV_OP_ATTENTION, out, q, k, &failed);
+    if (failed)
+        return qkv_nil();
+    node->aux = r;
+    return out;
+}
+
+static void attention_backward(const qkv_node *nd)
+{
+    const attn_rec *r = nd->aux;
+    const qkv_tensor *q = nd->a, *k = nd->b, *v = r->v, *o = nd->out;
+    bcast items;
+    bcast_plan(r->scores, r->scores, &items);
+    for (int i0 = 0; i0 < items.dim[0]; i0++)
+        for (int i1 = 0; i1 < items.dim[1]; i1++) {
+            size_t b = (size_t)i0 * items.dim[1] + i1;
+            qkv_attn_shape sh = attn_item(r, q, k, i0, i1);
+            size_t nq = (size_t)sh.tq * sh.dk, nk = (size_t)sh.tk * sh.dk,
+                   nv = (size_t)sh.tk * sh.dv, ns = (size_t)sh.tq * sh.tk;
+            qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+            qkv_attention_backward(&sh, q->data + b * nq, k->data + b * nk, v->data + b * nv,
+                                   r->attn->data + b * ns, o->grad + b * sh.tq * sh.dv,
+                                   ds ? ds + b * ns : NULL, da ? da + b * ns : NULL,
+                                   q->grad ? q->grad + b * nq : NULL,
+                                   k->grad ? k->grad + b * nk : NULL,
+                                   v->grad ? v->grad + b * nv : NULL, r->scratch);
+        }
+}
+
+/* ------------------------------------------------------------------------ */
 /* element-wise nonlinearities                                              */
 
 qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x)
@@ -667,6 +793,9 @@ void qkv_node_backward(const qkv_node *nd)
     case QKV_OP_TANH: /* dx = dy·(1 - y²) */
         for (size_t i = 0; i < a->numel; i++)
             a->grad[i] += dy[i] * (1 - y->data[i] * y->data[i]);
+        break;
+    case QKV_OP_ATTENTION: /* see qkv_attention_backward in kernels.c */
+        attention_backward(nd);
         break;
     case QKV_OP_RELU: /* dx = dy·[x > 0] */
         for (size_t i = 0; i < a->numel; i++)

@@ -3,6 +3,7 @@
  * gradients that have closed forms, masking, stability and error messages.
  * (Finite-difference checks of every op are in test_gradcheck.c.)
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests.h"
@@ -278,7 +279,152 @@ START_TEST(test_errors_name_the_op_and_shapes)
     EXPECT_ERROR(qkv_transpose(f.t, v), QKV_ERR_SHAPE, "transpose: [3]: needs at least 2 dimensions");
     EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,
                  "pick_rows: [5,3]: input must be [B,T,D] with B indices");
+    EXPECT_ERROR(qkv_attention(f.t, a, b, b, NULL, 1, NULL), QKV_ERR_SHAPE,
+                 "attention: q [2,3,4], k [3,4,5], v [3,4,5]: need [...,Tq,d], [...,Tk,d] and "
+                 "[...,Tk,dv] with the same leading dimensions");
+    EXPECT_ERROR(qkv_attention(f.t, a, a, a, w, 1, NULL), QKV_ERR_SHAPE,
+                 "attention: mask [5,3] does not broadcast to the scores [2,3,3]");
     fx_free(&f);
+}
+END_TEST
+
+/* ---- fused attention against the five ops it stands for ---------------- */
+
+typedef struct attn_case {
+    int nd, shape_q[4], tk, dv;
+    int mask;     /* 0 none, 1 padding [...,1,Tk], 2 causal [...,Tq,Tk] with one empty row */
+    int pick;     /* 1: the loss uses one row of O per item (zero rows in dO) */
+    int parts;    /* 1: the loss also uses the scores and the weights */
+    double scale; /* 1: the unfused form has no qkv_scale */
+} attn_case;
+
+static qkv_tensor *random_tensor(qkv_rng *g, int nd, const int *shape, int grad)
+{
+    qkv_tensor *x = qkv_tensor_new(nd, shape, grad);
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, 1);
+    return x;
+}
+
+/* Σ x ⊙ w for a fixed random w shaped like x. */
+static qkv_tensor *weighted_sum(qkv_tape *t, qkv_tensor *x, qkv_rng *g)
+{
+    qkv_tensor *w = qkv_tape_tensor(t, x->ndim, x->shape, 0);
+    for (size_t i = 0; !qkv_tensor_is_nil(w) && i < w->numel; i++)
+        w->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, 1);
+    return qkv_sum(t, qkv_mul(t, x, w));
+}
+
+/* Records the loss on t, fused or unfused, and runs backward; *s and *a
+ * receive the scores and weights. */
+static qkv_tensor *attn_loss(qkv_tape *t, const attn_case *c, int fused, qkv_tensor *q,
+                             qkv_tensor *k, qkv_tensor *v, const qkv_tensor *mask,
+                             qkv_tensor **s, qkv_tensor **a)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 99); /* the same loss weights for both forms */
+    qkv_tensor *o;
+    if (fused) {
+        qkv_attention_parts p;
+        o = qkv_attention(t, q, k, v, mask, c->scale, &p);
+        *s = p.scores;
+        *a = p.attn;
+    } else {
+        *s = qkv_matmul_nt(t, q, k);
+        if (c->scale != 1)
+            *s = qkv_scale(t, *s, c->scale);
+        *a = qkv_softmax(t, mask != NULL ? qkv_mask(t, *s, mask) : *s);
+        o = qkv_matmul(t, *a, v);
+    }
+    int rows[8];
+    for (int b = 0; b < 8; b++)
+        rows[b] = (3 * b + 1) % c->shape_q[c->nd - 2];
+    qkv_tensor *loss = weighted_sum(t, c->pick ? qkv_pick_rows(t, o, rows) : o, &g);
+    if (c->parts)
+        loss = qkv_add(t, qkv_add(t, loss, weighted_sum(t, *s, &g)), weighted_sum(t, *a, &g));
+    ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
+    return o;
+}
+
+/* x and y hold equal values (== so that -0 equals +0). */
+static void assert_same(const qkv_real *x, const qkv_real *y, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(x[i] == y[i] || (isnan(x[i]) && isnan(y[i])),
+                      "%s[%zu]: fused %.9g, unfused %.9g", what, i, (double)x[i], (double)y[i]);
+}
+
+static void check_attention_case(const attn_case *c)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 5);
+    const int nd = c->nd, tq = c->shape_q[nd - 2];
+    int sk[4], sv[4], sm[4];
+    memcpy(sk, c->shape_q, sizeof sk);
+    sk[nd - 2] = c->tk;
+    memcpy(sv, sk, sizeof sv);
+    sv[nd - 1] = c->dv;
+    memcpy(sm, sk, sizeof sm);
+    sm[nd - 1] = c->tk;
+    sm[nd - 2] = c->mask == 1 ? 1 : tq;
+    qkv_tensor *x[3] = {random_tensor(&g, nd, c->shape_q, 1), random_tensor(&g, nd, sk, 1),
+                        random_tensor(&g, nd, sv, 1)};
+    qkv_tensor *mask = c->mask ? qkv_tensor_new(nd, sm, 0) : NULL;
+    for (size_t e = 0; mask != NULL && e < mask->numel; e++) {
+        int j = (int)(e % c->tk), i = (int)(e / c->tk % (size_t)sm[nd - 2]);
+        int item = (int)(e / ((size_t)c->tk * sm[nd - 2]));
+        int drop = c->mask == 1 ? j >= c->tk - item % 3 : j > i || (item == 1 && i == 0);
+        mask->data[e] = drop ? -INFINITY : 0;
+    }
+    qkv_tape *tp[2] = {qkv_tape_new(0), qkv_tape_new(0)};
+    qkv_tensor *o[2], *s[2], *a[2];
+    qkv_real *grads[2][3];
+    for (int f = 0; f < 2; f++) {
+        for (int i = 0; i < 3; i++)
+            qkv_tensor_zero_grad(x[i]);
+        o[f] = attn_loss(tp[f], c, f, x[0], x[1], x[2], mask, &s[f], &a[f]);
+        for (int i = 0; i < 3; i++) {
+            grads[f][i] = malloc(sizeof(qkv_real) * x[i]->numel);
+            memcpy(grads[f][i], x[i]->grad, sizeof(qkv_real) * x[i]->numel);
+        }
+    }
+    assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    assert_same(s[1]->data, s[0]->data, s[0]->numel, "scores");
+    assert_same(a[1]->data, a[0]->data, a[0]->numel, "attn");
+    assert_same(s[1]->grad, s[0]->grad, s[0]->numel, "dscores");
+    assert_same(a[1]->grad, a[0]->grad, a[0]->numel, "dattn");
+    const char *names[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+        assert_same(grads[1][i], grads[0][i], x[i]->numel, names[i]);
+        double norm = 0; /* and not trivially: every input gets a gradient */
+        for (size_t e = 0; e < x[i]->numel; e++)
+            norm += fabs((double)grads[1][i][e]);
+        ck_assert_msg(norm > 0, "%s is all zeros", names[i]);
+        free(grads[0][i]);
+        free(grads[1][i]);
+        qkv_tensor_free(x[i]);
+    }
+    qkv_tensor_free(mask);
+    qkv_tape_free(tp[0]);
+    qkv_tape_free(tp[1]);
+}
+
+START_TEST(test_attention_equals_unfused_ops)
+{
+    static const attn_case cases[] = {
+        /* the coreference model's shape: padding, one row per item */
+        {3, {4, 12, 16}, 12, 16, 1, 1, 0, 0.25},
+        /* wide heads: transposes in several blocks, ragged columns */
+        {3, {2, 5, 40}, 7, 70, 2, 0, 1, 0.158113883008419},
+        /* more keys than one register holds: the generic path */
+        {3, {2, 20, 8}, 20, 8, 1, 1, 1, 1},
+        /* 16 keys exactly, no mask, 2-D */
+        {2, {6, 16}, 16, 9, 0, 0, 1, 0.25},
+        /* 4-D heads with a padding mask */
+        {4, {2, 2, 3, 8}, 4, 5, 1, 0, 1, 0.5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_attention_case(&cases[i]);
 }
 END_TEST
 
@@ -299,6 +445,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_cross_entropy_by_hand);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
+    tcase_add_test(tc, test_attention_equals_unfused_ops);
     suite_add_tcase(s, tc);
     return s;
 }

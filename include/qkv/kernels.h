@@ -46,6 +46,35 @@ double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max);
 void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
                                const qkv_real *dy, size_t rows, size_t n);
 
+/* One batch item of fused attention (qkv_attention in ops.h):
+ *   S = scale·Q·Kᵀ (tq×tk),  A = softmax(S + M) row-wise,  O = A·V (tq×dv)
+ * for Q tq×dk, K tk×dk, V tk×dv. M is an additive mask (0 keeps, -inf
+ * drops) with element (i,j) at mask[i·mask_rs + j·mask_cs], or none when
+ * mask is NULL. */
+typedef struct qkv_attn_shape {
+    int tq, tk, dk, dv;
+    const qkv_real *mask;
+    size_t mask_rs, mask_cs;
+    double scale;
+} qkv_attn_shape;
+
+/* Writes S (before the mask), A and O. Every kernel set computes exactly
+ * what qkv_gemm, the scaling, the mask and qkv_softmax_rows would, one
+ * after the other; the fused form only keeps the item in cache. */
+void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                           const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
+
+/* Backward of one item, given A and dO (tq×dv). da (tq×tk) holds any
+ * gradient already flowing into A and receives dL/dA in total; ds (tq×tk)
+ * likewise for S. dq, dk and dv are accumulated into; any of them may be
+ * NULL, and da and ds may both be NULL when neither dq nor dk is wanted.
+ * scratch holds tq·tk reals. Rows whose gradient is zero are skipped where
+ * that cannot change a result. */
+void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                            qkv_real *dv, qkv_real *scratch);
+
 /* Row-wise log-softmax. A row that is entirely -inf gives -inf. */
 void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
 

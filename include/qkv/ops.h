@@ -85,6 +85,29 @@ qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x);
  * scalar. */
 qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets);
 
+/* What qkv_attention computes on the way to its output. */
+typedef struct qkv_attention_parts {
+    qkv_tensor *scores; /* [...,Tq,Tk] scale·Q·Kᵀ, before the mask */
+    qkv_tensor *attn;   /* [...,Tq,Tk] the softmax rows; masked keys get 0 */
+} qkv_attention_parts;
+
+/* Fused scaled dot-product attention: O = softmax(scale·Q·Kᵀ + M)·V.
+ * q: [...,Tq,dk]; k: [...,Tk,dk]; v: [...,Tk,dv], all with the same
+ * leading dimensions (2 to 4 dimensions in all). mask is NULL or an
+ * additive mask (0 keeps, -INFINITY drops; no gradient) that broadcasts to
+ * [...,Tq,Tk] as in qkv_add. Returns O: [...,Tq,dv]. If parts is not NULL
+ * it receives the scores and the attention weights; they are ordinary tape
+ * tensors, so other ops may use them and their gradients flow back, and
+ * after qkv_backward their grads hold dL/dscores and dL/dattn.
+ *
+ * The result and every gradient equal, bit for bit, those of
+ * qkv_matmul_nt, qkv_scale, qkv_mask, qkv_softmax and qkv_matmul recorded
+ * one after the other (with a scale of 1 standing for no qkv_scale); the
+ * fused op keeps each item in cache, records one node instead of five and
+ * skips the rows of zeros that picking rows from O leaves in its gradient. */
+qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                          const qkv_tensor *mask, double scale, qkv_attention_parts *parts);
+
 /* Element-wise tanh and relu. relu's gradient at 0 is taken as 0. */
 qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
