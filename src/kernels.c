@@ -52,6 +52,9 @@ typedef int (*attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qk
                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv);
 
+/* Gather or scatter-add n rows of d reals by ids. */
+typedef void (*rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
+
 /* One instruction set's kernels. */
 typedef struct gemm_impl {
     const char *name;
@@ -62,6 +65,8 @@ typedef struct gemm_impl {
     softmax16_fn softmax16; /* short rows in one register, or NULL */
     attn_fwd_fn attn_fwd;   /* fused attention, or NULL: the generic path */
     attn_bwd_fn attn_bwd;
+    rows_fn gather;         /* embedding rows */
+    rows_fn scatter_add;
 } gemm_impl;
 
 /* ---- the direct path ---------------------------------------------------- */
@@ -171,8 +176,37 @@ static double exps_c(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
     return sum;
 }
 
-static const gemm_impl impl_portable = {"portable", 4,    8,   ukernel_c, direct_c,
-                                        exps_c,     NULL, NULL, NULL};
+/* Rows in fixed blocks of 8: plain vector moves, where a memcpy call or a
+ * loop of unknown length costs more than these short rows. */
+static void gather_c(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d)
+{
+    for (size_t i = 0; i < n; i++, dst += d) {
+        const qkv_real *src = table + (size_t)ids[i] * d;
+        size_t j = 0;
+        for (; j + 8 <= d; j += 8)
+            for (int l = 0; l < 8; l++)
+                dst[j + l] = src[j + l];
+        for (; j < d; j++)
+            dst[j] = src[j];
+    }
+}
+
+static void scatter_add_c(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                          size_t d)
+{
+    for (size_t i = 0; i < n; i++, src += d) {
+        qkv_real *dst = table + (size_t)ids[i] * d;
+        size_t j = 0;
+        for (; j + 8 <= d; j += 8)
+            for (int l = 0; l < 8; l++)
+                dst[j + l] += src[j + l];
+        for (; j < d; j++)
+            dst[j] += src[j];
+    }
+}
+
+static const gemm_impl impl_portable = {"portable", 4,    8,    ukernel_c, direct_c, exps_c,
+                                        NULL,       NULL, NULL, gather_c,  scatter_add_c};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -719,13 +753,42 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
     return 0;
 }
 
+/* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
+__attribute__((target("avx512f"))) static void gather_avx512(float *dst, const float *table,
+                                                             const int *ids, size_t n, size_t d)
+{
+    for (size_t i = 0; i < n; i++, dst += d) {
+        const float *src = table + (size_t)ids[i] * d;
+        for (size_t j = 0; j < d; j += 16) {
+            __mmask16 m = lanes((int)(d - j < 16 ? d - j : 16));
+            _mm512_mask_storeu_ps(dst + j, m, _mm512_maskz_loadu_ps(m, src + j));
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void
+scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, size_t d)
+{
+    for (size_t i = 0; i < n; i++, src += d) {
+        float *dst = table + (size_t)ids[i] * d;
+        for (size_t j = 0; j < d; j += 16) {
+            __mmask16 m = lanes((int)(d - j < 16 ? d - j : 16));
+            _mm512_mask_storeu_ps(dst + j, m,
+                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + j),
+                                                _mm512_maskz_loadu_ps(m, src + j)));
+        }
+    }
+}
+
 static const gemm_impl impl_avx2 = {"avx2",    6,    16,   ukernel_avx2, direct_avx2,
-                                    exps_avx2, NULL, NULL, NULL};
+                                    exps_avx2, NULL, NULL, NULL,         gather_c,
+                                    scatter_add_c};
 static const gemm_impl impl_avx512 = {"avx512",         12,
                                       32,               ukernel_avx512,
                                       direct_avx512,    exps_avx512,
                                       softmax16_avx512, attn_fwd_avx512,
-                                      attn_bwd_avx512};
+                                      attn_bwd_avx512,  gather_avx512,
+                                      scatter_add_avx512};
 
 static int cpu_has_avx2(void)
 {
@@ -919,6 +982,17 @@ void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
         for (size_t j = 0; j < n; j++)
             dx[j] += (qkv_real)(y[j] * ((double)dy[j] - dot));
     }
+}
+
+void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d)
+{
+    kernels()->gather(dst, table, ids, n, d);
+}
+
+void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                          size_t d)
+{
+    kernels()->scatter_add(table, src, ids, n, d);
 }
 
 /* ---- fused attention ---------------------------------------------------- */

@@ -184,26 +184,26 @@ static qkv_tensor *matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b, int nt)
     const char *name = nt ? "matmul_nt" : "matmul";
     if (!inputs_ok(t, name, a, b, 1))
         return qkv_nil();
-    SHAPES(a, b);
+    const char *why = NULL;
+    int m = 0, k = 0, n = 0;
     if (a->ndim < 2 || b->ndim < 2) {
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s x %s: both inputs need at least 2 dimensions",
-                      name, sa, sb);
-        return qkv_nil();
-    }
-    int m = a->shape[a->ndim - 2], k = a->shape[a->ndim - 1];
-    int bk = b->shape[b->ndim - (nt ? 1 : 2)], n = b->shape[b->ndim - (nt ? 2 : 1)];
-    if (k != bk) {
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s x %s: inner dimensions differ", name, sa, sb);
-        return qkv_nil();
-    }
-    if (b->ndim > 2) {
-        int same = b->ndim == a->ndim;
-        for (int i = 0; same && i < a->ndim - 2; i++)
+        why = "both inputs need at least 2 dimensions";
+    } else {
+        m = a->shape[a->ndim - 2];
+        k = a->shape[a->ndim - 1];
+        n = b->shape[b->ndim - (nt ? 2 : 1)];
+        int same = b->ndim == 2 || b->ndim == a->ndim;
+        for (int i = 0; same && b->ndim > 2 && i < a->ndim - 2; i++)
             same = a->shape[i] == b->shape[i];
-        if (!same) {
-            qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s x %s: batch dimensions differ", name, sa, sb);
-            return qkv_nil();
-        }
+        if (k != b->shape[b->ndim - (nt ? 1 : 2)])
+            why = "inner dimensions differ";
+        else if (!same)
+            why = "batch dimensions differ";
+    }
+    if (why != NULL) {
+        SHAPES(a, b);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s x %s: %s", name, sa, sb, why);
+        return qkv_nil();
     }
     int shape[QKV_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
@@ -334,16 +334,21 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
     if (!inputs_ok(t, "gather", w, NULL, 0))
         return qkv_nil();
     char sw[64];
-    qkv_shape_str(w, sw, sizeof sw);
     if (w->ndim != 2 || ndim < 1 || ndim > QKV_MAX_DIMS - 1 || ids == NULL ||
         qkv_shape_numel(ndim, shape, &n) != QKV_OK) {
+        qkv_shape_str(w, sw, sizeof sw);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "gather: table %s must be [V,D] and the ids 1 to 3 dimensions", sw);
         return qkv_nil();
     }
-    int V = w->shape[0], D = w->shape[1];
-    for (size_t i = 0; i < n; i++)
+    int V = w->shape[0], D = w->shape[1], lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) { /* one pass the compiler vectorises */
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
+    }
+    for (size_t i = 0; (lo < 0 || hi >= V) && i < n; i++)
         if (ids[i] < 0 || ids[i] >= V) {
+            qkv_shape_str(w, sw, sizeof sw);
             qkv_tape_fail(t, QKV_ERR_ARG, "gather: id %d at position %zu is outside [0,%d) of table %s",
                           ids[i], i, V, sw);
             return qkv_nil();
@@ -354,12 +359,7 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
     qkv_tensor *out = make_out(t, ndim + 1, oshape, w, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
-    for (size_t i = 0; i < n; i++) { /* short rows: a loop beats a memcpy call */
-        const qkv_real *restrict src = w->data + (size_t)ids[i] * D;
-        qkv_real *restrict dst = out->data + i * D;
-        for (int j = 0; j < D; j++)
-            dst[j] = src[j];
-    }
+    qkv_gather_rows(out->data, w->data, ids, n, (size_t)D);
     int failed;
     qkv_node *node = record(t, QKV_OP_GATHER, out, w, NULL, &failed);
     if (node != NULL && (node->ints = tape_ints(t, ids, n)) == NULL)
@@ -372,14 +372,15 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
     if (!inputs_ok(t, "pick_rows", x, NULL, 0))
         return qkv_nil();
     char sx[64];
-    qkv_shape_str(x, sx, sizeof sx);
     if (x->ndim != 3 || idx == NULL) {
+        qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "pick_rows: %s: input must be [B,T,D] with B indices", sx);
         return qkv_nil();
     }
     int B = x->shape[0], T = x->shape[1], D = x->shape[2];
     for (int b = 0; b < B; b++)
         if (idx[b] < 0 || idx[b] >= T) {
+            qkv_shape_str(x, sx, sizeof sx);
             qkv_tape_fail(t, QKV_ERR_ARG, "pick_rows: index %d for item %d is outside [0,%d) of %s",
                           idx[b], b, T, sx);
             return qkv_nil();
@@ -436,8 +437,8 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     if (!inputs_ok(t, "cross_entropy", logits, NULL, 0))
         return qkv_nil();
     char sx[64];
-    qkv_shape_str(logits, sx, sizeof sx);
     if (logits->ndim < 1 || targets == NULL) {
+        qkv_shape_str(logits, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "cross_entropy: logits %s need a class dimension and targets", sx);
         return qkv_nil();
     }
@@ -446,6 +447,7 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
         if (targets[r] == QKV_IGNORE)
             continue;
         if (targets[r] < 0 || (size_t)targets[r] >= C) {
+            qkv_shape_str(logits, sx, sizeof sx);
             qkv_tape_fail(t, QKV_ERR_ARG, "cross_entropy: target %d of row %zu is outside [0,%zu) for logits %s",
                           targets[r], r, C, sx);
             return qkv_nil();
@@ -765,11 +767,9 @@ void qkv_node_backward(const qkv_node *nd)
             a->grad[i] += (qkv_real)(nd->c * dy[i / n]);
         break;
     }
-    case QKV_OP_GATHER: { /* dW[ids[i],:] += dy[i,:] (scatter-add) */
+    case QKV_OP_GATHER: { /* dW[ids[i],:] += dy[i,:] (scatter-add, in order) */
         size_t D = (size_t)a->shape[1], n = y->numel / D;
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j < D; j++)
-                a->grad[(size_t)nd->ints[i] * D + j] += dy[i * D + j];
+        qkv_scatter_add_rows(a->grad, dy, nd->ints, n, D);
         break;
     }
     case QKV_OP_PICK: { /* dx[b,idx[b],:] += dy[b,:] */

@@ -3,6 +3,7 @@
  * softmax rows, and the attention metrics against hand-worked values.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests.h"
 
@@ -192,6 +193,43 @@ START_TEST(test_jacobian_norm_of_known_distributions)
 }
 END_TEST
 
+/* Gathers and scatter-adds on every kernel set against plain loops; both
+ * are exact (copies, and the same additions in the same order). */
+START_TEST(test_gather_and_scatter_rows_on_every_path)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    static const int ids[7] = {3, 0, 3, 5, 1, 3, 0}; /* repeats accumulate in order */
+    static const size_t widths[] = {1, 3, 8, 16, 17, 40};
+    qkv_rng g;
+    qkv_rng_seed(&g, 11);
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im]) != 0)
+            continue;
+        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+            size_t d = widths[w];
+            qkv_real table[6 * 40], rows[7 * 40], want[6 * 40], got[7 * 40 + 1];
+            fill(&g, table, 6 * d);
+            fill(&g, rows, 7 * d);
+            got[7 * d] = 42; /* a sentinel just past the end */
+            qkv_gather_rows(got, table, ids, 7, d);
+            for (size_t i = 0; i < 7 * d; i++)
+                ck_assert_msg(got[i] == table[(size_t)ids[i / d] * d + i % d],
+                              "%s gather d=%zu entry %zu", impls[im], d, i);
+            ck_assert(got[7 * d] == 42);
+            memcpy(want, table, sizeof(qkv_real) * 6 * d);
+            for (size_t i = 0; i < 7; i++)
+                for (size_t j = 0; j < d; j++)
+                    want[(size_t)ids[i] * d + j] += rows[i * d + j];
+            qkv_scatter_add_rows(table, rows, ids, 7, d);
+            for (size_t i = 0; i < 6 * d; i++)
+                ck_assert_msg(table[i] == want[i], "%s scatter d=%zu entry %zu", impls[im], d,
+                              i);
+        }
+    }
+    qkv_kernels_use("auto");
+}
+END_TEST
+
 Suite *kernels_suite(void)
 {
     Suite *s = suite_create("kernels");
@@ -203,6 +241,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_paths_agree_with_libm);
     tcase_add_test(tc, test_entropy_of_known_distributions);
     tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
+    tcase_add_test(tc, test_gather_and_scatter_rows_on_every_path);
     suite_add_tcase(s, tc);
     return s;
 }

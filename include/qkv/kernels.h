@@ -34,6 +34,13 @@ int qkv_kernels_use(const char *name);
 /* The name of the implementation in use. */
 const char *qkv_kernels_name(void);
 
+/* dst[i,:] = table[ids[i],:] for n rows of d reals (an embedding lookup). */
+void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d);
+
+/* table[ids[i],:] += src[i,:] for i = 0..n-1 in order (its backward). */
+void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                          size_t d);
+
 /* Row-wise softmax of x (rows×n) into y. A row that is entirely -inf gives
  * zeros. x and y may alias. */
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
