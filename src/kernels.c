@@ -52,6 +52,10 @@ typedef int (*attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qk
                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv);
 
+/* Adam on n weights. */
+typedef void (*adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                        const qkv_adam_coef *c);
+
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
 
@@ -67,6 +71,7 @@ typedef struct gemm_impl {
     attn_bwd_fn attn_bwd;
     rows_fn gather;         /* embedding rows */
     rows_fn scatter_add;
+    adam_fn adam;
 } gemm_impl;
 
 /* ---- the direct path ---------------------------------------------------- */
@@ -205,8 +210,20 @@ static void scatter_add_c(qkv_real *table, const qkv_real *src, const int *ids, 
     }
 }
 
+static void adam_c(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                   const qkv_adam_coef *c)
+{
+    for (size_t j = 0; j < n; j++) {
+        double wj = w[j], g = grad[j] + c->l2 * wj;
+        m[j] = c->b1 * m[j] + (1 - c->b1) * g;
+        v[j] = c->b2 * v[j] + (1 - c->b2) * g * g;
+        w[j] = (qkv_real)(c->keep * wj - c->step * m[j] / (sqrt(v[j]) * c->rs + c->eps));
+    }
+}
+
 static const gemm_impl impl_portable = {"portable", 4,    8,    ukernel_c, direct_c, exps_c,
-                                        NULL,       NULL, NULL, gather_c,  scatter_add_c};
+                                        NULL,       NULL, NULL, gather_c,  scatter_add_c,
+                                        adam_c};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -780,15 +797,42 @@ scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, siz
     }
 }
 
+/* Adam, eight weights per step in double: the portable loop's operations
+ * one for one (mul, add, sqrt, div; no FMA), so the same bits. */
+__attribute__((target("avx512f"))) static void adam_avx512(float *w, const float *grad,
+                                                           double *m, double *v, size_t n,
+                                                           const qkv_adam_coef *c)
+{
+    const __m512d b1 = _mm512_set1_pd(c->b1), b2 = _mm512_set1_pd(c->b2);
+    const __m512d a1 = _mm512_set1_pd(1 - c->b1), a2 = _mm512_set1_pd(1 - c->b2);
+    const __m512d step = _mm512_set1_pd(c->step), rs = _mm512_set1_pd(c->rs);
+    const __m512d eps = _mm512_set1_pd(c->eps), l2 = _mm512_set1_pd(c->l2);
+    const __m512d keep = _mm512_set1_pd(c->keep);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512d wj = _mm512_cvtps_pd(_mm256_loadu_ps(w + j));
+        __m512d g = _mm512_add_pd(_mm512_cvtps_pd(_mm256_loadu_ps(grad + j)), _mm512_mul_pd(l2, wj));
+        __m512d mj = _mm512_add_pd(_mm512_mul_pd(b1, _mm512_loadu_pd(m + j)), _mm512_mul_pd(a1, g));
+        __m512d vj = _mm512_add_pd(_mm512_mul_pd(b2, _mm512_loadu_pd(v + j)),
+                                   _mm512_mul_pd(_mm512_mul_pd(a2, g), g));
+        _mm512_storeu_pd(m + j, mj);
+        _mm512_storeu_pd(v + j, vj);
+        __m512d den = _mm512_add_pd(_mm512_mul_pd(_mm512_sqrt_pd(vj), rs), eps);
+        __m512d upd = _mm512_div_pd(_mm512_mul_pd(step, mj), den);
+        _mm256_storeu_ps(w + j, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(keep, wj), upd)));
+    }
+    adam_c(w + j, grad + j, m + j, v + j, n - j, c);
+}
+
 static const gemm_impl impl_avx2 = {"avx2",    6,    16,   ukernel_avx2, direct_avx2,
                                     exps_avx2, NULL, NULL, NULL,         gather_c,
-                                    scatter_add_c};
+                                    scatter_add_c, adam_c};
 static const gemm_impl impl_avx512 = {"avx512",         12,
                                       32,               ukernel_avx512,
                                       direct_avx512,    exps_avx512,
                                       softmax16_avx512, attn_fwd_avx512,
                                       attn_bwd_avx512,  gather_avx512,
-                                      scatter_add_avx512};
+                                      scatter_add_avx512, adam_avx512};
 
 static int cpu_has_avx2(void)
 {
@@ -1067,6 +1111,24 @@ void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
         for (size_t j = 0; j < n; j++)
             y[j] = (qkv_real)((double)x[j] - lse);
     }
+}
+
+void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                     const qkv_adam_coef *c)
+{
+    kernels()->adam(w, grad, m, v, n, c);
+}
+
+double qkv_sum_squares(const qkv_real *x, size_t n)
+{
+    double s[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++)
+        s[i % 8] += (double)x[i] * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 double qkv_sum_real(const qkv_real *x, size_t n)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "qkv/kernels.h"
 #include "qkv/optim.h"
 
 struct qkv_optim {
@@ -126,28 +127,26 @@ static void adam_update(qkv_optim *o, int i)
 {
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
-    qkv_real *restrict w = p->data;
-    const qkv_real *restrict grad = p->grad;
-    double *restrict m = o->m[i], *restrict v = o->v[i];
     /* p -= lr·m̂/(sqrt(v̂) + eps) with m̂ = m/bc1, v̂ = v/bc2, rearranged to
      * one division: lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps) */
-    const double step = c->lr / (1 - pow(c->beta1, (double)o->t));
-    const double rs = 1 / sqrt(1 - pow(c->beta2, (double)o->t));
-    const double b1 = c->beta1, b2 = c->beta2, eps = c->eps;
-    const double l2 = c->kind == QKV_ADAMW ? 0 : c->weight_decay;
-    const double keep = c->kind == QKV_ADAMW ? 1 - c->lr * c->weight_decay : 1;
-    const size_t n = p->numel;
-    for (size_t j = 0; j < n; j++) {
-        double wj = w[j], g = grad[j] + l2 * wj;
-        m[j] = b1 * m[j] + (1 - b1) * g;
-        v[j] = b2 * v[j] + (1 - b2) * g * g;
-        w[j] = (qkv_real)(keep * wj - step * m[j] / (sqrt(v[j]) * rs + eps));
-    }
+    const qkv_adam_coef k = {
+        c->beta1,
+        c->beta2,
+        c->lr / (1 - pow(c->beta1, (double)o->t)),
+        1 / sqrt(1 - pow(c->beta2, (double)o->t)),
+        c->eps,
+        c->kind == QKV_ADAMW ? 0 : c->weight_decay,
+        c->kind == QKV_ADAMW ? 1 - c->lr * c->weight_decay : 1,
+    };
+    qkv_adam_update(p->data, p->grad, o->m[i], o->v[i], p->numel, &k);
 }
 
 qkv_status qkv_optim_step(qkv_optim *o)
 {
-    double norm = qkv_grad_norm(o->params, o->n); /* NaN or Inf if any gradient is */
+    double sq = 0; /* NaN or Inf if any gradient is */
+    for (int i = 0; i < o->n; i++)
+        sq += qkv_sum_squares(o->params[i]->grad, o->params[i]->numel);
+    double norm = sqrt(sq);
     if (!isfinite(norm))
         return QKV_ERR_NUMERIC;
     o->last_norm = norm;

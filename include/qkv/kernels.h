@@ -85,6 +85,21 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
 /* Row-wise log-softmax. A row that is entirely -inf gives -inf. */
 void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
 
+/* One Adam step on n weights: with g = grad + l2·w,
+ *   m = b1·m + (1-b1)·g,  v = b2·v + (1-b2)·g·g,
+ *   w = keep·w - step·m / (sqrt(v)·rs + eps)
+ * in double, rounded to qkv_real at the end. Every kernel set gives the
+ * same bits (IEEE sqrt and division, the same order, no fused multiply-add). */
+typedef struct qkv_adam_coef {
+    double b1, b2, step, rs, eps, l2, keep;
+} qkv_adam_coef;
+void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                     const qkv_adam_coef *c);
+
+/* Σ x², accumulated in double in eight interleaved partial sums (a fixed
+ * order, the same on every kernel set). */
+double qkv_sum_squares(const qkv_real *x, size_t n);
+
 /* Sum of n values, accumulated in double. */
 double qkv_sum_real(const qkv_real *x, size_t n);
 
