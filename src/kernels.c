@@ -329,16 +329,11 @@ rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0, __mmask16 last,
         rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
 }
 
-/* dst (k×n, row stride ldd) = Bᵀ for B n×k (row stride ldb) with n, k <=
- * 16, in registers: load the rows, transpose 16×16 in four shuffle stages,
- * store the columns. */
-__attribute__((target("avx512f"))) static void
-transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t ldd)
+/* Transposes the 16×16 matrix held in r[0..15] (row i in r[i]) in place,
+ * in four shuffle stages. */
+__attribute__((target("avx512f"), always_inline)) static inline void transpose16_regs(__m512 *r)
 {
-    __m512 r[16], t[16];
-    __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
-    for (int j = 0; j < 16; j++)
-        r[j] = j < n ? _mm512_maskz_loadu_ps(km, B + (size_t)j * ldb) : _mm512_setzero_ps();
+    __m512 t[16];
     for (int j = 0; j < 16; j += 2) { /* pairs of rows interleaved */
         t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
         t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
@@ -361,6 +356,18 @@ transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t 
         r[q] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0x88);
         r[q + 8] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd);
     }
+}
+
+/* dst (k×n, row stride ldd) = Bᵀ for B n×k (row stride ldb) with n, k <=
+ * 16, in registers. */
+__attribute__((target("avx512f"))) static void
+transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t ldd)
+{
+    __m512 r[16];
+    __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
+    for (int j = 0; j < 16; j++)
+        r[j] = j < n ? _mm512_maskz_loadu_ps(km, B + (size_t)j * ldb) : _mm512_setzero_ps();
+    transpose16_regs(r);
     for (int p = 0; p < k; p++)
         _mm512_mask_storeu_ps(dst + (size_t)p * ldd, nm, r[p]);
 }
@@ -561,7 +568,11 @@ softmax16_reg(__mmask16 m, __m512 v)
     __m512d s = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
                               _mm512_cvtps_pd(_mm256_castpd_ps(
                                   _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
-    float inv = (float)(1 / _mm512_reduce_add_pd(s));
+    /* s[m] = e[m] + e[m+8]; then the tree (s[m] + s[m+4]), (+2), (+1),
+     * spelled out so that the lanes-as-rows path below can repeat it */
+    __m256d h = _mm256_add_pd(_mm512_extractf64x4_pd(s, 1), _mm512_castpd512_pd256(s));
+    __m128d g = _mm_add_pd(_mm256_extractf128_pd(h, 1), _mm256_castpd256_pd128(h));
+    float inv = (float)(1 / (_mm_cvtsd_f64(g) + _mm_cvtsd_f64(_mm_unpackhi_pd(g, g))));
     return _mm512_mul_ps(e, _mm512_set1_ps(inv));
 }
 
@@ -617,56 +628,128 @@ static __mmask16 lanes(int n)
     return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
 }
 
-/* Rows i0..i0+R of S, A and O. */
+/* Rows i0..i0+nq (nq <= 16) of S, A and O with the rows in the lanes:
+ * register j holds column j (key j) for all the rows, so the softmax of 16
+ * rows is a handful of vertical operations instead of 16 latency-bound
+ * horizontal reductions. NJ (a multiple of 4, >= tk) is the number of key
+ * registers; K has NJ rows (zero past tk). */
 __attribute__((target("avx512f"), always_inline)) static inline void
-attn_fwd_rows(int R, int i0, const qkv_attn_shape *sh, const float *q, const float *kt,
-              const float *v, float *s, float *a, float *o)
+attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const float *q,
+               const float *kr, const float *v, float *s, float *a, float *o)
 {
     const int tk = sh->tk, dk = sh->dk, dv = sh->dv;
-    const __mmask16 km = lanes(tk);
-    __m512 acc[4];
-    for (int r = 0; r < R; r++)
-        acc[r] = _mm512_setzero_ps();
+    const __mmask16 qm = lanes(nq), km = lanes(tk);
+    __m512 st[16], t[16];
+    /* S[i,j] = Σ_p Q[i,p]·K[j,p], one FMA chain per (i,j), p ascending */
+    transpose_keys(q + (size_t)i0 * dk, nq, dk, attn_kt); /* Qᵀ of the block */
+    for (int j = 0; j < NJ; j++)
+        st[j] = _mm512_setzero_ps();
     for (int p = 0; p < dk; p++) {
-        __m512 b = _mm512_maskz_load_ps(km, kt + (size_t)p * 16);
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(q[(size_t)(i0 + r) * dk + p]), b, acc[r]);
+        __m512 qp = _mm512_maskz_load_ps(qm, attn_kt + (size_t)p * 16);
+        for (int j = 0; j < NJ; j++)
+            st[j] = _mm512_fmadd_ps(_mm512_set1_ps(kr[(size_t)j * dk + p]), qp, st[j]);
     }
     const __m512d c = _mm512_set1_pd(sh->scale);
-    for (int r = 0; r < R; r++) {
-        const size_t i = (size_t)(i0 + r);
-        __m512 x = scale_ps(acc[r], c);
-        _mm512_mask_storeu_ps(s + i * tk, km, x);
-        if (sh->mask != NULL)
-            x = _mm512_add_ps(x, mask_row(sh, (int)i, km));
-        _mm512_mask_storeu_ps(a + i * tk, km, softmax16_reg(km, x));
+    for (int j = 0; j < 16; j++)
+        t[j] = st[j] = j < NJ ? scale_ps(st[j], c) : _mm512_setzero_ps();
+    transpose16_regs(t);
+    for (int i = 0; i < nq; i++)
+        _mm512_mask_storeu_ps(s + (size_t)(i0 + i) * tk, km, t[i]);
+    /* + mask, and -inf for the padding keys past tk */
+    for (int j = 0; j < NJ; j++) {
+        if (j >= tk) {
+            st[j] = _mm512_set1_ps(-INFINITY);
+        } else if (sh->mask != NULL) {
+            const float *mc = sh->mask + (size_t)j * sh->mask_cs;
+            __m512 col = sh->mask_rs == 0
+                             ? _mm512_set1_ps(mc[0])
+                             : _mm512_mask_i32gather_ps(
+                                   _mm512_setzero_ps(), qm,
+                                   _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(i0),
+                                                                       _mm512_setr_epi32(
+                                                                           0, 1, 2, 3, 4, 5, 6, 7, 8,
+                                                                           9, 10, 11, 12, 13, 14, 15)),
+                                                      _mm512_set1_epi32((int)sh->mask_rs)),
+                                   mc, 4);
+            st[j] = _mm512_add_ps(st[j], col);
+        }
     }
+    /* softmax down the registers: the max, e^(x - max), the sum in double
+     * in softmax16_reg's tree, 1/sum, the scaling; all-masked rows give 0 */
+    __m512 mx = st[0];
+    for (int j = 1; j < NJ; j++)
+        mx = _mm512_max_ps(mx, st[j]);
+    const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    for (int j = 0; j < 16; j++)
+        st[j] = j < NJ ? exp_avx512(_mm512_sub_ps(st[j], mx)) : _mm512_setzero_ps();
+    __m512d half[2];
+    for (int hf = 0; hf < 2; hf++) {
+        __m512d d[8];
+        for (int m = 0; m < 8; m++) {
+            __m256 e0 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(st[m]), hf));
+            __m256 e8 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(st[m + 8]), hf));
+            d[m] = _mm512_add_pd(_mm512_cvtps_pd(e0), _mm512_cvtps_pd(e8));
+        }
+        for (int m = 0; m < 4; m++)
+            d[m] = _mm512_add_pd(d[m + 4], d[m]);
+        for (int m = 0; m < 2; m++)
+            d[m] = _mm512_add_pd(d[m + 2], d[m]);
+        half[hf] = _mm512_div_pd(_mm512_set1_pd(1), _mm512_add_pd(d[0], d[1]));
+    }
+    const __m512 inv = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(half[0]))),
+        _mm256_castps_pd(_mm512_cvtpd_ps(half[1])), 1));
+    _Alignas(64) float pa[16 * 16]; /* A's columns, read back by the O loop */
+    for (int j = 0; j < 16; j++) {
+        t[j] = _mm512_maskz_mul_ps(live, st[j], inv);
+        _mm512_store_ps(pa + 16 * j, t[j]);
+    }
+    transpose16_regs(t);
+    for (int i = 0; i < nq; i++)
+        _mm512_mask_storeu_ps(a + (size_t)(i0 + i) * tk, km, t[i]);
+    /* O[i,c] = Σ_j A[i,j]·V[j,c], j ascending, 16 columns at a time */
+    _Alignas(64) float vb[16 * 16];
     for (int c0 = 0; c0 < dv; c0 += 16) {
         const __mmask16 cm = lanes(dv - c0);
-        for (int r = 0; r < R; r++)
-            acc[r] = _mm512_setzero_ps();
-        for (int j = 0; j < tk; j++) {
-            __m512 vv = _mm512_maskz_loadu_ps(cm, v + (size_t)j * dv + c0);
-            for (int r = 0; r < R; r++)
-                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[(size_t)(i0 + r) * tk + j]), vv, acc[r]);
-        }
-        for (int r = 0; r < R; r++)
-            _mm512_mask_storeu_ps(o + (size_t)(i0 + r) * dv + c0, cm, acc[r]);
+        for (int j = 0; j < tk; j++)
+            _mm512_store_ps(vb + 16 * j, _mm512_maskz_loadu_ps(cm, v + (size_t)j * dv + c0));
+        for (int l = 0; l < 16; l++)
+            t[l] = _mm512_setzero_ps();
+        for (int j = 0; j < tk; j++)
+            for (int l = 0; l < 16; l++)
+                t[l] = _mm512_fmadd_ps(_mm512_set1_ps(vb[16 * j + l]), _mm512_load_ps(pa + 16 * j),
+                                       t[l]);
+        transpose16_regs(t);
+        for (int i = 0; i < nq; i++)
+            _mm512_mask_storeu_ps(o + (size_t)(i0 + i) * dv + c0, cm, t[i]);
     }
 }
+
+static _Thread_local _Alignas(64) float attn_kp[ATTN_MAXD * 16];
 
 __attribute__((target("avx512f"))) static int
 attn_fwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
                 float *s, float *a, float *o)
 {
-    if (sh->tk > 16 || sh->dk > ATTN_MAXD)
+    const int tk = sh->tk, dk = sh->dk, NJ = (tk + 3) & ~3;
+    if (tk > 16 || dk > ATTN_MAXD ||
+        (sh->mask != NULL && (size_t)(sh->tq + 15) * sh->mask_rs > 0x7fffffff))
         return -1;
-    transpose_keys(k, sh->tk, sh->dk, attn_kt);
-    int i = 0;
-    for (; i + 4 <= sh->tq; i += 4)
-        attn_fwd_rows(4, i, sh, q, attn_kt, v, s, a, o);
-    for (; i < sh->tq; i++)
-        attn_fwd_rows(1, i, sh, q, attn_kt, v, s, a, o);
+    const float *kr = k;
+    if (NJ != tk) { /* K with zero rows up to NJ */
+        memcpy(attn_kp, k, sizeof(float) * (size_t)tk * dk);
+        memset(attn_kp + (size_t)tk * dk, 0, sizeof(float) * (size_t)(NJ - tk) * dk);
+        kr = attn_kp;
+    }
+    for (int i0 = 0; i0 < sh->tq; i0 += 16) {
+        int nq = sh->tq - i0 < 16 ? sh->tq - i0 : 16;
+        switch (NJ) { /* constant key counts, so st[] stays in registers */
+        case 4: attn_fwd_block(4, i0, nq, sh, q, kr, v, s, a, o); break;
+        case 8: attn_fwd_block(8, i0, nq, sh, q, kr, v, s, a, o); break;
+        case 12: attn_fwd_block(12, i0, nq, sh, q, kr, v, s, a, o); break;
+        default: attn_fwd_block(16, i0, nq, sh, q, kr, v, s, a, o); break;
+        }
+    }
     return 0;
 }
 
