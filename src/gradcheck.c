@@ -194,23 +194,20 @@ static qkv_tensor *c_attention_fused(qkv_tape *t, qkv_tensor **p)
     return qkv_add(t, qkv_mean(t, qkv_tanh(t, o)), extra);
 }
 
-/* The coreference model end to end: gather Q, K, V from token ids, scaled
- * scores, padding mask, softmax, A·V (fused, as qkv_model_forward has them),
- * the pronoun's row, ·Wo, cross-entropy. */
+/* The coreference model end to end, as qkv_model_forward records it: Q, K,
+ * V looked up from token ids, scaled scores, padding mask, softmax, A·V (all
+ * in qkv_embed_attention), the pronoun's row, ·Wo, cross-entropy. */
 static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
 {
     static const int ids[8] = {0, 3, 5, 2, 1, 4, 2, 0}; /* [2,4]; item 1 is padded */
     static const int pron[2] = {1, 2}, target[2] = {2, 0};
-    const int shp[2] = {2, 4};
-    qkv_tensor *q = qkv_gather(t, p[0], ids, 2, shp);
-    qkv_tensor *k = qkv_gather(t, p[1], ids, 2, shp);
-    qkv_tensor *v = qkv_gather(t, p[2], ids, 2, shp);
     qkv_tensor *m = qkv_tape_tensor(t, 3, (const int[]){2, 1, 4}, 0);
     if (qkv_tensor_is_nil(m))
         return m;
     for (int j = 0; j < 8; j++)
         m->data[j] = j == 7 ? -INFINITY : 0; /* item 1 has length 3 */
-    qkv_tensor *h = qkv_pick_rows(t, qkv_attention(t, q, k, v, m, 1.0 / sqrt(3.0), NULL), pron);
+    qkv_tensor *o = qkv_embed_attention(t, p[0], p[1], p[2], ids, 2, 4, m, 1.0 / sqrt(3.0), NULL);
+    qkv_tensor *h = qkv_pick_rows(t, o, pron);
     return qkv_cross_entropy(t, qkv_matmul(t, h, p[3]), target);
 }
 

@@ -51,6 +51,38 @@ qkv_node *qkv_tape_push(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
  * exist) from out->grad. Defined in ops.c. */
 void qkv_node_backward(const qkv_node *n);
 
+/* ---- shared by the ops (ops.c, attention.c) ---- */
+
+/* Nonzero when an op may run: the tape has no error and the inputs are real
+ * tensors (b only if want_b). Records an error naming op for a nil input. */
+int qkv_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv_tensor *b,
+                  int want_b);
+
+/* Nonzero when a or b (which may be NULL) tracks a gradient. */
+int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b);
+
+/* Records a node for out when out tracks a gradient. Returns the node, or
+ * NULL when none is needed or the tape ran out of memory (then *failed). */
+qkv_node *qkv_record(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a, qkv_tensor *b,
+                     int *failed);
+
+/* Copies n ints onto the tape; NULL after recording an error. */
+int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n);
+
+/* Both shapes padded on the left to four dimensions; b's strides are zero
+ * along the dimensions it broadcasts. */
+typedef struct qkv_bcast {
+    int dim[4];
+    size_t bstride[4];
+} qkv_bcast;
+
+/* Plans broadcasting b over a (numpy rules, b no larger); 0 if b does not
+ * broadcast. */
+int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p);
+
+/* The attention ops' backward (attention.c). */
+void qkv_attention_node_backward(const qkv_node *n);
+
 /* The library's allocation functions: the C ones, counted, so that tests
  * can prove a training step allocates nothing (qkv_alloc_count). */
 void *qkv_malloc(size_t n);

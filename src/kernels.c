@@ -230,6 +230,29 @@ static const gemm_impl impl_portable = {"portable", 4,    8,    ukernel_c, direc
 #define QKV_HAVE_X86_KERNELS 1
 #include <immintrin.h>
 
+static __mmask16 lanes(int n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+}
+
+/* Masked load and store that use the plain instructions for a full mask: a
+ * load of data just stored gets it forwarded from the store only when
+ * neither is masked. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 load16(__mmask16 m,
+                                                                              const float *p)
+{
+    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void store16(float *p, __mmask16 m,
+                                                                             __m512 x)
+{
+    if (m == 0xFFFF)
+        _mm512_storeu_ps(p, x);
+    else
+        _mm512_mask_storeu_ps(p, m, x);
+}
+
 /* AVX2+FMA micro-kernel: a 6×16 tile in 12 ymm accumulators. */
 __attribute__((target("avx2,fma"))) static void
 ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr)
@@ -298,13 +321,13 @@ rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, _
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            acc[r][q] = _mm512_maskz_loadu_ps(q == nch - 1 ? last : 0xFFFF,
+            acc[r][q] = load16(q == nch - 1 ? last : 0xFFFF,
                                               C + (size_t)(i0 + r) * n + j0 + 16 * q);
     for (int p = 0; p < k; p++) {
         const float *b = B + (size_t)p * n + j0;
         __m512 bv[4];
         for (int q = 0; q < nch; q++)
-            bv[q] = _mm512_maskz_loadu_ps(q == nch - 1 ? last : 0xFFFF, b + 16 * q);
+            bv[q] = load16(q == nch - 1 ? last : 0xFFFF, b + 16 * q);
         for (int r = 0; r < R; r++) {
             int i = i0 + r;
             __m512 a = _mm512_set1_ps(ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]);
@@ -314,7 +337,7 @@ rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, _
     }
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            _mm512_mask_storeu_ps(C + (size_t)(i0 + r) * n + j0 + 16 * q,
+            store16(C + (size_t)(i0 + r) * n + j0 + 16 * q,
                                   q == nch - 1 ? last : 0xFFFF, acc[r][q]);
 }
 
@@ -366,10 +389,10 @@ transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t 
     __m512 r[16];
     __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
     for (int j = 0; j < 16; j++)
-        r[j] = j < n ? _mm512_maskz_loadu_ps(km, B + (size_t)j * ldb) : _mm512_setzero_ps();
+        r[j] = j < n ? load16(km, B + (size_t)j * ldb) : _mm512_setzero_ps();
     transpose16_regs(r);
     for (int p = 0; p < k; p++)
-        _mm512_mask_storeu_ps(dst + (size_t)p * ldd, nm, r[p]);
+        store16(dst + (size_t)p * ldd, nm, r[p]);
 }
 
 __attribute__((target("avx512f"))) static void
@@ -504,7 +527,7 @@ exps_avx512(size_t n, const float *x, float mx, float *y)
         __mmask16 m = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
         __m512 v = _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + j), vmx);
         __m512 e = exp_avx512(v); /* lanes past the end are e^-inf = 0 */
-        _mm512_mask_storeu_ps(y + j, m, e);
+        store16(y + j, m, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
                                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
@@ -580,7 +603,7 @@ softmax16_reg(__mmask16 m, __m512 v)
 __attribute__((target("avx512f"))) static void softmax16_avx512(size_t n, const float *x, float *y)
 {
     __mmask16 m = (__mmask16)((1u << n) - 1);
-    _mm512_mask_storeu_ps(y, m, softmax16_reg(m, _mm512_maskz_loadu_ps(m, x)));
+    store16(y, m, softmax16_reg(m, load16(m, x)));
 }
 
 /* ---- fused attention, keys in one register (tk <= 16) ----------------- */
@@ -620,13 +643,10 @@ mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
 {
     const float *mr = sh->mask + (size_t)i * sh->mask_rs;
     return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0]))
-                            : _mm512_maskz_loadu_ps(km, mr);
+                            : load16(km, mr);
 }
 
-static __mmask16 lanes(int n)
-{
-    return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
-}
+
 
 /* Rows i0..i0+nq (nq <= 16) of S, A and O with the rows in the lanes:
  * register j holds column j (key j) for all the rows, so the softmax of 16
@@ -654,7 +674,7 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
         t[j] = st[j] = j < NJ ? scale_ps(st[j], c) : _mm512_setzero_ps();
     transpose16_regs(t);
     for (int i = 0; i < nq; i++)
-        _mm512_mask_storeu_ps(s + (size_t)(i0 + i) * tk, km, t[i]);
+        store16(s + (size_t)(i0 + i) * tk, km, t[i]);
     /* + mask, and -inf for the padding keys past tk */
     for (int j = 0; j < NJ; j++) {
         if (j >= tk) {
@@ -706,13 +726,13 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
     }
     transpose16_regs(t);
     for (int i = 0; i < nq; i++)
-        _mm512_mask_storeu_ps(a + (size_t)(i0 + i) * tk, km, t[i]);
+        store16(a + (size_t)(i0 + i) * tk, km, t[i]);
     /* O[i,c] = Σ_j A[i,j]·V[j,c], j ascending, 16 columns at a time */
     _Alignas(64) float vb[16 * 16];
     for (int c0 = 0; c0 < dv; c0 += 16) {
         const __mmask16 cm = lanes(dv - c0);
         for (int j = 0; j < tk; j++)
-            _mm512_store_ps(vb + 16 * j, _mm512_maskz_loadu_ps(cm, v + (size_t)j * dv + c0));
+            _mm512_store_ps(vb + 16 * j, load16(cm, v + (size_t)j * dv + c0));
         for (int l = 0; l < 16; l++)
             t[l] = _mm512_setzero_ps();
         for (int j = 0; j < tk; j++)
@@ -721,7 +741,7 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
                                        t[l]);
         transpose16_regs(t);
         for (int i = 0; i < nq; i++)
-            _mm512_mask_storeu_ps(o + (size_t)(i0 + i) * dv + c0, cm, t[i]);
+            store16(o + (size_t)(i0 + i) * dv + c0, cm, t[i]);
     }
 }
 
@@ -761,18 +781,20 @@ __attribute__((target("avx512f"), always_inline)) static inline void axpy_row(fl
     const __m512 xv = _mm512_set1_ps(x);
     for (int c0 = 0; c0 < d; c0 += 16) {
         const __mmask16 cm = lanes(d - c0);
-        _mm512_mask_storeu_ps(y + c0, cm,
-                              _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(cm, row + c0),
-                                              _mm512_maskz_loadu_ps(cm, y + c0)));
+        store16(y + c0, cm,
+                              _mm512_fmadd_ps(xv, load16(cm, row + c0),
+                                              load16(cm, y + c0)));
     }
 }
 
-static int row_is_zero(const float *x, int n)
+/* Nonzero when any of x[0..n) is nonzero (or NaN). */
+__attribute__((target("avx512f"))) static inline int row_live(const float *x, int n)
 {
-    for (int j = 0; j < n; j++)
-        if (x[j] != 0)
-            return 0;
-    return 1;
+    for (int c0 = 0; c0 < n; c0 += 16)
+        if (_mm512_cmp_ps_mask(load16(lanes(n - c0), x + c0), _mm512_setzero_ps(),
+                               _CMP_NEQ_UQ))
+            return 1;
+    return 0;
 }
 
 __attribute__((target("avx512f"))) static int
@@ -790,29 +812,29 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
     }
     for (int i = 0; i < tq; i++) {
         const float *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
-        const int live = !row_is_zero(go, d_v);
+        const int live = row_live(go, d_v);
         if (live && dv != NULL) /* dV[j,:] += A[i,j]·dO[i,:] (rows i ascending) */
             for (int j = 0; j < tk; j++)
                 axpy_row(ai[j], go, dv + (size_t)j * d_v, d_v);
         if (da == NULL)
             continue;
         /* dA[i,:] += dO[i,:]·Vᵀ */
-        __m512 g = _mm512_maskz_loadu_ps(km, da + (size_t)i * tk);
+        __m512 g = load16(km, da + (size_t)i * tk);
         if (live) {
             for (int p = 0; p < d_v; p++)
                 g = _mm512_fmadd_ps(_mm512_set1_ps(go[p]),
                                     _mm512_maskz_load_ps(km, attn_kt + (size_t)p * 16), g);
-            _mm512_mask_storeu_ps(da + (size_t)i * tk, km, g);
+            store16(da + (size_t)i * tk, km, g);
         }
         /* dSs[i,:] += mask-kept A ⊙ (dA - Σ dA·A), the dot summed in order */
-        __m512 sg = _mm512_maskz_loadu_ps(km, ds + (size_t)i * tk);
+        __m512 sg = load16(km, ds + (size_t)i * tk);
         if (_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km) {
             _Alignas(64) float gv[16];
             _mm512_store_ps(gv, g);
             double dot = 0;
             for (int j = 0; j < tk; j++)
                 dot += (double)gv[j] * ai[j];
-            __m512 ar = _mm512_maskz_loadu_ps(km, ai);
+            __m512 ar = load16(km, ai);
             __m512d dd = _mm512_set1_pd(dot);
             __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(
                 _mm512_cvtps_pd(_mm512_castps512_ps256(ar)),
@@ -830,7 +852,7 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
                 dx = _mm512_maskz_mov_ps((__mmask16)~drop, dx);
             }
             sg = _mm512_add_ps(sg, dx);
-            _mm512_mask_storeu_ps(ds + (size_t)i * tk, km, sg);
+            store16(ds + (size_t)i * tk, km, sg);
         }
         if (!(_mm512_cmp_ps_mask(sg, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km))
             continue;
@@ -840,11 +862,11 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
         if (dq != NULL)
             for (int c0 = 0; c0 < d_k; c0 += 16) {
                 const __mmask16 cm = lanes(d_k - c0);
-                __m512 acc = _mm512_maskz_loadu_ps(cm, dq + (size_t)i * d_k + c0);
+                __m512 acc = load16(cm, dq + (size_t)i * d_k + c0);
                 for (int j = 0; j < tk; j++)
                     acc = _mm512_fmadd_ps(_mm512_set1_ps(d[j]),
-                                          _mm512_maskz_loadu_ps(cm, k + (size_t)j * d_k + c0), acc);
-                _mm512_mask_storeu_ps(dq + (size_t)i * d_k + c0, cm, acc);
+                                          load16(cm, k + (size_t)j * d_k + c0), acc);
+                store16(dq + (size_t)i * d_k + c0, cm, acc);
             }
         if (dk != NULL)
             for (int j = 0; j < tk; j++)
@@ -861,7 +883,7 @@ __attribute__((target("avx512f"))) static void gather_avx512(float *dst, const f
         const float *src = table + (size_t)ids[i] * d;
         for (size_t j = 0; j < d; j += 16) {
             __mmask16 m = lanes((int)(d - j < 16 ? d - j : 16));
-            _mm512_mask_storeu_ps(dst + j, m, _mm512_maskz_loadu_ps(m, src + j));
+            store16(dst + j, m, load16(m, src + j));
         }
     }
 }
@@ -873,9 +895,9 @@ scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, siz
         float *dst = table + (size_t)ids[i] * d;
         for (size_t j = 0; j < d; j += 16) {
             __mmask16 m = lanes((int)(d - j < 16 ? d - j : 16));
-            _mm512_mask_storeu_ps(dst + j, m,
-                                  _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst + j),
-                                                _mm512_maskz_loadu_ps(m, src + j)));
+            store16(dst + j, m,
+                                  _mm512_add_ps(load16(m, dst + j),
+                                                load16(m, src + j)));
         }
     }
 }

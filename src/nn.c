@@ -144,15 +144,13 @@ qkv_status qkv_model_forward(qkv_model *m, qkv_tape *t, const qkv_batch *b, qkv_
     int *ids = pack_batch(t, b, &mask);
     if (ids == NULL)
         return qkv_tape_status(t);
-    const int shape[2] = {b->B, b->T};
-    qkv_tensor *q = qkv_gather(t, m->wq, ids, 2, shape); /* (B,T,d_k) */
-    qkv_tensor *k = qkv_gather(t, m->wk, ids, 2, shape); /* (B,T,d_k) */
-    qkv_tensor *v = qkv_gather(t, m->wv, ids, 2, shape); /* (B,T,d_k) */
-    /* softmax(Q·Kᵀ/√d_k + mask)·V, fused: the same numbers as qkv_matmul_nt,
+    /* Q, K, V = rows of Wq, Wk, Wv (one-hot·W), then softmax(Q·Kᵀ/√d_k +
+     * mask)·V, fused: the same numbers as three qkv_gather, qkv_matmul_nt,
      * qkv_scale, qkv_mask, qkv_softmax and qkv_matmul in a row */
     qkv_attention_parts parts;
-    qkv_tensor *o = qkv_attention(t, q, k, v, mask, m->cfg.scaled ? 1 / sqrt((double)m->cfg.d_k) : 1,
-                                  &parts);                      /* (B,T,d_k) */
+    double scale = m->cfg.scaled ? 1 / sqrt((double)m->cfg.d_k) : 1;
+    qkv_tensor *o = qkv_embed_attention(t, m->wq, m->wk, m->wv, ids, b->B, b->T, mask, scale,
+                                        &parts);               /* (B,T,d_k) */
     f->scores = parts.scores;                                  /* (B,T,T) */
     f->attn = parts.attn;                                      /* (B,T,T) */
     qkv_tensor *h = qkv_pick_rows(t, o, b->query);             /* (B,d_k) */

@@ -16,10 +16,10 @@
 /* ------------------------------------------------------------------------ */
 /* helpers                                                                  */
 
-/* Nonzero when the op may run: the tape has no error and the inputs are
- * real tensors. Records an error for a nil input. */
-static int inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv_tensor *b,
-                     int want_b)
+/* The helpers declared in internal.h are shared with attention.c. */
+
+int qkv_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv_tensor *b,
+                  int want_b)
 {
     if (t == NULL || qkv_tape_status(t) != QKV_OK)
         return 0;
@@ -31,7 +31,7 @@ static int inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv
     return 1;
 }
 
-static int wants_grad(const qkv_tensor *a, const qkv_tensor *b)
+int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b)
 {
     return a->grad != NULL || (b != NULL && b->grad != NULL);
 }
@@ -40,13 +40,11 @@ static int wants_grad(const qkv_tensor *a, const qkv_tensor *b)
 static qkv_tensor *make_out(qkv_tape *t, int ndim, const int *shape, const qkv_tensor *a,
                             const qkv_tensor *b)
 {
-    return qkv_tape_tensor(t, ndim, shape, wants_grad(a, b));
+    return qkv_tape_tensor(t, ndim, shape, qkv_wants_grad(a, b));
 }
 
-/* Records a node for out when out tracks a gradient. Returns the node, or
- * NULL when none is needed or the tape ran out of memory (then *failed). */
-static qkv_node *record(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
-                        qkv_tensor *b, int *failed)
+qkv_node *qkv_record(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a, qkv_tensor *b,
+                     int *failed)
 {
     *failed = 0;
     if (out->grad == NULL)
@@ -61,7 +59,7 @@ static qkv_tensor *finish(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a
                           qkv_tensor *b, double c)
 {
     int failed;
-    qkv_node *n = record(t, op, out, a, b, &failed);
+    qkv_node *n = qkv_record(t, op, out, a, b, &failed);
     if (failed)
         return qkv_nil();
     if (n != NULL)
@@ -69,8 +67,7 @@ static qkv_tensor *finish(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a
     return out;
 }
 
-/* Copies n ints onto the tape; NULL after recording an error. */
-static int *tape_ints(qkv_tape *t, const int *src, size_t n)
+int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n)
 {
     size_t bytes;
     if (!qkv_mul_size(n, sizeof(int), &bytes)) {
@@ -91,14 +88,7 @@ static int *tape_ints(qkv_tape *t, const int *src, size_t n)
 /* ------------------------------------------------------------------------ */
 /* broadcasting (for add, mul, mask)                                        */
 
-/* Both shapes padded on the left to four dimensions; b's strides are zero
- * along the dimensions it broadcasts. */
-typedef struct bcast {
-    int dim[4];
-    size_t bstride[4];
-} bcast;
-
-static int bcast_plan(const qkv_tensor *a, const qkv_tensor *b, bcast *p)
+int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p)
 {
     int bd[4];
     if (b->ndim > a->ndim)
@@ -137,10 +127,10 @@ static int bcast_plan(const qkv_tensor *a, const qkv_tensor *b, bcast *p)
 static qkv_tensor *binary(qkv_tape *t, qkv_op op, const char *name, qkv_tensor *a,
                           qkv_tensor *b)
 {
-    bcast p;
-    if (!inputs_ok(t, name, a, b, 1))
+    qkv_bcast p;
+    if (!qkv_inputs_ok(t, name, a, b, 1))
         return qkv_nil();
-    if (!bcast_plan(a, b, &p)) {
+    if (!qkv_bcast_plan(a, b, &p)) {
         SHAPES(a, b);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s and %s: second shape does not broadcast to the first",
                       name, sa, sb);
@@ -148,7 +138,7 @@ static qkv_tensor *binary(qkv_tape *t, qkv_op op, const char *name, qkv_tensor *
     }
     /* the mask never receives a gradient */
     qkv_tensor *out = qkv_tape_tensor(t, a->ndim, a->shape,
-                                      op == QKV_OP_MASK ? a->grad != NULL : wants_grad(a, b));
+                                      op == QKV_OP_MASK ? a->grad != NULL : qkv_wants_grad(a, b));
     if (qkv_tensor_is_nil(out))
         return out;
     qkv_real *y = out->data;
@@ -182,7 +172,7 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m)
 static qkv_tensor *matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b, int nt)
 {
     const char *name = nt ? "matmul_nt" : "matmul";
-    if (!inputs_ok(t, name, a, b, 1))
+    if (!qkv_inputs_ok(t, name, a, b, 1))
         return qkv_nil();
     const char *why = NULL;
     int m = 0, k = 0, n = 0;
@@ -234,7 +224,7 @@ qkv_tensor *qkv_matmul_nt(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
 
 qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x)
 {
-    if (!inputs_ok(t, "transpose", x, NULL, 0))
+    if (!qkv_inputs_ok(t, "transpose", x, NULL, 0))
         return qkv_nil();
     if (x->ndim < 2) {
         char sx[64];
@@ -263,7 +253,7 @@ qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x)
 
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 {
-    if (!inputs_ok(t, "scale", x, NULL, 0))
+    if (!qkv_inputs_ok(t, "scale", x, NULL, 0))
         return qkv_nil();
     qkv_tensor *out = make_out(t, x->ndim, x->shape, x, NULL);
     if (qkv_tensor_is_nil(out))
@@ -275,7 +265,7 @@ qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 
 static qkv_tensor *reduce_all(qkv_tape *t, qkv_tensor *x, int mean)
 {
-    if (!inputs_ok(t, mean ? "mean" : "sum", x, NULL, 0))
+    if (!qkv_inputs_ok(t, mean ? "mean" : "sum", x, NULL, 0))
         return qkv_nil();
     qkv_tensor *out = make_out(t, 0, NULL, x, NULL);
     if (qkv_tensor_is_nil(out))
@@ -297,7 +287,7 @@ qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x)
 
 static qkv_tensor *reduce_last(qkv_tape *t, qkv_tensor *x, int mean)
 {
-    if (!inputs_ok(t, mean ? "mean_last" : "sum_last", x, NULL, 0))
+    if (!qkv_inputs_ok(t, mean ? "mean_last" : "sum_last", x, NULL, 0))
         return qkv_nil();
     if (x->ndim < 1) {
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no last dimension",
@@ -331,7 +321,7 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
                        const int *shape)
 {
     size_t n;
-    if (!inputs_ok(t, "gather", w, NULL, 0))
+    if (!qkv_inputs_ok(t, "gather", w, NULL, 0))
         return qkv_nil();
     char sw[64];
     if (w->ndim != 2 || ndim < 1 || ndim > QKV_MAX_DIMS - 1 || ids == NULL ||
@@ -361,15 +351,15 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
         return out;
     qkv_gather_rows(out->data, w->data, ids, n, (size_t)D);
     int failed;
-    qkv_node *node = record(t, QKV_OP_GATHER, out, w, NULL, &failed);
-    if (node != NULL && (node->ints = tape_ints(t, ids, n)) == NULL)
+    qkv_node *node = qkv_record(t, QKV_OP_GATHER, out, w, NULL, &failed);
+    if (node != NULL && (node->ints = qkv_tape_ints(t, ids, n)) == NULL)
         failed = 1;
     return failed ? qkv_nil() : out;
 }
 
 qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
 {
-    if (!inputs_ok(t, "pick_rows", x, NULL, 0))
+    if (!qkv_inputs_ok(t, "pick_rows", x, NULL, 0))
         return qkv_nil();
     char sx[64];
     if (x->ndim != 3 || idx == NULL) {
@@ -393,8 +383,8 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
         memcpy(out->data + (size_t)b * D, x->data + ((size_t)b * T + idx[b]) * D,
                (size_t)D * sizeof(qkv_real));
     int failed;
-    qkv_node *node = record(t, QKV_OP_PICK, out, x, NULL, &failed);
-    if (node != NULL && (node->ints = tape_ints(t, idx, (size_t)B)) == NULL)
+    qkv_node *node = qkv_record(t, QKV_OP_PICK, out, x, NULL, &failed);
+    if (node != NULL && (node->ints = qkv_tape_ints(t, idx, (size_t)B)) == NULL)
         failed = 1;
     return failed ? qkv_nil() : out;
 }
@@ -405,7 +395,7 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
 static qkv_tensor *softmax_like(qkv_tape *t, qkv_tensor *x, int log_form)
 {
     const char *name = log_form ? "log_softmax" : "softmax";
-    if (!inputs_ok(t, name, x, NULL, 0))
+    if (!qkv_inputs_ok(t, name, x, NULL, 0))
         return qkv_nil();
     if (x->ndim < 1) {
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no last dimension", name);
@@ -434,7 +424,7 @@ qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x)
 
 qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets)
 {
-    if (!inputs_ok(t, "cross_entropy", logits, NULL, 0))
+    if (!qkv_inputs_ok(t, "cross_entropy", logits, NULL, 0))
         return qkv_nil();
     char sx[64];
     if (logits->ndim < 1 || targets == NULL) {
@@ -479,140 +469,14 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     double c = counted ? 1.0 / (double)counted : 0.0;
     out->data[0] = (qkv_real)(loss * c);
     int failed;
-    qkv_node *node = record(t, QKV_OP_CROSS_ENTROPY, out, logits, NULL, &failed);
+    qkv_node *node = qkv_record(t, QKV_OP_CROSS_ENTROPY, out, logits, NULL, &failed);
     if (node != NULL) {
         node->c = c;
         node->saved = p;
-        if ((node->ints = tape_ints(t, targets, rows)) == NULL)
+        if ((node->ints = qkv_tape_ints(t, targets, rows)) == NULL)
             return qkv_nil();
     }
     return failed ? qkv_nil() : out;
-}
-
-/* ------------------------------------------------------------------------ */
-/* fused attention                                                          */
-
-/* The attention node's own record. */
-typedef struct attn_rec {
-    qkv_tensor *v, *scores, *attn;
-    const qkv_tensor *mask;
-    bcast mp;          /* the mask's strides against the scores */
-    double scale;
-    qkv_real *scratch; /* Tq·Tk reals for the generic backward */
-} attn_rec;
-
-/* The kernels' view of batch item (i0,i1). */
-static qkv_attn_shape attn_item(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k,
-                                int i0, int i1)
-{
-    qkv_attn_shape sh = {q->shape[q->ndim - 2], k->shape[k->ndim - 2], q->shape[q->ndim - 1],
-                         r->v->shape[r->v->ndim - 1], NULL, 0, 0, r->scale};
-    if (r->mask != NULL) {
-        sh.mask = r->mask->data + i0 * r->mp.bstride[0] + i1 * r->mp.bstride[1];
-        sh.mask_rs = r->mp.bstride[2];
-        sh.mask_cs = r->mp.bstride[3];
-    }
-    return sh;
-}
-
-/* Nonzero when q, k and v have 2 to 4 dimensions, the same leading ones,
- * and matching inner sizes. */
-static int attn_shapes_ok(const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v)
-{
-    int n = q->ndim;
-    if (n < 2 || n > 4 || k->ndim != n || v->ndim != n)
-        return 0;
-    for (int i = 0; i < n - 2; i++)
-        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])
-            return 0;
-    return k->shape[n - 1] == q->shape[n - 1] && v->shape[n - 2] == k->shape[n - 2];
-}
-
-qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
-                          const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
-{
-    if (parts != NULL)
-        parts->scores = parts->attn = qkv_nil();
-    if (!inputs_ok(t, "attention", q, k, 1) || !inputs_ok(t, "attention", v, NULL, 0))
-        return qkv_nil();
-    if (!attn_shapes_ok(q, k, v)) {
-        char sq[64], sk[64], sv[64];
-        qkv_shape_str(q, sq, sizeof sq);
-        qkv_shape_str(k, sk, sizeof sk);
-        qkv_shape_str(v, sv, sizeof sv);
-        qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "attention: q %s, k %s, v %s: need [...,Tq,d], [...,Tk,d] and [...,Tk,dv] "
-                      "with the same leading dimensions", sq, sk, sv);
-        return qkv_nil();
-    }
-    const int nd = q->ndim, tq = q->shape[nd - 2], tk = k->shape[nd - 2];
-    int sshape[QKV_MAX_DIMS], oshape[QKV_MAX_DIMS];
-    memcpy(sshape, q->shape, sizeof sshape);
-    memcpy(oshape, q->shape, sizeof oshape);
-    sshape[nd - 1] = tk;
-    oshape[nd - 1] = v->shape[nd - 1];
-    const int qk_grad = wants_grad(q, k);
-    qkv_tensor *scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
-    qkv_tensor *attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
-    qkv_tensor *out = qkv_tape_tensor(t, nd, oshape, qk_grad || v->grad != NULL);
-    attn_rec *r = qkv_tape_alloc(t, sizeof *r);
-    if (qkv_tensor_is_nil(out) || r == NULL)
-        return qkv_nil();
-    *r = (attn_rec){v, scores, attn, mask, {{0}, {0}}, scale, NULL};
-    if (mask != NULL && (qkv_tensor_is_nil(mask) || !bcast_plan(scores, mask, &r->mp))) {
-        char sm[64], ss[64];
-        qkv_shape_str(mask, sm, sizeof sm);
-        qkv_shape_str(scores, ss, sizeof ss);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "attention: mask %s does not broadcast to the scores %s",
-                      sm, ss);
-        return qkv_nil();
-    }
-    bcast items; /* the leading dimensions, padded to two */
-    bcast_plan(scores, scores, &items);
-    for (int i0 = 0; i0 < items.dim[0]; i0++)
-        for (int i1 = 0; i1 < items.dim[1]; i1++) {
-            size_t b = (size_t)i0 * items.dim[1] + i1;
-            qkv_attn_shape sh = attn_item(r, q, k, i0, i1);
-            qkv_attention_forward(&sh, q->data + b * tq * sh.dk, k->data + b * tk * sh.dk,
-                                  v->data + b * tk * sh.dv, scores->data + b * tq * tk,
-                                  attn->data + b * tq * tk, out->data + b * tq * sh.dv);
-        }
-    if (parts != NULL) {
-        parts->scores = scores;
-        parts->attn = attn;
-    }
-    if (out->grad == NULL)
-        return out;
-    if (qk_grad && (r->scratch = qkv_tape_alloc(t, sizeof(qkv_real) * (size_t)tq * tk)) == NULL)
-        return qkv_nil();
-    int failed;
-    qkv_node *node = record(t, QKV_OP_ATTENTION, out, q, k, &failed);
-    if (failed)
-        return qkv_nil();
-    node->aux = r;
-    return out;
-}
-
-static void attention_backward(const qkv_node *nd)
-{
-    const attn_rec *r = nd->aux;
-    const qkv_tensor *q = nd->a, *k = nd->b, *v = r->v, *o = nd->out;
-    bcast items;
-    bcast_plan(r->scores, r->scores, &items);
-    for (int i0 = 0; i0 < items.dim[0]; i0++)
-        for (int i1 = 0; i1 < items.dim[1]; i1++) {
-            size_t b = (size_t)i0 * items.dim[1] + i1;
-            qkv_attn_shape sh = attn_item(r, q, k, i0, i1);
-            size_t nq = (size_t)sh.tq * sh.dk, nk = (size_t)sh.tk * sh.dk,
-                   nv = (size_t)sh.tk * sh.dv, ns = (size_t)sh.tq * sh.tk;
-            qkv_real *ds = r->scores->grad, *da = r->attn->grad;
-            qkv_attention_backward(&sh, q->data + b * nq, k->data + b * nk, v->data + b * nv,
-                                   r->attn->data + b * ns, o->grad + b * sh.tq * sh.dv,
-                                   ds ? ds + b * ns : NULL, da ? da + b * ns : NULL,
-                                   q->grad ? q->grad + b * nq : NULL,
-                                   k->grad ? k->grad + b * nk : NULL,
-                                   v->grad ? v->grad + b * nv : NULL, r->scratch);
-        }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -620,7 +484,7 @@ static void attention_backward(const qkv_node *nd)
 
 qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x)
 {
-    if (!inputs_ok(t, "tanh", x, NULL, 0))
+    if (!qkv_inputs_ok(t, "tanh", x, NULL, 0))
         return qkv_nil();
     qkv_tensor *out = make_out(t, x->ndim, x->shape, x, NULL);
     if (qkv_tensor_is_nil(out))
@@ -632,7 +496,7 @@ qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x)
 
 qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x)
 {
-    if (!inputs_ok(t, "relu", x, NULL, 0))
+    if (!qkv_inputs_ok(t, "relu", x, NULL, 0))
         return qkv_nil();
     qkv_tensor *out = make_out(t, x->ndim, x->shape, x, NULL);
     if (qkv_tensor_is_nil(out))
@@ -667,10 +531,10 @@ static void matmul_backward(const qkv_node *nd, int nt)
 
 static void binary_backward(const qkv_node *nd)
 {
-    bcast p;
+    qkv_bcast p;
     qkv_tensor *a = nd->a, *b = nd->b;
     const qkv_real *dy = nd->out->grad;
-    bcast_plan(a, b, &p);
+    qkv_bcast_plan(a, b, &p);
     if (nd->op == QKV_OP_MASK) { /* dx = dy where kept; 0 where masked (y = -inf there) */
         if (a->grad != NULL)
             BCAST_LOOP(p, a->grad[ia] += isinf(b->data[ib]) && b->data[ib] < 0 ? 0 : dy[ia]);
@@ -794,8 +658,8 @@ void qkv_node_backward(const qkv_node *nd)
         for (size_t i = 0; i < a->numel; i++)
             a->grad[i] += dy[i] * (1 - y->data[i] * y->data[i]);
         break;
-    case QKV_OP_ATTENTION: /* see qkv_attention_backward in kernels.c */
-        attention_backward(nd);
+    case QKV_OP_ATTENTION: /* see attention.c */
+        qkv_attention_node_backward(nd);
         break;
     case QKV_OP_RELU: /* dx = dy·[x > 0] */
         for (size_t i = 0; i < a->numel; i++)

@@ -284,6 +284,11 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "[...,Tk,dv] with the same leading dimensions");
     EXPECT_ERROR(qkv_attention(f.t, a, a, a, w, 1, NULL), QKV_ERR_SHAPE,
                  "attention: mask [5,3] does not broadcast to the scores [2,3,3]");
+    EXPECT_ERROR(qkv_embed_attention(f.t, w, w, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_ARG,
+                 "embed_attention: id 5 at position 1 is outside [0,5) of the tables");
+    EXPECT_ERROR(qkv_embed_attention(f.t, w, a, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
+                 "embed_attention: tables [5,3], [2,3,4], [5,3] with ids [1,2]: need [V,d], "
+                 "[V,d], [V,dv] and B, T >= 1");
     fx_free(&f);
 }
 END_TEST
@@ -436,6 +441,82 @@ START_TEST(test_attention_equals_unfused_ops)
 }
 END_TEST
 
+/* qkv_embed_attention against three qkv_gather and qkv_attention: the same
+ * outputs and table gradients exactly, ids repeating (so rows accumulate),
+ * a padding mask, a picked-row loss plus one on the scores and weights; on
+ * the register path (T <= 16) and the generic one (T = 20). */
+static void check_embed_case(int B, int T, int V, int dk, int dv)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 8);
+    qkv_tensor *w[3] = {random_tensor(&g, 2, (const int[]){V, dk}, 1),
+                        random_tensor(&g, 2, (const int[]){V, dk}, 1),
+                        random_tensor(&g, 2, (const int[]){V, dv}, 1)};
+    int *ids = malloc(sizeof *ids * (size_t)B * T), rows[8];
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (int)qkv_rng_below(&g, (uint64_t)V);
+    for (int b = 0; b < B; b++)
+        rows[b] = (2 * b + 1) % T;
+    qkv_tensor *mask = qkv_tensor_new(3, (const int[]){B, 1, T}, 0);
+    for (int e = 0; e < B * T; e++)
+        mask->data[e] = e % T >= T - (e / T) % 3 ? -INFINITY : 0;
+    qkv_tape *tp[2] = {qkv_tape_new(0), qkv_tape_new(0)};
+    qkv_tensor *o[2];
+    qkv_attention_parts parts[2];
+    qkv_real *grads[2][3];
+    for (int f = 0; f < 2; f++) {
+        qkv_tape *t = tp[f];
+        for (int i = 0; i < 3; i++)
+            qkv_tensor_zero_grad(w[i]);
+        if (f == 0) {
+            const int shape[2] = {B, T};
+            o[f] = qkv_attention(t, qkv_gather(t, w[0], ids, 2, shape),
+                                 qkv_gather(t, w[1], ids, 2, shape),
+                                 qkv_gather(t, w[2], ids, 2, shape), mask, 0.3, &parts[f]);
+        } else {
+            o[f] = qkv_embed_attention(t, w[0], w[1], w[2], ids, B, T, mask, 0.3, &parts[f]);
+        }
+        qkv_rng lw;
+        qkv_rng_seed(&lw, 4);
+        qkv_tensor *loss = qkv_add(t, weighted_sum(t, qkv_pick_rows(t, o[f], rows), &lw),
+                                   qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
+                                           weighted_sum(t, parts[f].attn, &lw)));
+        ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
+        for (int i = 0; i < 3; i++) {
+            grads[f][i] = malloc(sizeof(qkv_real) * w[i]->numel);
+            memcpy(grads[f][i], w[i]->grad, sizeof(qkv_real) * w[i]->numel);
+        }
+    }
+    assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
+    assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
+    assert_same(parts[1].scores->grad, parts[0].scores->grad, parts[0].scores->numel, "dscores");
+    const char *names[3] = {"dWq", "dWk", "dWv"};
+    for (int i = 0; i < 3; i++) {
+        assert_same(grads[1][i], grads[0][i], w[i]->numel, names[i]);
+        free(grads[0][i]);
+        free(grads[1][i]);
+        qkv_tensor_free(w[i]);
+    }
+    free(ids);
+    qkv_tensor_free(mask);
+    qkv_tape_free(tp[0]);
+    qkv_tape_free(tp[1]);
+}
+
+START_TEST(test_embed_attention_equals_gathers_and_attention)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im]) != 0)
+            continue;
+        check_embed_case(4, 12, 7, 16, 16);
+        check_embed_case(2, 20, 5, 8, 5);
+    }
+    qkv_kernels_use("auto");
+}
+END_TEST
+
 Suite *ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -454,6 +535,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
     tcase_add_test(tc, test_attention_equals_unfused_ops);
+    tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -108,6 +108,17 @@ typedef struct qkv_attention_parts {
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts);
 
+/* Attention over embedded tokens, fused with the lookups: the same numbers
+ * as qkv_attention(t, gather(wq), gather(wk), gather(wv), mask, scale,
+ * parts) with each gather a qkv_gather of ids shaped [B,T], without making
+ * Q, K and V as tensors. wq, wk: [V,dk]; wv: [V,dv]; ids: B·T integers,
+ * copied onto the tape, each below the row count of every table. Returns
+ * [B,T,dv]; the scores and weights are [B,T,T]. Backward adds into the rows
+ * of the tables' gradients, in the order the gathers would. */
+qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
+                                const int *ids, int B, int T, const qkv_tensor *mask,
+                                double scale, qkv_attention_parts *parts);
+
 /* Element-wise tanh and relu. relu's gradient at 0 is taken as 0. */
 qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);

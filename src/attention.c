@@ -1,0 +1,274 @@
+/*
+ * attention.c - the fused attention ops: qkv_attention on Q, K and V, and
+ * qkv_embed_attention, which looks Q, K and V up from weight tables itself.
+ *
+ * Both record one node and run the kernels of kernels.c one batch item at a
+ * time (qkv_attention_forward and qkv_attention_backward), so an item's
+ * scores and weights stay in cache between the steps. The embedded form
+ * also keeps the item's Q, K and V rows (and their gradients) in a small
+ * buffer instead of [B,T,d] tensors, which is most of a small model's
+ * memory traffic. Every result and gradient is bit for bit what the
+ * unfused ops give (see qkv_attention in ops.h).
+ */
+#include <string.h>
+
+#include "qkv/kernels.h"
+#include "qkv/ops.h"
+#include "internal.h"
+
+/* The node's own record. */
+typedef struct attn_rec {
+    int n0, n1;           /* the leading (batch) dimensions, padded to two */
+    int tq, tk, dk, dv;
+    qkv_tensor *v;        /* V, or the table Wv in the embedded form */
+    qkv_tensor *scores, *attn;
+    const qkv_tensor *mask;
+    qkv_bcast mp;         /* the mask's strides against the scores */
+    double scale;
+    qkv_real *scratch;    /* tq·tk reals for the generic backward */
+    const int *ids;       /* embedded form: [B,T] token ids; NULL otherwise */
+    qkv_real *rows;       /* embedded form: one item's Q, K, V, then dQ, dK, dV */
+} attn_rec;
+
+/* One item's inputs and the gradients to accumulate into. */
+typedef struct attn_io {
+    const qkv_real *q, *k, *v;
+    qkv_real *dq, *dk, *dv;
+} attn_io;
+
+/* The kernels' view of item b. */
+static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
+{
+    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale};
+    if (r->mask != NULL) {
+        size_t i0 = b / (size_t)r->n1, i1 = b % (size_t)r->n1;
+        sh.mask = r->mask->data + i0 * r->mp.bstride[0] + i1 * r->mp.bstride[1];
+        sh.mask_rs = r->mp.bstride[2];
+        sh.mask_cs = r->mp.bstride[3];
+    }
+    return sh;
+}
+
+/* Item b's Q, K and V (gathered into r->rows in the embedded form) and,
+ * when grads is set, where their gradients go (zeroed buffers in the
+ * embedded form; NULL for an input without a gradient). */
+static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k, size_t b,
+                       int grads)
+{
+    const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk,
+                 nv = (size_t)r->tk * r->dv;
+    const qkv_tensor *v = r->v;
+    attn_io io = {NULL, NULL, NULL, NULL, NULL, NULL};
+    if (r->ids == NULL) {
+        io.q = q->data + b * nq;
+        io.k = k->data + b * nk;
+        io.v = v->data + b * nv;
+        if (grads) {
+            io.dq = q->grad ? q->grad + b * nq : NULL;
+            io.dk = k->grad ? k->grad + b * nk : NULL;
+            io.dv = v->grad ? v->grad + b * nv : NULL;
+        }
+        return io;
+    }
+    const int *ids = r->ids + b * (size_t)r->tq;
+    qkv_real *rows = r->rows;
+    qkv_gather_rows(rows, q->data, ids, (size_t)r->tq, (size_t)r->dk);
+    qkv_gather_rows(rows + nq, k->data, ids, (size_t)r->tk, (size_t)r->dk);
+    qkv_gather_rows(rows + nq + nk, v->data, ids, (size_t)r->tk, (size_t)r->dv);
+    io = (attn_io){rows, rows + nq, rows + nq + nk, NULL, NULL, NULL};
+    if (grads) {
+        qkv_real *g = rows + nq + nk + nv;
+        memset(g, 0, sizeof *g * (nq + nk + nv));
+        io.dq = q->grad ? g : NULL;
+        io.dk = k->grad ? g + nq : NULL;
+        io.dv = v->grad ? g + nq + nk : NULL;
+    }
+    return io;
+}
+
+/* Makes the outputs, runs the forward pass item by item and records the
+ * node. q and k are the inputs (or tables) the node keeps. */
+static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tensor *q,
+                            qkv_tensor *k, int nd, const int *lead, qkv_attention_parts *parts)
+{
+    int sshape[QKV_MAX_DIMS], oshape[QKV_MAX_DIMS];
+    memcpy(sshape, lead, sizeof(int) * (size_t)(nd - 2));
+    memcpy(oshape, lead, sizeof(int) * (size_t)(nd - 2));
+    sshape[nd - 2] = oshape[nd - 2] = r->tq;
+    sshape[nd - 1] = r->tk;
+    oshape[nd - 1] = r->dv;
+    const int qk_grad = qkv_wants_grad(q, k);
+    r->scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
+    r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
+    qkv_tensor *out = qkv_tape_tensor(t, nd, oshape, qk_grad || r->v->grad != NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    if (r->mask != NULL &&
+        (qkv_tensor_is_nil(r->mask) || !qkv_bcast_plan(r->scores, r->mask, &r->mp))) {
+        char sm[64], ss[64];
+        qkv_shape_str(r->mask, sm, sizeof sm);
+        qkv_shape_str(r->scores, ss, sizeof ss);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", name,
+                      sm, ss);
+        return qkv_nil();
+    }
+    qkv_bcast items;
+    qkv_bcast_plan(r->scores, r->scores, &items);
+    r->n0 = items.dim[0];
+    r->n1 = items.dim[1];
+    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
+    if (r->ids != NULL) { /* Q, K, V and their gradients for one item */
+        size_t n = 2 * ((size_t)r->tq * r->dk + (size_t)r->tk * (r->dk + r->dv));
+        if ((r->rows = qkv_tape_alloc(t, sizeof(qkv_real) * n)) == NULL)
+            return qkv_nil();
+    }
+    for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {
+        qkv_attn_shape sh = item_shape(r, b);
+        attn_io io = item_io(r, q, k, b, 0);
+        qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
+                              r->attn->data + b * ns, out->data + b * no);
+    }
+    if (parts != NULL) {
+        parts->scores = r->scores;
+        parts->attn = r->attn;
+    }
+    if (out->grad == NULL)
+        return out;
+    if (qk_grad && (r->scratch = qkv_tape_alloc(t, sizeof(qkv_real) * ns)) == NULL)
+        return qkv_nil();
+    int failed;
+    qkv_node *node = qkv_record(t, QKV_OP_ATTENTION, out, q, k, &failed);
+    if (failed)
+        return qkv_nil();
+    node->aux = r;
+    return out;
+}
+
+void qkv_attention_node_backward(const qkv_node *nd)
+{
+    const attn_rec *r = nd->aux;
+    const qkv_tensor *q = nd->a, *k = nd->b, *v = r->v;
+    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
+    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {
+        qkv_attn_shape sh = item_shape(r, b);
+        attn_io io = item_io(r, q, k, b, 1);
+        qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns,
+                               nd->out->grad + b * no, ds ? ds + b * ns : NULL,
+                               da ? da + b * ns : NULL, io.dq, io.dk, io.dv, r->scratch);
+        if (r->ids == NULL)
+            continue;
+        /* the lookups' backward: the rows' gradients into the tables, in order */
+        const int *ids = r->ids + b * (size_t)r->tq;
+        if (io.dq != NULL)
+            qkv_scatter_add_rows(q->grad, io.dq, ids, (size_t)r->tq, (size_t)r->dk);
+        if (io.dk != NULL)
+            qkv_scatter_add_rows(k->grad, io.dk, ids, (size_t)r->tk, (size_t)r->dk);
+        if (io.dv != NULL)
+            qkv_scatter_add_rows(v->grad, io.dv, ids, (size_t)r->tk, (size_t)r->dv);
+    }
+}
+
+/* Nonzero when q, k and v have 2 to 4 dimensions, the same leading ones,
+ * and matching inner sizes. */
+static int attn_shapes_ok(const qkv_tensor *q, const qkv_tensor *k, const qkv_tensor *v)
+{
+    int n = q->ndim;
+    if (n < 2 || n > 4 || k->ndim != n || v->ndim != n)
+        return 0;
+    for (int i = 0; i < n - 2; i++)
+        if (k->shape[i] != q->shape[i] || v->shape[i] != q->shape[i])
+            return 0;
+    return k->shape[n - 1] == q->shape[n - 1] && v->shape[n - 2] == k->shape[n - 2];
+}
+
+/* Clears parts, then checks the tape and that no input is nil. */
+static int attn_inputs_ok(qkv_tape *t, const char *name, const qkv_tensor *q,
+                          const qkv_tensor *k, const qkv_tensor *v, qkv_attention_parts *parts)
+{
+    if (parts != NULL)
+        parts->scores = parts->attn = qkv_nil();
+    return qkv_inputs_ok(t, name, q, k, 1) && qkv_inputs_ok(t, name, v, NULL, 0);
+}
+
+/* Three shapes as text, for an error message. */
+typedef struct shapes3 {
+    char s[3][64];
+} shapes3;
+
+static shapes3 shapes_of(const qkv_tensor *a, const qkv_tensor *b, const qkv_tensor *c)
+{
+    shapes3 n;
+    qkv_shape_str(a, n.s[0], sizeof n.s[0]);
+    qkv_shape_str(b, n.s[1], sizeof n.s[1]);
+    qkv_shape_str(c, n.s[2], sizeof n.s[2]);
+    return n;
+}
+
+static attn_rec *new_rec(qkv_tape *t, qkv_tensor *v, const qkv_tensor *mask, double scale)
+{
+    attn_rec *r = qkv_tape_alloc(t, sizeof *r);
+    if (r != NULL) {
+        memset(r, 0, sizeof *r);
+        r->v = v;
+        r->mask = mask;
+        r->scale = scale;
+    }
+    return r;
+}
+
+qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                          const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
+{
+    if (!attn_inputs_ok(t, "attention", q, k, v, parts))
+        return qkv_nil();
+    if (!attn_shapes_ok(q, k, v)) {
+        shapes3 n = shapes_of(q, k, v);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "attention: q %s, k %s, v %s: need [...,Tq,d], [...,Tk,d] and [...,Tk,dv] "
+                      "with the same leading dimensions", n.s[0], n.s[1], n.s[2]);
+        return qkv_nil();
+    }
+    attn_rec *r = new_rec(t, v, mask, scale);
+    if (r == NULL)
+        return qkv_nil();
+    const int nd = q->ndim;
+    r->tq = q->shape[nd - 2];
+    r->tk = k->shape[nd - 2];
+    r->dk = q->shape[nd - 1];
+    r->dv = v->shape[nd - 1];
+    return attn_run(t, "attention", r, q, k, nd, q->shape, parts);
+}
+
+qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
+                                const int *ids, int B, int T, const qkv_tensor *mask,
+                                double scale, qkv_attention_parts *parts)
+{
+    const char *name = "embed_attention";
+    if (!attn_inputs_ok(t, name, wq, wk, wv, parts))
+        return qkv_nil();
+    if (wq->ndim != 2 || wk->ndim != 2 || wv->ndim != 2 || wq->shape[1] != wk->shape[1] ||
+        ids == NULL || B < 1 || T < 1) {
+        shapes3 n = shapes_of(wq, wk, wv);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "%s: tables %s, %s, %s with ids [%d,%d]: need [V,d], [V,d], [V,dv] and "
+                      "B, T >= 1", name, n.s[0], n.s[1], n.s[2], B, T);
+        return qkv_nil();
+    }
+    int rows = wq->shape[0] < wk->shape[0] ? wq->shape[0] : wk->shape[0];
+    rows = wv->shape[0] < rows ? wv->shape[0] : rows;
+    const size_t n = (size_t)B * (size_t)T;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= rows) {
+            qkv_tape_fail(t, QKV_ERR_ARG, "%s: id %d at position %zu is outside [0,%d) of the tables",
+                          name, ids[i], i, rows);
+            return qkv_nil();
+        }
+    attn_rec *r = new_rec(t, wv, mask, scale);
+    if (r == NULL || (r->ids = qkv_tape_ints(t, ids, n)) == NULL)
+        return qkv_nil();
+    r->tq = r->tk = T;
+    r->dk = wq->shape[1];
+    r->dv = wv->shape[1];
+    return attn_run(t, name, r, wq, wk, 3, (const int[]){B}, parts);
+}
