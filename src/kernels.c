@@ -626,6 +626,15 @@ __attribute__((target("avx512f"))) static void transpose_keys(const float *X, in
                            16);
 }
 
+/* Nonzero when c is a power of two (1 included): then c·x is exact before
+ * its one rounding in float and in double alike, so (float)(c·(double)x)
+ * is x·(float)c. */
+static int pow2_scale(double c)
+{
+    int e;
+    return isfinite(c) && frexp(c, &e) == 0.5 && e > -100 && e < 100;
+}
+
 /* (float)(c·(double)x) lane by lane: the scaling op's rounding. */
 __attribute__((target("avx512f"), always_inline)) static inline __m512 scale_ps(__m512 x,
                                                                                 __m512d c)
@@ -670,8 +679,12 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
             st[j] = _mm512_fmadd_ps(_mm512_set1_ps(kr[(size_t)j * dk + p]), qp, st[j]);
     }
     const __m512d c = _mm512_set1_pd(sh->scale);
+    const __m512 cf = _mm512_set1_ps((float)sh->scale);
+    const int exact = pow2_scale(sh->scale);
     for (int j = 0; j < 16; j++)
-        t[j] = st[j] = j < NJ ? scale_ps(st[j], c) : _mm512_setzero_ps();
+        t[j] = st[j] = j >= NJ ? _mm512_setzero_ps()
+                       : exact ? _mm512_mul_ps(st[j], cf)
+                               : scale_ps(st[j], c);
     transpose16_regs(t);
     for (int i = 0; i < nq; i++)
         store16(s + (size_t)(i0 + i) * tk, km, t[i]);
