@@ -27,7 +27,10 @@ typedef struct attn_rec {
     double scale;
     qkv_real *scratch;    /* tq·tk reals for the generic backward */
     const int *ids;       /* embedded form: [B,T] token ids; NULL otherwise */
-    qkv_real *rows;       /* embedded form: one item's Q, K, V, then dQ, dK, dV */
+    qkv_real *rows;       /* embedded form: Q, K, V rows of every item when
+                           * recording (keep_rows), else of one item */
+    int keep_rows;
+    qkv_real *grads;      /* embedded form: one item's dQ, dK, dV */
 } attn_rec;
 
 /* One item's inputs and the gradients to accumulate into. */
@@ -49,7 +52,7 @@ static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
     return sh;
 }
 
-/* Item b's Q, K and V (gathered into r->rows in the embedded form) and,
+/* Item b's Q, K and V (in r->rows in the embedded form) and,
  * when grads is set, where their gradients go (zeroed buffers in the
  * embedded form; NULL for an input without a gradient). */
 static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k, size_t b,
@@ -70,15 +73,18 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
         }
         return io;
     }
-    const int *ids = r->ids + b * (size_t)r->tq;
-    qkv_real *rows = r->rows;
-    qkv_gather_rows(rows, q->data, ids, (size_t)r->tq, (size_t)r->dk);
-    qkv_gather_rows(rows + nq, k->data, ids, (size_t)r->tk, (size_t)r->dk);
-    qkv_gather_rows(rows + nq + nk, v->data, ids, (size_t)r->tk, (size_t)r->dv);
+    /* the forward pass gathers; backward finds the rows where it left them */
+    qkv_real *rows = r->rows + (r->keep_rows ? b * (nq + nk + nv) : 0);
+    if (!grads) {
+        const int *ids = r->ids + b * (size_t)r->tq;
+        qkv_gather_rows(rows, q->data, ids, (size_t)r->tq, (size_t)r->dk);
+        qkv_gather_rows(rows + nq, k->data, ids, (size_t)r->tk, (size_t)r->dk);
+        qkv_gather_rows(rows + nq + nk, v->data, ids, (size_t)r->tk, (size_t)r->dv);
+    }
     io = (attn_io){rows, rows + nq, rows + nq + nk, NULL, NULL, NULL};
     if (grads) {
-        qkv_real *g = rows + nq + nk + nv;
-        memset(g, 0, sizeof *g * (nq + nk + nv));
+        qkv_real *g = r->grads;
+        qkv_zero(g, nq + nk + nv);
         io.dq = q->grad ? g : NULL;
         io.dk = k->grad ? g + nq : NULL;
         io.dv = v->grad ? g + nq + nk : NULL;
@@ -117,9 +123,19 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     r->n0 = items.dim[0];
     r->n1 = items.dim[1];
     const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
-    if (r->ids != NULL) { /* Q, K, V and their gradients for one item */
-        size_t n = 2 * ((size_t)r->tq * r->dk + (size_t)r->tk * (r->dk + r->dv));
-        if ((r->rows = qkv_tape_alloc(t, sizeof(qkv_real) * n)) == NULL)
+    if (r->ids != NULL) { /* Q, K, V rows and one item's gradients */
+        const size_t per = (size_t)r->tq * r->dk + (size_t)r->tk * (r->dk + r->dv);
+        const size_t items = (size_t)r->n0 * r->n1;
+        size_t n;
+        r->keep_rows = out->grad != NULL;
+        if (!qkv_mul_size(per * sizeof(qkv_real), r->keep_rows ? items : 1, &n)) {
+            qkv_tape_fail(t, QKV_ERR_NOMEM, "%s: %zu items of %zu reals are too many", name,
+                          items, per);
+            return qkv_nil();
+        }
+        r->rows = qkv_tape_alloc(t, n);
+        r->grads = r->keep_rows ? qkv_tape_alloc(t, sizeof(qkv_real) * per) : NULL;
+        if (r->rows == NULL || (r->keep_rows && r->grads == NULL))
             return qkv_nil();
     }
     for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {

@@ -202,6 +202,11 @@ static void scatter_add_c(qkv_real *table, const qkv_real *src, const int *ids, 
     for (size_t i = 0; i < n; i++, src += d) {
         qkv_real *dst = table + (size_t)ids[i] * d;
         size_t j = 0;
+        while (j < d && src[j] == 0)
+            j++;
+        if (j == d)
+            continue; /* a zero row */
+        j = 0;
         for (; j + 8 <= d; j += 8)
             for (int l = 0; l < 8; l++)
                 dst[j + l] += src[j + l];
@@ -888,6 +893,12 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
     return 0;
 }
 
+__attribute__((target("avx512f"))) static void zero_avx512(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16)
+        store16(x + i, lanes((int)(n - i < 16 ? n - i : 16)), _mm512_setzero_ps());
+}
+
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
 __attribute__((target("avx512f"))) static void gather_avx512(float *dst, const float *table,
                                                              const int *ids, size_t n, size_t d)
@@ -905,6 +916,8 @@ __attribute__((target("avx512f"))) static void
 scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, size_t d)
 {
     for (size_t i = 0; i < n; i++, src += d) {
+        if (!row_live(src, (int)d))
+            continue; /* a zero row */
         float *dst = table + (size_t)ids[i] * d;
         for (size_t j = 0; j < d; j += 16) {
             __mmask16 m = lanes((int)(d - j < 16 ? d - j : 16));
@@ -1155,6 +1168,19 @@ void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, 
                           size_t d)
 {
     kernels()->scatter_add(table, src, ids, n, d);
+}
+
+void qkv_zero(qkv_real *x, size_t n)
+{
+    size_t i = 0;
+#ifdef QKV_HAVE_X86_KERNELS
+    if (kernels() == &impl_avx512) {
+        zero_avx512(x, n);
+        return;
+    }
+#endif
+    for (; i < n; i++)
+        x[i] = 0;
 }
 
 /* ---- fused attention ---------------------------------------------------- */

@@ -37,9 +37,15 @@ const char *qkv_kernels_name(void);
 /* dst[i,:] = table[ids[i],:] for n rows of d reals (an embedding lookup). */
 void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d);
 
-/* table[ids[i],:] += src[i,:] for i = 0..n-1 in order (its backward). */
+/* table[ids[i],:] += src[i,:] for i = 0..n-1 in order (its backward).
+ * Rows of src that are all zero are skipped: they add nothing (beyond
+ * perhaps turning a -0 into +0). */
 void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
                           size_t d);
+
+/* x[0..n) = 0 with plain vector stores: for the short buffers of hot loops,
+ * where a libc memset may take a path with a costly start-up. */
+void qkv_zero(qkv_real *x, size_t n);
 
 /* Row-wise softmax of x (rows×n) into y. A row that is entirely -inf gives
  * zeros. x and y may alias. */
