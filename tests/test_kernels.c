@@ -193,9 +193,9 @@ START_TEST(test_jacobian_norm_of_known_distributions)
 }
 END_TEST
 
-/* Gathers and scatter-adds on every kernel set against plain loops; both
- * are exact (copies, and the same additions in the same order). */
-START_TEST(test_gather_and_scatter_rows_on_every_path)
+/* Gathers, scatter-adds and zeroing on every kernel set against plain
+ * loops; all are exact (copies, and the same additions in the same order). */
+START_TEST(test_gather_scatter_zero_on_every_path)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
     static const int ids[7] = {3, 0, 3, 5, 1, 3, 0}; /* repeats accumulate in order */
@@ -210,6 +210,8 @@ START_TEST(test_gather_and_scatter_rows_on_every_path)
             qkv_real table[6 * 40], rows[7 * 40], want[6 * 40], got[7 * 40 + 1];
             fill(&g, table, 6 * d);
             fill(&g, rows, 7 * d);
+            for (size_t j = 0; j < d; j++) /* a zero row, which scatter may skip */
+                rows[2 * d + j] = 0;
             got[7 * d] = 42; /* a sentinel just past the end */
             qkv_gather_rows(got, table, ids, 7, d);
             for (size_t i = 0; i < 7 * d; i++)
@@ -224,6 +226,10 @@ START_TEST(test_gather_and_scatter_rows_on_every_path)
             for (size_t i = 0; i < 6 * d; i++)
                 ck_assert_msg(table[i] == want[i], "%s scatter d=%zu entry %zu", impls[im], d,
                               i);
+            qkv_zero(got, 7 * d); /* and zeroing, up to the sentinel */
+            for (size_t i = 0; i < 7 * d; i++)
+                ck_assert_msg(got[i] == 0, "%s zero d=%zu entry %zu", impls[im], d, i);
+            ck_assert(got[7 * d] == 42);
         }
     }
     qkv_kernels_use("auto");
@@ -241,7 +247,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_paths_agree_with_libm);
     tcase_add_test(tc, test_entropy_of_known_distributions);
     tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
-    tcase_add_test(tc, test_gather_and_scatter_rows_on_every_path);
+    tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
     suite_add_tcase(s, tc);
     return s;
 }
