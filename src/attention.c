@@ -25,12 +25,11 @@ typedef struct attn_rec {
     const qkv_tensor *mask;
     qkv_bcast mp;         /* the mask's strides against the scores */
     double scale;
-    qkv_real *scratch;    /* tq·tk reals for the generic backward */
+    qkv_real *scratch;    /* the kernels' scratch (see kernels.h) */
     const int *ids;       /* embedded form: [B,T] token ids; NULL otherwise */
     qkv_real *rows;       /* embedded form: Q, K, V rows of every item when
                            * recording (keep_rows), else of one item */
     int keep_rows;
-    qkv_real *grads;      /* embedded form: one item's dQ, dK, dV */
 } attn_rec;
 
 /* One item's inputs and the gradients to accumulate into. */
@@ -42,7 +41,9 @@ typedef struct attn_io {
 /* The kernels' view of item b. */
 static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 {
-    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale};
+    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL};
+    if (r->ids != NULL) /* backward adds the rows' gradients into the tables */
+        sh.grad_rows = r->ids + b * (size_t)r->tq;
     if (r->mask != NULL) {
         size_t i0 = b / (size_t)r->n1, i1 = b % (size_t)r->n1;
         sh.mask = r->mask->data + i0 * r->mp.bstride[0] + i1 * r->mp.bstride[1];
@@ -52,9 +53,9 @@ static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
     return sh;
 }
 
-/* Item b's Q, K and V (in r->rows in the embedded form) and,
- * when grads is set, where their gradients go (zeroed buffers in the
- * embedded form; NULL for an input without a gradient). */
+/* Item b's Q, K and V (rows kept in r->rows in the embedded form) and,
+ * when grads is set, where their gradients go (NULL for an input without a
+ * gradient; the tables' gradients themselves in the embedded form). */
 static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k, size_t b,
                        int grads)
 {
@@ -81,14 +82,7 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
         qkv_gather_rows(rows + nq, k->data, ids, (size_t)r->tk, (size_t)r->dk);
         qkv_gather_rows(rows + nq + nk, v->data, ids, (size_t)r->tk, (size_t)r->dv);
     }
-    io = (attn_io){rows, rows + nq, rows + nq + nk, NULL, NULL, NULL};
-    if (grads) {
-        qkv_real *g = r->grads;
-        qkv_zero(g, nq + nk + nv);
-        io.dq = q->grad ? g : NULL;
-        io.dk = k->grad ? g + nq : NULL;
-        io.dv = v->grad ? g + nq + nk : NULL;
-    }
+    io = (attn_io){rows, rows + nq, rows + nq + nk, q->grad, k->grad, v->grad};
     return io;
 }
 
@@ -133,9 +127,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
                           items, per);
             return qkv_nil();
         }
-        r->rows = qkv_tape_alloc(t, n);
-        r->grads = r->keep_rows ? qkv_tape_alloc(t, sizeof(qkv_real) * per) : NULL;
-        if (r->rows == NULL || (r->keep_rows && r->grads == NULL))
+        if ((r->rows = qkv_tape_alloc(t, n)) == NULL)
             return qkv_nil();
     }
     for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {
@@ -150,7 +142,10 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     }
     if (out->grad == NULL)
         return out;
-    if (qk_grad && (r->scratch = qkv_tape_alloc(t, sizeof(qkv_real) * ns)) == NULL)
+    /* the kernels' scratch (kernels.h): dS, and one item's gradients */
+    const size_t nscratch = ns + (r->ids != NULL ? (size_t)r->tq * r->dk +
+                                                       (size_t)r->tk * (r->dk + r->dv) : 0);
+    if ((r->scratch = qkv_tape_alloc(t, sizeof(qkv_real) * nscratch)) == NULL)
         return qkv_nil();
     int failed;
     qkv_node *node = qkv_record(t, QKV_OP_ATTENTION, out, q, k, &failed);
@@ -163,7 +158,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
 void qkv_attention_node_backward(const qkv_node *nd)
 {
     const attn_rec *r = nd->aux;
-    const qkv_tensor *q = nd->a, *k = nd->b, *v = r->v;
+    const qkv_tensor *q = nd->a, *k = nd->b;
     const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
     qkv_real *ds = r->scores->grad, *da = r->attn->grad;
     for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {
@@ -172,16 +167,6 @@ void qkv_attention_node_backward(const qkv_node *nd)
         qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns,
                                nd->out->grad + b * no, ds ? ds + b * ns : NULL,
                                da ? da + b * ns : NULL, io.dq, io.dk, io.dv, r->scratch);
-        if (r->ids == NULL)
-            continue;
-        /* the lookups' backward: the rows' gradients into the tables, in order */
-        const int *ids = r->ids + b * (size_t)r->tq;
-        if (io.dq != NULL)
-            qkv_scatter_add_rows(q->grad, io.dq, ids, (size_t)r->tq, (size_t)r->dk);
-        if (io.dk != NULL)
-            qkv_scatter_add_rows(k->grad, io.dk, ids, (size_t)r->tk, (size_t)r->dk);
-        if (io.dv != NULL)
-            qkv_scatter_add_rows(v->grad, io.dv, ids, (size_t)r->tk, (size_t)r->dv);
     }
 }
 

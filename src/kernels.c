@@ -50,7 +50,8 @@ typedef int (*attn_fwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qk
                            const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
 typedef int (*attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
-                           qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv);
+                           qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                           qkv_real *scratch);
 
 /* Adam on n weights. */
 typedef void (*adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
@@ -815,14 +816,28 @@ __attribute__((target("avx512f"))) static inline int row_live(const float *x, in
     return 0;
 }
 
-__attribute__((target("avx512f"))) static int
-attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
-                const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
-                float *dv)
+/* y[0..d) += x·row, as one rounded product added: what adding a gradient
+ * row made by one FMA from zero into a table row comes to. */
+__attribute__((target("avx512f"), always_inline)) static inline void add_scaled_row(
+    float x, const float *row, float *y, int d)
+{
+    const __m512 xv = _mm512_set1_ps(x);
+    for (int c0 = 0; c0 < d; c0 += 16) {
+        const __mmask16 cm = lanes(d - c0);
+        store16(y + c0, cm, _mm512_add_ps(load16(cm, y + c0), _mm512_mul_ps(xv, load16(cm, row + c0))));
+    }
+}
+
+/* The backward pass of one item. With rows (NULL otherwise) dq, dk and dv
+ * are tables and at most one row of dO is live and nothing flows into A or
+ * S from elsewhere, so each row of the item's dK and dV is one product, and
+ * goes straight into its table row. */
+__attribute__((target("avx512f"))) static void
+attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                     const float *a, const float *dout, float *ds, float *da, float *dq,
+                     float *dk, float *dv, const int *rows)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
-    if (tk > 16 || (da != NULL && d_v > ATTN_MAXD))
-        return -1;
     const __mmask16 km = lanes(tk);
     const __m512d c = _mm512_set1_pd(sh->scale);
     if (da != NULL) {
@@ -832,8 +847,12 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
         const float *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
         const int live = row_live(go, d_v);
         if (live && dv != NULL) /* dV[j,:] += A[i,j]·dO[i,:] (rows i ascending) */
-            for (int j = 0; j < tk; j++)
-                axpy_row(ai[j], go, dv + (size_t)j * d_v, d_v);
+            for (int j = 0; j < tk; j++) {
+                if (rows != NULL)
+                    add_scaled_row(ai[j], go, dv + (size_t)rows[j] * d_v, d_v);
+                else
+                    axpy_row(ai[j], go, dv + (size_t)j * d_v, d_v);
+            }
         if (da == NULL)
             continue;
         /* dA[i,:] += dO[i,:]·Vᵀ */
@@ -880,16 +899,49 @@ attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const 
         if (dq != NULL)
             for (int c0 = 0; c0 < d_k; c0 += 16) {
                 const __mmask16 cm = lanes(d_k - c0);
-                __m512 acc = load16(cm, dq + (size_t)i * d_k + c0);
+                float *dst = dq + (size_t)(rows != NULL ? rows[i] : i) * d_k + c0;
+                __m512 acc = rows != NULL ? _mm512_setzero_ps() : load16(cm, dst);
                 for (int j = 0; j < tk; j++)
                     acc = _mm512_fmadd_ps(_mm512_set1_ps(d[j]),
                                           load16(cm, k + (size_t)j * d_k + c0), acc);
-                store16(dq + (size_t)i * d_k + c0, cm, acc);
+                store16(dst, cm, rows != NULL ? _mm512_add_ps(load16(cm, dst), acc) : acc);
             }
         if (dk != NULL)
-            for (int j = 0; j < tk; j++)
-                axpy_row(d[j], q + (size_t)i * d_k, dk + (size_t)j * d_k, d_k);
+            for (int j = 0; j < tk; j++) {
+                if (rows != NULL)
+                    add_scaled_row(d[j], q + (size_t)i * d_k, dk + (size_t)rows[j] * d_k, d_k);
+                else
+                    axpy_row(d[j], q + (size_t)i * d_k, dk + (size_t)j * d_k, d_k);
+            }
     }
+}
+
+/* Item gradients computed into scratch (zeroed first), then added into the
+ * tables' rows in order: the grad_rows contract on any path. */
+static void attn_bwd_via_scratch(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                 const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                                 qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                                 qkv_real *dv, qkv_real *scratch);
+
+__attribute__((target("avx512f"))) static int
+attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
+                float *dv, float *scratch)
+{
+    const int tq = sh->tq, tk = sh->tk;
+    if (tk > 16 || (da != NULL && sh->dv > ATTN_MAXD))
+        return -1;
+    if (sh->grad_rows == NULL) {
+        attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, NULL);
+        return 0;
+    }
+    int live = 0;
+    for (int i = 0; i < tq && live < 2; i++)
+        live += row_live(dout + (size_t)i * sh->dv, sh->dv);
+    if (live < 2 && (da == NULL || (!row_live(da, tq * tk) && !row_live(ds, tq * tk))))
+        attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, sh->grad_rows);
+    else
+        attn_bwd_via_scratch(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
     return 0;
 }
 
@@ -1218,14 +1270,39 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
     qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
 }
 
+static void attn_bwd_via_scratch(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                 const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                                 qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                                 qkv_real *dv, qkv_real *scratch)
+{
+    const size_t nq = (size_t)sh->tq * sh->dk, nk = (size_t)sh->tk * sh->dk,
+                 nv = (size_t)sh->tk * sh->dv;
+    qkv_real *g = scratch + (size_t)sh->tq * sh->tk;
+    qkv_attn_shape item = *sh;
+    item.grad_rows = NULL;
+    qkv_zero(g, nq + nk + nv);
+    qkv_attention_backward(&item, q, k, v, a, dout, ds, da, dq ? g : NULL, dk ? g + nq : NULL,
+                           dv ? g + nq + nk : NULL, scratch);
+    if (dq != NULL)
+        qkv_scatter_add_rows(dq, g, sh->grad_rows, (size_t)sh->tq, (size_t)sh->dk);
+    if (dk != NULL)
+        qkv_scatter_add_rows(dk, g + nq, sh->grad_rows, (size_t)sh->tk, (size_t)sh->dk);
+    if (dv != NULL)
+        qkv_scatter_add_rows(dv, g + nq + nk, sh->grad_rows, (size_t)sh->tk, (size_t)sh->dv);
+}
+
 void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
                             qkv_real *dv, qkv_real *scratch)
 {
     const gemm_impl *im = kernels();
-    if (im->attn_bwd != NULL && im->attn_bwd(sh, q, k, v, a, dout, ds, da, dq, dk, dv) == 0)
+    if (im->attn_bwd != NULL && im->attn_bwd(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch) == 0)
         return;
+    if (sh->grad_rows != NULL) {
+        attn_bwd_via_scratch(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
+        return;
+    }
     const int tq = sh->tq, tk = sh->tk;
     if (dv != NULL) /* dV += Aᵀ·dO */
         qkv_gemm(1, 0, tk, sh->dv, tq, a, dout, dv, 1);

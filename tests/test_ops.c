@@ -443,9 +443,10 @@ END_TEST
 
 /* qkv_embed_attention against three qkv_gather and qkv_attention: the same
  * outputs and table gradients exactly, ids repeating (so rows accumulate),
- * a padding mask, a picked-row loss plus one on the scores and weights; on
- * the register path (T <= 16) and the generic one (T = 20). */
-static void check_embed_case(int B, int T, int V, int dk, int dv)
+ * a padding mask, a loss on picked rows or on all of O, with or without
+ * one on the scores and weights; on the register path (T <= 16) and the
+ * generic one (T = 20). */
+static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int parts_loss)
 {
     qkv_rng g;
     qkv_rng_seed(&g, 8);
@@ -478,9 +479,10 @@ static void check_embed_case(int B, int T, int V, int dk, int dv)
         }
         qkv_rng lw;
         qkv_rng_seed(&lw, 4);
-        qkv_tensor *loss = qkv_add(t, weighted_sum(t, qkv_pick_rows(t, o[f], rows), &lw),
-                                   qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
-                                           weighted_sum(t, parts[f].attn, &lw)));
+        qkv_tensor *loss = weighted_sum(t, pick ? qkv_pick_rows(t, o[f], rows) : o[f], &lw);
+        if (parts_loss)
+            loss = qkv_add(t, loss, qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
+                                            weighted_sum(t, parts[f].attn, &lw)));
         ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
         for (int i = 0; i < 3; i++) {
             grads[f][i] = malloc(sizeof(qkv_real) * w[i]->numel);
@@ -510,8 +512,14 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
     for (int im = 0; im < 3; im++) {
         if (qkv_kernels_use(impls[im]) != 0)
             continue;
-        check_embed_case(4, 12, 7, 16, 16);
-        check_embed_case(2, 20, 5, 8, 5);
+        /* one live row per item, nothing else into A or S: the register
+         * path adds each row's gradient straight into the tables */
+        check_embed_case(4, 12, 7, 16, 16, 1, 0);
+        check_embed_case(3, 9, 6, 40, 20, 1, 0);
+        /* more live rows, or gradients into A and S: item buffers first */
+        check_embed_case(4, 12, 7, 16, 16, 0, 0);
+        check_embed_case(4, 12, 7, 16, 16, 1, 1);
+        check_embed_case(2, 20, 5, 8, 5, 1, 1);
     }
     qkv_kernels_use("auto");
 }

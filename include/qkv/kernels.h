@@ -69,6 +69,7 @@ typedef struct qkv_attn_shape {
     const qkv_real *mask;
     size_t mask_rs, mask_cs;
     double scale;
+    const int *grad_rows; /* backward only; see qkv_attention_backward */
 } qkv_attn_shape;
 
 /* Writes S (before the mask), A and O. Every kernel set computes exactly
@@ -82,7 +83,14 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
  * likewise for S. dq, dk and dv are accumulated into; any of them may be
  * NULL, and da and ds may both be NULL when neither dq nor dk is wanted.
  * scratch holds tq·tk reals. Rows whose gradient is zero are skipped where
- * that cannot change a result. */
+ * that cannot change a result.
+ *
+ * With grad_rows (tq == tk; attention over looked-up tokens), dq, dk and dv
+ * are instead the gradients of the tables the rows came from: the item's
+ * gradient for its row i is added into table row grad_rows[i], rows in
+ * order, exactly as computing the item's dq, dk, dv from zero and then
+ * qkv_scatter_add_rows would; scratch then holds tq·tk + tq·dk + tk·(dk+dv)
+ * reals. */
 void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
