@@ -652,6 +652,13 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 scale_ps(
                                                _mm256_castps_pd(hi), 1));
 }
 
+/* Lanes 0-7 (hf = 0) or 8-15 (hf = 1) of x. */
+__attribute__((target("avx512f"), always_inline)) static inline __m256 half_ps(__m512 x, int hf)
+{
+    __m512d d = _mm512_castps_pd(x);
+    return _mm256_castpd_ps(hf == 0 ? _mm512_castpd512_pd256(d) : _mm512_extractf64x4_pd(d, 1));
+}
+
 /* The mask's row i, as lanes (0 beyond tk). */
 __attribute__((target("avx512f"), always_inline)) static inline __m512
 mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
@@ -725,8 +732,7 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
     for (int hf = 0; hf < 2; hf++) {
         __m512d d[8];
         for (int m = 0; m < 8; m++) {
-            __m256 e0 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(st[m]), hf));
-            __m256 e8 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(st[m + 8]), hf));
+            __m256 e0 = half_ps(st[m], hf), e8 = half_ps(st[m + 8], hf);
             d[m] = _mm512_add_pd(_mm512_cvtps_pd(e0), _mm512_cvtps_pd(e8));
         }
         for (int m = 0; m < 4; m++)
