@@ -16,6 +16,9 @@
 #include "qkv/ops.h"
 #include "internal.h"
 
+/* The most bytes of looked-up rows the embedded form keeps for backward. */
+#define KEEP_ROWS_MAX (512u << 10)
+
 /* The node's own record. */
 typedef struct attn_rec {
     int n0, n1;           /* the leading (batch) dimensions, padded to two */
@@ -28,7 +31,7 @@ typedef struct attn_rec {
     qkv_real *scratch;    /* the kernels' scratch (see kernels.h) */
     const int *ids;       /* embedded form: [B,T] token ids; NULL otherwise */
     qkv_real *rows;       /* embedded form: Q, K, V rows of every item when
-                           * recording (keep_rows), else of one item */
+                           * kept for backward (keep_rows), else of one item */
     int keep_rows;
 } attn_rec;
 
@@ -74,9 +77,10 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
         }
         return io;
     }
-    /* the forward pass gathers; backward finds the rows where it left them */
+    /* the forward pass gathers; backward finds the rows where it left them,
+     * or gathers them again when they were not kept */
     qkv_real *rows = r->rows + (r->keep_rows ? b * (nq + nk + nv) : 0);
-    if (!grads) {
+    if (!grads || !r->keep_rows) {
         const int *ids = r->ids + b * (size_t)r->tq;
         qkv_gather_rows(rows, q->data, ids, (size_t)r->tq, (size_t)r->dk);
         qkv_gather_rows(rows + nq, k->data, ids, (size_t)r->tk, (size_t)r->dk);
@@ -121,7 +125,10 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         const size_t per = (size_t)r->tq * r->dk + (size_t)r->tk * (r->dk + r->dv);
         const size_t items = (size_t)r->n0 * r->n1;
         size_t n;
-        r->keep_rows = out->grad != NULL;
+        /* keep every item's rows for backward when they fit in cache
+         * beside everything else; larger ones are cheaper to gather again
+         * from the tables than to bring back from memory */
+        r->keep_rows = out->grad != NULL && per * items * sizeof(qkv_real) <= KEEP_ROWS_MAX;
         if (!qkv_mul_size(per * sizeof(qkv_real), r->keep_rows ? items : 1, &n)) {
             qkv_tape_fail(t, QKV_ERR_NOMEM, "%s: %zu items of %zu reals are too many", name,
                           items, per);

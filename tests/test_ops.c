@@ -453,7 +453,7 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
     qkv_tensor *w[3] = {random_tensor(&g, 2, (const int[]){V, dk}, 1),
                         random_tensor(&g, 2, (const int[]){V, dk}, 1),
                         random_tensor(&g, 2, (const int[]){V, dv}, 1)};
-    int *ids = malloc(sizeof *ids * (size_t)B * T), rows[8];
+    int *ids = malloc(sizeof *ids * (size_t)B * T), *rows = malloc(sizeof *rows * (size_t)B);
     for (int i = 0; i < B * T; i++)
         ids[i] = (int)qkv_rng_below(&g, (uint64_t)V);
     for (int b = 0; b < B; b++)
@@ -501,6 +501,7 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
         qkv_tensor_free(w[i]);
     }
     free(ids);
+    free(rows);
     qkv_tensor_free(mask);
     qkv_tape_free(tp[0]);
     qkv_tape_free(tp[1]);
@@ -516,6 +517,8 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
          * path adds each row's gradient straight into the tables */
         check_embed_case(4, 12, 7, 16, 16, 1, 0);
         check_embed_case(3, 9, 6, 40, 20, 1, 0);
+        /* rows too many to keep for backward (768 KiB): gathered again */
+        check_embed_case(64, 16, 9, 64, 64, 1, 0);
         /* more live rows, or gradients into A and S: item buffers first */
         check_embed_case(4, 12, 7, 16, 16, 0, 0);
         check_embed_case(4, 12, 7, 16, 16, 1, 1);
