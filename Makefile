@@ -17,6 +17,8 @@ WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
 # not contract a*b + c, clang does, and the kernels promise the same bits
 # on every compiler (FMAs are spelled out as intrinsics where wanted).
 FP      := -ffp-contract=off
+# The thread pool (src/threads.c); in glibc 2.34 and later this is libc.
+PTHREAD := -pthread
 OPT     ?= -O3 -g
 CPPFLAGS += -Iinclude -D_POSIX_C_SOURCE=200809L
 CFLAGS  ?=
@@ -29,8 +31,8 @@ ifeq ($(DOUBLE),1)
   BUILD  := $(BUILD)/double
   CPPFLAGS += -DQKV_DOUBLE
 endif
-ALLCFLAGS = $(WARN) $(FP) $(OPT) $(CFLAGS)
-LDLIBS  := -lm
+ALLCFLAGS = $(WARN) $(FP) $(PTHREAD) $(OPT) $(CFLAGS)
+LDLIBS  := -lm -pthread
 
 LIB_SRC  := $(wildcard src/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)

@@ -31,9 +31,24 @@ typedef struct attn_rec {
     qkv_real *scratch;    /* the kernels' scratch (see kernels.h) */
     const int *ids;       /* embedded form: [B,T] token ids; NULL otherwise */
     qkv_real *rows;       /* embedded form: Q, K, V rows of every item when
-                           * kept for backward (keep_rows), else of one item */
+                           * kept for backward (keep_rows), else one item's
+                           * per part */
     int keep_rows;
+    int parts;            /* threads the item loops may use (threads.c) */
+    size_t nscratch;      /* reals of scratch per part */
 } attn_rec;
+
+/* Reals of one item's Q, K and V rows (and of their gradients). */
+static size_t item_rows(const attn_rec *r)
+{
+    return (size_t)r->tq * r->dk + (size_t)r->tk * (r->dk + r->dv);
+}
+
+/* Multiply-adds of one item, forward or backward, roughly. */
+static size_t item_work(const attn_rec *r)
+{
+    return (size_t)r->tq * r->tk * (size_t)(r->dk + r->dv) + 1;
+}
 
 /* One item's inputs and the gradients to accumulate into. */
 typedef struct attn_io {
@@ -60,7 +75,7 @@ static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
  * when grads is set, where their gradients go (NULL for an input without a
  * gradient; the tables' gradients themselves in the embedded form). */
 static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k, size_t b,
-                       int grads)
+                       int grads, int part)
 {
     const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk,
                  nv = (size_t)r->tk * r->dv;
@@ -79,7 +94,7 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
     }
     /* the forward pass gathers; backward finds the rows where it left them,
      * or gathers them again when they were not kept */
-    qkv_real *rows = r->rows + (r->keep_rows ? b * (nq + nk + nv) : 0);
+    qkv_real *rows = r->rows + (r->keep_rows ? b : (size_t)part) * (nq + nk + nv);
     if (!grads || !r->keep_rows) {
         const int *ids = r->ids + b * (size_t)r->tq;
         qkv_gather_rows(rows, q->data, ids, (size_t)r->tq, (size_t)r->dk);
@@ -88,6 +103,41 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
     }
     io = (attn_io){rows, rows + nq, rows + nq + nk, q->grad, k->grad, v->grad};
     return io;
+}
+
+/* The item loops, as jobs for qkv_parallel_for. */
+typedef struct attn_job {
+    const attn_rec *r;
+    const qkv_tensor *q, *k, *out;
+} attn_job;
+
+static void forward_items(void *ctx, int part, size_t b0, size_t b1)
+{
+    const attn_job *j = ctx;
+    const attn_rec *r = j->r;
+    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
+    for (size_t b = b0; b < b1; b++) {
+        qkv_attn_shape sh = item_shape(r, b);
+        attn_io io = item_io(r, j->q, j->k, b, 0, part);
+        qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
+                              r->attn->data + b * ns, j->out->data + b * no);
+    }
+}
+
+static void backward_items(void *ctx, int part, size_t b0, size_t b1)
+{
+    const attn_job *j = ctx;
+    const attn_rec *r = j->r;
+    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
+    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    for (size_t b = b0; b < b1; b++) {
+        qkv_attn_shape sh = item_shape(r, b);
+        attn_io io = item_io(r, j->q, j->k, b, 1, part);
+        qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns,
+                               j->out->grad + b * no, ds ? ds + b * ns : NULL,
+                               da ? da + b * ns : NULL, io.dq, io.dk, io.dv,
+                               r->scratch + (size_t)part * r->nscratch);
+    }
 }
 
 /* Makes the outputs, runs the forward pass item by item and records the
@@ -116,20 +166,20 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
                       sm, ss);
         return qkv_nil();
     }
-    qkv_bcast items;
-    qkv_bcast_plan(r->scores, r->scores, &items);
-    r->n0 = items.dim[0];
-    r->n1 = items.dim[1];
-    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
-    if (r->ids != NULL) { /* Q, K, V rows and one item's gradients */
-        const size_t per = (size_t)r->tq * r->dk + (size_t)r->tk * (r->dk + r->dv);
-        const size_t items = (size_t)r->n0 * r->n1;
+    qkv_bcast lead_dims;
+    qkv_bcast_plan(r->scores, r->scores, &lead_dims);
+    r->n0 = lead_dims.dim[0];
+    r->n1 = lead_dims.dim[1];
+    const size_t ns = (size_t)r->tq * r->tk, per = item_rows(r);
+    const size_t items = (size_t)r->n0 * r->n1;
+    r->parts = qkv_parallel_parts(items, items * item_work(r), 64);
+    if (r->ids != NULL) { /* Q, K, V rows: all kept, or one item's per part */
         size_t n;
         /* keep every item's rows for backward when they fit in cache
          * beside everything else; larger ones are cheaper to gather again
          * from the tables than to bring back from memory */
         r->keep_rows = out->grad != NULL && per * items * sizeof(qkv_real) <= KEEP_ROWS_MAX;
-        if (!qkv_mul_size(per * sizeof(qkv_real), r->keep_rows ? items : 1, &n)) {
+        if (!qkv_mul_size(per * sizeof(qkv_real), r->keep_rows ? items : (size_t)r->parts, &n)) {
             qkv_tape_fail(t, QKV_ERR_NOMEM, "%s: %zu items of %zu reals are too many", name,
                           items, per);
             return qkv_nil();
@@ -137,22 +187,20 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         if ((r->rows = qkv_tape_alloc(t, n)) == NULL)
             return qkv_nil();
     }
-    for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {
-        qkv_attn_shape sh = item_shape(r, b);
-        attn_io io = item_io(r, q, k, b, 0);
-        qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
-                              r->attn->data + b * ns, out->data + b * no);
-    }
+    attn_job job = {r, q, k, out};
+    qkv_parallel_for(items, items * item_work(r), r->parts, forward_items, &job);
     if (parts != NULL) {
         parts->scores = r->scores;
         parts->attn = r->attn;
     }
     if (out->grad == NULL)
         return out;
-    /* the kernels' scratch (kernels.h): dS, and one item's gradients */
-    const size_t nscratch = ns + (r->ids != NULL ? (size_t)r->tq * r->dk +
-                                                       (size_t)r->tk * (r->dk + r->dv) : 0);
-    if ((r->scratch = qkv_tape_alloc(t, sizeof(qkv_real) * nscratch)) == NULL)
+    /* the kernels' scratch (kernels.h) for each part: dS, and in the
+     * embedded form one item's gradients */
+    r->nscratch = ns + (r->ids != NULL ? per : 0);
+    size_t n;
+    if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
+        (r->scratch = qkv_tape_alloc(t, n)) == NULL)
         return qkv_nil();
     int failed;
     qkv_node *node = qkv_record(t, QKV_OP_ATTENTION, out, q, k, &failed);
@@ -165,16 +213,13 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
 void qkv_attention_node_backward(const qkv_node *nd)
 {
     const attn_rec *r = nd->aux;
-    const qkv_tensor *q = nd->a, *k = nd->b;
-    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
-    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
-    for (size_t b = 0; b < (size_t)r->n0 * r->n1; b++) {
-        qkv_attn_shape sh = item_shape(r, b);
-        attn_io io = item_io(r, q, k, b, 1);
-        qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns,
-                               nd->out->grad + b * no, ds ? ds + b * ns : NULL,
-                               da ? da + b * ns : NULL, io.dq, io.dk, io.dv, r->scratch);
-    }
+    const size_t items = (size_t)r->n0 * r->n1;
+    attn_job job = {r, nd->a, nd->b, nd->out};
+    /* the items of the plain form write their own slices of the gradients
+     * and run on any thread; the embedded form adds every item into the
+     * same tables, in item order, so it runs on one */
+    qkv_parallel_for(items, items * item_work(r), r->ids != NULL ? 1 : r->parts,
+                     backward_items, &job);
 }
 
 /* Nonzero when q, k and v have 2 to 4 dimensions, the same leading ones,

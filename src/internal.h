@@ -83,6 +83,25 @@ int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p);
 /* The attention ops' backward (attention.c). */
 void qkv_attention_node_backward(const qkv_node *n);
 
+/* ---- threads (threads.c) ---- */
+
+/* Runs indices [i0,i1) of a job as part `part`. */
+typedef void (*qkv_range_fn)(void *ctx, int part, size_t i0, size_t i1);
+
+/* Work (in multiply-adds or so) a part needs to be worth a thread. */
+#define QKV_PARALLEL_MIN_WORK ((size_t)1 << 20)
+
+/* Runs fn over [0,n) cut into up to max_parts contiguous ranges, one per
+ * thread (qkv_threads), fewer when work is too small to share, and waits
+ * for all of them. Parts are numbered from 0; part 0 runs on the caller. A
+ * call made while another job runs (from another thread, or from inside a
+ * job) runs as one part on its caller. */
+void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, void *ctx);
+
+/* The number of parts qkv_parallel_for would cut such a job into (at most;
+ * fewer if a thread cannot be started). */
+int qkv_parallel_parts(size_t n, size_t work, int max_parts);
+
 /* The library's allocation functions: the C ones, counted, so that tests
  * can prove a training step allocates nothing (qkv_alloc_count). */
 void *qkv_malloc(size_t n);

@@ -147,35 +147,65 @@ START_TEST(test_attention_metrics_by_hand)
 }
 END_TEST
 
+/* A model with d_k columns, its optimizer (lr 0 keeps the default), a tape
+ * and a batch of 32. */
+typedef struct rig {
+    qkv_model *m;
+    qkv_optim *o;
+    qkv_tape *t;
+    qkv_batch *b;
+} rig;
+
+static rig rig_new(int d_k, qkv_optim_kind kind, double lr)
+{
+    qkv_model_config c = {qkv_vocab_size(), d_k, qkv_coref_classes(), 1, 0.1, 1};
+    rig r = {qkv_model_new(&c), NULL, qkv_tape_new(0), qkv_batch_new(32, QKV_MAX_TOKENS)};
+    qkv_optim_config oc = qkv_optim_defaults(kind);
+    if (lr > 0)
+        oc.lr = lr;
+    r.o = qkv_optim_new(&oc, r.m->params, QKV_MODEL_PARAMS);
+    return r;
+}
+
+static void rig_free(rig *r)
+{
+    qkv_batch_free(r->b);
+    qkv_tape_free(r->t);
+    qkv_optim_free(r->o);
+    qkv_model_free(r->m);
+}
+
+/* Runs steps training steps on batches of 32 sentences drawn with g. */
+static void train_steps(qkv_model *m, qkv_optim *o, qkv_tape *t, qkv_batch *b,
+                        const qkv_dataset *d, qkv_rng *g, int steps)
+{
+    for (int step = 0; step < steps; step++) {
+        qkv_batch_clear(b);
+        for (int i = 0; i < 32; i++) {
+            const qkv_example *e = &d->train[qkv_rng_choice(g, (size_t)d->n_train)];
+            qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+        }
+        qkv_forward f;
+        ck_assert_int_eq(qkv_model_train_step(m, o, t, b, &f), QKV_OK);
+    }
+}
+
 /* Trains like `qkv train` with its defaults; returns test accuracy and
  * attention mass, and whether Wq, Wk, Wv all moved. */
 static void train_default(double *acc, double *mass, int *moved)
 {
     qkv_dataset d;
     ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
-    qkv_model_config c = {qkv_vocab_size(), 16, qkv_coref_classes(), 1, 0.1, 1};
-    qkv_model *m = qkv_model_new(&c);
+    rig r = rig_new(16, QKV_ADAM, 0.05);
+    qkv_model *m = r.m;
+    qkv_tape *t = r.t;
     qkv_real *before = malloc(sizeof *before * 3 * m->wq->numel);
     for (int i = 0; i < 3; i++)
         memcpy(before + i * m->wq->numel, m->params[i]->data, sizeof *before * m->wq->numel);
-    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
-    oc.lr = 0.05;
-    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_MODEL_PARAMS);
-    qkv_tape *t = qkv_tape_new(0);
-    qkv_batch *b = qkv_batch_new(32, QKV_MAX_TOKENS);
     qkv_rng g;
     qkv_rng_seed(&g, 2);
-    for (int step = 0; step < 300; step++) {
-        qkv_batch_clear(b);
-        for (int i = 0; i < 32; i++) {
-            const qkv_example *e = &d.train[qkv_rng_choice(&g, (size_t)d.n_train)];
-            qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
-        }
-        qkv_forward f;
-        ck_assert_int_eq(qkv_model_train_step(m, o, t, b, &f), QKV_OK);
-    }
-    qkv_batch_free(b);
-    b = qkv_batch_new(d.n_test, QKV_MAX_TOKENS);
+    train_steps(m, r.o, t, r.b, &d, &g, 300);
+    qkv_batch *b = qkv_batch_new(d.n_test, QKV_MAX_TOKENS);
     for (int i = 0; i < d.n_test; i++)
         qkv_batch_add(b, d.test[i].ids, d.test[i].len, d.test[i].pronoun, d.test[i].target,
                       d.test[i].antecedent);
@@ -193,9 +223,7 @@ static void train_default(double *acc, double *mass, int *moved)
                          sizeof *before * m->wq->numel) != 0;
     free(before);
     qkv_batch_free(b);
-    qkv_tape_free(t);
-    qkv_optim_free(o);
-    qkv_model_free(m);
+    rig_free(&r);
     qkv_dataset_free(&d);
 }
 
@@ -248,6 +276,42 @@ START_TEST(test_training_step_allocates_nothing_after_the_first)
 }
 END_TEST
 
+/* Training with 1, 2 or 3 threads gives the same weights, bit for bit. The
+ * model is wide (d_k = 512) so that the attention items are worth splitting
+ * across threads (qkv_parallel_parts); padding and the AdamW step included. */
+START_TEST(test_thread_count_changes_no_bit)
+{
+    qkv_dataset d;
+    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_real *first[QKV_MODEL_PARAMS] = {NULL};
+    for (int threads = 1; threads <= 3; threads++) {
+        ck_assert_int_eq(qkv_threads_use(threads), 0);
+        rig r = rig_new(512, QKV_ADAMW, 0);
+        qkv_model *m = r.m;
+        qkv_rng g;
+        qkv_rng_seed(&g, 4);
+        train_steps(m, r.o, r.t, r.b, &d, &g, 4);
+        for (int i = 0; i < QKV_MODEL_PARAMS; i++) {
+            size_t bytes = sizeof(qkv_real) * m->params[i]->numel;
+            if (threads == 1) {
+                first[i] = malloc(bytes);
+                memcpy(first[i], m->params[i]->data, bytes);
+            } else {
+                ck_assert_msg(memcmp(first[i], m->params[i]->data, bytes) == 0,
+                              "parameter %d differs with %d threads", i, threads);
+            }
+        }
+        rig_free(&r);
+    }
+    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+        free(first[i]);
+    ck_assert_int_eq(qkv_threads_use(0), -1);
+    ck_assert_int_eq(qkv_threads_use(65), -1);
+    qkv_threads_use(1);
+    qkv_dataset_free(&d);
+}
+END_TEST
+
 Suite *nn_suite(void)
 {
     Suite *s = suite_create("nn");
@@ -260,6 +324,7 @@ Suite *nn_suite(void)
     tcase_add_test(tc, test_attention_metrics_by_hand);
     tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
     tcase_add_test(tc, test_training_step_allocates_nothing_after_the_first);
+    tcase_add_test(tc, test_thread_count_changes_no_bit);
     suite_add_tcase(s, tc);
     return s;
 }

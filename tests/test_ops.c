@@ -528,6 +528,22 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
 }
 END_TEST
 
+/* Enough work to split the items across 2 and 3 threads, which must
+ * change nothing: the embedded form (forward split, backward in order) and
+ * the plain form (both split). */
+START_TEST(test_attention_same_on_any_thread_count)
+{
+    static const attn_case plain = {3, {96, 16, 64}, 16, 64, 1, 0, 1, 0.125};
+    for (int threads = 1; threads <= 3; threads++) {
+        ck_assert_int_eq(qkv_threads_use(threads), 0);
+        check_embed_case(64, 16, 9, 64, 64, 1, 0);
+        check_embed_case(64, 16, 9, 64, 64, 0, 1);
+        check_attention_case(&plain);
+    }
+    qkv_threads_use(1);
+}
+END_TEST
+
 Suite *ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -547,6 +563,8 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
     tcase_add_test(tc, test_attention_equals_unfused_ops);
     tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
+    tcase_add_test(tc, test_attention_same_on_any_thread_count);
+    tcase_set_timeout(tc, 60);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -31,6 +31,18 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
  * threads. */
 int qkv_kernels_use(const char *name);
 
+/* Threads for batched work (the items of the attention ops): n from
+ * 1 (the default, unless the environment variable QKV_THREADS says
+ * otherwise) to 64. Work is split only where each thread gets enough of
+ * it, so tiny steps stay on one thread. Every result is the same, bit for
+ * bit, for any thread count: each thread does whole, independent pieces,
+ * and the pieces that add into one place add in a fixed order. Returns 0,
+ * or -1 for an n out of range. */
+int qkv_threads_use(int n);
+
+/* The thread count in use. */
+int qkv_threads(void);
+
 /* The name of the implementation in use. */
 const char *qkv_kernels_name(void);
 

@@ -23,6 +23,7 @@ typedef struct sat_opts {
     int steps, seeds, batch, log_every, quiet;
     double lr, init_std;
     uint64_t seed;
+    int threads; /* 0: QKV_THREADS or 1 */
 } sat_opts;
 
 /* What one run contributes to the summary table. */
@@ -245,7 +246,7 @@ static int sweep(sat_ctx *c, const int *dks, int ndk)
 int cmd_saturation(int argc, char **argv)
 {
     sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0,
-                  -1, 1.0, 1};
+                  -1, 1.0, 1, 0};
     const cli_opt opts[] = {
         {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: training steps per run (default 300)"},
@@ -257,6 +258,8 @@ int cmd_saturation(int argc, char **argv)
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between CSV rows (default 10)"},
         {"seed", OPT_U64, &o.seed, 0, 4294967295.0, "N: first seed (default 1)"},
         {"out", OPT_STR, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
+        {"threads", OPT_INT, &o.threads, 1, 64,
+         "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
@@ -266,6 +269,8 @@ int cmd_saturation(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    if (o.threads > 0)
+        qkv_threads_use(o.threads);
     int dks[MAX_DK], ndk = cli_int_list(o.dks, dks, MAX_DK);
     if (ndk <= 0)
         return cli_usage_error("saturation", "--dk: '%s' is not a list of up to %d positive ints",

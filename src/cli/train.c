@@ -14,6 +14,7 @@ typedef struct train_opts {
     double lr, momentum, init_std, clip, weight_decay;
     uint64_t seed;
     const char *optim, *levels, *log, *save;
+    int threads; /* 0: QKV_THREADS or 1 */
 } train_opts;
 
 typedef struct trainer {
@@ -140,7 +141,7 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
 int cmd_train(int argc, char **argv)
 {
     train_opts o = {300, 32, 16, 0, 0, 5, 0.05, 0.0, 0.1, 0.0, -1, 1,
-                    "adam", "1,2,3", "out/train.csv", CLI_DEFAULT_MODEL};
+                    "adam", "1,2,3", "out/train.csv", CLI_DEFAULT_MODEL, 0};
     const cli_opt opts[] = {
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: optimisation steps (default 300)"},
         {"batch", OPT_INT, &o.batch, 1, 4096, "N: sentences per step (default 32)"},
@@ -157,6 +158,8 @@ int cmd_train(int argc, char **argv)
         {"log", OPT_STR, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between log rows (default 5)"},
         {"save", OPT_STR, &o.save, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
+        {"threads", OPT_INT, &o.threads, 1, 64,
+         "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar or messages on stderr"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
@@ -165,6 +168,8 @@ int cmd_train(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    if (o.threads > 0)
+        qkv_threads_use(o.threads);
     qkv_optim_kind kind;
     if (qkv_optim_parse(o.optim, &kind) != 0)
         return cli_usage_error("train", "--optim: '%s' is not sgd, adam or adamw", o.optim);

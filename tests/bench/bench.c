@@ -239,6 +239,34 @@ typedef struct config {
     int B, T, V, d_k;
 } config;
 
+/* The model of one configuration, Adam, and a batch of random sentences of
+ * full length. */
+static void make_step_ctx(step_ctx *c, const config *g)
+{
+    qkv_model_config mc = {g->V, g->d_k, 12, 1, 0.1, 1};
+    *c = (step_ctx){qkv_model_new(&mc), NULL, qkv_tape_new(0), qkv_batch_new(g->B, g->T)};
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    oc.lr = 1e-3;
+    c->o = qkv_optim_new(&oc, c->m->params, QKV_MODEL_PARAMS);
+    qkv_rng r;
+    qkv_rng_seed(&r, 7);
+    int ids[64];
+    for (int b = 0; b < g->B; b++) {
+        for (int t = 0; t < g->T; t++)
+            ids[t] = 1 + (int)qkv_rng_below(&r, (uint64_t)g->V - 1);
+        qkv_batch_add(c->b, ids, g->T, (int)qkv_rng_below(&r, (uint64_t)g->T),
+                      (int)qkv_rng_below(&r, 12), -1);
+    }
+}
+
+static void free_step_ctx(step_ctx *c)
+{
+    qkv_batch_free(c->b);
+    qkv_tape_free(c->t);
+    qkv_optim_free(c->o);
+    qkv_model_free(c->m);
+}
+
 static void bench_steps(const char *only)
 {
     static const config cfgs[] = {
@@ -250,20 +278,8 @@ static void bench_steps(const char *only)
         const config *g = &cfgs[i];
         if (only != NULL && strcmp(only, g->name) != 0)
             continue;
-        qkv_model_config mc = {g->V, g->d_k, 12, 1, 0.1, 1};
-        step_ctx c = {qkv_model_new(&mc), NULL, qkv_tape_new(0), qkv_batch_new(g->B, g->T)};
-        qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
-        oc.lr = 1e-3;
-        c.o = qkv_optim_new(&oc, c.m->params, QKV_MODEL_PARAMS);
-        qkv_rng r;
-        qkv_rng_seed(&r, 7);
-        int ids[64];
-        for (int b = 0; b < g->B; b++) {
-            for (int t = 0; t < g->T; t++)
-                ids[t] = 1 + (int)qkv_rng_below(&r, (uint64_t)g->V - 1);
-            qkv_batch_add(c.b, ids, g->T, (int)qkv_rng_below(&r, (uint64_t)g->T),
-                          (int)qkv_rng_below(&r, 12), -1);
-        }
+        step_ctx c;
+        make_step_ctx(&c, g);
         double step = median_time(run_step, &c, 7, 0.2);
         double fwd = median_time(run_forward, &c, 7, 0.2);
         double fb = median_time(run_forward_backward, &c, 7, 0.2);
@@ -280,10 +296,35 @@ static void bench_steps(const char *only)
         record("train", name, bwd * 1e6, "us");
         snprintf(name, sizeof name, "%s_bwd_over_fwd", g->name);
         record("train", name, bwd / fwd, "ratio");
-        qkv_batch_free(c.b);
-        qkv_tape_free(c.t);
-        qkv_optim_free(c.o);
-        qkv_model_free(c.m);
+        free_step_ctx(&c);
+    }
+}
+
+/* The step again with threads (qkv_threads_use): same results, and the
+ * work split only where a thread gets enough of it. */
+static void bench_threads(void)
+{
+    static const config cfgs[] = {
+        {"S", 32, 12, 48, 16}, {"M", 32, 12, 48, 256}, {"L", 256, 16, 64, 512}};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = cores > 1 ? (int)(cores < 8 ? cores : 8) : 2;
+    printf("\nTraining step with %d threads (qkv_threads_use; %ld cores online)\n", n, cores);
+    printf("%-3s %12s %12s\n", "cfg", "step (µs)", "vs 1 thread");
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        const config *g = &cfgs[i];
+        double t[2];
+        for (int k = 0; k < 2; k++) {
+            qkv_threads_use(k == 0 ? 1 : n);
+            step_ctx c;
+            make_step_ctx(&c, g);
+            t[k] = median_time(run_step, &c, 7, 0.2);
+            free_step_ctx(&c);
+        }
+        qkv_threads_use(1);
+        printf("%-3s %12.1f %11.2fx\n", g->name, t[1] * 1e6, t[0] / t[1]);
+        char name[32];
+        snprintf(name, sizeof name, "%s_step_threads_%d", g->name, n);
+        record("train", name, t[1] * 1e6, "us");
     }
 }
 
@@ -319,6 +360,10 @@ int main(int argc, char **argv)
         bench_steps(argc > 2 ? argv[2] : NULL);
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "threads") == 0) { /* `bench threads`: that table alone */
+        bench_threads();
+        return 0;
+    }
     const char *qkv = argc > 1 ? argv[1] : "build/qkv";
     const char *out = argc > 2 ? argv[2] : "out/bench.csv";
     char err[256];
@@ -327,6 +372,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: %s (continuing without CSV)\n", err);
     bench_matmul();
     bench_steps(NULL);
+    bench_threads();
     bench_rss(qkv);
     if (csv != NULL && fclose(csv) == 0)
         printf("\nwrote %s\n", out);
