@@ -427,21 +427,29 @@ direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *
     }
 }
 
+/* Lane mask for AVX2 masked loads and stores: the first w of 8 lanes. */
+__attribute__((target("avx2"))) static inline __m256i lanes8(int w)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 /* AVX2 direct path: as the AVX-512 one with ymm chunks (up to 32
- * columns); a ragged right edge goes through the portable loop. */
+ * columns), a ragged right edge in a masked last chunk. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, const float *A,
-                const float *B, float *C)
+rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, __m256i last,
+                const float *A, const float *B, float *C)
 {
     __m256 acc[4][4];
+    const __m256i all = _mm256_set1_epi32(-1);
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            acc[r][q] = _mm256_loadu_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q);
+            acc[r][q] = _mm256_maskload_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q,
+                                           q == nch - 1 ? last : all);
     for (int p = 0; p < k; p++) {
         const float *b = B + (size_t)p * n + j0;
         __m256 bv[4];
         for (int q = 0; q < nch; q++)
-            bv[q] = _mm256_loadu_ps(b + 8 * q);
+            bv[q] = _mm256_maskload_ps(b + 8 * q, q == nch - 1 ? last : all);
         for (int r = 0; r < R; r++) {
             int i = i0 + r;
             __m256 a = _mm256_set1_ps(ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]);
@@ -451,18 +459,19 @@ rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, con
     }
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            _mm256_storeu_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q, acc[r][q]);
+            _mm256_maskstore_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q, q == nch - 1 ? last : all,
+                                acc[r][q]);
 }
 
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, const float *A, const float *B,
-                 float *C)
+rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, __m256i last, const float *A,
+                 const float *B, float *C)
 {
     int i = 0;
     for (; i + 3 <= m; i += 3)
-        rows_avx2_block(3, nch, i, ta, m, n, k, j0, A, B, C);
+        rows_avx2_block(3, nch, i, ta, m, n, k, j0, last, A, B, C);
     for (; i < m; i++)
-        rows_avx2_block(1, nch, i, ta, m, n, k, j0, A, B, C);
+        rows_avx2_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
 }
 
 __attribute__((target("avx2,fma"))) static void
@@ -473,26 +482,16 @@ direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B,
         direct_dots(ta, m, n, k, A, B, C);
         return;
     }
-    int j0 = 0;
-    for (; j0 + 8 <= n; j0 += 32) {
-        int nch = (n - j0) / 8 < 4 ? (n - j0) / 8 : 4;
-        switch (nch) {
-        case 1: rows_avx2_chunks(1, ta, m, n, k, j0, A, Bk, C); break;
-        case 2: rows_avx2_chunks(2, ta, m, n, k, j0, A, Bk, C); break;
-        case 3: rows_avx2_chunks(3, ta, m, n, k, j0, A, Bk, C); break;
-        default: rows_avx2_chunks(4, ta, m, n, k, j0, A, Bk, C); break;
-        }
-        if (nch < 4) {
-            j0 += 8 * nch;
-            break;
+    for (int j0 = 0; j0 < n; j0 += 32) { /* up to four ymm chunks, the last masked */
+        int w = n - j0 < 32 ? n - j0 : 32, nch = (w + 7) / 8;
+        const __m256i last = lanes8(w - 8 * (nch - 1));
+        switch (nch) { /* constant chunk counts, so acc[] stays in registers */
+        case 1: rows_avx2_chunks(1, ta, m, n, k, j0, last, A, Bk, C); break;
+        case 2: rows_avx2_chunks(2, ta, m, n, k, j0, last, A, Bk, C); break;
+        case 3: rows_avx2_chunks(3, ta, m, n, k, j0, last, A, Bk, C); break;
+        default: rows_avx2_chunks(4, ta, m, n, k, j0, last, A, Bk, C); break;
         }
     }
-    for (int i = 0; j0 < n && i < m; i++) /* the last n % 8 columns */
-        for (int p = 0; p < k; p++) {
-            float a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
-            for (int j = j0; j < n; j++)
-                C[(size_t)i * n + j] += a * Bk[(size_t)p * n + j];
-        }
 }
 
 /* Vector e^x for x <= 0 in float: x = t·ln2 + r with |r| <= ln2/2 (ln2
@@ -568,13 +567,11 @@ exps_avx2(size_t n, const float *x, float mx, float *y)
     __m256 vmx = _mm256_set1_ps(mx);
     __m256d s0 = _mm256_setzero_pd(), s1 = s0;
     for (size_t j = 0; j < n; j += 8) {
-        _Alignas(32) float in[8], out[8];
-        size_t w = n - j < 8 ? n - j : 8;
-        for (size_t l = 0; l < 8; l++)
-            in[l] = l < w ? x[j + l] : -INFINITY;
-        __m256 e = exp_avx2(_mm256_sub_ps(_mm256_load_ps(in), vmx));
-        _mm256_store_ps(out, e);
-        memcpy(y + j, out, w * sizeof(float));
+        const __m256i m = lanes8(n - j < 8 ? (int)(n - j) : 8);
+        __m256 v = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x + j, m),
+                                    _mm256_castsi256_ps(m)); /* -inf past the end */
+        __m256 e = exp_avx2(_mm256_sub_ps(v, vmx));
+        _mm256_maskstore_ps(y + j, m, e);
         s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
