@@ -310,13 +310,12 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
     }
     int rows = wq->shape[0] < wk->shape[0] ? wq->shape[0] : wk->shape[0];
     rows = wv->shape[0] < rows ? wv->shape[0] : rows;
-    const size_t n = (size_t)B * (size_t)T;
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= rows) {
-            qkv_tape_fail(t, QKV_ERR_ARG, "%s: id %d at position %zu is outside [0,%d) of the tables",
-                          name, ids[i], i, rows);
-            return qkv_nil();
-        }
+    const size_t n = (size_t)B * (size_t)T, bad = qkv_first_bad_id(ids, n, rows);
+    if (bad < n) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: id %d at position %zu is outside [0,%d) of the tables",
+                      name, ids[bad], bad, rows);
+        return qkv_nil();
+    }
     attn_rec *r = new_rec(t, wv, mask, scale);
     if (r == NULL || (r->ids = qkv_tape_ints(t, ids, n)) == NULL)
         return qkv_nil();

@@ -66,6 +66,9 @@ int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b);
 qkv_node *qkv_record(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a, qkv_tensor *b,
                      int *failed);
 
+/* The index of the first of n ids outside [0,rows), or n if there is none. */
+size_t qkv_first_bad_id(const int *ids, size_t n, int rows);
+
 /* Copies n ints onto the tape; NULL after recording an error. */
 int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n);
 

@@ -127,11 +127,16 @@ static int *pack_batch(qkv_tape *t, const qkv_batch *b, qkv_tensor **mask)
     *mask = qkv_tape_tensor(t, 3, (const int[]){b->B, 1, b->T}, 0);
     if (ids == NULL || qkv_tensor_is_nil(*mask))
         return NULL;
-    for (int i = 0; i < b->B; i++)
+    qkv_real *md = (*mask)->data;
+    for (int i = 0; i < b->B; i++) {
+        const int *src = b->ids + (size_t)i * b->cap_t;
+        int *dst = ids + (size_t)i * b->T;
+        qkv_real *mrow = md + (size_t)i * b->T;
         for (int j = 0; j < b->T; j++) {
-            ids[i * b->T + j] = b->ids[(size_t)i * b->cap_t + j];
-            (*mask)->data[i * b->T + j] = j < b->len[i] ? 0 : -INFINITY;
+            dst[j] = src[j];
+            mrow[j] = j < b->len[i] ? 0 : -INFINITY;
         }
+    }
     return ids;
 }
 

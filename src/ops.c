@@ -67,6 +67,21 @@ static qkv_tensor *finish(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a
     return out;
 }
 
+size_t qkv_first_bad_id(const int *ids, size_t n, int rows)
+{
+    int lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) { /* one pass the compiler vectorises */
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
+    }
+    if (lo >= 0 && hi < rows)
+        return n;
+    size_t i = 0;
+    while (ids[i] >= 0 && ids[i] < rows)
+        i++;
+    return i;
+}
+
 int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n)
 {
     size_t bytes;
@@ -331,18 +346,14 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
                       "gather: table %s must be [V,D] and the ids 1 to 3 dimensions", sw);
         return qkv_nil();
     }
-    int V = w->shape[0], D = w->shape[1], lo = 0, hi = 0;
-    for (size_t i = 0; i < n; i++) { /* one pass the compiler vectorises */
-        lo = ids[i] < lo ? ids[i] : lo;
-        hi = ids[i] > hi ? ids[i] : hi;
+    int V = w->shape[0], D = w->shape[1];
+    size_t bad = qkv_first_bad_id(ids, n, V);
+    if (bad < n) {
+        qkv_shape_str(w, sw, sizeof sw);
+        qkv_tape_fail(t, QKV_ERR_ARG, "gather: id %d at position %zu is outside [0,%d) of table %s",
+                      ids[bad], bad, V, sw);
+        return qkv_nil();
     }
-    for (size_t i = 0; (lo < 0 || hi >= V) && i < n; i++)
-        if (ids[i] < 0 || ids[i] >= V) {
-            qkv_shape_str(w, sw, sizeof sw);
-            qkv_tape_fail(t, QKV_ERR_ARG, "gather: id %d at position %zu is outside [0,%d) of table %s",
-                          ids[i], i, V, sw);
-            return qkv_nil();
-        }
     int oshape[QKV_MAX_DIMS];
     memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
     oshape[ndim] = D;
