@@ -4,11 +4,13 @@
  *
  * Both record one node and run the kernels of kernels.c one batch item at a
  * time (qkv_attention_forward and qkv_attention_backward), so an item's
- * scores and weights stay in cache between the steps. The embedded form
- * also keeps the item's Q, K and V rows (and their gradients) in a small
- * buffer instead of [B,T,d] tensors, which is most of a small model's
- * memory traffic. Every result and gradient is bit for bit what the
- * unfused ops give (see qkv_attention in ops.h).
+ * scores and weights stay in cache between the steps; the items may run on
+ * several threads (threads.c). The embedded form gathers each item's Q, K
+ * and V rows into a small buffer, kept for backward while they are small,
+ * and its backward adds the rows' gradients straight into the tables'
+ * gradients, so no [B,T,d] tensor is made: those are most of a small
+ * model's memory traffic. Every result and gradient is bit for bit what
+ * the unfused ops give (see qkv_attention in ops.h).
  */
 #include <string.h>
 
