@@ -174,7 +174,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     r->n1 = lead_dims.dim[1];
     const size_t ns = (size_t)r->tq * r->tk, per = item_rows(r);
     const size_t items = (size_t)r->n0 * r->n1;
-    r->parts = qkv_parallel_parts(items, items * item_work(r), 64);
+    r->parts = qkv_parallel_parts(items, items * item_work(r), qkv_threads());
     if (r->ids != NULL) { /* Q, K, V rows: all kept, or one item's per part */
         size_t n;
         /* keep every item's rows for backward when they fit in cache

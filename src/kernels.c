@@ -57,6 +57,9 @@ typedef int (*attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qk
 typedef void (*adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
                         const qkv_adam_coef *c);
 
+/* x[0..n) = 0. */
+typedef void (*zero_fn)(qkv_real *x, size_t n);
+
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
 
@@ -73,6 +76,7 @@ typedef struct gemm_impl {
     rows_fn gather;         /* embedding rows */
     rows_fn scatter_add;
     adam_fn adam;
+    zero_fn zero;
 } gemm_impl;
 
 /* ---- the direct path ---------------------------------------------------- */
@@ -227,9 +231,16 @@ static void adam_c(qkv_real *w, const qkv_real *grad, double *m, double *v, size
     }
 }
 
-static const gemm_impl impl_portable = {"portable", 4,    8,    ukernel_c, direct_c, exps_c,
-                                        NULL,       NULL, NULL, gather_c,  scatter_add_c,
-                                        adam_c};
+static void zero_c(qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = 0;
+}
+
+static const gemm_impl impl_portable = {
+    .name = "portable", .mr = 4, .nr = 8, .kernel = ukernel_c, .direct = direct_c,
+    .exps = exps_c, .gather = gather_c, .scatter_add = scatter_add_c, .adam = adam_c,
+    .zero = zero_c};
 
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
     (defined(__GNUC__) || defined(__clang__))
@@ -698,7 +709,12 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
     transpose16_regs(t);
     for (int i = 0; i < nq; i++)
         store16(s + (size_t)(i0 + i) * tk, km, t[i]);
-    /* + mask, and -inf for the padding keys past tk */
+    /* + mask, and -inf for the padding keys past tk; a mask that differs by
+     * row is gathered a column at a time, from row i0 + lane */
+    const __m512i mrows = _mm512_mullo_epi32(
+        _mm512_add_epi32(_mm512_set1_epi32(i0),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+        _mm512_set1_epi32((int)sh->mask_rs));
     for (int j = 0; j < NJ; j++) {
         if (j >= tk) {
             st[j] = _mm512_set1_ps(-INFINITY);
@@ -706,14 +722,7 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
             const float *mc = sh->mask + (size_t)j * sh->mask_cs;
             __m512 col = sh->mask_rs == 0
                              ? _mm512_set1_ps(mc[0])
-                             : _mm512_mask_i32gather_ps(
-                                   _mm512_setzero_ps(), qm,
-                                   _mm512_mullo_epi32(_mm512_add_epi32(_mm512_set1_epi32(i0),
-                                                                       _mm512_setr_epi32(
-                                                                           0, 1, 2, 3, 4, 5, 6, 7, 8,
-                                                                           9, 10, 11, 12, 13, 14, 15)),
-                                                      _mm512_set1_epi32((int)sh->mask_rs)),
-                                   mc, 4);
+                             : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), qm, mrows, mc, 4);
             st[j] = _mm512_add_ps(st[j], col);
         }
     }
@@ -803,9 +812,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void axpy_row(fl
     const __m512 xv = _mm512_set1_ps(x);
     for (int c0 = 0; c0 < d; c0 += 16) {
         const __mmask16 cm = lanes(d - c0);
-        store16(y + c0, cm,
-                              _mm512_fmadd_ps(xv, load16(cm, row + c0),
-                                              load16(cm, y + c0)));
+        store16(y + c0, cm, _mm512_fmadd_ps(xv, load16(cm, row + c0), load16(cm, y + c0)));
     }
 }
 
@@ -827,7 +834,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void add_scaled_
     const __m512 xv = _mm512_set1_ps(x);
     for (int c0 = 0; c0 < d; c0 += 16) {
         const __mmask16 cm = lanes(d - c0);
-        store16(y + c0, cm, _mm512_add_ps(load16(cm, y + c0), _mm512_mul_ps(xv, load16(cm, row + c0))));
+        store16(y + c0, cm,
+                _mm512_add_ps(load16(cm, y + c0), _mm512_mul_ps(xv, load16(cm, row + c0))));
     }
 }
 
@@ -976,9 +984,7 @@ scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, siz
         float *dst = table + (size_t)ids[i] * d;
         for (size_t j = 0; j < d; j += 16) {
             __mmask16 m = lanes((int)(d - j < 16 ? d - j : 16));
-            store16(dst + j, m,
-                                  _mm512_add_ps(load16(m, dst + j),
-                                                load16(m, src + j)));
+            store16(dst + j, m, _mm512_add_ps(load16(m, dst + j), load16(m, src + j)));
         }
     }
 }
@@ -1010,15 +1016,15 @@ __attribute__((target("avx512f"))) static void adam_avx512(float *w, const float
     adam_c(w + j, grad + j, m + j, v + j, n - j, c);
 }
 
-static const gemm_impl impl_avx2 = {"avx2",    6,    16,   ukernel_avx2, direct_avx2,
-                                    exps_avx2, NULL, NULL, NULL,         gather_c,
-                                    scatter_add_c, adam_c};
-static const gemm_impl impl_avx512 = {"avx512",         12,
-                                      32,               ukernel_avx512,
-                                      direct_avx512,    exps_avx512,
-                                      softmax16_avx512, attn_fwd_avx512,
-                                      attn_bwd_avx512,  gather_avx512,
-                                      scatter_add_avx512, adam_avx512};
+static const gemm_impl impl_avx2 = {
+    .name = "avx2", .mr = 6, .nr = 16, .kernel = ukernel_avx2, .direct = direct_avx2,
+    .exps = exps_avx2, .gather = gather_c, .scatter_add = scatter_add_c, .adam = adam_c,
+    .zero = zero_c};
+static const gemm_impl impl_avx512 = {
+    .name = "avx512", .mr = 12, .nr = 32, .kernel = ukernel_avx512, .direct = direct_avx512,
+    .exps = exps_avx512, .softmax16 = softmax16_avx512, .attn_fwd = attn_fwd_avx512,
+    .attn_bwd = attn_bwd_avx512, .gather = gather_avx512, .scatter_add = scatter_add_avx512,
+    .adam = adam_avx512, .zero = zero_avx512};
 
 static int cpu_has_avx2(void)
 {
@@ -1227,15 +1233,7 @@ void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, 
 
 void qkv_zero(qkv_real *x, size_t n)
 {
-    size_t i = 0;
-#ifdef QKV_HAVE_X86_KERNELS
-    if (kernels() == &impl_avx512) {
-        zero_avx512(x, n);
-        return;
-    }
-#endif
-    for (; i < n; i++)
-        x[i] = 0;
+    kernels()->zero(x, n);
 }
 
 /* ---- fused attention ---------------------------------------------------- */

@@ -135,8 +135,12 @@ int qkv_parallel_parts(size_t n, size_t work, int max_parts)
 void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, void *ctx)
 {
     int parts = qkv_parallel_parts(n, work, max_parts);
+    if (parts <= 1) { /* the default: no locking on the way */
+        fn(ctx, 0, 0, n);
+        return;
+    }
     pthread_mutex_lock(&pool.lock);
-    if (parts <= 1 || pool.busy) { /* one part, or called while a job runs */
+    if (pool.busy) { /* called while a job runs: on this thread alone */
         pthread_mutex_unlock(&pool.lock);
         fn(ctx, 0, 0, n);
         return;
