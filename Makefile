@@ -67,7 +67,7 @@ $(BUILD)/obj/cli/%.o: src/cli/%.c $(wildcard include/qkv/*.h) $(wildcard src/cli
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -c $< -o $@
 
-$(BUILD)/obj/tests/%.o: tests/%.c $(wildcard include/qkv/*.h) $(wildcard tests/*.h) $(wildcard src/cli/*.h) Makefile
+$(BUILD)/obj/tests/%.o: tests/%.c $(wildcard include/qkv/*.h) $(wildcard tests/*.h) $(wildcard src/cli/*.h) src/internal.h Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 

@@ -24,6 +24,16 @@
                       a_, b_, (double)(tol));                                           \
     } while (0)
 
+/* Runs one failing call on tape t, reset first, and checks that it returns
+ * the nil tensor with this status and message. */
+#define EXPECT_ERROR_ON(t, call, status, message)                            \
+    do {                                                                     \
+        qkv_tape_reset(t);                                                   \
+        ck_assert((call) == qkv_nil());                                      \
+        ck_assert_int_eq(qkv_tape_status(t), (status));                      \
+        ck_assert_str_eq(qkv_tape_error(t), (message));                      \
+    } while (0)
+
 /* Makes a heap tensor holding the given values (with a gradient buffer when
  * grad is nonzero). */
 qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad);
@@ -32,6 +42,8 @@ Suite *tensor_suite(void);
 Suite *tape_suite(void);
 Suite *kernels_suite(void);
 Suite *ops_suite(void);
+Suite *attention_suite(void);
+Suite *threads_suite(void);
 Suite *rng_suite(void);
 Suite *gradcheck_suite(void);
 Suite *demo_suite(void);

@@ -1,0 +1,298 @@
+/*
+ * test_attention.c - the fused attention ops (attention.c and the kernels
+ * they run) against the unfused ops they stand for, exactly, on every
+ * kernel set and thread count; and their error messages. (Finite
+ * differences for them are in test_gradcheck.c.)
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests.h"
+
+/* ---- fused attention against the five ops it stands for ---------------- */
+/* On every kernel set: each computes both forms with its own kernels, and
+ * the two must agree exactly. */
+
+typedef struct attn_case {
+    int nd, shape_q[4], tk, dv;
+    int mask;     /* 0 none, 1 padding [...,1,Tk], 2 causal [...,Tq,Tk] with one empty row */
+    int pick;     /* 1: the loss uses one row of O per item (zero rows in dO) */
+    int parts;    /* 1: the loss also uses the scores and the weights */
+    double scale; /* 1: the unfused form has no qkv_scale */
+} attn_case;
+
+static qkv_tensor *random_tensor(qkv_rng *g, int nd, const int *shape, int grad)
+{
+    qkv_tensor *x = qkv_tensor_new(nd, shape, grad);
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, 1);
+    return x;
+}
+
+/* Σ x ⊙ w for a fixed random w shaped like x. */
+static qkv_tensor *weighted_sum(qkv_tape *t, qkv_tensor *x, qkv_rng *g)
+{
+    qkv_tensor *w = qkv_tape_tensor(t, x->ndim, x->shape, 0);
+    for (size_t i = 0; !qkv_tensor_is_nil(w) && i < w->numel; i++)
+        w->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, 1);
+    return qkv_sum(t, qkv_mul(t, x, w));
+}
+
+/* Records the loss on t, fused or unfused, and runs backward; *s and *a
+ * receive the scores and weights. */
+static qkv_tensor *attn_loss(qkv_tape *t, const attn_case *c, int fused, qkv_tensor *q,
+                             qkv_tensor *k, qkv_tensor *v, const qkv_tensor *mask,
+                             qkv_tensor **s, qkv_tensor **a)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 99); /* the same loss weights for both forms */
+    qkv_tensor *o;
+    if (fused) {
+        qkv_attention_parts p;
+        o = qkv_attention(t, q, k, v, mask, c->scale, &p);
+        *s = p.scores;
+        *a = p.attn;
+    } else {
+        *s = qkv_matmul_nt(t, q, k);
+        if (c->scale != 1)
+            *s = qkv_scale(t, *s, c->scale);
+        *a = qkv_softmax(t, mask != NULL ? qkv_mask(t, *s, mask) : *s);
+        o = qkv_matmul(t, *a, v);
+    }
+    int rows[8];
+    for (int b = 0; b < 8; b++)
+        rows[b] = (3 * b + 1) % c->shape_q[c->nd - 2];
+    qkv_tensor *loss = weighted_sum(t, c->pick ? qkv_pick_rows(t, o, rows) : o, &g);
+    if (c->parts)
+        loss = qkv_add(t, qkv_add(t, loss, weighted_sum(t, *s, &g)), weighted_sum(t, *a, &g));
+    ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
+    return o;
+}
+
+/* x and y hold equal values (== so that -0 equals +0). */
+static void assert_same(const qkv_real *x, const qkv_real *y, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(x[i] == y[i] || (isnan(x[i]) && isnan(y[i])),
+                      "%s[%zu]: fused %.9g, unfused %.9g", what, i, (double)x[i], (double)y[i]);
+}
+
+static void check_attention_case(const attn_case *c)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 5);
+    const int nd = c->nd, tq = c->shape_q[nd - 2];
+    int sk[4], sv[4], sm[4];
+    memcpy(sk, c->shape_q, sizeof sk);
+    sk[nd - 2] = c->tk;
+    memcpy(sv, sk, sizeof sv);
+    sv[nd - 1] = c->dv;
+    memcpy(sm, sk, sizeof sm);
+    sm[nd - 1] = c->tk;
+    sm[nd - 2] = c->mask == 1 ? 1 : tq;
+    qkv_tensor *x[3] = {random_tensor(&g, nd, c->shape_q, 1), random_tensor(&g, nd, sk, 1),
+                        random_tensor(&g, nd, sv, 1)};
+    qkv_tensor *mask = c->mask ? qkv_tensor_new(nd, sm, 0) : NULL;
+    for (size_t e = 0; mask != NULL && e < mask->numel; e++) {
+        int j = (int)(e % c->tk), i = (int)(e / c->tk % (size_t)sm[nd - 2]);
+        int item = (int)(e / ((size_t)c->tk * sm[nd - 2]));
+        int drop = c->mask == 1 ? j >= c->tk - item % 3 : j > i || (item == 1 && i == 0);
+        mask->data[e] = drop ? -INFINITY : 0;
+    }
+    qkv_tape *tp[2] = {qkv_tape_new(0), qkv_tape_new(0)};
+    qkv_tensor *o[2], *s[2], *a[2];
+    qkv_real *grads[2][3];
+    for (int f = 0; f < 2; f++) {
+        for (int i = 0; i < 3; i++)
+            qkv_tensor_zero_grad(x[i]);
+        o[f] = attn_loss(tp[f], c, f, x[0], x[1], x[2], mask, &s[f], &a[f]);
+        for (int i = 0; i < 3; i++) {
+            grads[f][i] = malloc(sizeof(qkv_real) * x[i]->numel);
+            memcpy(grads[f][i], x[i]->grad, sizeof(qkv_real) * x[i]->numel);
+        }
+    }
+    assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    assert_same(s[1]->data, s[0]->data, s[0]->numel, "scores");
+    assert_same(a[1]->data, a[0]->data, a[0]->numel, "attn");
+    assert_same(s[1]->grad, s[0]->grad, s[0]->numel, "dscores");
+    assert_same(a[1]->grad, a[0]->grad, a[0]->numel, "dattn");
+    const char *names[3] = {"dQ", "dK", "dV"};
+    for (int i = 0; i < 3; i++) {
+        assert_same(grads[1][i], grads[0][i], x[i]->numel, names[i]);
+        double norm = 0; /* and not trivially: every input gets a gradient */
+        for (size_t e = 0; e < x[i]->numel; e++)
+            norm += fabs((double)grads[1][i][e]);
+        ck_assert_msg(norm > 0, "%s is all zeros", names[i]);
+        free(grads[0][i]);
+        free(grads[1][i]);
+        qkv_tensor_free(x[i]);
+    }
+    qkv_tensor_free(mask);
+    qkv_tape_free(tp[0]);
+    qkv_tape_free(tp[1]);
+}
+
+START_TEST(test_attention_equals_unfused_ops)
+{
+    static const attn_case cases[] = {
+        /* the coreference model's shape: padding, one row per item */
+        {3, {4, 12, 16}, 12, 16, 1, 1, 0, 0.25},
+        /* wide heads: transposes in several blocks, ragged columns */
+        {3, {2, 5, 40}, 7, 70, 2, 0, 1, 0.158113883008419},
+        /* more keys than one register holds: the generic path */
+        {3, {2, 20, 8}, 20, 8, 1, 1, 1, 1},
+        /* 16 keys exactly, no mask, 2-D */
+        {2, {6, 16}, 16, 9, 0, 0, 1, 0.25},
+        /* 4-D heads with a padding mask */
+        {4, {2, 2, 3, 8}, 4, 5, 1, 0, 1, 0.5},
+    };
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im]) != 0)
+            continue;
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_attention_case(&cases[i]);
+    }
+    qkv_kernels_use("auto");
+}
+END_TEST
+
+/* qkv_embed_attention against three qkv_gather and qkv_attention: the same
+ * outputs and table gradients exactly, ids repeating (so rows accumulate),
+ * a padding mask, a loss on picked rows or on all of O, with or without
+ * one on the scores and weights; on the register path (T <= 16) and the
+ * generic one (T = 20). */
+static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int parts_loss)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 8);
+    qkv_tensor *w[3] = {random_tensor(&g, 2, (const int[]){V, dk}, 1),
+                        random_tensor(&g, 2, (const int[]){V, dk}, 1),
+                        random_tensor(&g, 2, (const int[]){V, dv}, 1)};
+    int *ids = malloc(sizeof *ids * (size_t)B * T), *rows = malloc(sizeof *rows * (size_t)B);
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (int)qkv_rng_below(&g, (uint64_t)V);
+    for (int b = 0; b < B; b++)
+        rows[b] = (2 * b + 1) % T;
+    qkv_tensor *mask = qkv_tensor_new(3, (const int[]){B, 1, T}, 0);
+    for (int e = 0; e < B * T; e++)
+        mask->data[e] = e % T >= T - (e / T) % 3 ? -INFINITY : 0;
+    qkv_tape *tp[2] = {qkv_tape_new(0), qkv_tape_new(0)};
+    qkv_tensor *o[2];
+    qkv_attention_parts parts[2];
+    qkv_real *grads[2][3];
+    for (int f = 0; f < 2; f++) {
+        qkv_tape *t = tp[f];
+        for (int i = 0; i < 3; i++)
+            qkv_tensor_zero_grad(w[i]);
+        if (f == 0) {
+            const int shape[2] = {B, T};
+            o[f] = qkv_attention(t, qkv_gather(t, w[0], ids, 2, shape),
+                                 qkv_gather(t, w[1], ids, 2, shape),
+                                 qkv_gather(t, w[2], ids, 2, shape), mask, 0.3, &parts[f]);
+        } else {
+            o[f] = qkv_embed_attention(t, w[0], w[1], w[2], ids, B, T, mask, 0.3, &parts[f]);
+        }
+        qkv_rng lw;
+        qkv_rng_seed(&lw, 4);
+        qkv_tensor *loss = weighted_sum(t, pick ? qkv_pick_rows(t, o[f], rows) : o[f], &lw);
+        if (parts_loss)
+            loss = qkv_add(t, loss, qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
+                                            weighted_sum(t, parts[f].attn, &lw)));
+        ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
+        for (int i = 0; i < 3; i++) {
+            grads[f][i] = malloc(sizeof(qkv_real) * w[i]->numel);
+            memcpy(grads[f][i], w[i]->grad, sizeof(qkv_real) * w[i]->numel);
+        }
+    }
+    assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
+    assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
+    assert_same(parts[1].scores->grad, parts[0].scores->grad, parts[0].scores->numel, "dscores");
+    const char *names[3] = {"dWq", "dWk", "dWv"};
+    for (int i = 0; i < 3; i++) {
+        assert_same(grads[1][i], grads[0][i], w[i]->numel, names[i]);
+        free(grads[0][i]);
+        free(grads[1][i]);
+        qkv_tensor_free(w[i]);
+    }
+    free(ids);
+    free(rows);
+    qkv_tensor_free(mask);
+    qkv_tape_free(tp[0]);
+    qkv_tape_free(tp[1]);
+}
+
+START_TEST(test_embed_attention_equals_gathers_and_attention)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im]) != 0)
+            continue;
+        /* one live row per item, nothing else into A or S: the register
+         * path adds each row's gradient straight into the tables */
+        check_embed_case(4, 12, 7, 16, 16, 1, 0);
+        check_embed_case(3, 9, 6, 40, 20, 1, 0);
+        /* rows too many to keep for backward (768 KiB): gathered again */
+        check_embed_case(64, 16, 9, 64, 64, 1, 0);
+        /* more live rows, or gradients into A and S: item buffers first */
+        check_embed_case(4, 12, 7, 16, 16, 0, 0);
+        check_embed_case(4, 12, 7, 16, 16, 1, 1);
+        check_embed_case(2, 20, 5, 8, 5, 1, 1);
+    }
+    qkv_kernels_use("auto");
+}
+END_TEST
+
+/* Enough work to split the items across 2 and 3 threads, which must
+ * change nothing: the embedded form (forward split, backward in order) and
+ * the plain form (both split). */
+START_TEST(test_attention_same_on_any_thread_count)
+{
+    static const attn_case plain = {3, {96, 16, 64}, 16, 64, 1, 0, 1, 0.125};
+    for (int threads = 1; threads <= 3; threads++) {
+        ck_assert_int_eq(qkv_threads_use(threads), 0);
+        check_embed_case(64, 16, 9, 64, 64, 1, 0);
+        check_embed_case(64, 16, 9, 64, 64, 0, 1);
+        check_attention_case(&plain);
+    }
+    qkv_threads_use(1);
+}
+END_TEST
+
+START_TEST(test_attention_errors_name_the_shapes)
+{
+    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *a = tensor_of(3, (const int[]){2, 3, 4}, NULL, 0);
+    qkv_tensor *b = tensor_of(3, (const int[]){3, 4, 5}, NULL, 0);
+    qkv_tensor *w = tensor_of(2, (const int[]){5, 3}, NULL, 0);
+    const int ids[2] = {1, 5};
+    EXPECT_ERROR_ON(t, qkv_attention(t, a, b, b, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "attention: q [2,3,4], k [3,4,5], v [3,4,5]: need [...,Tq,d], [...,Tk,d] and "
+                    "[...,Tk,dv] with the same leading dimensions");
+    EXPECT_ERROR_ON(t, qkv_attention(t, a, a, a, w, 1, NULL), QKV_ERR_SHAPE,
+                    "attention: mask [5,3] does not broadcast to the scores [2,3,3]");
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_ARG,
+                    "embed_attention: id 5 at position 1 is outside [0,5) of the tables");
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, a, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "embed_attention: tables [5,3], [2,3,4], [5,3] with ids [1,2]: need [V,d], "
+                    "[V,d], [V,dv] and B, T >= 1");
+    qkv_tensor_free(a);
+    qkv_tensor_free(b);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
+Suite *attention_suite(void)
+{
+    Suite *s = suite_create("attention");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_attention_equals_unfused_ops);
+    tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
+    tcase_add_test(tc, test_attention_same_on_any_thread_count);
+    tcase_add_test(tc, test_attention_errors_name_the_shapes);
+    suite_add_tcase(s, tc);
+    return s;
+}

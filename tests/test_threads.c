@@ -1,0 +1,140 @@
+/*
+ * test_threads.c - the thread pool (threads.c): which parts a job is cut
+ * into, that every index runs exactly once in the part that owns it, over
+ * many jobs in a row, and that a call from inside a job runs on its caller.
+ * (That results do not depend on the thread count is tested where the work
+ * is: test_attention.c, test_nn.c, test_cli.c.)
+ */
+#include <stdlib.h>
+
+#include "tests.h"
+#include "../src/internal.h"
+
+/* Enough work for any number of parts. */
+#define LOTS ((size_t)64 * QKV_PARALLEL_MIN_WORK)
+
+typedef struct record {
+    int *part;   /* (n) the part that ran index i */
+    int *count;  /* (n) how many times index i ran */
+} record;
+
+static void mark(void *ctx, int part, size_t i0, size_t i1)
+{
+    record *r = ctx;
+    for (size_t i = i0; i < i1; i++) {
+        r->part[i] = part;
+        r->count[i]++;
+    }
+}
+
+START_TEST(test_parts_follow_threads_work_and_size)
+{
+    ck_assert_int_eq(qkv_threads_use(4), 0);
+    ck_assert_int_eq(qkv_threads(), 4);
+    ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 64), 4);
+    ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 3), 3);            /* max_parts */
+    ck_assert_int_eq(qkv_parallel_parts(2, LOTS, 64), 2);             /* n */
+    ck_assert_int_eq(qkv_parallel_parts(100, 2 * QKV_PARALLEL_MIN_WORK, 64), 2); /* work */
+    ck_assert_int_eq(qkv_parallel_parts(100, QKV_PARALLEL_MIN_WORK - 1, 64), 1);
+    ck_assert_int_eq(qkv_parallel_parts(0, LOTS, 64), 1);
+    ck_assert_int_eq(qkv_threads_use(0), -1);
+    ck_assert_int_eq(qkv_threads_use(65), -1);
+    ck_assert_int_eq(qkv_threads(), 4); /* refused calls change nothing */
+    qkv_threads_use(1);
+    ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 64), 1);
+}
+END_TEST
+
+/* Part p owns [n·p/parts, n·(p+1)/parts); every index runs once. */
+START_TEST(test_every_index_runs_once_in_its_part)
+{
+    static const size_t sizes[] = {1, 2, 3, 7, 64, 1000};
+    for (int threads = 1; threads <= 4; threads++) {
+        qkv_threads_use(threads);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            size_t n = sizes[s];
+            record r = {calloc(n, sizeof(int)), calloc(n, sizeof(int))};
+            qkv_parallel_for(n, LOTS, 64, mark, &r);
+            int parts = qkv_parallel_parts(n, LOTS, 64);
+            for (size_t i = 0; i < n; i++) {
+                ck_assert_msg(r.count[i] == 1, "n=%zu threads=%d: index %zu ran %d times", n,
+                              threads, i, r.count[i]);
+                int p = r.part[i];
+                ck_assert_msg(p >= 0 && p < parts && n * (size_t)p / (size_t)parts <= i &&
+                                  i < n * (size_t)(p + 1) / (size_t)parts,
+                              "n=%zu threads=%d: index %zu ran in part %d of %d", n, threads, i,
+                              p, parts);
+            }
+            free(r.part);
+            free(r.count);
+        }
+    }
+    qkv_threads_use(1);
+}
+END_TEST
+
+/* Thousands of jobs in a row: no hand-over may be lost or doubled. */
+START_TEST(test_many_jobs_in_a_row)
+{
+    enum { N = 97, JOBS = 3000 };
+    qkv_threads_use(3);
+    int part[N], count[N] = {0};
+    record r = {part, count};
+    for (int j = 0; j < JOBS; j++)
+        qkv_parallel_for(N, LOTS, 64, mark, &r);
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(count[i], JOBS);
+    qkv_threads_use(1);
+}
+END_TEST
+
+/* A job that itself calls qkv_parallel_for: the inner call runs as one part
+ * on the thread that made it. */
+typedef struct nested {
+    int inner_part[4];
+    size_t inner_n[4];
+} nested;
+
+static void inner(void *ctx, int part, size_t i0, size_t i1)
+{
+    size_t *got = ctx;
+    got[0] = (size_t)part;
+    got[1] = i1 - i0;
+}
+
+static void outer(void *ctx, int part, size_t i0, size_t i1)
+{
+    nested *r = ctx;
+    (void)i1;
+    size_t got[2] = {99, 0};
+    qkv_parallel_for(10, LOTS, 64, inner, got);
+    r->inner_part[i0] = (int)got[0];
+    r->inner_n[i0] = got[1];
+    (void)part;
+}
+
+START_TEST(test_a_call_inside_a_job_runs_on_its_caller)
+{
+    qkv_threads_use(4);
+    nested r = {{-1, -1, -1, -1}, {0}};
+    qkv_parallel_for(4, LOTS, 64, outer, &r);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(r.inner_part[i], 0);
+        ck_assert_uint_eq(r.inner_n[i], 10);
+    }
+    qkv_threads_use(1);
+}
+END_TEST
+
+Suite *threads_suite(void)
+{
+    Suite *s = suite_create("threads");
+    TCase *tc = tcase_create("pool");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_parts_follow_threads_work_and_size);
+    tcase_add_test(tc, test_every_index_runs_once_in_its_part);
+    tcase_add_test(tc, test_many_jobs_in_a_row);
+    tcase_add_test(tc, test_a_call_inside_a_job_runs_on_its_caller);
+    suite_add_tcase(s, tc);
+    return s;
+}
