@@ -20,7 +20,7 @@ FP      := -ffp-contract=off
 # The thread pool (src/threads.c); in glibc 2.34 and later this is libc.
 PTHREAD := -pthread
 OPT     ?= -O3 -g
-CPPFLAGS += -Iinclude -D_POSIX_C_SOURCE=200809L
+CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L
 CFLAGS  ?=
 ifeq ($(SAN),1)
   BUILD  := build/san
@@ -34,12 +34,20 @@ endif
 ALLCFLAGS = $(WARN) $(FP) $(PTHREAD) $(OPT) $(CFLAGS)
 LDLIBS  := -lm -pthread
 
-LIB_SRC  := $(wildcard src/*.c)
+# The library, bottom layer first (see README "Layout"); then the apps built
+# on it, and the program.
+LIB_DIRS := util kernels core ops train
+LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))
+APP_SRC  := $(wildcard src/apps/*/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 EX_SRC   := $(wildcard examples/*.c)
+PRIV_H   := $(wildcard src/*/*.h)
+PUB_H    := include/qkv.h $(wildcard include/qkv/*.h)
+APP_H    := $(wildcard include/apps/*.h include/apps/*/*.h)
 
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+APP_OBJ  := $(APP_SRC:src/%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:src/cli/%.c=$(BUILD)/obj/cli/%.o)
 CLI_LIBOBJ := $(filter-out $(BUILD)/obj/cli/main.o,$(CLI_OBJ))
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o)
@@ -47,8 +55,16 @@ EXAMPLES := $(EX_SRC:examples/%.c=$(BUILD)/examples/%)
 
 STATIC := $(BUILD)/libqkv.a
 SHARED := $(BUILD)/libqkv.so.$(VERSION)
+APPS   := $(BUILD)/libqkvapps.a
 QKV    := $(BUILD)/qkv
 TESTS  := $(BUILD)/qkv_tests
+
+# The per-instruction-set kernel files are compiled for their instruction
+# set; dispatch.c runs them only on a CPU that has it (x86-64 only).
+ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
+$(BUILD)/obj/kernels/avx2.o: ISA := -mavx2 -mfma
+$(BUILD)/obj/kernels/avx512.o $(BUILD)/obj/kernels/avx512_attn.o: ISA := -mavx512f
+endif
 
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
@@ -59,15 +75,11 @@ CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 all: lib $(QKV) $(EXAMPLES)
 lib: $(STATIC) $(SHARED)
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard include/qkv/*.h) src/internal.h Makefile
+$(BUILD)/obj/%.o: src/%.c $(PUB_H) $(APP_H) $(PRIV_H) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -fPIC -c $< -o $@
+	$(CC) $(CPPFLAGS) $(ALLCFLAGS) $(ISA) -fPIC -c $< -o $@
 
-$(BUILD)/obj/cli/%.o: src/cli/%.c $(wildcard include/qkv/*.h) $(wildcard src/cli/*.h) Makefile
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -c $< -o $@
-
-$(BUILD)/obj/tests/%.o: tests/%.c $(wildcard include/qkv/*.h) $(wildcard tests/*.h) $(wildcard src/cli/*.h) src/internal.h Makefile
+$(BUILD)/obj/tests/%.o: tests/%.c $(PUB_H) $(APP_H) $(PRIV_H) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
@@ -80,15 +92,19 @@ $(SHARED): $(LIB_OBJ)
 	ln -sf libqkv.so.$(VERSION) $(BUILD)/libqkv.so.$(SOMAJOR)
 	ln -sf libqkv.so.$(VERSION) $(BUILD)/libqkv.so
 
-$(QKV): $(CLI_OBJ) $(STATIC)
-	$(CC) $(LDSAN) -o $@ $(CLI_OBJ) $(STATIC) $(LDLIBS)
+$(APPS): $(APP_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
 
-$(BUILD)/examples/%: examples/%.c $(STATIC)
+$(QKV): $(CLI_OBJ) $(APPS) $(STATIC)
+	$(CC) $(LDSAN) -o $@ $(CLI_OBJ) $(APPS) $(STATIC) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c $(APPS) $(STATIC) $(PUB_H) $(APP_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(ALLCFLAGS) $(LDSAN) -o $@ $< $(STATIC) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(ALLCFLAGS) $(LDSAN) -o $@ $< $(APPS) $(STATIC) $(LDLIBS)
 
-$(TESTS): $(TEST_OBJ) $(CLI_LIBOBJ) $(STATIC)
-	$(CC) $(LDSAN) -o $@ $(TEST_OBJ) $(CLI_LIBOBJ) $(STATIC) $(CHECK_LIBS) $(LDLIBS)
+$(TESTS): $(TEST_OBJ) $(CLI_LIBOBJ) $(APPS) $(STATIC)
+	$(CC) $(LDSAN) -o $@ $(TEST_OBJ) $(CLI_LIBOBJ) $(APPS) $(STATIC) $(CHECK_LIBS) $(LDLIBS)
 
 deps:
 	@sh scripts/deps.sh
@@ -114,8 +130,8 @@ plots: deps
 	@sh scripts/plots.sh out out/plots
 
 # Benchmarks: never part of the test suite.
-$(BUILD)/bench: tests/bench/bench.c $(STATIC)
-	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -o $@ $< $(STATIC) $(LDLIBS) -ldl
+$(BUILD)/bench: tests/bench/bench.c $(APPS) $(STATIC)
+	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -o $@ $< $(APPS) $(STATIC) $(LDLIBS) -ldl
 
 bench: $(BUILD)/bench $(QKV)
 	$(BUILD)/bench $(QKV) out/bench.csv

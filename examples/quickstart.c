@@ -12,13 +12,13 @@
 int main(void)
 {
     /* parameters live outside the tape, with a gradient buffer */
-    qkv_tensor *q = qkv_tensor_new(2, (const int[]){1, 2}, 1); /* (1, d) */
-    qkv_tensor *k = qkv_tensor_new(2, (const int[]){3, 2}, 1); /* (T, d) */
+    qkv_tensor *q = qkv_tensor_new(2, (const int[]){1, 2}, 1, NULL); /* (1, d) */
+    qkv_tensor *k = qkv_tensor_new(2, (const int[]){3, 2}, 1, NULL); /* (T, d) */
     const qkv_real qv[2] = {1, 0}, kv[6] = {1, 0, 0, 1, -1, 0};
     qkv_tensor_set(q, qv, 2);
     qkv_tensor_set(k, kv, 6);
 
-    qkv_tape *tape = qkv_tape_new(0);
+    qkv_tape *tape = qkv_tape_new(0, NULL);
     qkv_tensor *scores = qkv_scale(tape, qkv_matmul_nt(tape, q, k), 1 / sqrt(2.0));
     qkv_tensor *attn = qkv_softmax(tape, scores);
     const int target[1] = {0}; /* the query should attend to key 0 */

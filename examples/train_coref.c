@@ -8,36 +8,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "apps/coref.h" /* the tutorial's task, an app on the library */
 #include "qkv.h"
 
 enum { STEPS = 300, BATCH = 32 };
 
 /* Fills the batch from a shuffled order of the training set, reshuffled
  * at the start of every epoch. */
-static void next_batch(qkv_rng *g, qkv_batch *b, const qkv_dataset *d, int *order, int *next)
+static void next_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_data *d, int *order, int *next)
 {
-    qkv_batch_clear(b);
+    qkv_coref_batch_clear(b);
     while (b->B < b->cap_b) {
         if (*next == 0)
             qkv_rng_shuffle(g, order, (size_t)d->n_train, sizeof *order);
-        const qkv_example *ex = &d->train[order[*next]];
-        qkv_batch_add(b, ex->ids, ex->len, ex->pronoun, ex->target, ex->antecedent);
+        const qkv_coref_example *ex = &d->train[order[*next]];
+        qkv_coref_batch_add(b, ex->ids, ex->len, ex->pronoun, ex->target, ex->antecedent);
         *next = (*next + 1) % d->n_train;
     }
 }
 
 int main(void)
 {
-    qkv_dataset data;
-    if (qkv_dataset_build(&data, 1 | 2 | 4, 1) != QKV_OK)
+    qkv_coref_data data;
+    if (qkv_coref_data_build(&data, 1 | 2 | 4, 1, NULL) != QKV_OK)
         return 1;
-    qkv_model_config mc = {qkv_vocab_size(), 16, qkv_coref_classes(), 1, 0.1, 1};
-    qkv_model *model = qkv_model_new(&mc);
+    qkv_coref_config mc = {qkv_coref_vocab_size(), 16, qkv_coref_classes(), 1, 0.1, 1};
+    qkv_coref_model *model = qkv_coref_model_new(&mc, NULL);
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
     oc.lr = 0.05;
-    qkv_optim *opt = qkv_optim_new(&oc, model->params, QKV_MODEL_PARAMS);
-    qkv_tape *tape = qkv_tape_new(0);
-    qkv_batch *batch = qkv_batch_new(BATCH, QKV_MAX_TOKENS);
+    qkv_optim *opt = qkv_optim_new(&oc, model->params, QKV_COREF_PARAMS, NULL);
+    qkv_tape *tape = qkv_tape_new(0, NULL);
+    qkv_coref_batch *batch = qkv_coref_batch_new(BATCH, QKV_COREF_MAX_TOKENS, NULL);
     int *order = malloc(sizeof *order * (size_t)data.n_train), next = 0;
     for (int i = 0; i < data.n_train; i++)
         order[i] = i;
@@ -45,49 +46,50 @@ int main(void)
     qkv_rng_seed(&g, 2);
 
     for (int step = 1; step <= STEPS; step++) {
-        qkv_forward f;
+        qkv_coref_out f;
         next_batch(&g, batch, &data, order, &next);
         /* zero grads, reset the tape, forward, backward, Adam step */
-        qkv_status s = qkv_model_train_step(model, opt, tape, batch, &f);
+        qkv_status s = qkv_coref_train_step(model, opt, tape, batch, &f);
         if (s != QKV_OK) {
             fprintf(stderr, "step %d: %s %s\n", step, qkv_status_string(s), qkv_tape_error(tape));
             return 1;
         }
         if (step % 50 == 0) {
-            qkv_attn_stats st;
-            qkv_attn_stats_of(&f, batch, &st);
+            qkv_coref_stats st;
+            qkv_coref_stats_of(&f, batch, &st);
             printf("step %3d  loss %.4f  acc %.2f  attention on antecedent %.3f\n", step, st.loss,
                    (double)st.correct / st.items, st.mark_mass);
         }
     }
 
     /* resolve the tutorial's sentence without recording gradients */
-    int ids[QKV_MAX_TOKENS], n, pron = -1;
-    char err[128];
-    qkv_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_MAX_TOKENS, &n, err, sizeof err);
+    int ids[QKV_COREF_MAX_TOKENS], n, pron = -1;
+    if (qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_COREF_MAX_TOKENS, &n, NULL) !=
+        QKV_OK)
+        return 1;
     for (int i = 0; i < n; i++)
-        if (qkv_vocab_kind(ids[i]) == QKV_WORD_HE)
+        if (qkv_coref_kind(ids[i]) == QKV_COREF_HE)
             pron = i;
-    qkv_batch_clear(batch);
-    qkv_batch_add(batch, ids, n, pron, QKV_IGNORE, qkv_vocab_id("小明"));
+    qkv_coref_batch_clear(batch);
+    qkv_coref_batch_add(batch, ids, n, pron, QKV_IGNORE, qkv_coref_word_id("小明"));
     qkv_tape_reset(tape);
     qkv_tape_set_grad(tape, 0);
-    qkv_forward f;
-    if (qkv_model_forward(model, tape, batch, &f) != QKV_OK) {
+    qkv_coref_out f;
+    if (qkv_coref_forward(model, tape, batch, &f) != QKV_OK) {
         fprintf(stderr, "%s\n", qkv_tape_error(tape));
         return 1;
     }
     double p;
-    int cls = qkv_predict(&f, 0, &p);
+    int cls = qkv_coref_predict(&f, 0, &p);
     printf("他 → %s (p = %.2f); attention on 小明: %.3f\n",
-           qkv_vocab_word(qkv_coref_name_id(cls)), p,
+           qkv_coref_word(qkv_coref_name_id(cls)), p,
            f.attn->data[(size_t)pron * batch->T + 0]);
 
     free(order);
-    qkv_batch_free(batch);
+    qkv_coref_batch_free(batch);
     qkv_tape_free(tape);
     qkv_optim_free(opt);
-    qkv_model_free(model);
-    qkv_dataset_free(&data);
+    qkv_coref_model_free(model);
+    qkv_coref_data_free(&data);
     return 0;
 }

@@ -1,18 +1,20 @@
 /*
- * qkv.h - everything qkv offers, in one include.
+ * qkv.h - the qkv library in one include: tensors, the tape, the ops, the
+ * runtime settings, the RNG, gradient checks and optimizers.
+ *
+ * The apps built on it (the tutorial's coreference task, the experiments)
+ * have headers of their own under include/apps/; nothing here knows them.
  */
 #ifndef QKV_H
 #define QKV_H
 
+#include "qkv/base.h"
 #include "qkv/tensor.h"
 #include "qkv/tape.h"
-#include "qkv/kernels.h"
 #include "qkv/ops.h"
+#include "qkv/runtime.h"
 #include "qkv/rng.h"
 #include "qkv/gradcheck.h"
 #include "qkv/optim.h"
-#include "qkv/nn.h"
-#include "qkv/coref.h"
-#include "qkv/io.h"
 
 #endif

@@ -7,7 +7,7 @@
 
 qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad)
 {
-    qkv_tensor *t = qkv_tensor_new(ndim, shape, grad);
+    qkv_tensor *t = qkv_tensor_new(ndim, shape, grad, NULL);
     ck_assert(!qkv_tensor_is_nil(t));
     for (size_t i = 0; values != NULL && i < t->numel; i++)
         t->data[i] = (qkv_real)values[i];

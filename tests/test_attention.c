@@ -23,7 +23,7 @@ typedef struct attn_case {
 
 static qkv_tensor *random_tensor(qkv_rng *g, int nd, const int *shape, int grad)
 {
-    qkv_tensor *x = qkv_tensor_new(nd, shape, grad);
+    qkv_tensor *x = qkv_tensor_new(nd, shape, grad, NULL);
     for (size_t i = 0; i < x->numel; i++)
         x->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, 1);
     return x;
@@ -92,14 +92,14 @@ static void check_attention_case(const attn_case *c)
     sm[nd - 2] = c->mask == 1 ? 1 : tq;
     qkv_tensor *x[3] = {random_tensor(&g, nd, c->shape_q, 1), random_tensor(&g, nd, sk, 1),
                         random_tensor(&g, nd, sv, 1)};
-    qkv_tensor *mask = c->mask ? qkv_tensor_new(nd, sm, 0) : NULL;
+    qkv_tensor *mask = c->mask ? qkv_tensor_new(nd, sm, 0, NULL) : NULL;
     for (size_t e = 0; mask != NULL && e < mask->numel; e++) {
         int j = (int)(e % c->tk), i = (int)(e / c->tk % (size_t)sm[nd - 2]);
         int item = (int)(e / ((size_t)c->tk * sm[nd - 2]));
         int drop = c->mask == 1 ? j >= c->tk - item % 3 : j > i || (item == 1 && i == 0);
         mask->data[e] = drop ? -INFINITY : 0;
     }
-    qkv_tape *tp[2] = {qkv_tape_new(0), qkv_tape_new(0)};
+    qkv_tape *tp[2] = {qkv_tape_new(0, NULL), qkv_tape_new(0, NULL)};
     qkv_tensor *o[2], *s[2], *a[2];
     qkv_real *grads[2][3];
     for (int f = 0; f < 2; f++) {
@@ -148,12 +148,12 @@ START_TEST(test_attention_equals_unfused_ops)
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
-        if (qkv_kernels_use(impls[im]) != 0)
+        if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             check_attention_case(&cases[i]);
     }
-    qkv_kernels_use("auto");
+    qkv_kernels_use("auto", NULL);
 }
 END_TEST
 
@@ -174,10 +174,10 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
         ids[i] = (int)qkv_rng_below(&g, (uint64_t)V);
     for (int b = 0; b < B; b++)
         rows[b] = (2 * b + 1) % T;
-    qkv_tensor *mask = qkv_tensor_new(3, (const int[]){B, 1, T}, 0);
+    qkv_tensor *mask = qkv_tensor_new(3, (const int[]){B, 1, T}, 0, NULL);
     for (int e = 0; e < B * T; e++)
         mask->data[e] = e % T >= T - (e / T) % 3 ? -INFINITY : 0;
-    qkv_tape *tp[2] = {qkv_tape_new(0), qkv_tape_new(0)};
+    qkv_tape *tp[2] = {qkv_tape_new(0, NULL), qkv_tape_new(0, NULL)};
     qkv_tensor *o[2];
     qkv_attention_parts parts[2];
     qkv_real *grads[2][3];
@@ -227,7 +227,7 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
-        if (qkv_kernels_use(impls[im]) != 0)
+        if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
         /* one live row per item, nothing else into A or S: the register
          * path adds each row's gradient straight into the tables */
@@ -240,7 +240,7 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
         check_embed_case(4, 12, 7, 16, 16, 1, 1);
         check_embed_case(2, 20, 5, 8, 5, 1, 1);
     }
-    qkv_kernels_use("auto");
+    qkv_kernels_use("auto", NULL);
 }
 END_TEST
 
@@ -251,18 +251,18 @@ START_TEST(test_attention_same_on_any_thread_count)
 {
     static const attn_case plain = {3, {96, 16, 64}, 16, 64, 1, 0, 1, 0.125};
     for (int threads = 1; threads <= 3; threads++) {
-        ck_assert_int_eq(qkv_threads_use(threads), 0);
+        ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
         check_embed_case(64, 16, 9, 64, 64, 1, 0);
         check_embed_case(64, 16, 9, 64, 64, 0, 1);
         check_attention_case(&plain);
     }
-    qkv_threads_use(1);
+    qkv_threads_use(1, NULL);
 }
 END_TEST
 
 START_TEST(test_attention_errors_name_the_shapes)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *a = tensor_of(3, (const int[]){2, 3, 4}, NULL, 0);
     qkv_tensor *b = tensor_of(3, (const int[]){3, 4, 5}, NULL, 0);
     qkv_tensor *w = tensor_of(2, (const int[]){5, 3}, NULL, 0);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "tests.h"
+#include "cli/cli.h"
 
 static char tmp[64];
 
@@ -297,6 +298,27 @@ START_TEST(test_readme_c_snippets_are_compiled_example_code)
 }
 END_TEST
 
+START_TEST(test_csv_create_makes_directories_and_writes_the_header)
+{
+    char p[160], line[64];
+    qkv_error err = qkv_error_none();
+    snprintf(p, sizeof p, "%s/a/b/log.csv", tmp);
+    FILE *f = cli_csv_create(p, "step,loss", &err);
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "1,0.5\n");
+    fclose(f);
+    f = fopen(p, "r");
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_str_eq(line, "step,loss\n");
+    fclose(f);
+    /* a file where a directory should be */
+    snprintf(p, sizeof p, "%s/a/b/log.csv/x.csv", tmp);
+    ck_assert_ptr_null(cli_csv_create(p, "h", &err));
+    ck_assert_int_eq(err.status, QKV_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, "not a directory"));
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -311,6 +333,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed_and_any_thread_count);
     tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);
     tcase_add_test(tc, test_readme_c_snippets_are_compiled_example_code);
+    tcase_add_test(tc, test_csv_create_makes_directories_and_writes_the_header);
     suite_add_tcase(s, tc);
     return s;
 }

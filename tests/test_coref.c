@@ -15,35 +15,34 @@ static const char *required[] = {
 START_TEST(test_vocabulary_has_every_required_word_and_gender)
 {
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-        ck_assert_msg(qkv_vocab_id(required[i]) > 0, "missing %s", required[i]);
+        ck_assert_msg(qkv_coref_word_id(required[i]) > 0, "missing %s", required[i]);
     for (int i = 0; i < 6; i++) {
-        ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id(required[i])), QKV_WORD_MALE);
-        ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id(required[6 + i])), QKV_WORD_FEMALE);
+        ck_assert_int_eq(qkv_coref_kind(qkv_coref_word_id(required[i])), QKV_COREF_MALE);
+        ck_assert_int_eq(qkv_coref_kind(qkv_coref_word_id(required[6 + i])), QKV_COREF_FEMALE);
     }
-    ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id("他")), QKV_WORD_HE);
-    ck_assert_int_eq(qkv_vocab_kind(qkv_vocab_id("她")), QKV_WORD_SHE);
-    ck_assert_int_eq(qkv_vocab_kind(0), QKV_WORD_PAD);
-    ck_assert_int_eq(qkv_vocab_id("<pad>"), -1); /* never a real word */
+    ck_assert_int_eq(qkv_coref_kind(qkv_coref_word_id("他")), QKV_COREF_HE);
+    ck_assert_int_eq(qkv_coref_kind(qkv_coref_word_id("她")), QKV_COREF_SHE);
+    ck_assert_int_eq(qkv_coref_kind(0), QKV_COREF_PAD);
+    ck_assert_int_eq(qkv_coref_word_id("<pad>"), -1); /* never a real word */
     ck_assert_int_eq(qkv_coref_classes(), 12);
     for (int c = 0; c < 12; c++)
         ck_assert_int_eq(qkv_coref_class_of(qkv_coref_name_id(c)), c);
-    ck_assert_int_eq(qkv_coref_class_of(qkv_vocab_id("他")), -1);
-    ck_assert_ptr_null(qkv_vocab_word(qkv_vocab_size()));
+    ck_assert_int_eq(qkv_coref_class_of(qkv_coref_word_id("他")), -1);
+    ck_assert_ptr_null(qkv_coref_word(qkv_coref_vocab_size()));
 }
 END_TEST
 
 START_TEST(test_tokenizer_splits_the_tutorial_sentence)
 {
     const char *want[] = {"小明", "是", "个", "运动达人", "，", "他", "平时", "很", "爱", "打", "篮球"};
-    int ids[QKV_MAX_TOKENS], n;
-    char err[128];
-    ck_assert_int_eq(qkv_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_MAX_TOKENS, &n, err,
-                                  sizeof err), QKV_OK);
+    int ids[QKV_COREF_MAX_TOKENS], n;
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_OK);
     ck_assert_int_eq(n, 11);
     for (int i = 0; i < n; i++)
-        ck_assert_str_eq(qkv_vocab_word(ids[i]), want[i]);
+        ck_assert_str_eq(qkv_coref_word(ids[i]), want[i]);
     /* ASCII spaces are skipped */
-    ck_assert_int_eq(qkv_tokenize(" 小明 是 ", ids, QKV_MAX_TOKENS, &n, err, sizeof err), QKV_OK);
+    ck_assert_int_eq(qkv_coref_tokenize(" 小明 是 ", ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_OK);
     ck_assert_int_eq(n, 2);
 }
 END_TEST
@@ -63,9 +62,9 @@ START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int ids[8], n;
-        char err[128];
-        ck_assert_int_eq(qkv_tokenize(bad[i].text, ids, 8, &n, err, sizeof err), QKV_ERR_FORMAT);
-        ck_assert_str_eq(err, bad[i].msg);
+        qkv_error err = qkv_error_none();
+        ck_assert_int_eq(qkv_coref_tokenize(bad[i].text, ids, 8, &n, &err), QKV_ERR_FORMAT);
+        ck_assert_str_eq(err.message, bad[i].msg);
     }
     size_t off = 99;
     ck_assert(qkv_utf8_valid("\xF0\x9F\x98\x80", 4, &off)); /* U+1F600 is fine */
@@ -76,19 +75,18 @@ END_TEST
 
 START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
 {
-    int ids[QKV_MAX_TOKENS], n;
-    char err[128];
-    ck_assert_int_eq(qkv_tokenize("小明是个运动达人，他平时很爱打排球", ids, QKV_MAX_TOKENS, &n, err,
-                                  sizeof err), QKV_ERR_FORMAT);
-    ck_assert_str_eq(err, "unknown word \"排球\" at character 15");
-    ck_assert_int_eq(qkv_tokenize("小明 hello 他", ids, QKV_MAX_TOKENS, &n, err, sizeof err),
+    int ids[QKV_COREF_MAX_TOKENS], n;
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，他平时很爱打排球", ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message, "unknown word \"排球\" at character 15");
+    ck_assert_int_eq(qkv_coref_tokenize("小明 hello 他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
                      QKV_ERR_FORMAT);
-    ck_assert_str_eq(err, "unknown word \"hello\" at character 3");
-    ck_assert_int_eq(qkv_tokenize("他他他", ids, 2, &n, err, sizeof err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "unknown word \"hello\" at character 3");
+    ck_assert_int_eq(qkv_coref_tokenize("他他他", ids, 2, &n, &err), QKV_ERR_ARG);
 }
 END_TEST
 
-static int same_example(const qkv_example *a, const qkv_example *b)
+static int same_example(const qkv_coref_example *a, const qkv_coref_example *b)
 {
     return a->len == b->len && a->pronoun == b->pronoun && a->tmpl == b->tmpl &&
            memcmp(a->ids, b->ids, sizeof(int) * (size_t)a->len) == 0;
@@ -96,10 +94,10 @@ static int same_example(const qkv_example *a, const qkv_example *b)
 
 START_TEST(test_generator_is_deterministic_for_a_seed)
 {
-    qkv_dataset a, b, c;
-    ck_assert_int_eq(qkv_dataset_build(&a, 7, 5), QKV_OK);
-    ck_assert_int_eq(qkv_dataset_build(&b, 7, 5), QKV_OK);
-    ck_assert_int_eq(qkv_dataset_build(&c, 7, 6), QKV_OK);
+    qkv_coref_data a, b, c;
+    ck_assert_int_eq(qkv_coref_data_build(&a, 7, 5, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_coref_data_build(&b, 7, 5, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_coref_data_build(&c, 7, 6, NULL), QKV_OK);
     ck_assert_int_eq(a.n_train, b.n_train);
     ck_assert_int_eq(a.n_val, c.n_val);
     for (int i = 0; i < a.n_train; i++)
@@ -108,17 +106,17 @@ START_TEST(test_generator_is_deterministic_for_a_seed)
     for (int i = 0; i < a.n_val; i++)
         differ += !same_example(&a.val[i], &c.val[i]);
     ck_assert_int_gt(differ, 0);
-    qkv_dataset_free(&a);
-    qkv_dataset_free(&b);
-    qkv_dataset_free(&c);
-    qkv_dataset_free(NULL);
+    qkv_coref_data_free(&a);
+    qkv_coref_data_free(&b);
+    qkv_coref_data_free(&c);
+    qkv_coref_data_free(NULL);
 }
 END_TEST
 
 START_TEST(test_splits_are_disjoint_and_test_templates_unseen)
 {
-    qkv_dataset d;
-    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
     ck_assert_int_gt(d.n_train, 0);
     ck_assert_int_gt(d.n_val, 0);
     ck_assert_int_gt(d.n_test, 0);
@@ -135,29 +133,29 @@ START_TEST(test_splits_are_disjoint_and_test_templates_unseen)
             seen = d.val[i].tmpl == d.train[j].tmpl;
         ck_assert(seen);
     }
-    qkv_dataset_free(&d);
-    ck_assert_int_eq(qkv_dataset_build(&d, 0, 1), QKV_ERR_ARG);
+    qkv_coref_data_free(&d);
+    ck_assert_int_eq(qkv_coref_data_build(&d, 0, 1, NULL), QKV_ERR_ARG);
 }
 END_TEST
 
 START_TEST(test_examples_follow_their_level)
 {
-    qkv_dataset d;
-    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
     int per_level[4] = {0}, cataphora = 0;
-    const qkv_example *sets[3] = {d.train, d.val, d.test};
+    const qkv_coref_example *sets[3] = {d.train, d.val, d.test};
     int sizes[3] = {d.n_train, d.n_val, d.n_test};
     for (int s = 0; s < 3; s++)
         for (int i = 0; i < sizes[s]; i++) {
-            const qkv_example *e = &sets[s][i];
-            qkv_word_kind pk = qkv_vocab_kind(e->ids[e->pronoun]);
-            qkv_word_kind ak = qkv_vocab_kind(e->antecedent);
-            ck_assert(pk == (ak == QKV_WORD_MALE ? QKV_WORD_HE : QKV_WORD_SHE));
+            const qkv_coref_example *e = &sets[s][i];
+            qkv_coref_word_kind pk = qkv_coref_kind(e->ids[e->pronoun]);
+            qkv_coref_word_kind ak = qkv_coref_kind(e->antecedent);
+            ck_assert(pk == (ak == QKV_COREF_MALE ? QKV_COREF_HE : QKV_COREF_SHE));
             ck_assert_int_eq(e->target, qkv_coref_class_of(e->antecedent));
             int names = 0, other_gender = 0, first_name = -1;
             for (int j = 0; j < e->len; j++) {
-                qkv_word_kind k = qkv_vocab_kind(e->ids[j]);
-                if (k == QKV_WORD_MALE || k == QKV_WORD_FEMALE) {
+                qkv_coref_word_kind k = qkv_coref_kind(e->ids[j]);
+                if (k == QKV_COREF_MALE || k == QKV_COREF_FEMALE) {
                     names++;
                     other_gender += k != ak;
                     first_name = first_name < 0 ? j : first_name;
@@ -169,10 +167,11 @@ START_TEST(test_examples_follow_their_level)
             cataphora += e->pronoun < first_name;
             per_level[e->level]++;
             /* the text round-trips through the tokenizer */
-            char text[512], err[128];
-            int ids[QKV_MAX_TOKENS], n;
-            qkv_example_text(e, text, sizeof text);
-            ck_assert_int_eq(qkv_tokenize(text, ids, QKV_MAX_TOKENS, &n, err, sizeof err), QKV_OK);
+            char text[512];
+            qkv_error err = qkv_error_none();
+            int ids[QKV_COREF_MAX_TOKENS], n;
+            qkv_coref_example_text(e, text, sizeof text);
+            ck_assert_int_eq(qkv_coref_tokenize(text, ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_OK);
             ck_assert_int_eq(n, e->len);
             ck_assert_int_eq(memcmp(ids, e->ids, sizeof(int) * (size_t)n), 0);
         }
@@ -180,19 +179,19 @@ START_TEST(test_examples_follow_their_level)
     ck_assert_int_gt(per_level[2], 0);
     ck_assert_int_gt(per_level[3], 0);
     ck_assert_int_gt(cataphora, 0);
-    qkv_dataset_free(&d);
+    qkv_coref_data_free(&d);
 }
 END_TEST
 
 START_TEST(test_parse_levels)
 {
-    ck_assert_uint_eq(qkv_parse_levels("1,2,3"), 7);
-    ck_assert_uint_eq(qkv_parse_levels("2"), 2);
-    ck_assert_uint_eq(qkv_parse_levels("1,3"), 5);
-    ck_assert_uint_eq(qkv_parse_levels("4"), 0);
-    ck_assert_uint_eq(qkv_parse_levels(""), 0);
-    ck_assert_uint_eq(qkv_parse_levels("1,"), 0);
-    ck_assert_uint_eq(qkv_parse_levels("12"), 0);
+    ck_assert_uint_eq(qkv_coref_parse_levels("1,2,3"), 7);
+    ck_assert_uint_eq(qkv_coref_parse_levels("2"), 2);
+    ck_assert_uint_eq(qkv_coref_parse_levels("1,3"), 5);
+    ck_assert_uint_eq(qkv_coref_parse_levels("4"), 0);
+    ck_assert_uint_eq(qkv_coref_parse_levels(""), 0);
+    ck_assert_uint_eq(qkv_coref_parse_levels("1,"), 0);
+    ck_assert_uint_eq(qkv_coref_parse_levels("12"), 0);
 }
 END_TEST
 

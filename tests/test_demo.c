@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "tests.h"
-#include "../src/cli/cli.h"
+#include "cli/cli.h"
 
 static char *slurp(FILE *f)
 {

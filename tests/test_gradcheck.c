@@ -27,7 +27,7 @@ static qkv_tensor *lying_loss(qkv_tape *t, void *ctx)
 
 START_TEST(test_gradcheck_catches_a_wrong_gradient)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){0.5, -1, 2}, 1);
     qkv_gradcheck_result res;
     ck_assert_int_eq(qkv_gradcheck(t, lying_loss, x, &x, 1, 0, 0, 0, &res), QKV_OK);
@@ -60,7 +60,7 @@ END_TEST
 
 START_TEST(test_gradcheck_reports_loss_errors)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_gradcheck_result res;
     ck_assert_int_eq(qkv_gradcheck(t, lying_loss, qkv_nil(), NULL, 0, 0, 0, 0, &res), QKV_ERR_ARG);
     ck_assert_int_eq(qkv_gradcheck(NULL, lying_loss, NULL, NULL, 0, 0, 0, 0, &res), QKV_ERR_ARG);

@@ -28,10 +28,10 @@ static void teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static qkv_model *small_model(void)
+static qkv_coref_model *small_model(void)
 {
-    qkv_model_config c = {7, 3, 4, 1, 0.5, 9};
-    qkv_model *m = qkv_model_new(&c);
+    qkv_coref_config c = {7, 3, 4, 1, 0.5, 9};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
     ck_assert_ptr_nonnull(m);
     return m;
 }
@@ -60,20 +60,18 @@ static void write_all(const char *p, const unsigned char *b, long n)
 /* Loads path and expects failure with the status and a message part. */
 static void expect_load_error(const char *p, uint32_t fp, qkv_status want, const char *part)
 {
-    qkv_status s = QKV_OK;
-    char err[256] = "";
-    ck_assert_ptr_null(qkv_model_load(p, fp, &s, err, sizeof err));
-    ck_assert_int_eq(s, want);
-    ck_assert_msg(strstr(err, part) != NULL, "message '%s' lacks '%s'", err, part);
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(qkv_coref_load(p, fp, &err));
+    ck_assert_int_eq(err.status, want);
+    ck_assert_msg(strstr(err.message, part) != NULL, "message '%s' lacks '%s'", err.message, part);
 }
 
 START_TEST(test_checkpoint_round_trips_exactly)
 {
-    qkv_model *m = small_model();
-    char err[256];
-    ck_assert_int_eq(qkv_model_save(m, FP, path, err, sizeof err), QKV_OK);
-    qkv_status s;
-    qkv_model *l = qkv_model_load(path, FP, &s, err, sizeof err);
+    qkv_coref_model *m = small_model();
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_save(m, FP, path, &err), QKV_OK);
+    qkv_coref_model *l = qkv_coref_load(path, FP, &err);
     ck_assert_ptr_nonnull(l);
     ck_assert_int_eq(l->cfg.vocab, 7);
     ck_assert_int_eq(l->cfg.d_k, 3);
@@ -81,23 +79,23 @@ START_TEST(test_checkpoint_round_trips_exactly)
     ck_assert_int_eq(l->cfg.scaled, 1);
     ck_assert(l->cfg.init_std == 0.5);
     ck_assert_uint_eq(l->cfg.seed, 9);
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+    for (int i = 0; i < QKV_COREF_PARAMS; i++)
         for (size_t j = 0; j < m->params[i]->numel; j++)
             ck_assert((float)m->params[i]->data[j] == (float)l->params[i]->data[j]);
     /* atomic write leaves no temporary file behind */
     char tmp[160];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     ck_assert_int_ne(access(tmp, F_OK), 0);
-    qkv_model_free(m);
-    qkv_model_free(l);
+    qkv_coref_model_free(m);
+    qkv_coref_model_free(l);
 }
 END_TEST
 
 START_TEST(test_every_checkpoint_fault_is_a_clear_error)
 {
-    qkv_model *m = small_model();
-    char err[256], p2[160];
-    ck_assert_int_eq(qkv_model_save(m, FP, path, err, sizeof err), QKV_OK);
+    qkv_coref_model *m = small_model();
+    char p2[160];
+    ck_assert_int_eq(qkv_coref_save(m, FP, path, NULL), QKV_OK);
     long n;
     unsigned char *good = read_all(path, &n), *b = malloc((size_t)n);
     snprintf(p2, sizeof p2, "%s/bad.qkv", dir);
@@ -124,42 +122,25 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
     expect_load_error(p2, FP, QKV_ERR_FORMAT, "format version 2");
     expect_load_error(path, FP + 1, QKV_ERR_FORMAT, "another vocabulary");
     /* the good file still loads */
-    qkv_model *l = qkv_model_load(path, FP, NULL, NULL, 0);
+    qkv_coref_model *l = qkv_coref_load(path, FP, NULL);
     ck_assert_ptr_nonnull(l);
-    qkv_model_free(l);
+    qkv_coref_model_free(l);
     free(good);
     free(b);
-    qkv_model_free(m);
+    qkv_coref_model_free(m);
 }
 END_TEST
 
 START_TEST(test_save_reports_an_unwritable_path)
 {
-    qkv_model *m = small_model();
-    char err[256], p[160];
+    qkv_coref_model *m = small_model();
+    char p[160];
+    qkv_error err = qkv_error_none();
     snprintf(p, sizeof p, "%s/missing/dir/m.qkv", dir);
-    ck_assert_int_eq(qkv_model_save(m, FP, p, err, sizeof err), QKV_ERR_IO);
-    ck_assert_ptr_nonnull(strstr(err, "cannot write"));
-    qkv_model_free(m);
-}
-END_TEST
-
-START_TEST(test_csv_create_makes_directories_and_writes_the_header)
-{
-    char p[160], err[256], line[64];
-    snprintf(p, sizeof p, "%s/a/b/log.csv", dir);
-    FILE *f = qkv_csv_create(p, "step,loss", err, sizeof err);
-    ck_assert_ptr_nonnull(f);
-    fprintf(f, "1,0.5\n");
-    fclose(f);
-    f = fopen(p, "r");
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    ck_assert_str_eq(line, "step,loss\n");
-    fclose(f);
-    /* a file where a directory should be */
-    snprintf(p, sizeof p, "%s/a/b/log.csv/x.csv", dir);
-    ck_assert_ptr_null(qkv_csv_create(p, "h", err, sizeof err));
-    ck_assert_ptr_nonnull(strstr(err, "not a directory"));
+    ck_assert_int_eq(qkv_coref_save(m, FP, p, &err), QKV_ERR_IO);
+    ck_assert_int_eq(err.status, QKV_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, "cannot write"));
+    qkv_coref_model_free(m);
 }
 END_TEST
 
@@ -171,7 +152,6 @@ Suite *io_suite(void)
     tcase_add_test(tc, test_checkpoint_round_trips_exactly);
     tcase_add_test(tc, test_every_checkpoint_fault_is_a_clear_error);
     tcase_add_test(tc, test_save_reports_an_unwritable_path);
-    tcase_add_test(tc, test_csv_create_makes_directories_and_writes_the_header);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -74,7 +74,7 @@ START_TEST(test_gemm_paths_match_the_definition_on_odd_sizes)
     qkv_rng_seed(&g, 1);
     int tested = 0;
     for (int im = 0; im < 3; im++) {
-        if (qkv_kernels_use(impls[im]) != 0)
+        if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
         ck_assert_str_eq(qkv_kernels_name(), impls[im]);
         tested++;
@@ -87,9 +87,9 @@ START_TEST(test_gemm_paths_match_the_definition_on_odd_sizes)
                 check_gemm(&g, ta, tb, big[b][0], big[b][1], big[b][2]);
         }
     }
-    qkv_kernels_use("auto");
+    qkv_kernels_use("auto", NULL);
     ck_assert_int_ge(tested, 1);
-    ck_assert_int_eq(qkv_kernels_use("sse9"), -1);
+    ck_assert_int_eq(qkv_kernels_use("sse9", NULL), QKV_ERR_ARG);
 }
 END_TEST
 
@@ -120,7 +120,7 @@ START_TEST(test_softmax_paths_agree_with_libm)
     qkv_rng g;
     qkv_rng_seed(&g, 5);
     for (int im = 0; im < 3; im++) {
-        if (qkv_kernels_use(impls[im]) != 0)
+        if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
         for (int n = 1; n <= 37; n++) {
             qkv_real x[37], y[37];
@@ -146,7 +146,7 @@ START_TEST(test_softmax_paths_agree_with_libm)
             }
         }
     }
-    qkv_kernels_use("auto");
+    qkv_kernels_use("auto", NULL);
 }
 END_TEST
 
@@ -165,12 +165,12 @@ END_TEST
 START_TEST(test_entropy_of_known_distributions)
 {
     const qkv_real half[2] = {0.5, 0.5}, onehot[3] = {0, 1, 0}, quarter[4] = {.25, .25, .25, .25};
-    ASSERT_NEAR(qkv_entropy(half, 2), log(2.0), 1e-15);
-    ASSERT_NEAR(qkv_entropy(onehot, 3), 0, 0);
-    ASSERT_NEAR(qkv_entropy(quarter, 4), log(4.0), 1e-15);
+    ASSERT_NEAR(qkv_coref_entropy(half, 2), log(2.0), 1e-15);
+    ASSERT_NEAR(qkv_coref_entropy(onehot, 3), 0, 0);
+    ASSERT_NEAR(qkv_coref_entropy(quarter, 4), log(4.0), 1e-15);
     /* H(0.9, 0.1) = -(0.9 ln 0.9 + 0.1 ln 0.1) = 0.325082973391448 */
     const qkv_real skew[2] = {0.9f, 0.1f};
-    ASSERT_NEAR(qkv_entropy(skew, 2), 0.325082973391448, 1e-6);
+    ASSERT_NEAR(qkv_coref_entropy(skew, 2), 0.325082973391448, 1e-6);
 }
 END_TEST
 
@@ -178,18 +178,18 @@ START_TEST(test_jacobian_norm_of_known_distributions)
 {
     /* a = (1/2, 1/2): J = [[1/4, -1/4], [-1/4, 1/4]], ||J||_F = sqrt(4/16) = 1/2 */
     const qkv_real half[2] = {0.5, 0.5}, onehot[3] = {0, 1, 0};
-    ASSERT_NEAR(qkv_softmax_jacobian_norm(half, 2), 0.5, 1e-15);
+    ASSERT_NEAR(qkv_coref_jacobian_norm(half, 2), 0.5, 1e-15);
     /* saturated softmax: J = 0 */
-    ASSERT_NEAR(qkv_softmax_jacobian_norm(onehot, 3), 0, 0);
+    ASSERT_NEAR(qkv_coref_jacobian_norm(onehot, 3), 0, 0);
     /* uniform over n: diag (1/n)(1-1/n), off-diag -1/n²:
      * ||J||² = n(1/n - 1/n²)² + n(n-1)/n⁴ = (n-1)/n², n = 4 -> sqrt(3)/4 */
     const qkv_real q[4] = {.25, .25, .25, .25};
-    ASSERT_NEAR(qkv_softmax_jacobian_norm(q, 4), sqrt(3.0) / 4, 1e-15);
+    ASSERT_NEAR(qkv_coref_jacobian_norm(q, 4), sqrt(3.0) / 4, 1e-15);
     /* a = (0.7, 0.2, 0.1), entries written out by hand:
      * diag 0.21, 0.16, 0.09; off-diag -0.14, -0.07, -0.02 (each twice)
      * ||J||² = 0.0441+0.0256+0.0081 + 2(0.0196+0.0049+0.0004) = 0.1276 */
     const qkv_real a[3] = {0.7f, 0.2f, 0.1f};
-    ASSERT_NEAR(qkv_softmax_jacobian_norm(a, 3), sqrt(0.1276), 1e-6);
+    ASSERT_NEAR(qkv_coref_jacobian_norm(a, 3), sqrt(0.1276), 1e-6);
 }
 END_TEST
 
@@ -203,7 +203,7 @@ START_TEST(test_gather_scatter_zero_on_every_path)
     qkv_rng g;
     qkv_rng_seed(&g, 11);
     for (int im = 0; im < 3; im++) {
-        if (qkv_kernels_use(impls[im]) != 0)
+        if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
         for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
             size_t d = widths[w];
@@ -232,7 +232,7 @@ START_TEST(test_gather_scatter_zero_on_every_path)
             ck_assert(got[7 * d] == 42);
         }
     }
-    qkv_kernels_use("auto");
+    qkv_kernels_use("auto", NULL);
 }
 END_TEST
 

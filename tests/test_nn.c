@@ -12,46 +12,46 @@
 START_TEST(test_model_weights_follow_cpython_normalvariate)
 {
     /* seed 42, N(0, 0.1): Wq then Wk row by row, exactly as the tutorial */
-    qkv_model_config c = {8, 6, 3, 1, 0.1, 42};
-    qkv_model *m = qkv_model_new(&c);
+    qkv_coref_config c = {8, 6, 3, 1, 0.1, 42};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
     ck_assert_ptr_nonnull(m);
     for (int i = 0; i < 48; i++) {
         ck_assert(m->wq->data[i] == (qkv_real)golden_normal_42_sd01[i]);
         ck_assert(m->wk->data[i] == (qkv_real)golden_normal_42_sd01[48 + i]);
     }
-    qkv_model_config bad = c;
+    qkv_coref_config bad = c;
     bad.d_k = 0;
-    ck_assert_ptr_null(qkv_model_new(&bad));
-    qkv_model_free(m);
-    qkv_model_free(NULL);
+    ck_assert_ptr_null(qkv_coref_model_new(&bad, NULL));
+    qkv_coref_model_free(m);
+    qkv_coref_model_free(NULL);
 }
 END_TEST
 
 START_TEST(test_batch_add_checks_its_arguments)
 {
-    qkv_batch *b = qkv_batch_new(1, 4);
+    qkv_coref_batch *b = qkv_coref_batch_new(1, 4, NULL);
     const int ids[5] = {1, 2, 3, 4, 5};
-    ck_assert_int_eq(qkv_batch_add(b, ids, 5, 0, 0, -1), QKV_ERR_ARG); /* too long */
-    ck_assert_int_eq(qkv_batch_add(b, ids, 3, 3, 0, -1), QKV_ERR_ARG); /* query past the end */
-    ck_assert_int_eq(qkv_batch_add(b, ids, 3, 2, 0, -1), QKV_OK);
-    ck_assert_int_eq(qkv_batch_add(b, ids, 3, 2, 0, -1), QKV_ERR_ARG); /* full */
+    ck_assert_int_eq(qkv_coref_batch_add(b, ids, 5, 0, 0, -1), QKV_ERR_ARG); /* too long */
+    ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 3, 0, -1), QKV_ERR_ARG); /* query past the end */
+    ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 2, 0, -1), QKV_OK);
+    ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 2, 0, -1), QKV_ERR_ARG); /* full */
     ck_assert_int_eq(b->T, 3);
-    ck_assert_ptr_null(qkv_batch_new(0, 4));
-    qkv_batch_free(b);
-    qkv_batch_free(NULL);
+    ck_assert_ptr_null(qkv_coref_batch_new(0, 4, NULL));
+    qkv_coref_batch_free(b);
+    qkv_coref_batch_free(NULL);
 }
 END_TEST
 
 START_TEST(test_padding_gets_no_attention)
 {
-    qkv_model_config c = {10, 4, 3, 1, 1.0, 3};
-    qkv_model *m = qkv_model_new(&c);
-    qkv_batch *b = qkv_batch_new(2, 8);
-    qkv_tape *t = qkv_tape_new(0);
-    qkv_batch_add(b, (const int[]){1, 2, 3, 4, 5}, 5, 2, 1, 3);
-    qkv_batch_add(b, (const int[]){6, 7}, 2, 1, 0, 6);
-    qkv_forward f;
-    ck_assert_int_eq(qkv_model_forward(m, t, b, &f), QKV_OK);
+    qkv_coref_config c = {10, 4, 3, 1, 1.0, 3};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
+    qkv_coref_batch *b = qkv_coref_batch_new(2, 8, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_coref_batch_add(b, (const int[]){1, 2, 3, 4, 5}, 5, 2, 1, 3);
+    qkv_coref_batch_add(b, (const int[]){6, 7}, 2, 1, 0, 6);
+    qkv_coref_out f;
+    ck_assert_int_eq(qkv_coref_forward(m, t, b, &f), QKV_OK);
     ck_assert_int_eq(f.attn->shape[1], 5);
     for (int i = 0; i < 2; i++) /* item 1's rows: keys 2..4 are padding */
         for (int j = 0; j < 5; j++) {
@@ -67,57 +67,57 @@ START_TEST(test_padding_gets_no_attention)
     }
     ck_assert(isfinite(f.loss->data[0]));
     qkv_tape_free(t);
-    qkv_batch_free(b);
-    qkv_model_free(m);
+    qkv_coref_batch_free(b);
+    qkv_coref_model_free(m);
 }
 END_TEST
 
 typedef struct model_ctx {
-    qkv_model *m;
-    qkv_batch *b;
+    qkv_coref_model *m;
+    qkv_coref_batch *b;
 } model_ctx;
 
 static qkv_tensor *model_loss(qkv_tape *t, void *ctx)
 {
     model_ctx *c = ctx;
-    qkv_forward f;
-    qkv_model_forward(c->m, t, c->b, &f);
+    qkv_coref_out f;
+    qkv_coref_forward(c->m, t, c->b, &f);
     return f.loss;
 }
 
 START_TEST(test_whole_model_gradcheck_on_real_sentences)
 {
-    qkv_dataset d;
-    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
-    qkv_model_config c = {qkv_vocab_size(), 3, qkv_coref_classes(), _i, 0.5, 4};
-    qkv_model *m = qkv_model_new(&c);
-    qkv_batch *b = qkv_batch_new(3, QKV_MAX_TOKENS);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
+    qkv_coref_config c = {qkv_coref_vocab_size(), 3, qkv_coref_classes(), _i, 0.5, 4};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
+    qkv_coref_batch *b = qkv_coref_batch_new(3, QKV_COREF_MAX_TOKENS, NULL);
     const int pick[3] = {0, d.n_train / 2, d.n_train - 1}; /* mixed lengths: padding */
     for (int i = 0; i < 3; i++) {
-        const qkv_example *e = &d.train[pick[i]];
-        qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+        const qkv_coref_example *e = &d.train[pick[i]];
+        qkv_coref_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
     }
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     model_ctx ctx = {m, b};
     qkv_gradcheck_result res;
-    ck_assert_int_eq(qkv_gradcheck(t, model_loss, &ctx, m->params, QKV_MODEL_PARAMS, 0, 0, 0, &res),
+    ck_assert_int_eq(qkv_gradcheck(t, model_loss, &ctx, m->params, QKV_COREF_PARAMS, 0, 0, 0, &res),
                      QKV_OK);
     ck_assert_msg(res.passed, "max rel %.3e abs %.3e", res.max_rel, res.max_abs);
     /* every weight matrix receives a gradient */
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+    for (int i = 0; i < QKV_COREF_PARAMS; i++)
         ck_assert_double_gt(qkv_grad_norm(&m->params[i], 1), 0);
     qkv_tape_free(t);
-    qkv_batch_free(b);
-    qkv_model_free(m);
-    qkv_dataset_free(&d);
+    qkv_coref_batch_free(b);
+    qkv_coref_model_free(m);
+    qkv_coref_data_free(&d);
 }
 END_TEST
 
 START_TEST(test_attention_metrics_by_hand)
 {
     /* one item of length 2, padded to T = 3; query row 0 */
-    qkv_batch *b = qkv_batch_new(1, 3);
-    qkv_batch_add(b, (const int[]){5, 7}, 2, 0, 1, 7);
+    qkv_coref_batch *b = qkv_coref_batch_new(1, 3, NULL);
+    qkv_coref_batch_add(b, (const int[]){5, 7}, 2, 0, 1, 7);
     b->T = 3;
     /* rows 0 and 1: attention (0.5,0.5) and (1,0); scores (1,3), (2,2) */
     qkv_tensor *attn = tensor_of(3, (const int[]){1, 3, 3},
@@ -126,9 +126,9 @@ START_TEST(test_attention_metrics_by_hand)
                                    (const double[]){1, 3, 99, 2, 2, 99, 99, 99, 99}, 0);
     qkv_tensor *logits = tensor_of(2, (const int[]){1, 2}, (const double[]){0, 2}, 0);
     qkv_tensor *loss = tensor_of(0, NULL, (const double[]){0.25}, 0);
-    qkv_forward f = {scores, attn, logits, loss};
-    qkv_attn_stats st;
-    qkv_attn_stats_of(&f, b, &st);
+    qkv_coref_out f = {scores, attn, logits, loss};
+    qkv_coref_stats st;
+    qkv_coref_stats_of(&f, b, &st);
     ck_assert_int_eq(st.correct, 1);
     ASSERT_NEAR(st.loss, 0.25, 0);
     ASSERT_NEAR(st.entropy, (log(2.0) + 0) / 2, 1e-12);     /* ln 2 and 0 */
@@ -137,56 +137,56 @@ START_TEST(test_attention_metrics_by_hand)
     ASSERT_NEAR(st.score_var, 0.5, 1e-12);                  /* {1,3,2,2}: mean 2, var 2/4 */
     ASSERT_NEAR(st.mark_mass, 0.5, 0);                      /* row 0 on token 7 */
     double p;
-    ck_assert_int_eq(qkv_predict(&f, 0, &p), 1);
+    ck_assert_int_eq(qkv_coref_predict(&f, 0, &p), 1);
     ASSERT_NEAR(p, 1 / (1 + exp(-2.0)), 1e-12);
     qkv_tensor_free(attn);
     qkv_tensor_free(scores);
     qkv_tensor_free(logits);
     qkv_tensor_free(loss);
-    qkv_batch_free(b);
+    qkv_coref_batch_free(b);
 }
 END_TEST
 
 /* A model with d_k columns, its optimizer (lr 0 keeps the default), a tape
  * and a batch of 32. */
 typedef struct rig {
-    qkv_model *m;
+    qkv_coref_model *m;
     qkv_optim *o;
     qkv_tape *t;
-    qkv_batch *b;
+    qkv_coref_batch *b;
 } rig;
 
 static rig rig_new(int d_k, qkv_optim_kind kind, double lr)
 {
-    qkv_model_config c = {qkv_vocab_size(), d_k, qkv_coref_classes(), 1, 0.1, 1};
-    rig r = {qkv_model_new(&c), NULL, qkv_tape_new(0), qkv_batch_new(32, QKV_MAX_TOKENS)};
+    qkv_coref_config c = {qkv_coref_vocab_size(), d_k, qkv_coref_classes(), 1, 0.1, 1};
+    rig r = {qkv_coref_model_new(&c, NULL), NULL, qkv_tape_new(0, NULL), qkv_coref_batch_new(32, QKV_COREF_MAX_TOKENS, NULL)};
     qkv_optim_config oc = qkv_optim_defaults(kind);
     if (lr > 0)
         oc.lr = lr;
-    r.o = qkv_optim_new(&oc, r.m->params, QKV_MODEL_PARAMS);
+    r.o = qkv_optim_new(&oc, r.m->params, QKV_COREF_PARAMS, NULL);
     return r;
 }
 
 static void rig_free(rig *r)
 {
-    qkv_batch_free(r->b);
+    qkv_coref_batch_free(r->b);
     qkv_tape_free(r->t);
     qkv_optim_free(r->o);
-    qkv_model_free(r->m);
+    qkv_coref_model_free(r->m);
 }
 
 /* Runs steps training steps on batches of 32 sentences drawn with g. */
-static void train_steps(qkv_model *m, qkv_optim *o, qkv_tape *t, qkv_batch *b,
-                        const qkv_dataset *d, qkv_rng *g, int steps)
+static void train_steps(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_coref_batch *b,
+                        const qkv_coref_data *d, qkv_rng *g, int steps)
 {
     for (int step = 0; step < steps; step++) {
-        qkv_batch_clear(b);
+        qkv_coref_batch_clear(b);
         for (int i = 0; i < 32; i++) {
-            const qkv_example *e = &d->train[qkv_rng_choice(g, (size_t)d->n_train)];
-            qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+            const qkv_coref_example *e = &d->train[qkv_rng_choice(g, (size_t)d->n_train)];
+            qkv_coref_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
         }
-        qkv_forward f;
-        ck_assert_int_eq(qkv_model_train_step(m, o, t, b, &f), QKV_OK);
+        qkv_coref_out f;
+        ck_assert_int_eq(qkv_coref_train_step(m, o, t, b, &f), QKV_OK);
     }
 }
 
@@ -194,10 +194,10 @@ static void train_steps(qkv_model *m, qkv_optim *o, qkv_tape *t, qkv_batch *b,
  * attention mass, and whether Wq, Wk, Wv all moved. */
 static void train_default(double *acc, double *mass, int *moved)
 {
-    qkv_dataset d;
-    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
     rig r = rig_new(16, QKV_ADAM, 0.05);
-    qkv_model *m = r.m;
+    qkv_coref_model *m = r.m;
     qkv_tape *t = r.t;
     qkv_real *before = malloc(sizeof *before * 3 * m->wq->numel);
     for (int i = 0; i < 3; i++)
@@ -205,16 +205,16 @@ static void train_default(double *acc, double *mass, int *moved)
     qkv_rng g;
     qkv_rng_seed(&g, 2);
     train_steps(m, r.o, t, r.b, &d, &g, 300);
-    qkv_batch *b = qkv_batch_new(d.n_test, QKV_MAX_TOKENS);
+    qkv_coref_batch *b = qkv_coref_batch_new(d.n_test, QKV_COREF_MAX_TOKENS, NULL);
     for (int i = 0; i < d.n_test; i++)
-        qkv_batch_add(b, d.test[i].ids, d.test[i].len, d.test[i].pronoun, d.test[i].target,
+        qkv_coref_batch_add(b, d.test[i].ids, d.test[i].len, d.test[i].pronoun, d.test[i].target,
                       d.test[i].antecedent);
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);
-    qkv_forward f;
-    qkv_attn_stats st;
-    ck_assert_int_eq(qkv_model_forward(m, t, b, &f), QKV_OK);
-    qkv_attn_stats_of(&f, b, &st);
+    qkv_coref_out f;
+    qkv_coref_stats st;
+    ck_assert_int_eq(qkv_coref_forward(m, t, b, &f), QKV_OK);
+    qkv_coref_stats_of(&f, b, &st);
     *acc = (double)st.correct / st.items;
     *mass = st.mark_mass;
     *moved = 0;
@@ -222,9 +222,9 @@ static void train_default(double *acc, double *mass, int *moved)
         *moved += memcmp(before + i * m->wq->numel, m->params[i]->data,
                          sizeof *before * m->wq->numel) != 0;
     free(before);
-    qkv_batch_free(b);
+    qkv_coref_batch_free(b);
     rig_free(&r);
-    qkv_dataset_free(&d);
+    qkv_coref_data_free(&d);
 }
 
 START_TEST(test_training_reaches_test_accuracy_with_a_fixed_seed)
@@ -240,39 +240,39 @@ END_TEST
 
 START_TEST(test_training_step_allocates_nothing_after_the_first)
 {
-    qkv_dataset d;
-    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
-    qkv_model_config c = {qkv_vocab_size(), 64, qkv_coref_classes(), 1, 0.1, 1};
-    qkv_model *m = qkv_model_new(&c);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
+    qkv_coref_config c = {qkv_coref_vocab_size(), 64, qkv_coref_classes(), 1, 0.1, 1};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAMW);
     oc.clip = 1;
-    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_MODEL_PARAMS);
-    qkv_tape *t = qkv_tape_new(4096); /* small, so the arena must grow in step 1 */
-    qkv_batch *b = qkv_batch_new(32, QKV_MAX_TOKENS);
+    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, NULL);
+    qkv_tape *t = qkv_tape_new(4096, NULL); /* small, so the arena must grow in step 1 */
+    qkv_coref_batch *b = qkv_coref_batch_new(32, QKV_COREF_MAX_TOKENS, NULL);
     qkv_rng g;
     qkv_rng_seed(&g, 3);
     size_t after_first = 0;
     for (int step = 0; step < 20; step++) {
-        qkv_batch_clear(b);
+        qkv_coref_batch_clear(b);
         for (int i = 0; i < 32; i++) {
             /* the longest sentences first, so later batches need no more memory */
-            const qkv_example *e = &d.train[step == 0 ? (size_t)i : qkv_rng_choice(&g, (size_t)d.n_train)];
-            qkv_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+            const qkv_coref_example *e = &d.train[step == 0 ? (size_t)i : qkv_rng_choice(&g, (size_t)d.n_train)];
+            qkv_coref_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
         }
         if (step == 0) /* pad the first batch to the longest length there is */
-            b->T = QKV_MAX_TOKENS;
-        qkv_forward f;
-        ck_assert_int_eq(qkv_model_train_step(m, o, t, b, &f), QKV_OK);
+            b->T = QKV_COREF_MAX_TOKENS;
+        qkv_coref_out f;
+        ck_assert_int_eq(qkv_coref_train_step(m, o, t, b, &f), QKV_OK);
         if (step == 0)
             after_first = qkv_alloc_count();
     }
     ck_assert_uint_eq(qkv_alloc_count(), after_first);
     ck_assert_uint_gt(qkv_tape_high_water(t), 4096);
-    qkv_batch_free(b);
+    qkv_coref_batch_free(b);
     qkv_tape_free(t);
     qkv_optim_free(o);
-    qkv_model_free(m);
-    qkv_dataset_free(&d);
+    qkv_coref_model_free(m);
+    qkv_coref_data_free(&d);
 }
 END_TEST
 
@@ -281,17 +281,17 @@ END_TEST
  * across threads (qkv_parallel_parts); padding and the AdamW step included. */
 START_TEST(test_thread_count_changes_no_bit)
 {
-    qkv_dataset d;
-    ck_assert_int_eq(qkv_dataset_build(&d, 7, 1), QKV_OK);
-    qkv_real *first[QKV_MODEL_PARAMS] = {NULL};
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
+    qkv_real *first[QKV_COREF_PARAMS] = {NULL};
     for (int threads = 1; threads <= 3; threads++) {
-        ck_assert_int_eq(qkv_threads_use(threads), 0);
+        ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
         rig r = rig_new(512, QKV_ADAMW, 0);
-        qkv_model *m = r.m;
+        qkv_coref_model *m = r.m;
         qkv_rng g;
         qkv_rng_seed(&g, 4);
         train_steps(m, r.o, r.t, r.b, &d, &g, 4);
-        for (int i = 0; i < QKV_MODEL_PARAMS; i++) {
+        for (int i = 0; i < QKV_COREF_PARAMS; i++) {
             size_t bytes = sizeof(qkv_real) * m->params[i]->numel;
             if (threads == 1) {
                 first[i] = malloc(bytes);
@@ -303,12 +303,12 @@ START_TEST(test_thread_count_changes_no_bit)
         }
         rig_free(&r);
     }
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+    for (int i = 0; i < QKV_COREF_PARAMS; i++)
         free(first[i]);
-    ck_assert_int_eq(qkv_threads_use(0), -1);
-    ck_assert_int_eq(qkv_threads_use(65), -1);
-    qkv_threads_use(1);
-    qkv_dataset_free(&d);
+    ck_assert_int_eq(qkv_threads_use(0, NULL), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_threads_use(65, NULL), QKV_ERR_ARG);
+    qkv_threads_use(1, NULL);
+    qkv_coref_data_free(&d);
 }
 END_TEST
 

@@ -38,7 +38,7 @@ static void assert_values(const qkv_tensor *y, const double *want, size_t n, dou
 
 START_TEST(test_matmul_by_hand)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     /* [[1,2,3],[4,5,6]]·[[7,8],[9,10],[11,12]] = [[58,64],[139,154]] */
     qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
     qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 0));
@@ -52,7 +52,7 @@ END_TEST
 
 START_TEST(test_batched_matmul_by_hand)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     /* item 0: I·B0 = B0; item 1: 2I·B1 = 2B1 */
     qkv_tensor *a = hold(&f, tensor_of(3, (const int[]){2, 2, 2}, (const double[]){1, 0, 0, 1, 2, 0, 0, 2}, 0));
     qkv_tensor *b = hold(&f, tensor_of(3, (const int[]){2, 2, 1}, (const double[]){3, 4, 5, 6}, 0));
@@ -70,7 +70,7 @@ END_TEST
 START_TEST(test_matmul_gradients_by_hand)
 {
     /* L = Σ A·B: dA[i,p] = Σ_j B[p,j], dB[p,j] = Σ_i A[i,p] */
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
     qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 1));
     ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_matmul(f.t, a, b))), QKV_OK);
@@ -85,7 +85,7 @@ END_TEST
 
 START_TEST(test_elementwise_and_broadcast_by_hand)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, -2, 3, -4, 5, -6}, 0));
     qkv_tensor *bias = hold(&f, tensor_of(1, (const int[]){3}, (const double[]){10, 20, 30}, 0));
     qkv_tensor *col = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){2, -1}, 0));
@@ -102,7 +102,7 @@ END_TEST
 
 START_TEST(test_reductions_by_hand)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
     qkv_tensor *s = qkv_sum(f.t, x);
     ck_assert_int_eq(s->ndim, 0);
@@ -122,7 +122,7 @@ END_TEST
 
 START_TEST(test_gather_and_pick_rows_by_hand)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){0, 1, 10, 11, 20, 21}, 1));
     const int ids[4] = {2, 0, 2, 1};
     qkv_tensor *g = qkv_gather(f.t, w, ids, 2, (const int[]){2, 2});
@@ -145,7 +145,7 @@ END_TEST
 
 START_TEST(test_gather_scatter_adds_repeated_ids)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){1, 2}, 1));
     const int ids[3] = {1, 1, 1};
     ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_gather(f.t, w, ids, 1, (const int[]){3}))), QKV_OK);
@@ -157,7 +157,7 @@ END_TEST
 
 START_TEST(test_softmax_stable_at_plus_minus_1e4)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
                                        (const double[]){1e4, -1e4, 0, 1e4, 1e4, -1e4, -1e4, -1e4, -1e4}, 1));
     qkv_tensor *y = qkv_softmax(f.t, x);
@@ -173,7 +173,7 @@ END_TEST
 
 START_TEST(test_fully_masked_row_gives_zeros_not_nan)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
     qkv_tensor *m = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){0, 0, -INFINITY, -INFINITY,
                                                                                 -INFINITY, -INFINITY}, 0));
@@ -196,7 +196,7 @@ END_TEST
 
 START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){1, 2}, 1));
     qkv_tensor *m = hold(&f, tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, -INFINITY}, 0));
     qkv_tensor *y = qkv_log_softmax(f.t, qkv_mask(f.t, x, m));
@@ -212,7 +212,7 @@ END_TEST
 
 START_TEST(test_cross_entropy_by_hand)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
                                        (const double[]){1, 2, 3, 5, 5, 5, 0, 0, 9}, 1));
     const int targets[3] = {2, QKV_IGNORE, 0};
@@ -234,7 +234,7 @@ END_TEST
 
 START_TEST(test_cross_entropy_all_ignored_is_zero)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1));
     const int targets[2] = {QKV_IGNORE, QKV_IGNORE};
     qkv_tensor *l = qkv_cross_entropy(f.t, x, targets);
@@ -250,7 +250,7 @@ END_TEST
 
 START_TEST(test_errors_name_the_op_and_shapes)
 {
-    fx f = {qkv_tape_new(0), {0}, 0};
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *a = hold(&f, tensor_of(3, (const int[]){2, 3, 4}, NULL, 0));
     qkv_tensor *b = hold(&f, tensor_of(3, (const int[]){3, 4, 5}, NULL, 0));
     qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){5, 3}, NULL, 0));

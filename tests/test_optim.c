@@ -19,7 +19,7 @@ START_TEST(test_sgd_with_momentum_by_hand)
     qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
     c.lr = 0.1;
     c.momentum = 0.9;
-    qkv_optim *o = qkv_optim_new(&c, &p, 1);
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
     ck_assert_ptr_nonnull(o);
     /* step 1: v = 0.5, p = 1 - 0.1·0.5 = 0.95 */
     ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
@@ -39,7 +39,7 @@ START_TEST(test_adam_two_steps_by_hand)
     qkv_tensor *p = param((const double[]){1}, (const double[]){0.5}, 1);
     qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
     c.lr = 0.01;
-    qkv_optim *o = qkv_optim_new(&c, &p, 1);
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
     /* step 1: m̂ = g, v̂ = g², update = lr·g/(|g| + 1e-8) = 0.01·0.5/(0.5 + 1e-8) */
     ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
     ASSERT_NEAR(p->data[0], 1 - 0.01 * 0.5 / (0.5 + 1e-8), 2 * REAL_EPS);
@@ -62,9 +62,9 @@ START_TEST(test_adamw_decays_weights_apart_from_the_gradient)
     qkv_optim_config c = qkv_optim_defaults(QKV_ADAMW);
     c.lr = 0.01;
     c.weight_decay = 0.1;
-    qkv_optim *w = qkv_optim_new(&c, &p, 1);
+    qkv_optim *w = qkv_optim_new(&c, &p, 1, NULL);
     c.kind = QKV_ADAM;
-    qkv_optim *l2 = qkv_optim_new(&c, &q, 1);
+    qkv_optim *l2 = qkv_optim_new(&c, &q, 1, NULL);
     ck_assert_int_eq(qkv_optim_step(w), QKV_OK);
     ck_assert_int_eq(qkv_optim_step(l2), QKV_OK);
     /* AdamW: p = 1 - lr·wd·1 = 0.999, and the zero gradient moves nothing */
@@ -95,7 +95,7 @@ START_TEST(test_clip_by_global_norm)
     qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
     c.lr = 1;
     c.clip = 1;
-    qkv_optim *o = qkv_optim_new(&c, ps, 2);
+    qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
     ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
     ASSERT_NEAR(qkv_optim_last_norm(o), 5, 0);
     ASSERT_NEAR(a->data[0], -0.6, 2 * REAL_EPS);
@@ -110,7 +110,7 @@ START_TEST(test_non_finite_gradient_changes_nothing)
 {
     qkv_tensor *p = param((const double[]){1, 2}, (const double[]){0.5, NAN}, 2);
     qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
-    qkv_optim *o = qkv_optim_new(&c, &p, 1);
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
     ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
     ASSERT_NEAR(p->data[0], 1, 0);
     ASSERT_NEAR(p->data[1], 2, 0);
@@ -125,10 +125,10 @@ START_TEST(test_bad_configs_are_refused)
     qkv_tensor *nograd = tensor_of(1, (const int[]){1}, NULL, 0);
     qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
     c.lr = 0;
-    ck_assert_ptr_null(qkv_optim_new(&c, &p, 1));
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, NULL));
     c = qkv_optim_defaults(QKV_SGD);
-    ck_assert_ptr_null(qkv_optim_new(&c, &nograd, 1));
-    ck_assert_ptr_null(qkv_optim_new(&c, &p, 0));
+    ck_assert_ptr_null(qkv_optim_new(&c, &nograd, 1, NULL));
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 0, NULL));
     qkv_optim_kind k;
     ck_assert_int_eq(qkv_optim_parse("adamw", &k), 0);
     ck_assert_int_eq(k, QKV_ADAMW);
@@ -148,7 +148,7 @@ START_TEST(test_adam_kernel_is_the_formula_on_every_path)
     static const char *impls[] = {"portable", "avx2", "avx512"};
     enum { N = 37 };
     for (int im = 0; im < 3; im++) {
-        if (qkv_kernels_use(impls[im]) != 0)
+        if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
         qkv_real w[N], g[N], rw[N];
         double m[N] = {0}, v[N] = {0}, rm[N] = {0}, rv[N] = {0};
@@ -173,7 +173,7 @@ START_TEST(test_adam_kernel_is_the_formula_on_every_path)
             }
         }
     }
-    qkv_kernels_use("auto");
+    qkv_kernels_use("auto", NULL);
 }
 END_TEST
 

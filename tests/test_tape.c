@@ -10,7 +10,7 @@
 START_TEST(test_grad_accumulates_when_a_tensor_is_used_twice)
 {
     /* L = Σ x⊙x + Σ (x + x) → dL/dx = 2x + 2 */
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){1, -2, 0.5}, 1);
     qkv_tensor *l = qkv_add(t, qkv_sum(t, qkv_mul(t, x, x)), qkv_sum(t, qkv_add(t, x, x)));
     ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
@@ -25,7 +25,7 @@ END_TEST
 
 START_TEST(test_params_keep_values_and_grads_across_reset)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){3, 4}, 1);
     for (int step = 0; step < 2; step++) {
         qkv_tape_reset(t);
@@ -43,7 +43,7 @@ END_TEST
 
 START_TEST(test_reset_forgets_nodes_and_keeps_memory)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *w = tensor_of(2, (const int[]){8, 8}, NULL, 1);
     qkv_sum(t, qkv_matmul(t, w, w));
     ck_assert_uint_eq(qkv_tape_nodes(t), 2);
@@ -62,7 +62,7 @@ END_TEST
 
 START_TEST(test_small_arena_grows_then_steps_allocate_nothing)
 {
-    qkv_tape *t = qkv_tape_new(256);
+    qkv_tape *t = qkv_tape_new(256, NULL);
     qkv_tensor *w = tensor_of(2, (const int[]){32, 32}, NULL, 1);
     size_t after_first = 0;
     for (int step = 0; step < 4; step++) {
@@ -82,7 +82,7 @@ END_TEST
 
 START_TEST(test_no_grad_records_nothing)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *w = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
     ck_assert_int_eq(qkv_tape_set_grad(t, 0), 1);
     qkv_tensor *y = qkv_sum(t, qkv_matmul(t, w, w));
@@ -98,7 +98,7 @@ END_TEST
 
 START_TEST(test_constants_get_no_gradient)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *c = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 0);
     qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){5, 6}, 1);
     qkv_tensor *y = qkv_mul(t, c, c);
@@ -114,7 +114,7 @@ END_TEST
 
 START_TEST(test_backward_twice_is_an_error)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *w = tensor_of(1, (const int[]){2}, NULL, 1);
     qkv_tensor *l = qkv_sum(t, w);
     ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
@@ -127,7 +127,7 @@ END_TEST
 
 START_TEST(test_backward_needs_a_scalar)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *w = tensor_of(1, (const int[]){2}, NULL, 1);
     ck_assert_int_eq(qkv_backward(t, qkv_scale(t, w, 2)), QKV_ERR_ARG);
     qkv_tape_free(t);
@@ -137,7 +137,7 @@ END_TEST
 
 START_TEST(test_shape_mismatch_is_sticky_and_named)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *a = tensor_of(2, (const int[]){4, 8}, NULL, 1);
     qkv_tensor *b = tensor_of(2, (const int[]){6, 6}, NULL, 1);
     qkv_tensor *bad = qkv_matmul(t, a, b);
@@ -164,7 +164,7 @@ END_TEST
 
 START_TEST(test_nil_input_is_an_error_not_a_crash)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     ck_assert(qkv_relu(t, NULL) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "relu: input is nil"));
@@ -176,7 +176,7 @@ END_TEST
 
 START_TEST(test_tape_tensor_and_alloc)
 {
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *m = qkv_tape_tensor(t, 2, (const int[]){3, 3}, 0);
     ck_assert(!qkv_tensor_is_nil(m));
     ck_assert_uint_eq((uintptr_t)m->data % 64, 0);

@@ -8,7 +8,7 @@
 
 START_TEST(test_tensor_new_is_zero_filled_with_its_shape)
 {
-    qkv_tensor *t = qkv_tensor_new(3, (const int[]){2, 3, 4}, 1);
+    qkv_tensor *t = qkv_tensor_new(3, (const int[]){2, 3, 4}, 1, NULL);
     ck_assert(!qkv_tensor_is_nil(t));
     ck_assert_uint_eq(t->numel, 24);
     ck_assert_int_eq(t->ndim, 3);
@@ -25,7 +25,7 @@ END_TEST
 
 START_TEST(test_scalar_tensor_has_one_element)
 {
-    qkv_tensor *t = qkv_tensor_new(0, NULL, 0);
+    qkv_tensor *t = qkv_tensor_new(0, NULL, 0, NULL);
     ck_assert(!qkv_tensor_is_nil(t));
     ck_assert_uint_eq(t->numel, 1);
     ck_assert_ptr_null(t->grad);
@@ -35,11 +35,11 @@ END_TEST
 
 START_TEST(test_bad_shapes_give_nil_not_null)
 {
-    ck_assert(qkv_tensor_new(2, (const int[]){3, 0}, 0) == qkv_nil());
-    ck_assert(qkv_tensor_new(5, (const int[]){1, 1, 1, 1, 1}, 0) == qkv_nil());
-    ck_assert(qkv_tensor_new(-1, NULL, 0) == qkv_nil());
+    ck_assert(qkv_tensor_new(2, (const int[]){3, 0}, 0, NULL) == qkv_nil());
+    ck_assert(qkv_tensor_new(5, (const int[]){1, 1, 1, 1, 1}, 0, NULL) == qkv_nil());
+    ck_assert(qkv_tensor_new(-1, NULL, 0, NULL) == qkv_nil());
     /* 2^31-1 cubed overflows size_t on 64-bit machines too (after sizeof) */
-    ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0) == qkv_nil());
+    ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0, NULL) == qkv_nil());
     ck_assert(qkv_tensor_is_nil(qkv_nil()));
     ck_assert(qkv_tensor_is_nil(NULL));
     ck_assert_uint_eq(qkv_nil()->numel, 0);
@@ -57,7 +57,7 @@ END_TEST
 START_TEST(test_shape_str_and_set)
 {
     char buf[32];
-    qkv_tensor *t = qkv_tensor_new(2, (const int[]){4, 8}, 0);
+    qkv_tensor *t = qkv_tensor_new(2, (const int[]){4, 8}, 0, NULL);
     qkv_shape_str(t, buf, sizeof buf);
     ck_assert_str_eq(buf, "[4,8]");
     qkv_shape_str(qkv_nil(), buf, sizeof buf);

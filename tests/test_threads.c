@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "tests.h"
-#include "../src/internal.h"
+
 
 /* Enough work for any number of parts. */
 #define LOTS ((size_t)64 * QKV_PARALLEL_MIN_WORK)
@@ -29,7 +29,7 @@ static void mark(void *ctx, int part, size_t i0, size_t i1)
 
 START_TEST(test_parts_follow_threads_work_and_size)
 {
-    ck_assert_int_eq(qkv_threads_use(4), 0);
+    ck_assert_int_eq(qkv_threads_use(4, NULL), 0);
     ck_assert_int_eq(qkv_threads(), 4);
     ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 64), 4);
     ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 3), 3);            /* max_parts */
@@ -37,10 +37,10 @@ START_TEST(test_parts_follow_threads_work_and_size)
     ck_assert_int_eq(qkv_parallel_parts(100, 2 * QKV_PARALLEL_MIN_WORK, 64), 2); /* work */
     ck_assert_int_eq(qkv_parallel_parts(100, QKV_PARALLEL_MIN_WORK - 1, 64), 1);
     ck_assert_int_eq(qkv_parallel_parts(0, LOTS, 64), 1);
-    ck_assert_int_eq(qkv_threads_use(0), -1);
-    ck_assert_int_eq(qkv_threads_use(65), -1);
+    ck_assert_int_eq(qkv_threads_use(0, NULL), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_threads_use(65, NULL), QKV_ERR_ARG);
     ck_assert_int_eq(qkv_threads(), 4); /* refused calls change nothing */
-    qkv_threads_use(1);
+    qkv_threads_use(1, NULL);
     ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 64), 1);
 }
 END_TEST
@@ -50,7 +50,7 @@ START_TEST(test_every_index_runs_once_in_its_part)
 {
     static const size_t sizes[] = {1, 2, 3, 7, 64, 1000};
     for (int threads = 1; threads <= 4; threads++) {
-        qkv_threads_use(threads);
+        qkv_threads_use(threads, NULL);
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
             size_t n = sizes[s];
             record r = {calloc(n, sizeof(int)), calloc(n, sizeof(int))};
@@ -69,7 +69,7 @@ START_TEST(test_every_index_runs_once_in_its_part)
             free(r.count);
         }
     }
-    qkv_threads_use(1);
+    qkv_threads_use(1, NULL);
 }
 END_TEST
 
@@ -77,14 +77,14 @@ END_TEST
 START_TEST(test_many_jobs_in_a_row)
 {
     enum { N = 97, JOBS = 3000 };
-    qkv_threads_use(3);
+    qkv_threads_use(3, NULL);
     int part[N], count[N] = {0};
     record r = {part, count};
     for (int j = 0; j < JOBS; j++)
         qkv_parallel_for(N, LOTS, 64, mark, &r);
     for (int i = 0; i < N; i++)
         ck_assert_int_eq(count[i], JOBS);
-    qkv_threads_use(1);
+    qkv_threads_use(1, NULL);
 }
 END_TEST
 
@@ -115,14 +115,14 @@ static void outer(void *ctx, int part, size_t i0, size_t i1)
 
 START_TEST(test_a_call_inside_a_job_runs_on_its_caller)
 {
-    qkv_threads_use(4);
+    qkv_threads_use(4, NULL);
     nested r = {{-1, -1, -1, -1}, {0}};
     qkv_parallel_for(4, LOTS, 64, outer, &r);
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(r.inner_part[i], 0);
         ck_assert_uint_eq(r.inner_n[i], 10);
     }
-    qkv_threads_use(1);
+    qkv_threads_use(1, NULL);
 }
 END_TEST
 

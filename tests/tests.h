@@ -7,7 +7,10 @@
 #include <check.h>
 #include <math.h>
 
+#include "apps/coref.h"
+#include "kernels/kernels.h" /* the tests see the private kernels too */
 #include "qkv.h"
+#include "util/util.h"
 
 /* Relative precision of one rounding of qkv_real. */
 #ifdef QKV_DOUBLE

@@ -10,6 +10,9 @@
  *
  * Shapes are written as [d0,d1,...]; "..." stands for any leading batch
  * dimensions. Outputs carry a gradient only if some input does.
+ *
+ * The ops come in families, one source file each under src/ops/, where
+ * each op's backward pass sits next to its forward pass.
  */
 #ifndef QKV_OPS_H
 #define QKV_OPS_H
@@ -23,6 +26,8 @@ extern "C" {
 /* Target value that cross-entropy skips. */
 #define QKV_IGNORE (-1)
 
+/* ---- linear algebra (src/ops/linalg.c) -------------------------------- */
+
 /* C = A·B. a: [...,m,k]; b: [...,k,n] with the same leading dimensions, or
  * [k,n] shared by every batch item. Returns [...,m,n]. */
 qkv_tensor *qkv_matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
@@ -34,6 +39,8 @@ qkv_tensor *qkv_matmul_nt(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 /* Swaps the last two dimensions: [...,m,n] -> [...,n,m]. Needs ndim >= 2. */
 qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x);
 
+/* ---- element-wise (src/ops/elementwise.c) ----------------------------- */
+
 /* y = c·x. */
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c);
 
@@ -44,6 +51,16 @@ qkv_tensor *qkv_add(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 /* y = a ⊙ b, element-wise, b broadcast to a as in qkv_add. */
 qkv_tensor *qkv_mul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 
+/* Additive mask: y = x + m, where m broadcasts to x as in qkv_add and holds
+ * 0 (keep) or -INFINITY (drop). m receives no gradient. */
+qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
+
+/* Element-wise tanh and relu. relu's gradient at 0 is taken as 0. */
+qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
+
+/* ---- reductions (src/ops/reduce.c) ------------------------------------ */
+
 /* Sum and mean of all elements: returns a scalar (ndim 0). Accumulates in
  * double. */
 qkv_tensor *qkv_sum(qkv_tape *t, qkv_tensor *x);
@@ -53,6 +70,8 @@ qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x);
  * gives a scalar. */
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x);
+
+/* ---- indexing (src/ops/index.c) --------------------------------------- */
 
 /* Row gather (embedding lookup; one-hot·W). w: [V,D]; ids holds
  * numel(shape) integers in [0,V), copied onto the tape. Returns
@@ -65,9 +84,7 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
  * [0,T). Returns [B,D] with out[b,:] = x[b,idx[b],:]. */
 qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx);
 
-/* Additive mask: y = x + m, where m broadcasts to x as in qkv_add and holds
- * 0 (keep) or -INFINITY (drop). m receives no gradient. */
-qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
+/* ---- softmax (src/ops/softmax.c) -------------------------------------- */
 
 /* Softmax over the last dimension, with the row maximum subtracted first.
  * A row whose every entry is -inf (fully masked) gives all zeros and passes
@@ -78,12 +95,16 @@ qkv_tensor *qkv_softmax(qkv_tape *t, qkv_tensor *x);
  * row gives -inf everywhere and passes no gradient. */
 qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x);
 
+/* ---- losses (src/ops/loss.c) ------------------------------------------ */
+
 /* Mean cross-entropy of logits [...,C] against integer targets, one per
  * row, fused with log-softmax: loss = -mean log p[target]. Rows whose target
  * is QKV_IGNORE are skipped and not counted; if every row is skipped the
  * loss is 0. Gradient: (p - onehot(target)) / N, N = rows counted. Returns a
  * scalar. */
 qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets);
+
+/* ---- attention (src/ops/attention.c) ---------------------------------- */
 
 /* What qkv_attention computes on the way to its output. */
 typedef struct qkv_attention_parts {
@@ -118,10 +139,6 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
                                 const int *ids, int B, int T, const qkv_tensor *mask,
                                 double scale, qkv_attention_parts *parts);
-
-/* Element-wise tanh and relu. relu's gradient at 0 is taken as 0. */
-qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
-qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,19 @@
 /*
  * tape.h - the recording half of reverse-mode autodiff.
  *
- * A tape is an arena plus a list of nodes. Every op called with a tape
- * appends a node (its kind, inputs, output and whatever backward needs) and
- * carves its output tensor from the arena. qkv_backward walks the nodes in
- * reverse and accumulates gradients with +=. qkv_tape_reset forgets every
- * node and tensor at once and keeps the memory for the next step.
+ * A tape is an arena. Every op called with a tape carves its output tensor
+ * from the arena and, while gradients are recorded, appends a node: the op,
+ * its inputs, its output and whatever its backward pass needs. Nodes are
+ * appended in creation order, which is already an order in which backward
+ * can run, so qkv_backward is one reverse walk that calls each node's own
+ * backward function; gradients accumulate with +=. qkv_tape_reset forgets
+ * every node and tensor at once and keeps the memory for the next step.
  *
  * Errors are sticky: the first failing op records a status and a message,
  * and every later op returns the nil tensor and does nothing.
+ *
+ * The second half of this header is how an op is written: the library's
+ * own ops (src/ops/) use nothing else, so a user's op works the same way.
  */
 #ifndef QKV_TAPE_H
 #define QKV_TAPE_H
@@ -21,11 +26,14 @@ extern "C" {
 
 typedef struct qkv_tape qkv_tape;
 
-/* Creates a tape whose arena starts with arena_bytes (0 picks 1 MiB).
- * The arena grows by itself (adding blocks of twice the size) when a step
- * needs more, and keeps the blocks across resets. Returns NULL only when memory runs out. Free with
- * qkv_tape_free. */
-qkv_tape *qkv_tape_new(size_t arena_bytes);
+/* qkv_tape_new(size_t arena_bytes, qkv_error *err) creates a tape whose
+ * arena starts with arena_bytes (0 picks 1 MiB). The arena grows by itself
+ * (adding blocks of twice the size) when a step needs more, and keeps the
+ * blocks across resets. Returns NULL, with the reason in err, when memory
+ * runs out or the program's scalar type differs from the library's
+ * (QKV_ERR_ABI). Free with qkv_tape_free. A macro: it passes QKV_ABI. */
+qkv_tape *qkv_tape_new_abi(unsigned abi, size_t arena_bytes, qkv_error *err);
+#define qkv_tape_new(...) qkv_tape_new_abi(QKV_ABI, __VA_ARGS__)
 
 /* Frees the tape and every tensor it made. Accepts NULL. */
 void qkv_tape_free(qkv_tape *t);
@@ -33,10 +41,11 @@ void qkv_tape_free(qkv_tape *t);
 /* Forgets every node and tape tensor and clears the error status. Pointers
  * to tape tensors become invalid. All memory is kept and reused, so a step
  * that needs no more than an earlier one allocates nothing. Allocates and
- * frees nothing itself. */
+ * frees nothing itself. Accepts NULL. */
 void qkv_tape_reset(qkv_tape *t);
 
-/* The first error recorded since the last reset, or QKV_OK. */
+/* The first error recorded since the last reset, or QKV_OK; QKV_ERR_ARG
+ * for a NULL tape. */
 qkv_status qkv_tape_status(const qkv_tape *t);
 
 /* The message of that error, e.g. "matmul: [4,8] x [6,6]: inner dimensions
@@ -44,8 +53,8 @@ qkv_status qkv_tape_status(const qkv_tape *t);
 const char *qkv_tape_error(const qkv_tape *t);
 
 /* Records an error (printf-style message) unless one is already recorded.
- * Every error in the library goes through here: a good breakpoint. Returns
- * the tape's status afterwards. */
+ * Every error of an op goes through here. Returns the tape's status
+ * afterwards (QKV_ERR_ARG for a NULL tape). */
 qkv_status qkv_tape_fail(qkv_tape *t, qkv_status s, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -84,6 +93,56 @@ size_t qkv_tape_nodes(const qkv_tape *t);
 /* Arena bytes in use now, and the most ever in use (the high-water mark). */
 size_t qkv_tape_bytes_used(const qkv_tape *t);
 size_t qkv_tape_high_water(const qkv_tape *t);
+
+/* ---- writing an op ------------------------------------------------------ */
+/*
+ * An op checks its inputs (qkv_tape_status, then shapes, failing with
+ * qkv_tape_fail and a message that names the op and the shapes), makes its
+ * output with qkv_tape_tensor (with a gradient when an input has one),
+ * computes it, and, when the output has a gradient, records a node whose op
+ * definition carries the backward function:
+ *
+ *   static void twice_backward(const qkv_node *n)   // y = 2x: dx += 2·dy
+ *   {
+ *       for (size_t i = 0; i < n->out->numel; i++)
+ *           n->in[0]->grad[i] += 2 * n->out->grad[i];
+ *   }
+ *   static const qkv_op_def twice_op = {"twice", twice_backward};
+ *   ...
+ *   if (y->grad != NULL && qkv_tape_record(t, &twice_op, y, 1, &x) == NULL)
+ *       return qkv_nil();
+ *
+ * Backward runs only for nodes whose output has a gradient, and must add
+ * only into the gradients of inputs that have one (in[i]->grad != NULL).
+ */
+
+typedef struct qkv_node qkv_node;
+
+/* What every node of one op shares. Define one per op, static const. */
+typedef struct qkv_op_def {
+    const char *name;                    /* the op's name, e.g. "matmul" */
+    void (*backward)(const qkv_node *n); /* adds dL/din from dL/dout */
+} qkv_op_def;
+
+/* One recorded op. The fields after n_in are the op's to fill in. */
+struct qkv_node {
+    const qkv_op_def *op;
+    const qkv_node *prev;       /* the node recorded before this one, or NULL */
+    qkv_tensor *out;            /* the op's result; out->grad is dL/dout */
+    const qkv_tensor *constant; /* an input that takes no gradient (a mask), or NULL */
+    double c;                   /* a constant (a scale, 1/N for a mean) */
+    const int *ints;            /* indices copied onto the tape (ids, targets) */
+    const qkv_real *saved;      /* forward state kept for backward (probabilities) */
+    void *state;                /* anything else: the op's own record, in the arena */
+    int n_in;
+    qkv_tensor *in[];           /* (n_in) the inputs gradients flow back to */
+};
+
+/* Appends a node for the op's output out (which must have a gradient) with
+ * n_in inputs (copied), everything else zero. Returns it, or NULL after
+ * recording an error (out of memory, or no tape). */
+qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
+                          qkv_tensor *const *in);
 
 #ifdef __cplusplus
 }

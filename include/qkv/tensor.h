@@ -9,37 +9,18 @@
 #ifndef QKV_TENSOR_H
 #define QKV_TENSOR_H
 
-#include <stddef.h>
 #include <stdio.h>
+
+#include "qkv/base.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The scalar type. float32 by default; compile everything with -DQKV_DOUBLE
- * to get double, which makes finite-difference gradient checks strict. */
-#ifdef QKV_DOUBLE
-typedef double qkv_real;
-#else
-typedef float qkv_real;
-#endif
-
-#define QKV_MAX_DIMS 4
-
-/* Status codes shared by every module. QKV_OK is zero. */
-typedef enum qkv_status {
-    QKV_OK = 0,
-    QKV_ERR_SHAPE,   /* tensor shapes do not fit the op */
-    QKV_ERR_ARG,     /* an argument is out of range or otherwise invalid */
-    QKV_ERR_NOMEM,   /* an allocation failed or a size overflowed */
-    QKV_ERR_IO,      /* a file could not be opened, read or written */
-    QKV_ERR_FORMAT,  /* malformed input: bad file, bad UTF-8, unknown word */
-    QKV_ERR_NUMERIC  /* a NaN or an infinity where a finite number belongs */
-} qkv_status;
-
 /* Tensor flags. */
-#define QKV_TENSOR_NIL 1u   /* the harmless result of a failed op */
-#define QKV_TENSOR_HEAP 2u  /* made by qkv_tensor_new: free with qkv_tensor_free */
+#define QKV_TENSOR_NIL 1u  /* the harmless result of a failed op */
+#define QKV_TENSOR_HEAP 2u /* made by qkv_tensor_new: free with qkv_tensor_free */
+#define QKV_TENSOR_TAPE 4u /* lives in a tape's arena until the tape is reset */
 
 typedef struct qkv_tensor {
     qkv_real *data;          /* (numel) row-major values */
@@ -50,10 +31,6 @@ typedef struct qkv_tensor {
     unsigned flags;          /* QKV_TENSOR_* */
 } qkv_tensor;
 
-/* A short human-readable name for a status ("shape mismatch", ...). Never
- * NULL. */
-const char *qkv_status_string(qkv_status s);
-
 /* The shared nil tensor: ndim 0, numel 0, no data. Ops return it after an
  * error; it is safe to pass anywhere and never written to. */
 qkv_tensor *qkv_nil(void);
@@ -61,12 +38,18 @@ qkv_tensor *qkv_nil(void);
 /* Nonzero if t is NULL or nil. */
 int qkv_tensor_is_nil(const qkv_tensor *t);
 
-/* Allocates a zero-filled heap tensor of the given shape. When with_grad is
+/* qkv_tensor_new(int ndim, const int *shape, int with_grad, qkv_error *err)
+ * allocates a zero-filled heap tensor of the given shape. When with_grad is
  * nonzero a zeroed gradient buffer is allocated too (a trainable parameter).
- * ndim may be 0 (a scalar). Returns the nil tensor if the shape is invalid
- * (a dimension < 1, ndim out of range, or a size overflow) or memory runs
- * out; the caller owns a non-nil result and frees it with qkv_tensor_free. */
-qkv_tensor *qkv_tensor_new(int ndim, const int *shape, int with_grad);
+ * ndim may be 0 (a scalar). Returns the nil tensor, with the reason in err,
+ * for an invalid shape (a dimension < 1 or ndim out of range: QKV_ERR_ARG;
+ * a size overflow: QKV_ERR_NOMEM), when memory runs out (QKV_ERR_NOMEM), or
+ * when the program was compiled for another scalar type than the library
+ * (QKV_ERR_ABI). The caller owns a non-nil result and frees it with
+ * qkv_tensor_free. A macro: it passes the program's QKV_ABI along. */
+qkv_tensor *qkv_tensor_new_abi(unsigned abi, int ndim, const int *shape, int with_grad,
+                               qkv_error *err);
+#define qkv_tensor_new(...) qkv_tensor_new_abi(QKV_ABI, __VA_ARGS__)
 
 /* Frees a tensor made by qkv_tensor_new. Accepts NULL and nil; tape tensors
  * are ignored (the tape owns them). */
@@ -92,11 +75,6 @@ void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values);
 /* Computes the element count of a shape into *numel. Returns QKV_ERR_ARG for
  * a dimension < 1 or ndim out of range, QKV_ERR_NOMEM on size overflow. */
 qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel);
-
-/* How many heap allocations the library has made since the program
- * started (every malloc, calloc, realloc and aligned_alloc it calls). Two
- * readings around a training step tell whether the step allocated. */
-size_t qkv_alloc_count(void);
 
 #ifdef __cplusplus
 }

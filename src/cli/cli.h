@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "apps/coref.h"
 #include "qkv.h"
 
 #define CLI_OK 0
@@ -74,34 +75,17 @@ int cmd_resolve(int argc, char **argv);
 int cmd_saturation(int argc, char **argv);
 int cmd_softmax(int argc, char **argv);
 
-/* ---- the coreference task, shared by train, eval, resolve, saturation ---- */
+/* ---- shared by several subcommands ---- */
 
 #define CLI_DEFAULT_MODEL "out/coref.qkv"
 
-/* Accuracy, loss and attention mass on the antecedent over a set of
- * examples. */
-typedef struct task_eval {
-    double loss, acc, mass;
-    int n;
-} task_eval;
-
-/* Appends examples[i] to the batch (the pronoun is the query, the
- * antecedent's class the target and its token the mark). */
-void task_add(qkv_batch *b, const qkv_example *ex);
-
-/* Evaluates m on n examples (level 0 = all, else only that level) without
- * recording gradients, in chunks of the batch's capacity. */
-qkv_status task_evaluate(qkv_model *m, qkv_tape *t, qkv_batch *b, const qkv_example *ex, int n,
-                         int level, task_eval *out);
-
-/* Draws the next training batch: items in an order reshuffled each epoch
- * by g (order holds n indices and *pos the cursor). */
-void task_next_batch(qkv_rng *g, qkv_batch *b, const qkv_example *ex, int *order, int n,
-                     int *pos);
+/* Opens path for writing a CSV log (creating its directory) and writes the
+ * header line. Returns NULL with the reason in err on failure. */
+FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
 
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the
  * default's absence gets a hint to run qkv train. NULL on failure. */
-qkv_model *task_load(const char *path);
+qkv_coref_model *cli_load_model(const char *path);
 
 /* The demo's whole output for the given settings, written to out. Returns
  * CLI_OK, or CLI_FAIL after printing why. */

@@ -7,9 +7,11 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "util/util.h"
 
 int cli_fail(const char *fmt, ...)
 {
@@ -208,4 +210,39 @@ void cli_print_padded(FILE *out, const char *s, int width)
     fputs(s, out);
     for (; pad > 0; pad--)
         fputc(' ', out);
+}
+
+FILE *cli_csv_create(const char *path, const char *header, qkv_error *err)
+{
+    if (qkv_mkdirs_for(path, err) != QKV_OK)
+        return NULL;
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    fprintf(f, "%s\n", header);
+    return f;
+}
+
+qkv_coref_model *cli_load_model(const char *path)
+{
+    qkv_error err = qkv_error_none();
+    struct stat sb;
+    if (path == NULL) {
+        path = CLI_DEFAULT_MODEL;
+        if (stat(path, &sb) != 0) {
+            cli_fail("no model at %s: run 'qkv train' first, or pass --model FILE", path);
+            return NULL;
+        }
+    }
+    qkv_coref_model *m = qkv_coref_load(path, qkv_coref_fingerprint(), &err);
+    if (m == NULL)
+        cli_fail("%s", err.message);
+    else if (m->cfg.vocab != qkv_coref_vocab_size() || m->cfg.classes != qkv_coref_classes()) {
+        cli_fail("%s: model shapes do not fit this task", path);
+        qkv_coref_model_free(m);
+        m = NULL;
+    }
+    return m;
 }

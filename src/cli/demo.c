@@ -35,7 +35,7 @@ static void print_matrix(FILE *out, const char *title, const qkv_tensor *m)
 
 static qkv_tensor *normal_weights(qkv_rng *g, int rows, int cols)
 {
-    qkv_tensor *w = qkv_tensor_new(2, (const int[]){rows, cols}, 0);
+    qkv_tensor *w = qkv_tensor_new(2, (const int[]){rows, cols}, 0, NULL);
     for (size_t i = 0; i < w->numel; i++)
         w->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, 0.1);
     return w;
@@ -48,8 +48,8 @@ int demo_print(FILE *out, int d_model, int d_k, int seq_len, uint64_t seed, int 
     qkv_tensor *wq = normal_weights(&g, d_model, d_k);
     qkv_tensor *wk = normal_weights(&g, d_model, d_k);
     qkv_tensor *wv = normal_weights(&g, d_model, d_k);
-    qkv_tensor *x = qkv_tensor_new(2, (const int[]){seq_len, d_model}, 0);
-    qkv_tape *t = qkv_tape_new(0);
+    qkv_tensor *x = qkv_tensor_new(2, (const int[]){seq_len, d_model}, 0, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
     int rc = CLI_FAIL;
     if (t == NULL || qkv_tensor_is_nil(wq) || qkv_tensor_is_nil(wk) || qkv_tensor_is_nil(wv) ||
         qkv_tensor_is_nil(x)) {

@@ -16,17 +16,18 @@ int cmd_eval(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
-    qkv_model *m = task_load(path);
+    qkv_coref_model *m = cli_load_model(path);
     if (m == NULL)
         return CLI_FAIL;
-    qkv_dataset d;
-    qkv_tape *t = qkv_tape_new(0);
-    qkv_batch *b = qkv_batch_new(256, QKV_MAX_TOKENS);
-    if (t == NULL || b == NULL || qkv_dataset_build(&d, QKV_ALL_LEVELS, m->cfg.seed) != QKV_OK) {
-        qkv_model_free(m);
+    qkv_coref_data d = {0};
+    qkv_error err = qkv_error_none();
+    qkv_tape *t = qkv_tape_new(0, &err);
+    qkv_coref_batch *b = t ? qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err) : NULL;
+    if (b == NULL || qkv_coref_data_build(&d, QKV_COREF_ALL_LEVELS, m->cfg.seed, &err) != QKV_OK) {
+        qkv_coref_model_free(m);
         qkv_tape_free(t);
-        qkv_batch_free(b);
-        return cli_fail("eval: out of memory");
+        qkv_coref_batch_free(b);
+        return cli_fail("eval: %s", err.message);
     }
     printf("model: %s  d_k=%d  %s  init_std=%g  seed=%llu\n\n", path ? path : CLI_DEFAULT_MODEL,
            m->cfg.d_k, m->cfg.scaled ? "scaled" : "unscaled", m->cfg.init_std,
@@ -34,13 +35,13 @@ int cmd_eval(int argc, char **argv)
     printf("%-6s %-6s %6s %9s %9s %16s\n", "split", "level", "items", "accuracy", "loss",
            "attn_antecedent");
     const char *names[3] = {"train", "val", "test"};
-    const qkv_example *sets[3] = {d.train, d.val, d.test};
+    const qkv_coref_example *sets[3] = {d.train, d.val, d.test};
     const int sizes[3] = {d.n_train, d.n_val, d.n_test};
     for (int s = 0; s < 3 && r == CLI_OK; s++)
-        for (int level = 1; level <= QKV_LEVELS + 1; level++) {
-            task_eval e;
-            int lv = level > QKV_LEVELS ? 0 : level;
-            if (task_evaluate(m, t, b, sets[s], sizes[s], lv, &e) != QKV_OK) {
+        for (int level = 1; level <= QKV_COREF_LEVELS + 1; level++) {
+            qkv_coref_eval e;
+            int lv = level > QKV_COREF_LEVELS ? 0 : level;
+            if (qkv_coref_evaluate(m, t, b, sets[s], sizes[s], lv, &e) != QKV_OK) {
                 r = cli_fail("eval: %s", qkv_tape_error(t));
                 break;
             }
@@ -48,9 +49,9 @@ int cmd_eval(int argc, char **argv)
             snprintf(lvl, sizeof lvl, lv ? "%d" : "all", lv);
             printf("%-6s %-6s %6d %9.4f %9.4f %16.4f\n", names[s], lvl, e.n, e.acc, e.loss, e.mass);
         }
-    qkv_dataset_free(&d);
-    qkv_batch_free(b);
+    qkv_coref_data_free(&d);
+    qkv_coref_batch_free(b);
     qkv_tape_free(t);
-    qkv_model_free(m);
+    qkv_coref_model_free(m);
     return r;
 }

@@ -19,17 +19,18 @@ static void print_bar(double w)
 
 /* Writes the (T,T) attention matrix of item 0 as CSV with token labels:
  * a header row of key tokens, then one row per query token. */
-static int write_matrix(const char *path, const qkv_forward *f, const int *ids, int n)
+static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids, int n)
 {
-    char err[512], header[QKV_MAX_TOKENS * 16 + 16] = "query\\key";
+    char header[QKV_COREF_MAX_TOKENS * 16 + 16] = "query\\key";
+    qkv_error err = qkv_error_none();
     size_t used = strlen(header);
     for (int j = 0; j < n; j++)
-        used += (size_t)snprintf(header + used, sizeof header - used, ",%s", qkv_vocab_word(ids[j]));
-    FILE *out = qkv_csv_create(path, header, err, sizeof err);
+        used += (size_t)snprintf(header + used, sizeof header - used, ",%s", qkv_coref_word(ids[j]));
+    FILE *out = cli_csv_create(path, header, &err);
     if (out == NULL)
-        return cli_fail("resolve: %s", err);
+        return cli_fail("resolve: %s", err.message);
     for (int i = 0; i < n; i++) {
-        fputs(qkv_vocab_word(ids[i]), out);
+        fputs(qkv_coref_word(ids[i]), out);
         for (int j = 0; j < n; j++)
             fprintf(out, ",%.6f", (double)f->attn->data[(size_t)i * n + j]);
         fputc('\n', out);
@@ -39,22 +40,22 @@ static int write_matrix(const char *path, const qkv_forward *f, const int *ids, 
     return CLI_OK;
 }
 
-static void explain(const qkv_forward *f, const qkv_batch *b, int item, const int *ids, int n)
+static void explain(const qkv_coref_out *f, const qkv_coref_batch *b, int item, const int *ids, int n)
 {
     int p = b->query[item];
     const qkv_real *a = f->attn->data + ((size_t)item * b->T + p) * b->T;
-    printf("\n%s (token %d) attends to:\n", qkv_vocab_word(ids[p]), p);
+    printf("\n%s (token %d) attends to:\n", qkv_coref_word(ids[p]), p);
     for (int j = 0; j < n; j++) {
         printf("  %2d ", j);
-        cli_print_padded(stdout, qkv_vocab_word(ids[j]), 10);
+        cli_print_padded(stdout, qkv_coref_word(ids[j]), 10);
         print_bar(a[j]);
         printf(" %.3f\n", (double)a[j]);
     }
     double prob;
-    int cls = qkv_predict(f, item, &prob), name = qkv_coref_name_id(cls), present = 0;
+    int cls = qkv_coref_predict(f, item, &prob), name = qkv_coref_name_id(cls), present = 0;
     for (int j = 0; j < n; j++)
         present |= ids[j] == name;
-    printf("%s → %s (%.2f)%s\n", qkv_vocab_word(ids[p]), qkv_vocab_word(name), prob,
+    printf("%s → %s (%.2f)%s\n", qkv_coref_word(ids[p]), qkv_coref_word(name), prob,
            present ? "" : "  (not in the sentence: a guess)");
 }
 
@@ -75,43 +76,43 @@ int cmd_resolve(int argc, char **argv)
         return r;
     if (npos != 1)
         return cli_usage_error("resolve", "give one sentence, e.g. \"小明是个运动达人，他平时很爱打篮球\"");
-    int ids[QKV_MAX_TOKENS], n, pronouns[QKV_MAX_TOKENS], np = 0;
-    char err[256];
-    if (qkv_tokenize(text[0], ids, QKV_MAX_TOKENS, &n, err, sizeof err) != QKV_OK)
-        return cli_fail("resolve: %s", err);
+    int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
+    qkv_error err = qkv_error_none();
+    if (qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err) != QKV_OK)
+        return cli_fail("resolve: %s", err.message);
     for (int i = 0; i < n; i++)
-        if (qkv_vocab_kind(ids[i]) == QKV_WORD_HE || qkv_vocab_kind(ids[i]) == QKV_WORD_SHE)
+        if (qkv_coref_kind(ids[i]) == QKV_COREF_HE || qkv_coref_kind(ids[i]) == QKV_COREF_SHE)
             pronouns[np++] = i;
     if (np == 0)
         return cli_fail("resolve: no pronoun (他 or 她) in the sentence");
-    qkv_model *m = task_load(path);
+    qkv_coref_model *m = cli_load_model(path);
     if (m == NULL)
         return CLI_FAIL;
-    qkv_tape *t = qkv_tape_new(0);
-    qkv_batch *b = qkv_batch_new(np, QKV_MAX_TOKENS);
-    qkv_forward f;
-    if (t == NULL || b == NULL) {
-        r = cli_fail("resolve: out of memory");
+    qkv_tape *t = qkv_tape_new(0, &err);
+    qkv_coref_batch *b = t ? qkv_coref_batch_new(np, QKV_COREF_MAX_TOKENS, &err) : NULL;
+    qkv_coref_out f;
+    if (b == NULL) {
+        r = cli_fail("resolve: %s", err.message);
         goto done;
     }
     for (int i = 0; i < np; i++)
-        qkv_batch_add(b, ids, n, pronouns[i], QKV_IGNORE, -1);
+        qkv_coref_batch_add(b, ids, n, pronouns[i], QKV_IGNORE, -1);
     qkv_tape_set_grad(t, 0);
-    if (qkv_model_forward(m, t, b, &f) != QKV_OK) {
+    if (qkv_coref_forward(m, t, b, &f) != QKV_OK) {
         r = cli_fail("resolve: %s", qkv_tape_error(t));
         goto done;
     }
     printf("tokens:");
     for (int i = 0; i < n; i++)
-        printf(" %s", qkv_vocab_word(ids[i]));
+        printf(" %s", qkv_coref_word(ids[i]));
     printf("\n");
     for (int i = 0; i < np; i++)
         explain(&f, b, i, ids, n);
     if (csv != NULL)
         r = write_matrix(csv, &f, ids, n);
 done:
-    qkv_batch_free(b);
+    qkv_coref_batch_free(b);
     qkv_tape_free(t);
-    qkv_model_free(m);
+    qkv_coref_model_free(m);
     return r;
 }

@@ -36,84 +36,89 @@ typedef struct run_result {
 typedef struct sat_ctx {
     const sat_opts *o;
     qkv_optim_kind kind;
-    qkv_dataset data;
+    qkv_coref_data data;
     qkv_tape *tape;
-    qkv_batch *batch, *eval_batch;
-    int *order;
+    qkv_coref_batch *batch, *eval_batch;
     FILE *csv;
 } sat_ctx;
 
-static double frob(const qkv_tensor *t)
+/* One run's state while it trains. */
+typedef struct sat_run {
+    sat_ctx *c;
+    qkv_coref_model *m;
+    int d_k, scaled;
+    uint64_t seed;
+    run_result *r;
+} sat_run;
+
+/* After every update: every log_every steps (and at the last), measure the
+ * step's attention and gradients and the validation accuracy, and write a
+ * CSV row. Steps are counted from 0 here: row `step` describes the forward
+ * pass and gradients of the weights after `step` updates. */
+static qkv_status log_step(void *ctx, const qkv_coref_step *s)
 {
-    double s = 0;
-    for (size_t i = 0; i < t->numel; i++)
-        s += (double)t->grad[i] * t->grad[i];
-    return sqrt(s);
+    sat_run *run = ctx;
+    sat_ctx *c = run->c;
+    const sat_opts *o = c->o;
+    run_result *r = run->r;
+    const int step = s->step - 1;
+    if (step % o->log_every != 0 && step != o->steps - 1)
+        return QKV_OK;
+    qkv_coref_stats st;
+    qkv_coref_stats_of(s->out, s->batch, &st);
+    double gs = qkv_grad_norm(&s->out->scores, 1);
+    if (step == 0) {
+        r->var0 = st.score_var;
+        r->entropy0 = st.entropy;
+        r->jacobian0 = st.jacobian;
+    }
+    qkv_coref_model *m = run->m;
+    qkv_coref_eval val;
+    qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0, &val);
+    if (r->steps90 < 0 && val.acc >= 0.9)
+        r->steps90 = step;
+    fprintf(c->csv, "%d,%d,%llu,%d,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
+            run->d_k, run->scaled, (unsigned long long)run->seed, step, st.loss,
+            (double)st.correct / st.items, val.acc, qkv_grad_norm(&m->wq, 1),
+            qkv_grad_norm(&m->wk, 1), qkv_grad_norm(&m->wv, 1), gs, st.entropy, st.max_weight,
+            st.jacobian, st.score_var);
+    return QKV_OK;
 }
 
 /* Trains one model; logs rows; fills r. Returns CLI_OK or CLI_FAIL. */
 static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r)
 {
     const sat_opts *o = c->o;
-    qkv_model_config mc = {qkv_vocab_size(), d_k, qkv_coref_classes(), scaled, o->init_std, seed};
+    qkv_error err = qkv_error_none();
+    qkv_coref_config mc = {qkv_coref_vocab_size(), d_k, qkv_coref_classes(), scaled, o->init_std,
+                           seed};
     qkv_optim_config oc = qkv_optim_defaults(c->kind);
     oc.lr = o->lr;
-    qkv_model *m = qkv_model_new(&mc);
-    qkv_optim *opt = m ? qkv_optim_new(&oc, m->params, QKV_MODEL_PARAMS) : NULL;
+    qkv_coref_model *m = qkv_coref_model_new(&mc, &err);
+    qkv_optim *opt = m ? qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, &err) : NULL;
     if (opt == NULL) {
-        qkv_model_free(m);
-        return cli_fail("saturation: out of memory");
+        qkv_coref_model_free(m);
+        return cli_fail("saturation: %s", err.message);
     }
-    qkv_rng g; /* the same batches for the scaled and the unscaled run */
-    qkv_rng_seed(&g, seed + 1);
-    for (int i = 0; i < c->data.n_train; i++)
-        c->order[i] = i;
-    int pos = 0, rc = CLI_OK;
     r->steps90 = -1;
     r->final_acc = NAN;
-    for (int step = 0; step < o->steps; step++) {
-        qkv_forward f;
-        qkv_attn_stats st;
-        task_next_batch(&g, c->batch, c->data.train, c->order, c->data.n_train, &pos);
-        qkv_status s = qkv_model_train_step(m, opt, c->tape, c->batch, &f);
-        if (s == QKV_ERR_NUMERIC)
-            break; /* diverged: reported as such */
-        if (s != QKV_OK) {
-            rc = cli_fail("saturation: %s", qkv_tape_error(c->tape));
-            break;
-        }
-        if (step % o->log_every != 0 && step != o->steps - 1)
-            continue;
-        /* the forward pass and gradients of this step are those of the
-         * weights after `step` updates */
-        qkv_attn_stats_of(&f, c->batch, &st);
-        double gs = frob(f.scores);
-        if (step == 0) {
-            r->var0 = st.score_var;
-            r->entropy0 = st.entropy;
-            r->jacobian0 = st.jacobian;
-        }
-        task_eval val;
-        task_evaluate(m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0, &val);
-        if (r->steps90 < 0 && val.acc >= 0.9)
-            r->steps90 = step;
-        fprintf(c->csv, "%d,%d,%llu,%d,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
-                d_k, scaled, (unsigned long long)seed, step, st.loss, (double)st.correct / st.items,
-                val.acc, qkv_grad_norm(&m->wq, 1), qkv_grad_norm(&m->wk, 1),
-                qkv_grad_norm(&m->wv, 1), gs, st.entropy, st.max_weight, st.jacobian,
-                st.score_var);
-    }
+    sat_run run = {c, m, d_k, scaled, seed, r};
+    /* the same batches for the scaled and the unscaled run; a run that
+     * diverges is reported as such, not as a failure */
+    qkv_status s = qkv_coref_fit(m, opt, c->tape, c->batch, &c->data, o->steps, seed + 1,
+                                 log_step, &run, NULL, &err);
+    int rc = s == QKV_OK || s == QKV_ERR_NUMERIC ? CLI_OK : cli_fail("saturation: %s", err.message);
     if (rc == CLI_OK) {
-        task_eval te;
-        task_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test, 0, &te);
+        qkv_coref_eval te;
+        qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test, 0, &te);
         int finite = 1;
-        for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+        for (int i = 0; i < QKV_COREF_PARAMS; i++)
             for (size_t j = 0; j < m->params[i]->numel; j++)
                 finite &= isfinite(m->params[i]->data[j]);
         r->final_acc = finite ? te.acc : NAN;
     }
     qkv_optim_free(opt);
-    qkv_model_free(m);
+    qkv_coref_model_free(m);
     return rc;
 }
 
@@ -194,12 +199,13 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk, run_result
 /* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k. */
 static int variance_table(const sat_opts *o, const int *dks, int ndk)
 {
-    char path[4096], err[512];
+    char path[4096];
+    qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/variance.csv", o->out);
-    FILE *f = qkv_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled",
-                             err, sizeof err);
+    FILE *f = cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled",
+                             &err);
     if (f == NULL)
-        return cli_fail("saturation: %s", err);
+        return cli_fail("saturation: %s", err.message);
     qkv_rng g;
     qkv_rng_seed(&g, o->seed);
     printf("\nVar(q·k) for q, k with N(0,1) entries, %d samples per d_k\n\n", VAR_SAMPLES);
@@ -270,7 +276,7 @@ int cmd_saturation(int argc, char **argv)
     if (r != CLI_OK)
         return r;
     if (o.threads > 0)
-        qkv_threads_use(o.threads);
+        qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
     int dks[MAX_DK], ndk = cli_int_list(o.dks, dks, MAX_DK);
     if (ndk <= 0)
         return cli_usage_error("saturation", "--dk: '%s' is not a list of up to %d positive ints",
@@ -282,19 +288,19 @@ int cmd_saturation(int argc, char **argv)
         return cli_usage_error("saturation", "--optim: '%s' is not sgd or adam", o.optim);
     if (o.lr < 0)
         o.lr = c.kind == QKV_SGD ? 0.5 : 0.01;
-    char path[4096], err[512];
+    char path[4096];
+    qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
-    c.csv = qkv_csv_create(path, "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
+    c.csv = cli_csv_create(path, "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
                                  "gnorm_wv,gnorm_scores,entropy,max_weight,jacobian,score_var",
-                           err, sizeof err);
+                           &err);
     if (c.csv == NULL)
-        return cli_fail("saturation: %s", err);
-    c.tape = qkv_tape_new(0);
-    c.batch = qkv_batch_new(o.batch, QKV_MAX_TOKENS);
-    c.eval_batch = qkv_batch_new(256, QKV_MAX_TOKENS);
-    if (qkv_dataset_build(&c.data, QKV_ALL_LEVELS, o.seed) != QKV_OK || !c.tape ||
-        !c.batch || !c.eval_batch || !(c.order = malloc(sizeof *c.order * (size_t)c.data.n_train)))
-        r = cli_fail("saturation: out of memory");
+        return cli_fail("saturation: %s", err.message);
+    if ((c.tape = qkv_tape_new(0, &err)) == NULL ||
+        (c.batch = qkv_coref_batch_new(o.batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
+        (c.eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
+        qkv_coref_data_build(&c.data, QKV_COREF_ALL_LEVELS, o.seed, &err) != QKV_OK)
+        r = cli_fail("saturation: %s", err.message);
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk);
     if (fclose(c.csv) != 0 && r == CLI_OK)
@@ -303,10 +309,9 @@ int cmd_saturation(int argc, char **argv)
         r = variance_table(&o, dks, ndk);
     if (r == CLI_OK)
         printf("\nwrote %s/runs.csv and %s/variance.csv\n", o.out, o.out);
-    free(c.order);
-    qkv_batch_free(c.batch);
-    qkv_batch_free(c.eval_batch);
+    qkv_coref_batch_free(c.batch);
+    qkv_coref_batch_free(c.eval_batch);
     qkv_tape_free(c.tape);
-    qkv_dataset_free(&c.data);
+    qkv_coref_data_free(&c.data);
     return r;
 }

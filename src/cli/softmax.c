@@ -11,6 +11,29 @@
 #define MAX_VEC 8
 #define MAX_LEN 32
 
+/* p[0..n) = softmax(z) by the library's softmax op, with no gradient. */
+static qkv_status softmax_of(const double *z, int n, double *p)
+{
+    qkv_error err = qkv_error_none();
+    qkv_tape *t = qkv_tape_new(0, &err);
+    if (t == NULL) {
+        cli_fail("softmax: %s", err.message);
+        return err.status;
+    }
+    qkv_tape_set_grad(t, 0);
+    qkv_tensor *x = qkv_tape_tensor(t, 1, &n, 0);
+    for (int i = 0; !qkv_tensor_is_nil(x) && i < n; i++)
+        x->data[i] = (qkv_real)z[i];
+    qkv_tensor *y = qkv_softmax(t, x);
+    qkv_status s = qkv_tape_status(t);
+    if (s != QKV_OK)
+        cli_fail("softmax: %s", qkv_tape_error(t));
+    for (int i = 0; s == QKV_OK && i < n; i++)
+        p[i] = y->data[i];
+    qkv_tape_free(t);
+    return s;
+}
+
 /* Parses "1,2,-0.5" into out; returns the count or -1. */
 static int parse_vector(const char *s, double *out, int max)
 {
@@ -50,12 +73,11 @@ int cmd_softmax(int argc, char **argv)
     char **use = nvec ? vec : defaults;
     nvec = nvec ? nvec : 2;
     FILE *out = NULL;
-    char err[512];
-    if (csv != NULL && (out = qkv_csv_create(csv, "vector,i,z,linear,softmax", err, sizeof err)) == NULL)
-        return cli_fail("softmax: %s", err);
+    qkv_error err = qkv_error_none();
+    if (csv != NULL && (out = cli_csv_create(csv, "vector,i,z,linear,softmax", &err)) == NULL)
+        return cli_fail("softmax: %s", err.message);
     for (int v = 0; v < nvec && r == CLI_OK; v++) {
-        double z[MAX_LEN];
-        qkv_real zr[MAX_LEN], p[MAX_LEN];
+        double z[MAX_LEN], p[MAX_LEN];
         int n = parse_vector(use[v], z, MAX_LEN);
         if (n <= 0) {
             r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers", use[v], MAX_LEN);
@@ -67,18 +89,20 @@ int cmd_softmax(int argc, char **argv)
         for (int i = 0; i < n; i++) {
             used += (size_t)snprintf(label + used, sizeof label - used, i ? ";%g" : "%g", z[i]);
             sum += z[i];
-            zr[i] = (qkv_real)z[i];
         }
-        qkv_softmax_rows(p, zr, 1, (size_t)n);
+        if (softmax_of(z, n, p) != QKV_OK) {
+            r = CLI_FAIL;
+            break;
+        }
         printf("z = [%s]   Σz = %g\n", use[v], sum);
         printf("  %3s %10s %12s %12s\n", "i", "z", "z/Σz", "e^z/Σe^z");
         for (int i = 0; i < n; i++) {
             double lin = sum != 0 ? z[i] / sum : NAN;
-            printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, (double)p[i],
+            printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, p[i],
                    sum == 0 ? "   <- undefined: Σz = 0"
                    : lin < 0 || lin > 1 ? "   <- not a weight" : "");
             if (out != NULL)
-                fprintf(out, "%s,%d,%g,%.6g,%.6g\n", label, i, z[i], lin, (double)p[i]);
+                fprintf(out, "%s,%d,%g,%.6g,%.6g\n", label, i, z[i], lin, p[i]);
         }
         printf("\n");
     }

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "util/util.h"
 
 typedef struct train_opts {
     int steps, batch, d_k, no_scale, quiet, log_every;
@@ -18,34 +19,36 @@ typedef struct train_opts {
 } train_opts;
 
 typedef struct trainer {
-    qkv_dataset data;
-    qkv_model *model;
+    const train_opts *o;
+    qkv_coref_data data;
+    qkv_coref_model *model;
     qkv_optim *opt;
     qkv_tape *tape;
-    qkv_batch *batch, *eval_batch;
-    int *order;
+    qkv_coref_batch *batch, *eval_batch;
     FILE *log;
+    double loss_sum; /* over the steps since the last log row */
+    int correct, seen;
 } trainer;
 
 static void trainer_free(trainer *tr)
 {
-    qkv_dataset_free(&tr->data);
-    qkv_model_free(tr->model);
+    qkv_coref_data_free(&tr->data);
+    qkv_coref_model_free(tr->model);
     qkv_optim_free(tr->opt);
     qkv_tape_free(tr->tape);
-    qkv_batch_free(tr->batch);
-    qkv_batch_free(tr->eval_batch);
-    free(tr->order);
+    qkv_coref_batch_free(tr->batch);
+    qkv_coref_batch_free(tr->eval_batch);
     if (tr->log != NULL)
         fclose(tr->log);
 }
 
 static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_optim_kind kind)
 {
-    char err[512];
-    if (qkv_dataset_build(&tr->data, levels, o->seed) != QKV_OK || tr->data.n_train == 0)
-        return cli_fail("train: cannot build the data set");
-    qkv_model_config mc = {qkv_vocab_size(), o->d_k, qkv_coref_classes(), !o->no_scale,
+    qkv_error err = qkv_error_none();
+    tr->o = o;
+    if (qkv_coref_data_build(&tr->data, levels, o->seed, &err) != QKV_OK)
+        return cli_fail("train: %s", err.message);
+    qkv_coref_config mc = {qkv_coref_vocab_size(), o->d_k, qkv_coref_classes(), !o->no_scale,
                            o->init_std, o->seed};
     qkv_optim_config oc = qkv_optim_defaults(kind);
     oc.lr = o->lr;
@@ -53,83 +56,84 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
     oc.clip = o->clip;
     if (o->weight_decay >= 0)
         oc.weight_decay = o->weight_decay;
-    tr->model = qkv_model_new(&mc);
-    tr->opt = tr->model ? qkv_optim_new(&oc, tr->model->params, QKV_MODEL_PARAMS) : NULL;
-    tr->tape = qkv_tape_new(0);
-    tr->batch = qkv_batch_new(o->batch, QKV_MAX_TOKENS);
-    tr->eval_batch = qkv_batch_new(256, QKV_MAX_TOKENS);
-    tr->order = malloc(sizeof *tr->order * (size_t)tr->data.n_train);
-    if (!tr->model || !tr->opt || !tr->tape || !tr->batch || !tr->eval_batch || !tr->order)
-        return cli_fail("train: out of memory");
-    for (int i = 0; i < tr->data.n_train; i++)
-        tr->order[i] = i;
-    tr->log = qkv_csv_create(o->log,
+    if ((tr->model = qkv_coref_model_new(&mc, &err)) == NULL ||
+        (tr->opt = qkv_optim_new(&oc, tr->model->params, QKV_COREF_PARAMS, &err)) == NULL ||
+        (tr->tape = qkv_tape_new(0, &err)) == NULL ||
+        (tr->batch = qkv_coref_batch_new(o->batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
+        (tr->eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL)
+        return cli_fail("train: %s", err.message);
+    tr->log = cli_csv_create(o->log,
                              "step,train_loss,train_acc,val_loss,val_acc,attn_antecedent,"
                              "gnorm_wq,gnorm_wk,gnorm_wv,gnorm_wo",
-                             err, sizeof err);
+                             &err);
     if (tr->log == NULL)
-        return cli_fail("train: %s", err);
+        return cli_fail("train: %s", err.message);
     return CLI_OK;
+}
+
+/* After every update: accumulate the step's loss and accuracy, and every
+ * log_every steps (and at the last) write a log row with the validation
+ * scores and move the progress bar. */
+static qkv_status log_step(void *ctx, const qkv_coref_step *s)
+{
+    trainer *tr = ctx;
+    const train_opts *o = tr->o;
+    qkv_coref_stats st;
+    qkv_coref_stats_of(s->out, s->batch, &st);
+    tr->loss_sum += st.loss;
+    tr->correct += st.correct;
+    tr->seen += st.items;
+    if (s->step % o->log_every != 0 && s->step != o->steps)
+        return QKV_OK;
+    double gn[QKV_COREF_PARAMS];
+    for (int i = 0; i < QKV_COREF_PARAMS; i++) /* of this step, before the update */
+        gn[i] = qkv_grad_norm(&tr->model->params[i], 1);
+    qkv_coref_eval val;
+    qkv_coref_evaluate(tr->model, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &val);
+    double tl = tr->loss_sum / (tr->seen / o->batch), ta = (double)tr->correct / tr->seen;
+    fprintf(tr->log, "%d,%.6f,%.4f,%.6f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, tl, ta,
+            val.loss, val.acc, val.mass, gn[0], gn[1], gn[2], gn[3]);
+    char status[96];
+    snprintf(status, sizeof status, "loss %.4f acc %.3f val_acc %.3f", tl, ta, val.acc);
+    cli_progress(o->quiet, s->step, o->steps, status, s->step == o->steps);
+    tr->loss_sum = 0;
+    tr->correct = tr->seen = 0;
+    return QKV_OK;
 }
 
 /* Runs the loop. Returns CLI_OK, or CLI_FAIL after printing why. */
 static int trainer_run(trainer *tr, const train_opts *o)
 {
-    qkv_rng g;
-    qkv_rng_seed(&g, o->seed + 1);
-    int pos = 0, correct = 0, seen = 0;
-    double loss_sum = 0;
-    char status[96];
-    for (int step = 1; step <= o->steps; step++) {
-        qkv_forward f;
-        task_next_batch(&g, tr->batch, tr->data.train, tr->order, tr->data.n_train, &pos);
-        qkv_status s = qkv_model_train_step(tr->model, tr->opt, tr->tape, tr->batch, &f);
-        if (s == QKV_ERR_NUMERIC) {
-            cli_progress(o->quiet, step, o->steps, "", 1);
-            return cli_fail("train: diverged at step %d: the loss or a gradient is not finite "
-                            "(try a smaller --lr); %s was left untouched", step, o->save);
-        }
-        if (s != QKV_OK)
-            return cli_fail("train: step %d: %s", step, qkv_tape_error(tr->tape));
-        qkv_attn_stats st;
-        qkv_attn_stats_of(&f, tr->batch, &st);
-        loss_sum += st.loss;
-        correct += st.correct;
-        seen += st.items;
-        if (step % o->log_every != 0 && step != o->steps)
-            continue;
-        double gn[QKV_MODEL_PARAMS];
-        for (int i = 0; i < QKV_MODEL_PARAMS; i++) /* of this step, before the update */
-            gn[i] = qkv_grad_norm(&tr->model->params[i], 1);
-        task_eval val;
-        task_evaluate(tr->model, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &val);
-        double tl = loss_sum / (seen / o->batch), ta = (double)correct / seen;
-        fprintf(tr->log, "%d,%.6f,%.4f,%.6f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", step, tl, ta,
-                val.loss, val.acc, val.mass, gn[0], gn[1], gn[2], gn[3]);
-        snprintf(status, sizeof status, "loss %.4f acc %.3f val_acc %.3f", tl, ta, val.acc);
-        cli_progress(o->quiet, step, o->steps, status, step == o->steps);
-        loss_sum = 0;
-        correct = seen = 0;
+    qkv_error err = qkv_error_none();
+    int done;
+    qkv_status s = qkv_coref_fit(tr->model, tr->opt, tr->tape, tr->batch, &tr->data, o->steps,
+                                 o->seed + 1, log_step, tr, &done, &err);
+    if (s == QKV_ERR_NUMERIC) {
+        cli_progress(o->quiet, done + 1, o->steps, "", 1);
+        return cli_fail("train: %s (try a smaller --lr); %s was left untouched", err.message,
+                        o->save);
     }
+    if (s != QKV_OK)
+        return cli_fail("train: %s", err.message);
     return CLI_OK;
 }
 
 static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
 {
-    char err[512];
-    task_eval tr_e, va_e, te_e;
-    qkv_model *m = tr->model;
-    task_evaluate(m, tr->tape, tr->eval_batch, tr->data.train, tr->data.n_train, 0, &tr_e);
-    task_evaluate(m, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &va_e);
-    task_evaluate(m, tr->tape, tr->eval_batch, tr->data.test, tr->data.n_test, 0, &te_e);
+    qkv_error err = qkv_error_none();
+    qkv_coref_eval tr_e, va_e, te_e;
+    qkv_coref_model *m = tr->model;
+    qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.train, tr->data.n_train, 0, &tr_e);
+    qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &va_e);
+    qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.test, tr->data.n_test, 0, &te_e);
     if (fclose(tr->log) != 0) {
         tr->log = NULL;
         return cli_fail("train: cannot finish writing %s", o->log);
     }
     tr->log = NULL;
-    if (qkv_mkdirs_for(o->save, err, sizeof err) != QKV_OK ||
-        qkv_model_save(m, qkv_vocab_fingerprint(), o->save, err, sizeof err) != QKV_OK)
-        return cli_fail("train: %s", err);
+    if (qkv_mkdirs_for(o->save, &err) != QKV_OK ||
+        qkv_coref_save(m, qkv_coref_fingerprint(), o->save, &err) != QKV_OK)
+        return cli_fail("train: %s", err.message);
     if (!o->quiet)
         fprintf(stderr, "trained in %.2f s; log %s; model %s\n", seconds, o->log, o->save);
     printf("final: steps=%d loss=%.4f train_acc=%.4f val_acc=%.4f test_acc=%.4f "
@@ -169,11 +173,11 @@ int cmd_train(int argc, char **argv)
     if (r != CLI_OK)
         return r;
     if (o.threads > 0)
-        qkv_threads_use(o.threads);
+        qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
     qkv_optim_kind kind;
     if (qkv_optim_parse(o.optim, &kind) != 0)
         return cli_usage_error("train", "--optim: '%s' is not sgd, adam or adamw", o.optim);
-    unsigned levels = qkv_parse_levels(o.levels);
+    unsigned levels = qkv_coref_parse_levels(o.levels);
     if (levels == 0)
         return cli_usage_error("train", "--levels: '%s' is not a list of 1, 2, 3", o.levels);
     trainer tr;

@@ -17,7 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "apps/coref.h"
+#include "kernels/kernels.h" /* the benchmark times the private kernels too */
 #include "qkv.h"
+#include "util/util.h"
 
 static FILE *csv;
 
@@ -158,7 +161,7 @@ static void bench_matmul(void)
         record("matmul", name, naive, "GFLOP/s");
         printf("%6d %8.2f", n, naive);
         for (int i = 0; i < 3; i++) {
-            if (qkv_kernels_use(impls[i]) != 0) {
+            if (qkv_kernels_use(impls[i], NULL) != 0) {
                 printf(" %*s", i == 0 ? 10 : 8, "-");
                 continue;
             }
@@ -168,7 +171,7 @@ static void bench_matmul(void)
             record("matmul", name, g, "GFLOP/s");
             printf(" %*.2f", i == 0 ? 10 : 8, g);
         }
-        qkv_kernels_use("auto");
+        qkv_kernels_use("auto", NULL);
         if (blas != NULL) {
             double g = flop / median_time(mm_blas, &x, 5, 0.1) / 1e9;
             /* sanity: both libraries compute the same product */
@@ -201,17 +204,17 @@ static void bench_matmul(void)
 /* training step                                                            */
 
 typedef struct step_ctx {
-    qkv_model *m;
+    qkv_coref_model *m;
     qkv_optim *o;
     qkv_tape *t;
-    qkv_batch *b;
+    qkv_coref_batch *b;
 } step_ctx;
 
 static void run_step(void *p)
 {
     step_ctx *c = p;
-    qkv_forward f;
-    if (qkv_model_train_step(c->m, c->o, c->t, c->b, &f) != QKV_OK) {
+    qkv_coref_out f;
+    if (qkv_coref_train_step(c->m, c->o, c->t, c->b, &f) != QKV_OK) {
         fprintf(stderr, "bench: step failed: %s\n", qkv_tape_error(c->t));
         exit(1);
     }
@@ -220,17 +223,17 @@ static void run_step(void *p)
 static void run_forward(void *p)
 {
     step_ctx *c = p;
-    qkv_forward f;
+    qkv_coref_out f;
     qkv_tape_reset(c->t);
-    qkv_model_forward(c->m, c->t, c->b, &f);
+    qkv_coref_forward(c->m, c->t, c->b, &f);
 }
 
 static void run_forward_backward(void *p)
 {
     step_ctx *c = p;
-    qkv_forward f;
+    qkv_coref_out f;
     qkv_tape_reset(c->t);
-    qkv_model_forward(c->m, c->t, c->b, &f);
+    qkv_coref_forward(c->m, c->t, c->b, &f);
     qkv_backward(c->t, f.loss);
 }
 
@@ -243,28 +246,28 @@ typedef struct config {
  * full length. */
 static void make_step_ctx(step_ctx *c, const config *g)
 {
-    qkv_model_config mc = {g->V, g->d_k, 12, 1, 0.1, 1};
-    *c = (step_ctx){qkv_model_new(&mc), NULL, qkv_tape_new(0), qkv_batch_new(g->B, g->T)};
+    qkv_coref_config mc = {g->V, g->d_k, 12, 1, 0.1, 1};
+    *c = (step_ctx){qkv_coref_model_new(&mc, NULL), NULL, qkv_tape_new(0, NULL), qkv_coref_batch_new(g->B, g->T, NULL)};
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
     oc.lr = 1e-3;
-    c->o = qkv_optim_new(&oc, c->m->params, QKV_MODEL_PARAMS);
+    c->o = qkv_optim_new(&oc, c->m->params, QKV_COREF_PARAMS, NULL);
     qkv_rng r;
     qkv_rng_seed(&r, 7);
     int ids[64];
     for (int b = 0; b < g->B; b++) {
         for (int t = 0; t < g->T; t++)
             ids[t] = 1 + (int)qkv_rng_below(&r, (uint64_t)g->V - 1);
-        qkv_batch_add(c->b, ids, g->T, (int)qkv_rng_below(&r, (uint64_t)g->T),
+        qkv_coref_batch_add(c->b, ids, g->T, (int)qkv_rng_below(&r, (uint64_t)g->T),
                       (int)qkv_rng_below(&r, 12), -1);
     }
 }
 
 static void free_step_ctx(step_ctx *c)
 {
-    qkv_batch_free(c->b);
+    qkv_coref_batch_free(c->b);
     qkv_tape_free(c->t);
     qkv_optim_free(c->o);
-    qkv_model_free(c->m);
+    qkv_coref_model_free(c->m);
 }
 
 static void bench_steps(const char *only)
@@ -314,13 +317,13 @@ static void bench_threads(void)
         const config *g = &cfgs[i];
         double t[2];
         for (int k = 0; k < 2; k++) {
-            qkv_threads_use(k == 0 ? 1 : n);
+            qkv_threads_use(k == 0 ? 1 : n, NULL);
             step_ctx c;
             make_step_ctx(&c, g);
             t[k] = median_time(run_step, &c, 7, 0.2);
             free_step_ctx(&c);
         }
-        qkv_threads_use(1);
+        qkv_threads_use(1, NULL);
         printf("%-3s %12.1f %11.2fx\n", g->name, t[1] * 1e6, t[0] / t[1]);
         char name[32];
         snprintf(name, sizeof name, "%s_step_threads_%d", g->name, n);
@@ -378,10 +381,11 @@ int main(int argc, char **argv)
     const char *qkv = argc > 1 ? argv[1] : "build/qkv";
     const char *out = argc > 2 ? argv[2] : "out/bench.csv";
     const double rss = measure_rss(qkv); /* first: see measure_rss */
-    char err[256];
-    csv = qkv_csv_create(out, "section,name,value,unit", err, sizeof err);
-    if (csv == NULL)
-        fprintf(stderr, "bench: %s (continuing without CSV)\n", err);
+    qkv_error err = qkv_error_none();
+    if (qkv_mkdirs_for(out, &err) == QKV_OK && (csv = fopen(out, "w")) != NULL)
+        fprintf(csv, "section,name,value,unit\n");
+    else
+        fprintf(stderr, "bench: cannot write %s (continuing without CSV)\n", out);
     bench_matmul();
     bench_steps(NULL);
     bench_threads();

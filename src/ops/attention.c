@@ -1,11 +1,12 @@
 /*
- * attention.c - the fused attention ops: qkv_attention on Q, K and V, and
- * qkv_embed_attention, which looks Q, K and V up from weight tables itself.
+ * attention.c - the fused attention ops, forward and backward: qkv_attention
+ * on Q, K and V, and qkv_embed_attention, which looks Q, K and V up from
+ * weight tables itself.
  *
- * Both record one node and run the kernels of kernels.c one batch item at a
- * time (qkv_attention_forward and qkv_attention_backward), so an item's
+ * Both record one node and run the kernels of kernels/attention.c one batch
+ * item at a time (qkv_attention_forward and qkv_attention_backward), so an item's
  * scores and weights stay in cache between the steps; the items may run on
- * several threads (threads.c). The embedded form gathers each item's Q, K
+ * several threads (util/threads.c). The embedded form gathers each item's Q, K
  * and V rows into a small buffer, kept for backward while they are small,
  * and its backward adds the rows' gradients straight into the tables'
  * gradients, so no [B,T,d] tensor is made: those are most of a small
@@ -14,14 +15,14 @@
  */
 #include <string.h>
 
-#include "qkv/kernels.h"
-#include "qkv/ops.h"
-#include "internal.h"
+#include "kernels/kernels.h"
+#include "ops/op.h"
+#include "qkv/runtime.h"
 
 /* The most bytes of looked-up rows the embedded form keeps for backward. */
 #define KEEP_ROWS_MAX (512u << 10)
 
-/* The node's own record. */
+/* The node's own record (node->state). */
 typedef struct attn_rec {
     int n0, n1;           /* the leading (batch) dimensions, padded to two */
     int tq, tk, dk, dv;
@@ -63,7 +64,7 @@ static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 {
     qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL};
     if (r->ids != NULL) /* backward adds the rows' gradients into the tables */
-        sh.grad_rows = r->ids + b * (size_t)r->tq;
+        sh.row_index = r->ids + b * (size_t)r->tq;
     if (r->mask != NULL) {
         size_t i0 = b / (size_t)r->n1, i1 = b % (size_t)r->n1;
         sh.mask = r->mask->data + i0 * r->mp.bstride[0] + i1 * r->mp.bstride[1];
@@ -142,6 +143,9 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
     }
 }
 
+static void attention_backward(const qkv_node *nd);
+static const qkv_op_def op_attention = {"attention", attention_backward};
+
 /* Makes the outputs, runs the forward pass item by item and records the
  * node. q and k are the inputs (or tables) the node keeps. */
 static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tensor *q,
@@ -168,7 +172,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
                       sm, ss);
         return qkv_nil();
     }
-    qkv_bcast lead_dims;
+    qkv_bcast lead_dims; /* the leading dimensions, padded to two */
     qkv_bcast_plan(r->scores, r->scores, &lead_dims);
     r->n0 = lead_dims.dim[0];
     r->n1 = lead_dims.dim[1];
@@ -204,19 +208,20 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
         (r->scratch = qkv_tape_alloc(t, n)) == NULL)
         return qkv_nil();
-    int failed;
-    qkv_node *node = qkv_record(t, QKV_OP_ATTENTION, out, q, k, &failed);
-    if (failed)
+    qkv_tensor *in[3] = {q, k, r->v};
+    qkv_node *node = qkv_tape_record(t, &op_attention, out, 3, in);
+    if (node == NULL)
         return qkv_nil();
-    node->aux = r;
+    node->constant = r->mask;
+    node->state = r;
     return out;
 }
 
-void qkv_attention_node_backward(const qkv_node *nd)
+static void attention_backward(const qkv_node *nd)
 {
-    const attn_rec *r = nd->aux;
+    const attn_rec *r = nd->state;
     const size_t items = (size_t)r->n0 * r->n1;
-    attn_job job = {r, nd->a, nd->b, nd->out};
+    attn_job job = {r, nd->in[0], nd->in[1], nd->out};
     /* the items of the plain form write their own slices of the gradients
      * and run on any thread; the embedded form adds every item into the
      * same tables, in item order, so it runs on one */
@@ -243,7 +248,7 @@ static int attn_inputs_ok(qkv_tape *t, const char *name, const qkv_tensor *q,
 {
     if (parts != NULL)
         parts->scores = parts->attn = qkv_nil();
-    return qkv_inputs_ok(t, name, q, k, 1) && qkv_inputs_ok(t, name, v, NULL, 0);
+    return qkv_op_inputs_ok(t, name, q, k, 1) && qkv_op_inputs_ok(t, name, v, NULL, 0);
 }
 
 /* Three shapes as text, for an error message. */

@@ -1,13 +1,14 @@
 /*
- * nn.h - the self-attention model: parameters that live outside the tape,
- * a batch format, the forward pass, and the attention metrics.
+ * model.h - the tutorial's self-attention layer as a coreference model:
+ * weights that live outside the tape, a batch format, the forward pass, one
+ * training step, and the attention metrics the experiments read.
  *
  *   ids (B,T) ─gather─► Q, K, V (B,T,d_k)        (one-hot X·W is a row gather)
  *   S = Q·Kᵀ [/√d_k] (B,T,T) ─+mask(padding)─► A = softmax(S)
  *   H = A·V (B,T,d_k) ─pick query row─► h (B,d_k) ─·Wo─► logits (B,C) ─► CE
  */
-#ifndef QKV_NN_H
-#define QKV_NN_H
+#ifndef QKV_COREF_MODEL_H
+#define QKV_COREF_MODEL_H
 
 #include <stdint.h>
 
@@ -19,73 +20,81 @@ extern "C" {
 #endif
 
 /* A batch of token sequences, each with one query position to classify. */
-typedef struct qkv_batch {
+typedef struct qkv_coref_batch {
     int cap_b, cap_t; /* capacity: items, tokens per item */
     int B, T;         /* items now; longest length now */
     int *ids;         /* (cap_b, cap_t) token ids, 0 after each item's end */
     int *len;         /* (cap_b) tokens per item */
-    int *query;       /* (cap_b) position whose output is classified */
+    int *query;       /* (cap_b) position whose output is classified (the pronoun) */
     int *target;      /* (cap_b) class of that position, or QKV_IGNORE */
     int *mark;        /* (cap_b) token id whose attention mass is measured, or -1 */
-} qkv_batch;
+} qkv_coref_batch;
 
 /* Allocates an empty batch for up to cap_b items of up to cap_t tokens.
- * Returns NULL when memory runs out or a capacity is < 1. */
-qkv_batch *qkv_batch_new(int cap_b, int cap_t);
-void qkv_batch_free(qkv_batch *b); /* accepts NULL */
-void qkv_batch_clear(qkv_batch *b);
+ * Returns NULL with the reason in err when a capacity is < 1 or memory
+ * runs out. */
+qkv_coref_batch *qkv_coref_batch_new(int cap_b, int cap_t, qkv_error *err);
+void qkv_coref_batch_free(qkv_coref_batch *b); /* accepts NULL */
+void qkv_coref_batch_clear(qkv_coref_batch *b);
 
 /* Appends one item (ids copied). QKV_ERR_ARG if the batch is full, len is
  * out of [1, cap_t] or query out of [0, len). */
-qkv_status qkv_batch_add(qkv_batch *b, const int *ids, int len, int query, int target, int mark);
+qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query,
+                               int target, int mark);
 
-typedef struct qkv_model_config {
+typedef struct qkv_coref_config {
     int vocab;       /* rows of Wq, Wk, Wv (d_model = vocabulary size) */
     int d_k;         /* columns of Wq, Wk, Wv */
     int classes;     /* columns of Wo */
     int scaled;      /* 1: divide scores by √d_k (the default); 0: don't */
     double init_std; /* Wq, Wk, Wv ~ N(0, init_std²); the tutorial uses 0.1 */
     uint64_t seed;   /* weights are drawn with qkv_rng seeded by this */
-} qkv_model_config;
+} qkv_coref_config;
 
-typedef struct qkv_model {
-    qkv_model_config cfg;
-    qkv_tensor *wq, *wk, *wv; /* (vocab, d_k) */
-    qkv_tensor *wo;           /* (d_k, classes), ~ N(0, 1/d_k) */
-    qkv_tensor *params[4];    /* wq, wk, wv, wo */
-} qkv_model;
+#define QKV_COREF_PARAMS 4
 
-#define QKV_MODEL_PARAMS 4
+typedef struct qkv_coref_model {
+    qkv_coref_config cfg;
+    qkv_tensor *wq, *wk, *wv;             /* (vocab, d_k) */
+    qkv_tensor *wo;                       /* (d_k, classes), ~ N(0, 1/d_k) */
+    qkv_tensor *params[QKV_COREF_PARAMS]; /* wq, wk, wv, wo */
+} qkv_coref_model;
 
-/* Makes a model with random weights: Wq, Wk, Wv row by row in that order
- * from N(0, init_std²) (as the tutorial's demo draws them), then Wo from
+/* qkv_coref_model_new(const qkv_coref_config *cfg, qkv_error *err) makes a
+ * model with random weights: Wq, Wk, Wv row by row in that order from
+ * N(0, init_std²) (as the tutorial's demo draws them), then Wo from
  * N(0, 1/d_k) so logits start near unit scale whatever d_k is. Returns NULL
- * on an invalid config or when memory runs out. */
-qkv_model *qkv_model_new(const qkv_model_config *cfg);
-void qkv_model_free(qkv_model *m); /* accepts NULL */
+ * with the reason in err for an invalid config (QKV_ERR_ARG), when memory
+ * runs out, or when the program's scalar type differs from the library's
+ * (QKV_ERR_ABI). A macro: it passes QKV_ABI. */
+qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg,
+                                         qkv_error *err);
+#define qkv_coref_model_new(...) qkv_coref_model_new_abi(QKV_ABI, __VA_ARGS__)
+void qkv_coref_model_free(qkv_coref_model *m); /* accepts NULL */
 
 /* Tape tensors of one forward pass, valid until the tape is reset. */
-typedef struct qkv_forward {
+typedef struct qkv_coref_out {
     qkv_tensor *scores; /* (B,T,T) Q·Kᵀ, scaled if the model scales; before the mask */
     qkv_tensor *attn;   /* (B,T,T) softmax rows; padded keys get 0 */
     qkv_tensor *logits; /* (B,classes) */
     qkv_tensor *loss;   /* scalar mean cross-entropy */
-} qkv_forward;
+} qkv_coref_out;
 
 /* Records the forward pass of batch b on tape t. Returns the tape status
  * (the message is in qkv_tape_error). */
-qkv_status qkv_model_forward(qkv_model *m, qkv_tape *t, const qkv_batch *b, qkv_forward *f);
+qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_batch *b,
+                             qkv_coref_out *f);
 
 /* One optimisation step: zero the gradients, reset the tape, forward,
  * backward, optimizer step. f is left holding the forward tensors (with
  * their gradients). A loss or gradient that is not finite stops before the
  * update with QKV_ERR_NUMERIC and leaves the weights untouched. */
-qkv_status qkv_model_train_step(qkv_model *m, qkv_optim *o, qkv_tape *t, const qkv_batch *b,
-                                qkv_forward *f);
+qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t,
+                                const qkv_coref_batch *b, qkv_coref_out *f);
 
 /* Attention metrics of one forward pass, averaged over the valid query rows
  * (i < len) of every item unless noted. */
-typedef struct qkv_attn_stats {
+typedef struct qkv_coref_stats {
     double loss;       /* the batch loss */
     int correct;       /* items whose argmax logit is the target */
     int items;
@@ -94,12 +103,21 @@ typedef struct qkv_attn_stats {
     double jacobian;   /* mean Frobenius norm of diag(a) - a·aᵀ */
     double score_var;  /* variance of the scores over valid (i,j) pairs */
     double mark_mass;  /* mean weight of the query row on the marked token(s) */
-} qkv_attn_stats;
+} qkv_coref_stats;
 
-void qkv_attn_stats_of(const qkv_forward *f, const qkv_batch *b, qkv_attn_stats *s);
+void qkv_coref_stats_of(const qkv_coref_out *f, const qkv_coref_batch *b, qkv_coref_stats *s);
 
-/* The argmax class of item i, and its softmax probability in *p. */
-int qkv_predict(const qkv_forward *f, int i, double *p);
+/* The argmax class of item i, and its softmax probability in *p (which may
+ * be NULL). */
+int qkv_coref_predict(const qkv_coref_out *f, int i, double *p);
+
+/* Shannon entropy -Σ p log p (natural log) of a probability row; terms with
+ * p = 0 contribute 0. */
+double qkv_coref_entropy(const qkv_real *p, size_t n);
+
+/* Frobenius norm of the softmax Jacobian J = diag(a) - a·aᵀ for the
+ * probability row a: sqrt(Σ_i a_i²(1-a_i)² + Σ_{i≠j} a_i²a_j²). */
+double qkv_coref_jacobian_norm(const qkv_real *a, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,28 +1,14 @@
 /*
- * tensor.c - heap tensors, shapes, printing and status names.
+ * tensor.c - heap tensors, shapes and printing.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qkv/tensor.h"
-#include "internal.h"
+#include "util/util.h"
 
 static qkv_tensor nil_tensor = {NULL, NULL, 0, 0, {1, 1, 1, 1}, QKV_TENSOR_NIL};
-
-const char *qkv_status_string(qkv_status s)
-{
-    switch (s) {
-    case QKV_OK: return "ok";
-    case QKV_ERR_SHAPE: return "shape mismatch";
-    case QKV_ERR_ARG: return "invalid argument";
-    case QKV_ERR_NOMEM: return "out of memory";
-    case QKV_ERR_IO: return "input/output error";
-    case QKV_ERR_FORMAT: return "malformed input";
-    case QKV_ERR_NUMERIC: return "non-finite number";
-    }
-    return "unknown status";
-}
 
 qkv_tensor *qkv_nil(void)
 {
@@ -32,45 +18,6 @@ qkv_tensor *qkv_nil(void)
 int qkv_tensor_is_nil(const qkv_tensor *t)
 {
     return t == NULL || (t->flags & QKV_TENSOR_NIL) != 0;
-}
-
-static size_t alloc_count;
-
-size_t qkv_alloc_count(void)
-{
-    return alloc_count;
-}
-
-void *qkv_malloc(size_t n)
-{
-    alloc_count++;
-    return malloc(n);
-}
-
-void *qkv_calloc(size_t n, size_t size)
-{
-    alloc_count++;
-    return calloc(n, size);
-}
-
-void *qkv_realloc(void *p, size_t n)
-{
-    alloc_count++;
-    return realloc(p, n);
-}
-
-void *qkv_aligned_alloc(size_t align, size_t n)
-{
-    alloc_count++;
-    return aligned_alloc(align, n);
-}
-
-int qkv_mul_size(size_t a, size_t b, size_t *r)
-{
-    if (a != 0 && b > SIZE_MAX / a)
-        return 0;
-    *r = a * b;
-    return 1;
 }
 
 qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel)
@@ -90,20 +37,30 @@ qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel)
     return QKV_OK;
 }
 
-qkv_tensor *qkv_tensor_new(int ndim, const int *shape, int with_grad)
+qkv_tensor *qkv_tensor_new_abi(unsigned abi, int ndim, const int *shape, int with_grad,
+                               qkv_error *err)
 {
     size_t n;
-    if (qkv_shape_numel(ndim, shape, &n) != QKV_OK)
+    if (!qkv_abi_ok(abi, err))
         return qkv_nil();
+    qkv_status s = qkv_shape_numel(ndim, shape, &n);
+    if (s != QKV_OK) {
+        qkv_error_set(err, s, "tensor: %s", s == QKV_ERR_NOMEM ? "the shape's size overflows"
+                                        : "a shape needs 0 to 4 dimensions, each at least 1");
+        return qkv_nil();
+    }
     qkv_tensor *t = qkv_calloc(1, sizeof *t);
-    if (t == NULL)
-        return qkv_nil();
-    t->data = qkv_calloc(n, sizeof(qkv_real));
-    t->grad = with_grad ? qkv_calloc(n, sizeof(qkv_real)) : NULL;
-    if (t->data == NULL || (with_grad && t->grad == NULL)) {
-        free(t->data);
-        free(t->grad);
-        free(t);
+    if (t != NULL) {
+        t->data = qkv_calloc(n, sizeof(qkv_real));
+        t->grad = with_grad ? qkv_calloc(n, sizeof(qkv_real)) : NULL;
+    }
+    if (t == NULL || t->data == NULL || (with_grad && t->grad == NULL)) {
+        if (t != NULL) {
+            free(t->data);
+            free(t->grad);
+            free(t);
+        }
+        qkv_error_set(err, QKV_ERR_NOMEM, "tensor: out of memory for %zu values", n);
         return qkv_nil();
     }
     t->numel = n;

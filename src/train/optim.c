@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "qkv/kernels.h"
+#include "kernels/kernels.h"
 #include "qkv/optim.h"
+#include "util/util.h"
 
 struct qkv_optim {
     qkv_optim_config cfg;
@@ -41,18 +41,44 @@ void qkv_optim_free(qkv_optim *o)
     free(o);
 }
 
-qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n)
+/* Why cfg cannot drive an optimizer, or NULL if it can. */
+static const char *bad_config(const qkv_optim_config *c)
 {
-    if (cfg == NULL || params == NULL || n < 1 || !(cfg->lr > 0) || cfg->momentum < 0 ||
-        cfg->momentum >= 1 || cfg->beta1 < 0 || cfg->beta1 >= 1 || cfg->beta2 < 0 ||
-        cfg->beta2 >= 1 || cfg->eps < 0 || cfg->weight_decay < 0 || cfg->clip < 0)
+    if (c->kind != QKV_SGD && c->kind != QKV_ADAM && c->kind != QKV_ADAMW)
+        return "unknown optimizer kind";
+    if (!(c->lr > 0) || !isfinite(c->lr))
+        return "the learning rate must be a positive finite number";
+    if (!(c->momentum >= 0 && c->momentum < 1))
+        return "momentum must be in [0, 1)";
+    if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
+        return "beta1 and beta2 must be in [0, 1)";
+    if (!(c->eps >= 0) || !(c->weight_decay >= 0) || !(c->clip >= 0))
+        return "eps, weight decay and clip must be >= 0";
+    return NULL;
+}
+
+qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n,
+                         qkv_error *err)
+{
+    const char *why = cfg == NULL ? "no config" : bad_config(cfg);
+    if (why == NULL && (params == NULL || n < 1))
+        why = "no parameters to optimize";
+    if (why != NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "optim: %s", why);
         return NULL;
+    }
     for (int i = 0; i < n; i++)
-        if (qkv_tensor_is_nil(params[i]) || params[i]->grad == NULL)
+        if (qkv_tensor_is_nil(params[i]) || params[i]->grad == NULL) {
+            qkv_error_set(err, QKV_ERR_ARG,
+                     "optim: parameter %d %s (make it with qkv_tensor_new(..., 1, ...))", i,
+                     qkv_tensor_is_nil(params[i]) ? "is nil" : "has no gradient buffer");
             return NULL;
+        }
     qkv_optim *o = qkv_calloc(1, sizeof *o);
-    if (o == NULL)
+    if (o == NULL) {
+        qkv_error_set(err, QKV_ERR_NOMEM, "optim: out of memory");
         return NULL;
+    }
     o->cfg = *cfg;
     o->params = qkv_malloc(sizeof *o->params * (size_t)n);
     o->m = qkv_calloc((size_t)n, sizeof *o->m);
@@ -67,6 +93,7 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     }
     if (!ok) {
         qkv_optim_free(o);
+        qkv_error_set(err, QKV_ERR_NOMEM, "optim: out of memory for the optimizer state");
         return NULL;
     }
     return o;

@@ -1,26 +1,30 @@
 /*
- * nn.c - the self-attention model: batches, weights, forward pass, one
- * training step, and attention metrics.
+ * model.c - the coreference model: batches, weights, the forward pass and
+ * one training step.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "qkv/kernels.h"
-#include "qkv/nn.h"
+#include "apps/coref/model.h"
 #include "qkv/rng.h"
+#include "util/util.h"
 
 /* ------------------------------------------------------------------------ */
 /* batches                                                                  */
 
-qkv_batch *qkv_batch_new(int cap_b, int cap_t)
+qkv_coref_batch *qkv_coref_batch_new(int cap_b, int cap_t, qkv_error *err)
 {
-    if (cap_b < 1 || cap_t < 1)
+    if (cap_b < 1 || cap_t < 1) {
+        qkv_error_set(err, QKV_ERR_ARG, "batch: capacity %d x %d: both must be at least 1",
+                      cap_b, cap_t);
         return NULL;
-    qkv_batch *b = qkv_calloc(1, sizeof *b);
-    if (b == NULL)
+    }
+    qkv_coref_batch *b = qkv_calloc(1, sizeof *b);
+    if (b == NULL) {
+        qkv_error_set(err, QKV_ERR_NOMEM, "batch: out of memory");
         return NULL;
+    }
     b->cap_b = cap_b;
     b->cap_t = cap_t;
     b->ids = qkv_calloc((size_t)cap_b * (size_t)cap_t, sizeof *b->ids);
@@ -29,13 +33,15 @@ qkv_batch *qkv_batch_new(int cap_b, int cap_t)
     b->target = qkv_calloc((size_t)cap_b, sizeof *b->target);
     b->mark = qkv_calloc((size_t)cap_b, sizeof *b->mark);
     if (!b->ids || !b->len || !b->query || !b->target || !b->mark) {
-        qkv_batch_free(b);
+        qkv_coref_batch_free(b);
+        qkv_error_set(err, QKV_ERR_NOMEM, "batch: out of memory for %d x %d tokens", cap_b,
+                      cap_t);
         return NULL;
     }
     return b;
 }
 
-void qkv_batch_free(qkv_batch *b)
+void qkv_coref_batch_free(qkv_coref_batch *b)
 {
     if (b == NULL)
         return;
@@ -47,13 +53,13 @@ void qkv_batch_free(qkv_batch *b)
     free(b);
 }
 
-void qkv_batch_clear(qkv_batch *b)
+void qkv_coref_batch_clear(qkv_coref_batch *b)
 {
     b->B = 0;
     b->T = 0;
 }
 
-qkv_status qkv_batch_add(qkv_batch *b, const int *ids, int len, int query, int target, int mark)
+qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target, int mark)
 {
     if (b->B >= b->cap_b || len < 1 || len > b->cap_t || query < 0 || query >= len)
         return QKV_ERR_ARG;
@@ -79,26 +85,34 @@ static void fill_normal(qkv_rng *g, qkv_tensor *w, double std)
         w->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, std);
 }
 
-qkv_model *qkv_model_new(const qkv_model_config *cfg)
+qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg, qkv_error *err)
 {
-    if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->classes < 1 || !(cfg->init_std >= 0))
+    if (!qkv_abi_ok(abi, err))
         return NULL;
-    qkv_model *m = qkv_calloc(1, sizeof *m);
-    if (m == NULL)
+    if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->classes < 1 ||
+        !(cfg->init_std >= 0) || !isfinite(cfg->init_std)) {
+        qkv_error_set(err, QKV_ERR_ARG, "model: vocab, d_k and classes must be at least 1 and "
+                                        "init_std finite and >= 0");
         return NULL;
+    }
+    qkv_coref_model *m = qkv_calloc(1, sizeof *m);
+    if (m == NULL) {
+        qkv_error_set(err, QKV_ERR_NOMEM, "model: out of memory");
+        return NULL;
+    }
     m->cfg = *cfg;
     const int qkv_shape[2] = {cfg->vocab, cfg->d_k}, o_shape[2] = {cfg->d_k, cfg->classes};
-    m->wq = qkv_tensor_new(2, qkv_shape, 1);
-    m->wk = qkv_tensor_new(2, qkv_shape, 1);
-    m->wv = qkv_tensor_new(2, qkv_shape, 1);
-    m->wo = qkv_tensor_new(2, o_shape, 1);
+    m->wq = qkv_tensor_new(2, qkv_shape, 1, err);
+    m->wk = qkv_tensor_new(2, qkv_shape, 1, err);
+    m->wv = qkv_tensor_new(2, qkv_shape, 1, err);
+    m->wo = qkv_tensor_new(2, o_shape, 1, err);
     m->params[0] = m->wq;
     m->params[1] = m->wk;
     m->params[2] = m->wv;
     m->params[3] = m->wo;
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+    for (int i = 0; i < QKV_COREF_PARAMS; i++)
         if (qkv_tensor_is_nil(m->params[i])) {
-            qkv_model_free(m);
+            qkv_coref_model_free(m);
             return NULL;
         }
     qkv_rng g;
@@ -110,21 +124,21 @@ qkv_model *qkv_model_new(const qkv_model_config *cfg)
     return m;
 }
 
-void qkv_model_free(qkv_model *m)
+void qkv_coref_model_free(qkv_coref_model *m)
 {
     if (m == NULL)
         return;
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+    for (int i = 0; i < QKV_COREF_PARAMS; i++)
         qkv_tensor_free(m->params[i]);
     free(m);
 }
 
 /* Copies the batch's ids into a contiguous (B,T) array on the tape, and
  * builds the (B,1,T) padding mask: 0 for real keys, -inf for padding. */
-static int *pack_batch(qkv_tape *t, const qkv_batch *b, qkv_tensor **mask)
+static int *pack_batch(qkv_tape *t, const qkv_coref_batch *b, qkv_tensor **mask)
 {
     int *ids = qkv_tape_alloc(t, sizeof *ids * (size_t)b->B * (size_t)b->T);
-    *mask = qkv_tape_tensor(t, 3, (const int[]){b->B, 1, b->T}, 0);
+    *mask = qkv_tape_tensor(t, 3, (const int[]){b->B, 1, b->T}, 0); /* (B,1,T) */
     if (ids == NULL || qkv_tensor_is_nil(*mask))
         return NULL;
     qkv_real *md = (*mask)->data;
@@ -140,9 +154,11 @@ static int *pack_batch(qkv_tape *t, const qkv_batch *b, qkv_tensor **mask)
     return ids;
 }
 
-qkv_status qkv_model_forward(qkv_model *m, qkv_tape *t, const qkv_batch *b, qkv_forward *f)
+qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_batch *b, qkv_coref_out *f)
 {
     memset(f, 0, sizeof *f);
+    if (m == NULL || b == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "model: no model or no batch");
     if (b->B < 1)
         return qkv_tape_fail(t, QKV_ERR_ARG, "model: empty batch");
     qkv_tensor *mask;
@@ -164,13 +180,13 @@ qkv_status qkv_model_forward(qkv_model *m, qkv_tape *t, const qkv_batch *b, qkv_
     return qkv_tape_status(t);
 }
 
-qkv_status qkv_model_train_step(qkv_model *m, qkv_optim *o, qkv_tape *t, const qkv_batch *b,
-                                qkv_forward *f)
+qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, const qkv_coref_batch *b,
+                                qkv_coref_out *f)
 {
     qkv_optim_zero_grad(o);
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 1);
-    qkv_status s = qkv_model_forward(m, t, b, f);
+    qkv_status s = qkv_coref_forward(m, t, b, f);
     if (s == QKV_OK)
         s = qkv_backward(t, f->loss);
     if (s != QKV_OK)
@@ -178,67 +194,4 @@ qkv_status qkv_model_train_step(qkv_model *m, qkv_optim *o, qkv_tape *t, const q
     if (!isfinite(f->loss->data[0]))
         return QKV_ERR_NUMERIC;
     return qkv_optim_step(o);
-}
-
-/* ------------------------------------------------------------------------ */
-/* metrics                                                                  */
-
-int qkv_predict(const qkv_forward *f, int i, double *p)
-{
-    int C = f->logits->shape[1], best = 0;
-    const qkv_real *row = f->logits->data + (size_t)i * C;
-    double sum = 0;
-    for (int c = 1; c < C; c++)
-        if (row[c] > row[best])
-            best = c;
-    for (int c = 0; c < C; c++)
-        sum += exp((double)row[c] - row[best]);
-    if (p != NULL)
-        *p = 1 / sum;
-    return best;
-}
-
-void qkv_attn_stats_of(const qkv_forward *f, const qkv_batch *b, qkv_attn_stats *st)
-{
-    memset(st, 0, sizeof *st);
-    const int T = b->T;
-    long rows = 0, pairs = 0, marked = 0;
-    double ssum = 0, ssq = 0;
-    st->loss = f->loss->data[0];
-    st->items = b->B;
-    for (int i = 0; i < b->B; i++) {
-        int n = b->len[i];
-        st->correct += qkv_predict(f, i, NULL) == b->target[i];
-        for (int r = 0; r < n; r++) {
-            const qkv_real *a = f->attn->data + ((size_t)i * T + r) * T;
-            const qkv_real *s = f->scores->data + ((size_t)i * T + r) * T;
-            double mx = 0;
-            for (int j = 0; j < n; j++) {
-                mx = a[j] > mx ? a[j] : mx;
-                ssum += s[j];
-                ssq += (double)s[j] * s[j];
-            }
-            st->entropy += qkv_entropy(a, (size_t)n);
-            st->jacobian += qkv_softmax_jacobian_norm(a, (size_t)n);
-            st->max_weight += mx;
-            rows++;
-            pairs += n;
-        }
-        if (b->mark[i] >= 0) {
-            const qkv_real *a = f->attn->data + ((size_t)i * T + b->query[i]) * T;
-            for (int j = 0; j < n; j++)
-                if (b->ids[(size_t)i * b->cap_t + j] == b->mark[i])
-                    st->mark_mass += a[j];
-            marked++;
-        }
-    }
-    if (rows > 0) {
-        st->entropy /= (double)rows;
-        st->jacobian /= (double)rows;
-        st->max_weight /= (double)rows;
-        double mean = ssum / (double)pairs;
-        st->score_var = ssq / (double)pairs - mean * mean;
-    }
-    if (marked > 0)
-        st->mark_mass /= (double)marked;
 }

@@ -1,5 +1,6 @@
 /*
- * io.c - checkpoint files and CSV logs.
+ * checkpoint.c - the coreference model's checkpoint: encode, save
+ * atomically, load and check (see checkpoint.h for the layout).
  */
 #include <errno.h>
 #include <math.h>
@@ -10,24 +11,12 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "qkv/io.h"
-#include "qkv/kernels.h"
+#include "apps/coref/checkpoint.h"
+#include "util/util.h"
 
 #define MAGIC "QKVMODEL"
 #define HEADER_BYTES (8 + 4 + 8 + 4 + 4 * 4 + 8 + 8 + 4)
 #define MAX_FILE (256u << 20)
-
-static qkv_status fail(char *err, size_t errlen, qkv_status s, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
 
 /* ------------------------------------------------------------------------ */
 /* little-endian buffer                                                     */
@@ -96,18 +85,18 @@ static double get_f64(buf *b)
 /* ------------------------------------------------------------------------ */
 /* save                                                                     */
 
-static size_t checkpoint_size(const qkv_model *m)
+static size_t checkpoint_size(const qkv_coref_model *m)
 {
     size_t n = HEADER_BYTES + 4; /* + crc */
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++)
+    for (int i = 0; i < QKV_COREF_PARAMS; i++)
         n += 4 + 4 * (size_t)m->params[i]->ndim + 4 * m->params[i]->numel;
     return n;
 }
 
-static void encode(const qkv_model *m, uint32_t fingerprint, buf *b)
+static void encode(const qkv_coref_model *m, uint32_t fingerprint, buf *b)
 {
     put(b, MAGIC, 8);
-    put_u32(b, QKV_CHECKPOINT_VERSION);
+    put_u32(b, QKV_COREF_CHECKPOINT_VERSION);
     put_u64(b, b->cap);
     put_u32(b, fingerprint);
     put_u32(b, (uint32_t)m->cfg.vocab);
@@ -116,8 +105,8 @@ static void encode(const qkv_model *m, uint32_t fingerprint, buf *b)
     put_u32(b, (uint32_t)m->cfg.scaled);
     put_f64(b, m->cfg.init_std);
     put_u64(b, m->cfg.seed);
-    put_u32(b, QKV_MODEL_PARAMS);
-    for (int i = 0; i < QKV_MODEL_PARAMS; i++) {
+    put_u32(b, QKV_COREF_PARAMS);
+    for (int i = 0; i < QKV_COREF_PARAMS; i++) {
         const qkv_tensor *t = m->params[i];
         put_u32(b, (uint32_t)t->ndim);
         for (int d = 0; d < t->ndim; d++)
@@ -132,15 +121,15 @@ static void encode(const qkv_model *m, uint32_t fingerprint, buf *b)
     put_u32(b, qkv_crc32(0, b->p, b->len));
 }
 
-qkv_status qkv_model_save(const qkv_model *m, uint32_t fingerprint, const char *path, char *err,
-                          size_t errlen)
+qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const char *path,
+                          qkv_error *err)
 {
     buf b = {NULL, 0, checkpoint_size(m), 0, 0};
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return fail(err, errlen, QKV_ERR_IO, "%s: path too long", path);
+        return qkv_error_set(err, QKV_ERR_IO, "%s: path too long", path);
     if ((b.p = qkv_malloc(b.cap)) == NULL)
-        return fail(err, errlen, QKV_ERR_NOMEM, "%s: out of memory", path);
+        return qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", path);
     encode(m, fingerprint, &b);
     FILE *f = fopen(tmp, "wb");
     int ok = f != NULL && !b.bad && fwrite(b.p, 1, b.len, f) == b.len && fflush(f) == 0 &&
@@ -152,7 +141,7 @@ qkv_status qkv_model_save(const qkv_model *m, uint32_t fingerprint, const char *
     if (!ok || rename(tmp, path) != 0) {
         saved = ok ? errno : saved;
         remove(tmp);
-        return fail(err, errlen, QKV_ERR_IO, "cannot write %s: %s", path, strerror(saved));
+        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(saved));
     }
     return QKV_OK;
 }
@@ -162,24 +151,23 @@ qkv_status qkv_model_save(const qkv_model *m, uint32_t fingerprint, const char *
 
 /* Reads the whole file; NULL with a message for a missing path, a
  * directory, an empty or oversized file. */
-static unsigned char *read_file(const char *path, size_t *len, qkv_status *st, char *err,
-                                size_t errlen)
+static unsigned char *read_file(const char *path, size_t *len, qkv_error *err)
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        *st = fail(err, errlen, QKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        qkv_error_set(err, QKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
     if (S_ISDIR(sb.st_mode)) {
-        *st = fail(err, errlen, QKV_ERR_IO, "%s is a directory, not a checkpoint", path);
+        qkv_error_set(err, QKV_ERR_IO, "%s is a directory, not a checkpoint", path);
         return NULL;
     }
     if (sb.st_size == 0) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT, "%s is empty, not a checkpoint", path);
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is empty, not a checkpoint", path);
         return NULL;
     }
     if ((uintmax_t)sb.st_size > MAX_FILE) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT, "%s is too large to be a checkpoint", path);
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is too large to be a checkpoint", path);
         return NULL;
     }
     FILE *f = fopen(path, "rb");
@@ -189,7 +177,7 @@ static unsigned char *read_file(const char *path, size_t *len, qkv_status *st, c
         fclose(f);
     if (n != (size_t)sb.st_size) {
         free(p);
-        *st = fail(err, errlen, QKV_ERR_IO, "cannot read %s", path);
+        qkv_error_set(err, QKV_ERR_IO, "cannot read %s", path);
         return NULL;
     }
     *len = n;
@@ -215,43 +203,42 @@ static int decode_tensor(buf *b, qkv_tensor *t)
     return !b->bad;
 }
 
-static qkv_model *decode(buf *b, const char *path, uint32_t fingerprint, qkv_status *st, char *err,
-                         size_t errlen)
+static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, qkv_error *err)
 {
     if (b->len < HEADER_BYTES + 4 || memcmp(b->p, MAGIC, 8) != 0) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT, "%s is not a qkv checkpoint (%s)", path,
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is not a qkv checkpoint (%s)", path,
                    memcmp(b->p, MAGIC, b->len < 8 ? b->len : 8) ? "wrong magic bytes" : "too short");
         return NULL;
     }
     b->pos = 8;
     uint32_t version = get_u32(b);
     uint64_t size = get_u64(b);
-    if (version == 0 || version > QKV_CHECKPOINT_VERSION) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT,
+    if (version == 0 || version > QKV_COREF_CHECKPOINT_VERSION) {
+        qkv_error_set(err, QKV_ERR_FORMAT,
                    version ? "%s has format version %u; this qkv reads version %u (upgrade qkv)"
                            : "%s is damaged: format version %u (this qkv reads version %u)",
-                   path, version, QKV_CHECKPOINT_VERSION);
+                   path, version, QKV_COREF_CHECKPOINT_VERSION);
         return NULL;
     }
     if (size != b->len) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT, "%s is %s: %zu bytes, the header says %llu", path,
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is %s: %zu bytes, the header says %llu", path,
                    b->len < size ? "truncated" : "damaged", b->len, (unsigned long long)size);
         return NULL;
     }
     b->pos = b->len - 4;
     if (get_u32(b) != qkv_crc32(0, b->p, b->len - 4)) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT, "%s is corrupted: checksum mismatch", path);
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is corrupted: checksum mismatch", path);
         return NULL;
     }
     b->pos = 8 + 4 + 8;
     uint32_t fp = get_u32(b);
     if (fp != fingerprint) {
-        *st = fail(err, errlen, QKV_ERR_FORMAT,
+        qkv_error_set(err, QKV_ERR_FORMAT,
                    "%s was trained on another vocabulary (fingerprint %08x, this build %08x)",
                    path, fp, fingerprint);
         return NULL;
     }
-    qkv_model_config cfg;
+    qkv_coref_config cfg;
     cfg.vocab = (int)get_u32(b);
     cfg.d_k = (int)get_u32(b);
     cfg.classes = (int)get_u32(b);
@@ -259,86 +246,29 @@ static qkv_model *decode(buf *b, const char *path, uint32_t fingerprint, qkv_sta
     cfg.init_std = get_f64(b);
     cfg.seed = get_u64(b);
     uint32_t n = get_u32(b);
-    qkv_model *m = NULL;
-    if (!b->bad && n == QKV_MODEL_PARAMS && cfg.vocab > 0 && cfg.d_k > 0 && cfg.classes > 0 &&
+    qkv_coref_model *m = NULL;
+    if (!b->bad && n == QKV_COREF_PARAMS && cfg.vocab > 0 && cfg.d_k > 0 && cfg.classes > 0 &&
         cfg.vocab <= 1 << 20 && cfg.d_k <= 1 << 16 && cfg.classes <= 1 << 20)
-        m = qkv_model_new(&cfg);
-    for (int i = 0; m != NULL && i < QKV_MODEL_PARAMS; i++)
+        m = qkv_coref_model_new(&cfg, NULL);
+    for (int i = 0; m != NULL && i < QKV_COREF_PARAMS; i++)
         if (!decode_tensor(b, m->params[i])) {
-            qkv_model_free(m);
+            qkv_coref_model_free(m);
             m = NULL;
         }
     if (m == NULL)
-        *st = fail(err, errlen, QKV_ERR_FORMAT, "%s has inconsistent shapes or values", path);
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s has inconsistent shapes or values", path);
     return m;
 }
 
-qkv_model *qkv_model_load(const char *path, uint32_t fingerprint, qkv_status *status, char *err,
-                          size_t errlen)
+qkv_coref_model *qkv_coref_load_abi(unsigned abi, const char *path, uint32_t fingerprint,
+                              qkv_error *err)
 {
-    qkv_status dummy;
-    status = status ? status : &dummy;
-    *status = QKV_OK;
-    buf b = {NULL, 0, 0, 0, 0};
-    if ((b.p = read_file(path, &b.len, status, err, errlen)) == NULL)
+    if (!qkv_abi_ok(abi, err))
         return NULL;
-    qkv_model *m = decode(&b, path, fingerprint, status, err, errlen);
+    buf b = {NULL, 0, 0, 0, 0};
+    if ((b.p = read_file(path, &b.len, err)) == NULL)
+        return NULL;
+    qkv_coref_model *m = decode(&b, path, fingerprint, err);
     free(b.p);
     return m;
-}
-
-/* ------------------------------------------------------------------------ */
-/* directories and CSV                                                      */
-
-qkv_status qkv_mkdirs(const char *dir, char *err, size_t errlen)
-{
-    char p[4096];
-    size_t n = strlen(dir);
-    if (n == 0)
-        return QKV_OK;
-    if (n >= sizeof p)
-        return fail(err, errlen, QKV_ERR_IO, "%s: path too long", dir);
-    memcpy(p, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != '\0')
-            continue;
-        char c = p[i];
-        p[i] = '\0';
-        struct stat sb;
-        if (stat(p, &sb) != 0) {
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
-                return fail(err, errlen, QKV_ERR_IO, "cannot create directory %s: %s", p,
-                            strerror(errno));
-        } else if (!S_ISDIR(sb.st_mode)) {
-            return fail(err, errlen, QKV_ERR_IO, "%s exists and is not a directory", p);
-        }
-        p[i] = c;
-    }
-    return QKV_OK;
-}
-
-qkv_status qkv_mkdirs_for(const char *path, char *err, size_t errlen)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        return QKV_OK;
-    if ((size_t)(slash - path) >= sizeof dir)
-        return fail(err, errlen, QKV_ERR_IO, "%s: path too long", path);
-    memcpy(dir, path, (size_t)(slash - path));
-    dir[slash - path] = '\0';
-    return qkv_mkdirs(dir, err, errlen);
-}
-
-FILE *qkv_csv_create(const char *path, const char *header, char *err, size_t errlen)
-{
-    if (qkv_mkdirs_for(path, err, errlen) != QKV_OK)
-        return NULL;
-    FILE *f = fopen(path, "w");
-    if (f == NULL) {
-        fail(err, errlen, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    fprintf(f, "%s\n", header);
-    return f;
 }

@@ -1,17 +1,20 @@
 /*
- * tape.c - the arena, the node list, sticky errors and the backward pass.
+ * tape.c - the arena, the nodes, sticky errors and the backward pass.
  *
  * Memory: a list of blocks. Allocation bumps a pointer through the current
  * block and moves on to the next block when it is full, creating a block
  * only when the list runs out. Reset rewinds to the first block and keeps
  * them all, so a step that needs no more memory than an earlier one
- * allocates nothing.
+ * allocates nothing. Nodes live in the arena too, each pointing at the one
+ * before it, so backward is a walk from the last node to the first that
+ * calls each node's own backward function: the tape knows no op.
  */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "qkv/tape.h"
+#include "util/util.h"
 
 #define ALIGN 64u
 #define DEFAULT_ARENA (1u << 20)
@@ -26,11 +29,10 @@ struct qkv_tape {
     size_t in_use;            /* bytes handed out since the last reset */
     size_t high_water;
 
-    qkv_node *nodes;          /* (node_cap) recorded ops in creation order */
-    size_t n_nodes, node_cap;
+    const qkv_node *last;     /* the newest node; each points at the one before */
+    size_t n_nodes;
 
-    qkv_status status;
-    char err[256];
+    qkv_error err;            /* the first error since the last reset */
     int grad_on;
     int backward_done;
 };
@@ -45,20 +47,27 @@ static void *block_alloc(size_t n)
     return qkv_aligned_alloc(ALIGN, round_up(n ? n : 1));
 }
 
-qkv_tape *qkv_tape_new(size_t arena_bytes)
+qkv_tape *qkv_tape_new_abi(unsigned abi, size_t arena_bytes, qkv_error *err)
 {
-    qkv_tape *t = qkv_calloc(1, sizeof *t);
-    if (t == NULL)
+    if (!qkv_abi_ok(abi, err))
         return NULL;
-    t->block_cap[0] = round_up(arena_bytes ? arena_bytes : DEFAULT_ARENA);
-    t->block[0] = block_alloc(t->block_cap[0]);
-    t->n_blocks = 1;
-    t->node_cap = 256;
-    t->nodes = qkv_malloc(t->node_cap * sizeof *t->nodes);
-    if (t->block[0] == NULL || t->nodes == NULL) {
-        qkv_tape_free(t);
+    size_t cap = round_up(arena_bytes ? arena_bytes : DEFAULT_ARENA);
+    if (cap < arena_bytes) {
+        qkv_error_set(err, QKV_ERR_NOMEM, "tape: an arena of %zu bytes is too large", arena_bytes);
         return NULL;
     }
+    qkv_tape *t = qkv_calloc(1, sizeof *t);
+    if (t != NULL && (t->block[0] = block_alloc(cap)) == NULL) {
+        free(t);
+        t = NULL;
+    }
+    if (t == NULL) {
+        qkv_error_set(err, QKV_ERR_NOMEM, "tape: out of memory for an arena of %zu bytes", cap);
+        return NULL;
+    }
+    t->block_cap[0] = cap;
+    t->n_blocks = 1;
+    t->err = qkv_error_none();
     t->grad_on = 1;
     return t;
 }
@@ -69,45 +78,49 @@ void qkv_tape_free(qkv_tape *t)
         return;
     for (int i = 0; i < t->n_blocks; i++)
         free(t->block[i]);
-    free(t->nodes);
     free(t);
 }
 
 void qkv_tape_reset(qkv_tape *t)
 {
+    if (t == NULL)
+        return;
     t->cur = 0;
     t->cur_used = 0;
     t->in_use = 0;
+    t->last = NULL;
     t->n_nodes = 0;
-    t->status = QKV_OK;
-    t->err[0] = '\0';
+    t->err = qkv_error_none();
     t->backward_done = 0;
 }
 
 qkv_status qkv_tape_status(const qkv_tape *t)
 {
-    return t->status;
+    return t != NULL ? t->err.status : QKV_ERR_ARG;
 }
 
 const char *qkv_tape_error(const qkv_tape *t)
 {
-    return t->err;
+    return t != NULL ? t->err.message : "no tape (NULL): did qkv_tape_new fail?";
 }
 
 qkv_status qkv_tape_fail(qkv_tape *t, qkv_status s, const char *fmt, ...)
 {
-    if (t->status != QKV_OK || s == QKV_OK)
-        return t->status;
-    t->status = s;
+    if (t == NULL)
+        return QKV_ERR_ARG;
+    if (t->err.status != QKV_OK || s == QKV_OK)
+        return t->err.status;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    qkv_verror(&t->err, s, fmt, ap);
     va_end(ap);
     return s;
 }
 
 int qkv_tape_set_grad(qkv_tape *t, int enabled)
 {
+    if (t == NULL)
+        return 0;
     int old = t->grad_on;
     t->grad_on = enabled != 0;
     return old;
@@ -115,11 +128,13 @@ int qkv_tape_set_grad(qkv_tape *t, int enabled)
 
 int qkv_tape_grad_enabled(const qkv_tape *t)
 {
-    return t->grad_on;
+    return t != NULL && t->grad_on;
 }
 
 void *qkv_tape_alloc(qkv_tape *t, size_t n)
 {
+    if (t == NULL)
+        return NULL;
     size_t need = round_up(n ? n : 1);
     if (need < n) {
         qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: request of %zu bytes overflows", n);
@@ -156,7 +171,7 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n)
 qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_grad)
 {
     size_t n, bytes;
-    if (t->status != QKV_OK)
+    if (t == NULL || t->err.status != QKV_OK)
         return qkv_nil();
     qkv_status s = qkv_shape_numel(ndim, shape, &n);
     if (s != QKV_OK) {
@@ -182,32 +197,34 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
     return x;
 }
 
-qkv_node *qkv_tape_push(qkv_tape *t, qkv_op op, qkv_tensor *out, qkv_tensor *a,
-                        qkv_tensor *b)
+qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
+                          qkv_tensor *const *in)
 {
-    if (t->n_nodes == t->node_cap) {
-        size_t cap = t->node_cap * 2;
-        qkv_node *grown = qkv_realloc(t->nodes, cap * sizeof *grown);
-        if (grown == NULL) {
-            qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: out of memory growing the node list");
-            return NULL;
-        }
-        t->nodes = grown;
-        t->node_cap = cap;
+    if (t == NULL || op == NULL || n_in < 0 || n_in > 64) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "tape: a node needs an op and 0 to 64 inputs");
+        return NULL;
     }
-    qkv_node *n = &t->nodes[t->n_nodes++];
+    qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
+    if (n == NULL)
+        return NULL;
     memset(n, 0, sizeof *n);
     n->op = op;
+    n->prev = t->last;
     n->out = out;
-    n->a = a;
-    n->b = b;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++)
+        n->in[i] = in[i];
+    t->last = n;
+    t->n_nodes++;
     return n;
 }
 
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
 {
-    if (t->status != QKV_OK)
-        return t->status;
+    if (t == NULL)
+        return QKV_ERR_ARG;
+    if (t->err.status != QKV_OK)
+        return t->err.status;
     if (qkv_tensor_is_nil(loss) || loss->numel != 1 || loss->grad == NULL ||
         !(loss->flags & QKV_TENSOR_TAPE))
         return qkv_tape_fail(t, QKV_ERR_ARG,
@@ -219,22 +236,22 @@ qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
                              "call qkv_tape_reset and record again");
     t->backward_done = 1;
     loss->grad[0] = 1;
-    for (size_t i = t->n_nodes; i-- > 0;)
-        qkv_node_backward(&t->nodes[i]);
+    for (const qkv_node *n = t->last; n != NULL; n = n->prev)
+        n->op->backward(n);
     return QKV_OK;
 }
 
 size_t qkv_tape_nodes(const qkv_tape *t)
 {
-    return t->n_nodes;
+    return t != NULL ? t->n_nodes : 0;
 }
 
 size_t qkv_tape_bytes_used(const qkv_tape *t)
 {
-    return t->in_use;
+    return t != NULL ? t->in_use : 0;
 }
 
 size_t qkv_tape_high_water(const qkv_tape *t)
 {
-    return t->high_water;
+    return t != NULL ? t->high_water : 0;
 }

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "internal.h"
-#include "qkv/kernels.h"
+#include "qkv/runtime.h"
+#include "util/util.h"
 
 #define MAX_THREADS 64
 #define SPIN_NS 200000 /* a worker watches for its next job this long */
@@ -96,14 +96,15 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-int qkv_threads_use(int n)
+qkv_status qkv_threads_use(int n, qkv_error *err)
 {
     if (n < 1 || n > MAX_THREADS)
-        return -1;
+        return qkv_error_set(err, QKV_ERR_ARG, "threads: %d is not a thread count from 1 to %d", n,
+                        MAX_THREADS);
     pthread_mutex_lock(&pool.lock);
     pool.want = n;
     pthread_mutex_unlock(&pool.lock);
-    return 0;
+    return QKV_OK;
 }
 
 int qkv_threads(void)

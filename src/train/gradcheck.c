@@ -65,11 +65,15 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx,
                          qkv_tensor **params, int nparams, double step,
                          double floor, double tol, qkv_gradcheck_result *res)
 {
-    if (t == NULL || fn == NULL || res == NULL || nparams < 0 || (nparams && params == NULL))
+    if (t == NULL)
         return QKV_ERR_ARG;
+    if (fn == NULL || res == NULL || nparams < 0 || (nparams && params == NULL))
+        return qkv_tape_fail(t, QKV_ERR_ARG, "gradcheck: needs a loss function, a result and "
+                                             "a parameter array");
     for (int p = 0; p < nparams; p++)
         if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
-            return QKV_ERR_ARG;
+            return qkv_tape_fail(t, QKV_ERR_ARG,
+                                 "gradcheck: parameter %d is nil or has no gradient buffer", p);
     step = step > 0 ? step : GC_STEP;
     floor = floor > 0 ? floor : GC_FLOOR;
     tol = tol > 0 ? tol : GC_TOL;
@@ -194,9 +198,10 @@ static qkv_tensor *c_attention_fused(qkv_tape *t, qkv_tensor **p)
     return qkv_add(t, qkv_mean(t, qkv_tanh(t, o)), extra);
 }
 
-/* The coreference model end to end, as qkv_model_forward records it: Q, K,
- * V looked up from token ids, scaled scores, padding mask, softmax, A·V (all
- * in qkv_embed_attention), the pronoun's row, ·Wo, cross-entropy. */
+/* A whole attention classifier end to end (the shape of the tutorial's
+ * coreference model): Q, K, V looked up from token ids, scaled scores,
+ * padding mask, softmax, A·V (all in qkv_embed_attention), one query row
+ * per item, ·Wo, cross-entropy. */
 static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
 {
     static const int ids[8] = {0, 3, 5, 2, 1, 4, 2, 0}; /* [2,4]; item 1 is padded */
@@ -237,7 +242,7 @@ static const gc_case cases[] = {
     {"attention softmax(QKᵀ/√d)V", c_attention, 3, {3, 3, 3}, {{2, 3, 4}, {2, 5, 4}, {2, 5, 4}}, 0},
     {"fused attention (mask, parts)", c_attention_fused, 3, {3, 3, 3},
      {{2, 3, 4}, {2, 4, 4}, {2, 4, 5}}, 0},
-    {"coref model end to end", c_model, 4, {2, 2, 2, 2}, {{6, 3}, {6, 3}, {6, 3}, {3, 4}}, 0},
+    {"embedded attention classifier", c_model, 4, {2, 2, 2, 2}, {{6, 3}, {6, 3}, {6, 3}, {3, 4}}, 0},
 };
 
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
@@ -281,7 +286,7 @@ qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result 
     qkv_rng_seed(&g, (uint64_t)(1000 + i));
     qkv_status s = QKV_OK;
     for (int p = 0; p < run.c->np; p++) {
-        run.p[p] = qkv_tensor_new(run.c->ndim[p], run.c->shape[p], 1);
+        run.p[p] = qkv_tensor_new(run.c->ndim[p], run.c->shape[p], 1, NULL);
         if (qkv_tensor_is_nil(run.p[p]))
             s = QKV_ERR_NOMEM;
         for (size_t j = 0; s == QKV_OK && j < run.p[p]->numel; j++) {
@@ -291,7 +296,7 @@ qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result 
             run.p[p]->data[j] = (qkv_real)v;
         }
     }
-    qkv_tape *t = s == QKV_OK ? qkv_tape_new(0) : NULL;
+    qkv_tape *t = s == QKV_OK ? qkv_tape_new(0, NULL) : NULL;
     if (s == QKV_OK && t == NULL)
         s = QKV_ERR_NOMEM;
     if (s == QKV_OK)

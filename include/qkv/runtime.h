@@ -1,0 +1,43 @@
+/*
+ * runtime.h - the two things a user may set about how qkv runs: which
+ * instruction set its kernels use, and how many threads share batched work.
+ * Neither changes what is computed beyond float rounding (the kernel set)
+ * or at all (the thread count).
+ */
+#ifndef QKV_RUNTIME_H
+#define QKV_RUNTIME_H
+
+#include "qkv/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Chooses the instruction set of the kernels: "auto" (the fastest this CPU
+ * supports), "portable" (plain C and libm, always built), "avx2" (AVX2 and
+ * FMA) or "avx512" (AVX-512F); the last two exist only in float32 builds on
+ * x86-64. Without a call, the set is chosen once, on first use: the one the
+ * environment variable QKV_KERNELS names if this machine has it, else
+ * "auto". Results differ between sets only by float rounding. Returns
+ * QKV_ERR_ARG (and changes nothing) for a set this build or CPU lacks.
+ * Call it before starting threads that use qkv. */
+qkv_status qkv_kernels_use(const char *name, qkv_error *err);
+
+/* The name of the kernel set in use ("portable", "avx2" or "avx512"). */
+const char *qkv_kernels_name(void);
+
+/* Threads for batched work (the items of the attention ops): n from 1 to
+ * 64. The default is 1, or the environment variable QKV_THREADS. Work is
+ * split only where each thread gets enough of it, so tiny steps stay on one
+ * thread. Every result is the same, bit for bit, for any thread count: each
+ * thread does whole, independent pieces, and pieces that add into one
+ * place add in a fixed order. Returns QKV_ERR_ARG for an n out of range. */
+qkv_status qkv_threads_use(int n, qkv_error *err);
+
+/* The thread count in use. */
+int qkv_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

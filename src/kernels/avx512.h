@@ -1,0 +1,115 @@
+/*
+ * avx512.h - register helpers shared by the AVX-512 kernel files, which are
+ * compiled with -mavx512f and run only after dispatch.c has seen AVX-512F
+ * on this CPU. Include from nowhere else.
+ */
+#ifndef QKV_AVX512_H
+#define QKV_AVX512_H
+
+#include <immintrin.h>
+
+#include "kernels/kernels.h"
+
+/* The first n of 16 lanes. */
+static inline __mmask16 lanes(int n)
+{
+    return (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1);
+}
+
+/* Masked load and store that use the plain instructions for a full mask: a
+ * load of data just stored gets it forwarded from the store only when
+ * neither is masked. */
+QKV_ALWAYS_INLINE __m512 load16(__mmask16 m,
+                                                                              const float *p)
+{
+    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+
+QKV_ALWAYS_INLINE void store16(float *p, __mmask16 m,
+                                                                             __m512 x)
+{
+    if (m == 0xFFFF)
+        _mm512_storeu_ps(p, x);
+    else
+        _mm512_mask_storeu_ps(p, m, x);
+}
+/* Transposes the 16×16 matrix held in r[0..15] (row i in r[i]) in place,
+ * in four shuffle stages. */
+QKV_ALWAYS_INLINE void transpose16_regs(__m512 *r)
+{
+    __m512 t[16];
+    for (int j = 0; j < 16; j += 2) { /* pairs of rows interleaved */
+        t[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 16; j += 4) { /* then fours: column p of rows j..j+3 per lane */
+        __m512d a = _mm512_castps_pd(t[j]), b = _mm512_castps_pd(t[j + 1]);
+        __m512d c = _mm512_castps_pd(t[j + 2]), d = _mm512_castps_pd(t[j + 3]);
+        r[j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[j + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[j + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int q = 0; q < 4; q++) { /* 128-bit lanes of rows 0-7, then of rows 8-15 */
+        t[q] = _mm512_shuffle_f32x4(r[q], r[q + 4], 0x88);
+        t[q + 4] = _mm512_shuffle_f32x4(r[q], r[q + 4], 0xdd);
+        t[q + 8] = _mm512_shuffle_f32x4(r[q + 8], r[q + 12], 0x88);
+        t[q + 12] = _mm512_shuffle_f32x4(r[q + 8], r[q + 12], 0xdd);
+    }
+    for (int q = 0; q < 8; q++) { /* column q and column q + 8 */
+        r[q] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0x88);
+        r[q + 8] = _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd);
+    }
+}
+
+/* dst (k×n, row stride ldd) = Bᵀ for B n×k (row stride ldb) with n, k <=
+ * 16, in registers. */
+static inline void
+transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t ldd)
+{
+    __m512 r[16];
+    __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
+    for (int j = 0; j < 16; j++)
+        r[j] = j < n ? load16(km, B + (size_t)j * ldb) : _mm512_setzero_ps();
+    transpose16_regs(r);
+    for (int p = 0; p < k; p++)
+        store16(dst + (size_t)p * ldd, nm, r[p]);
+}
+static inline __m512 exp_avx512(__m512 v)
+{
+    __mmask16 live = _mm512_cmp_ps_mask(v, _mm512_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
+    v = _mm512_max_ps(v, _mm512_set1_ps(QKV_EXP_MIN));
+    __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(t, _mm512_set1_ps(QKV_EXP_LN2_HI), v);
+    r = _mm512_fnmadd_ps(t, _mm512_set1_ps(QKV_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, t));
+}
+
+/* Nonzero when any of x[0..n) is nonzero (or NaN). */
+static inline int row_live(const float *x, int n)
+{
+    for (int c0 = 0; c0 < n; c0 += 16)
+        if (_mm512_cmp_ps_mask(load16(lanes(n - c0), x + c0), _mm512_setzero_ps(),
+                               _CMP_NEQ_UQ))
+            return 1;
+    return 0;
+}
+
+/* Fused attention of one item (avx512_attn.c): the kernel set's attn_fwd
+ * and attn_bwd. */
+int qkv_attn_fwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                        float *s, float *a, float *o);
+int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                        const float *a, const float *dout, float *ds, float *da, float *dq,
+                        float *dk, float *dv, float *scratch);
+
+#endif

@@ -1,0 +1,334 @@
+/*
+ * avx512_attn.c - fused attention for AVX-512, keys in one register
+ * (tk <= 16); other shapes return nonzero and take the generic path of
+ * attention.c. Compiled with -mavx512f; runs only after dispatch.c found
+ * AVX-512F.
+ *
+ * Whose order of additions it repeats: every step is the arithmetic of the
+ * unfused ops in the same order, so the results are bit for bit those of
+ * qkv_gemm's AVX-512 direct path (one FMA chain per element, depth
+ * ascending), the scaling op's rounding (c·x in double, then to float),
+ * the mask, softmax16 (max, e^x, the sum in double in the same tree, 1/sum)
+ * and, backward, softmax's backward with its dot product summed in order.
+ * What changes is that an item's S and A rows never leave the registers
+ * between the steps, and that backward skips rows of zeros.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+#ifdef QKV_HAVE_X86_KERNELS
+#include "kernels/avx512.h"
+
+#define ATTN_MAXD 1024
+static _Thread_local _Alignas(64) float attn_kt[ATTN_MAXD * 16];
+
+/* dst (d×16, row stride 16) = Xᵀ for X tk×d, tk <= 16, d <= ATTN_MAXD. */
+static void transpose_keys(const float *X, int tk, int d,
+                                                              float *dst)
+{
+    for (int c0 = 0; c0 < d; c0 += 16)
+        transpose16_avx512(X + c0, (size_t)d, tk, d - c0 < 16 ? d - c0 : 16, dst + (size_t)c0 * 16,
+                           16);
+}
+
+/* Nonzero when c is a power of two (1 included): then c·x is exact before
+ * its one rounding in float and in double alike, so (float)(c·(double)x)
+ * is x·(float)c. */
+static int pow2_scale(double c)
+{
+    int e;
+    return isfinite(c) && frexp(c, &e) == 0.5 && e > -100 && e < 100;
+}
+
+/* (float)(c·(double)x) lane by lane: the scaling op's rounding. */
+QKV_ALWAYS_INLINE __m512 scale_ps(__m512 x,
+                                                                                __m512d c)
+{
+    __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(c, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
+    __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
+        c, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                                               _mm256_castps_pd(hi), 1));
+}
+
+/* Lanes 0-7 (hf = 0) or 8-15 (hf = 1) of x. */
+QKV_ALWAYS_INLINE __m256 half_ps(__m512 x, int hf)
+{
+    __m512d d = _mm512_castps_pd(x);
+    return _mm256_castpd_ps(hf == 0 ? _mm512_castpd512_pd256(d) : _mm512_extractf64x4_pd(d, 1));
+}
+
+/* The mask's row i, as lanes (0 beyond tk). */
+QKV_ALWAYS_INLINE __m512
+mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
+{
+    const float *mr = sh->mask + (size_t)i * sh->mask_rs;
+    return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0]))
+                            : load16(km, mr);
+}
+
+
+
+/* Rows i0..i0+nq (nq <= 16) of S, A and O with the rows in the lanes:
+ * register j holds column j (key j) for all the rows, so the softmax of 16
+ * rows is a handful of vertical operations instead of 16 latency-bound
+ * horizontal reductions. NJ (a multiple of 4, >= tk) is the number of key
+ * registers; K has NJ rows (zero past tk). */
+QKV_ALWAYS_INLINE void
+attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const float *q,
+               const float *kr, const float *v, float *s, float *a, float *o)
+{
+    const int tk = sh->tk, dk = sh->dk, dv = sh->dv;
+    const __mmask16 qm = lanes(nq), km = lanes(tk);
+    __m512 st[16], t[16];
+    /* S[i,j] = Σ_p Q[i,p]·K[j,p], one FMA chain per (i,j), p ascending */
+    transpose_keys(q + (size_t)i0 * dk, nq, dk, attn_kt); /* Qᵀ of the block */
+    for (int j = 0; j < NJ; j++)
+        st[j] = _mm512_setzero_ps();
+    for (int p = 0; p < dk; p++) {
+        __m512 qp = _mm512_maskz_load_ps(qm, attn_kt + (size_t)p * 16);
+        for (int j = 0; j < NJ; j++)
+            st[j] = _mm512_fmadd_ps(_mm512_set1_ps(kr[(size_t)j * dk + p]), qp, st[j]);
+    }
+    const __m512d c = _mm512_set1_pd(sh->scale);
+    const __m512 cf = _mm512_set1_ps((float)sh->scale);
+    const int exact = pow2_scale(sh->scale);
+    for (int j = 0; j < 16; j++)
+        t[j] = st[j] = j >= NJ ? _mm512_setzero_ps()
+                       : exact ? _mm512_mul_ps(st[j], cf)
+                               : scale_ps(st[j], c);
+    transpose16_regs(t);
+    for (int i = 0; i < nq; i++)
+        store16(s + (size_t)(i0 + i) * tk, km, t[i]);
+    /* + mask, and -inf for the padding keys past tk; a mask that differs by
+     * row is gathered a column at a time, from row i0 + lane */
+    const __m512i mrows = _mm512_mullo_epi32(
+        _mm512_add_epi32(_mm512_set1_epi32(i0),
+                         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
+        _mm512_set1_epi32((int)sh->mask_rs));
+    for (int j = 0; j < NJ; j++) {
+        if (j >= tk) {
+            st[j] = _mm512_set1_ps(-INFINITY);
+        } else if (sh->mask != NULL) {
+            const float *mc = sh->mask + (size_t)j * sh->mask_cs;
+            __m512 col = sh->mask_rs == 0
+                             ? _mm512_set1_ps(mc[0])
+                             : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), qm, mrows, mc, 4);
+            st[j] = _mm512_add_ps(st[j], col);
+        }
+    }
+    /* softmax down the registers: the max, e^(x - max), the sum in double
+     * in softmax16_reg's tree, 1/sum, the scaling; all-masked rows give 0 */
+    __m512 mx = st[0];
+    for (int j = 1; j < NJ; j++)
+        mx = _mm512_max_ps(mx, st[j]);
+    const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+    for (int j = 0; j < 16; j++)
+        st[j] = j < NJ ? exp_avx512(_mm512_sub_ps(st[j], mx)) : _mm512_setzero_ps();
+    __m512d half[2];
+    for (int hf = 0; hf < 2; hf++) {
+        __m512d d[8];
+        for (int m = 0; m < 8; m++) {
+            __m256 e0 = half_ps(st[m], hf), e8 = half_ps(st[m + 8], hf);
+            d[m] = _mm512_add_pd(_mm512_cvtps_pd(e0), _mm512_cvtps_pd(e8));
+        }
+        for (int m = 0; m < 4; m++)
+            d[m] = _mm512_add_pd(d[m + 4], d[m]);
+        for (int m = 0; m < 2; m++)
+            d[m] = _mm512_add_pd(d[m + 2], d[m]);
+        half[hf] = _mm512_div_pd(_mm512_set1_pd(1), _mm512_add_pd(d[0], d[1]));
+    }
+    const __m512 inv = _mm512_castpd_ps(_mm512_insertf64x4(
+        _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(half[0]))),
+        _mm256_castps_pd(_mm512_cvtpd_ps(half[1])), 1));
+    _Alignas(64) float pa[16 * 16]; /* A's columns, read back by the O loop */
+    for (int j = 0; j < 16; j++) {
+        t[j] = _mm512_maskz_mul_ps(live, st[j], inv);
+        _mm512_store_ps(pa + 16 * j, t[j]);
+    }
+    transpose16_regs(t);
+    for (int i = 0; i < nq; i++)
+        store16(a + (size_t)(i0 + i) * tk, km, t[i]);
+    /* O[i,c] = Σ_j A[i,j]·V[j,c], j ascending, 16 columns at a time */
+    _Alignas(64) float vb[16 * 16];
+    for (int c0 = 0; c0 < dv; c0 += 16) {
+        const __mmask16 cm = lanes(dv - c0);
+        for (int j = 0; j < tk; j++)
+            _mm512_store_ps(vb + 16 * j, load16(cm, v + (size_t)j * dv + c0));
+        for (int l = 0; l < 16; l++)
+            t[l] = _mm512_setzero_ps();
+        for (int j = 0; j < tk; j++)
+            for (int l = 0; l < 16; l++)
+                t[l] = _mm512_fmadd_ps(_mm512_set1_ps(vb[16 * j + l]), _mm512_load_ps(pa + 16 * j),
+                                       t[l]);
+        transpose16_regs(t);
+        for (int i = 0; i < nq; i++)
+            store16(o + (size_t)(i0 + i) * dv + c0, cm, t[i]);
+    }
+}
+
+static _Thread_local _Alignas(64) float attn_kp[ATTN_MAXD * 16];
+
+int qkv_attn_fwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                float *s, float *a, float *o)
+{
+    const int tk = sh->tk, dk = sh->dk, NJ = (tk + 3) & ~3;
+    if (tk > 16 || dk > ATTN_MAXD ||
+        (sh->mask != NULL && (size_t)(sh->tq + 15) * sh->mask_rs > 0x7fffffff))
+        return -1;
+    const float *kr = k;
+    if (NJ != tk) { /* K with zero rows up to NJ */
+        memcpy(attn_kp, k, sizeof(float) * (size_t)tk * dk);
+        memset(attn_kp + (size_t)tk * dk, 0, sizeof(float) * (size_t)(NJ - tk) * dk);
+        kr = attn_kp;
+    }
+    for (int i0 = 0; i0 < sh->tq; i0 += 16) {
+        int nq = sh->tq - i0 < 16 ? sh->tq - i0 : 16;
+        switch (NJ) { /* constant key counts, so st[] stays in registers */
+        case 4: attn_fwd_block(4, i0, nq, sh, q, kr, v, s, a, o); break;
+        case 8: attn_fwd_block(8, i0, nq, sh, q, kr, v, s, a, o); break;
+        case 12: attn_fwd_block(12, i0, nq, sh, q, kr, v, s, a, o); break;
+        default: attn_fwd_block(16, i0, nq, sh, q, kr, v, s, a, o); break;
+        }
+    }
+    return 0;
+}
+
+/* y[c0..) = fma(x, row[c0..), y[c0..)) over d columns: y += x·row. */
+QKV_ALWAYS_INLINE void axpy_row(float x,
+                                                                              const float *row,
+                                                                              float *y, int d)
+{
+    const __m512 xv = _mm512_set1_ps(x);
+    for (int c0 = 0; c0 < d; c0 += 16) {
+        const __mmask16 cm = lanes(d - c0);
+        store16(y + c0, cm, _mm512_fmadd_ps(xv, load16(cm, row + c0), load16(cm, y + c0)));
+    }
+}
+
+/* y[0..d) += x·row, as one rounded product added: what adding a gradient
+ * row made by one FMA from zero into a table row comes to. */
+QKV_ALWAYS_INLINE void add_scaled_row(
+    float x, const float *row, float *y, int d)
+{
+    const __m512 xv = _mm512_set1_ps(x);
+    for (int c0 = 0; c0 < d; c0 += 16) {
+        const __mmask16 cm = lanes(d - c0);
+        store16(y + c0, cm,
+                _mm512_add_ps(load16(cm, y + c0), _mm512_mul_ps(xv, load16(cm, row + c0))));
+    }
+}
+
+/* The backward pass of one item. With rows (NULL otherwise) dq, dk and dv
+ * are tables and at most one row of dO is live and nothing flows into A or
+ * S from elsewhere, so each row of the item's dK and dV is one product, and
+ * goes straight into its table row. */
+static void
+attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                     const float *a, const float *dout, float *ds, float *da, float *dq,
+                     float *dk, float *dv, const int *rows)
+{
+    const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
+    const __mmask16 km = lanes(tk);
+    const __m512d c = _mm512_set1_pd(sh->scale);
+    if (da != NULL) {
+        transpose_keys(v, tk, d_v, attn_kt); /* Vᵀ */
+    }
+    for (int i = 0; i < tq; i++) {
+        const float *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
+        const int live = row_live(go, d_v);
+        if (live && dv != NULL) /* dV[j,:] += A[i,j]·dO[i,:] (rows i ascending) */
+            for (int j = 0; j < tk; j++) {
+                if (rows != NULL)
+                    add_scaled_row(ai[j], go, dv + (size_t)rows[j] * d_v, d_v);
+                else
+                    axpy_row(ai[j], go, dv + (size_t)j * d_v, d_v);
+            }
+        if (da == NULL)
+            continue;
+        /* dA[i,:] += dO[i,:]·Vᵀ */
+        __m512 g = load16(km, da + (size_t)i * tk);
+        if (live) {
+            for (int p = 0; p < d_v; p++)
+                g = _mm512_fmadd_ps(_mm512_set1_ps(go[p]),
+                                    _mm512_maskz_load_ps(km, attn_kt + (size_t)p * 16), g);
+            store16(da + (size_t)i * tk, km, g);
+        }
+        /* dSs[i,:] += mask-kept A ⊙ (dA - Σ dA·A), the dot summed in order */
+        __m512 sg = load16(km, ds + (size_t)i * tk);
+        if (_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km) {
+            _Alignas(64) float gv[16];
+            _mm512_store_ps(gv, g);
+            double dot = 0;
+            for (int j = 0; j < tk; j++)
+                dot += (double)gv[j] * ai[j];
+            __m512 ar = load16(km, ai);
+            __m512d dd = _mm512_set1_pd(dot);
+            __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(
+                _mm512_cvtps_pd(_mm512_castps512_ps256(ar)),
+                _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), dd)));
+            __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ar), 1))),
+                _mm512_sub_pd(
+                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))),
+                    dd)));
+            __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+            if (sh->mask != NULL) {
+                __mmask16 drop = _mm512_cmp_ps_mask(mask_row(sh, i, km),
+                                                    _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+                dx = _mm512_maskz_mov_ps((__mmask16)~drop, dx);
+            }
+            sg = _mm512_add_ps(sg, dx);
+            store16(ds + (size_t)i * tk, km, sg);
+        }
+        if (!(_mm512_cmp_ps_mask(sg, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km))
+            continue;
+        /* dS = scale·dSs; dQ[i,:] += Σ_j dS[j]·K[j,:]; dK[j,:] += dS[j]·Q[i,:] */
+        _Alignas(64) float d[16];
+        _mm512_store_ps(d, scale_ps(sg, c));
+        if (dq != NULL)
+            for (int c0 = 0; c0 < d_k; c0 += 16) {
+                const __mmask16 cm = lanes(d_k - c0);
+                float *dst = dq + (size_t)(rows != NULL ? rows[i] : i) * d_k + c0;
+                __m512 acc = rows != NULL ? _mm512_setzero_ps() : load16(cm, dst);
+                for (int j = 0; j < tk; j++)
+                    acc = _mm512_fmadd_ps(_mm512_set1_ps(d[j]),
+                                          load16(cm, k + (size_t)j * d_k + c0), acc);
+                store16(dst, cm, rows != NULL ? _mm512_add_ps(load16(cm, dst), acc) : acc);
+            }
+        if (dk != NULL)
+            for (int j = 0; j < tk; j++) {
+                if (rows != NULL)
+                    add_scaled_row(d[j], q + (size_t)i * d_k, dk + (size_t)rows[j] * d_k, d_k);
+                else
+                    axpy_row(d[j], q + (size_t)i * d_k, dk + (size_t)j * d_k, d_k);
+            }
+    }
+}
+
+int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
+                float *dv, float *scratch)
+{
+    const int tq = sh->tq, tk = sh->tk;
+    if (tk > 16 || (da != NULL && sh->dv > ATTN_MAXD))
+        return -1;
+    if (sh->row_index == NULL) {
+        attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, NULL);
+        return 0;
+    }
+    int live = 0;
+    for (int i = 0; i < tq && live < 2; i++)
+        live += row_live(dout + (size_t)i * sh->dv, sh->dv);
+    if (live < 2 && (da == NULL || (!row_live(da, tq * tk) && !row_live(ds, tq * tk))))
+        attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, sh->row_index);
+    else
+        qkv_attention_backward_scatter(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
+    return 0;
+}
+#else
+typedef int qkv_no_avx512_attention; /* ISO C wants a declaration */
+#endif

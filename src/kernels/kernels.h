@@ -1,0 +1,222 @@
+/*
+ * kernels.h - the hot loops, private to the library: plain arrays in, plain
+ * arrays out, with no tapes, tensors or models. Uses only util.
+ *
+ * Each kernel exists in portable C (always built, always tested) and, in
+ * float32 builds on x86-64, in AVX2+FMA and AVX-512 versions. One struct per
+ * instruction set (qkv_kernel_set) holds them; dispatch.c picks the set once
+ * (runtime.h says how a user chooses), and the entry points below call
+ * through it. Sums that decide a probability or a loss accumulate in double.
+ */
+#ifndef QKV_KERNELS_H
+#define QKV_KERNELS_H
+
+#include <stddef.h>
+
+#include "qkv/base.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(QKV_DOUBLE) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define QKV_HAVE_X86_KERNELS 1
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define QKV_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define QKV_ALWAYS_INLINE static inline
+#endif
+
+/* ---- entry points ------------------------------------------------------- */
+
+/* C (m×n) = op(A)·op(B), or C += op(A)·op(B) when accumulate is nonzero.
+ * op(A) is m×k: A is stored m×k (ta = 0) or k×m (ta = 1). op(B) is k×n: B is
+ * stored k×n (tb = 0) or n×k (tb = 1). All row-major and contiguous. */
+void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+              qkv_real *C, int accumulate);
+
+/* dst[i,:] = table[ids[i],:] for n rows of d reals (an embedding lookup). */
+void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d);
+
+/* table[ids[i],:] += src[i,:] for i = 0..n-1 in order (its backward).
+ * Rows of src that are all zero are skipped: they add nothing (beyond
+ * perhaps turning a -0 into +0). */
+void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                          size_t d);
+
+/* x[0..n) = 0 with plain vector stores: for the short buffers of hot loops,
+ * where a libc memset may take a path with a costly start-up. */
+void qkv_zero(qkv_real *x, size_t n);
+
+/* Row-wise softmax of x (rows×n) into y. A row that is entirely -inf gives
+ * zeros. x and y may alias. */
+void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
+
+/* e[j] = e^(x[j] - m) for the row maximum m, which goes to *max; returns
+ * Σ e[j], accumulated in double. A row of -inf gives zeros and returns 0. */
+double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max);
+
+/* Softmax backward, row-wise: dx += y ⊙ (dy - Σ_j dy_j·y_j). */
+void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y, const qkv_real *dy, size_t rows,
+                               size_t n);
+
+/* Row-wise log-softmax. A row that is entirely -inf gives -inf. */
+void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
+
+/* Σ x², accumulated in double in eight interleaved partial sums (a fixed
+ * order, the same on every kernel set). */
+double qkv_sum_squares(const qkv_real *x, size_t n);
+
+/* Sum of n values, accumulated in double. */
+double qkv_sum_real(const qkv_real *x, size_t n);
+
+/* One Adam step on n weights: with g = grad + l2·w,
+ *   m = b1·m + (1-b1)·g,  v = b2·v + (1-b2)·g·g,
+ *   w = keep·w - step·m / (sqrt(v)·rs + eps)
+ * in double, rounded to qkv_real at the end. Every kernel set gives the
+ * same bits (IEEE sqrt and division, the same order, no fused multiply-add). */
+typedef struct qkv_adam_coef {
+    double b1, b2, step, rs, eps, l2, keep;
+} qkv_adam_coef;
+void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                     const qkv_adam_coef *c);
+
+/* One batch item of fused attention:
+ *   S = scale·Q·Kᵀ (tq×tk),  A = softmax(S + M) row-wise,  O = A·V (tq×dv)
+ * for Q tq×dk, K tk×dk, V tk×dv. M is an additive mask (0 keeps, -inf
+ * drops) with element (i,j) at mask[i·mask_rs + j·mask_cs], or none when
+ * mask is NULL. */
+typedef struct qkv_attn_shape {
+    int tq, tk, dk, dv;
+    const qkv_real *mask;
+    size_t mask_rs, mask_cs;
+    double scale;
+    const int *row_index; /* backward only: a scatter index, see below */
+} qkv_attn_shape;
+
+/* Writes S (before the mask), A and O. Every kernel set computes exactly
+ * what qkv_gemm, the scaling, the mask and qkv_softmax_rows would, one
+ * after the other; the fused form only keeps the item in cache. */
+void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                           const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
+
+/* Backward of one item, given A and dO (tq×dv). da (tq×tk) holds any
+ * gradient already flowing into A and receives dL/dA in total; ds (tq×tk)
+ * likewise for S. dq, dk and dv are accumulated into; any of them may be
+ * NULL, and da and ds may both be NULL when neither dq nor dk is wanted.
+ * scratch holds tq·tk reals. Rows whose gradient is zero are skipped where
+ * that cannot change a result.
+ *
+ * With row_index (tq == tk), dq, dk and dv are scattered into instead: the
+ * item's gradient for its row i is added into row row_index[i] of dq, dk
+ * and dv, rows in order, exactly as computing the item's gradients from
+ * zero and then qkv_scatter_add_rows would; scratch then holds
+ * tq·tk + tq·dk + tk·(dk+dv) reals. */
+void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                            qkv_real *dv, qkv_real *scratch);
+
+/* ---- kernel sets -------------------------------------------------------- */
+
+/* C (mr×nr corner of an ldc-wide matrix) += Ap (kc×MR panel) · Bp (kc×NR). */
+typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c,
+                               int ldc, int mr, int nr);
+
+/* C (m×n) += op(A)·op(B) by the direct path. */
+typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
+                              const qkv_real *B, qkv_real *C);
+
+/* y[j] = e^(x[j] - mx) for x[j] <= mx; returns Σ y[j] in double. */
+typedef double (*qkv_exps_fn)(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y);
+
+/* Softmax of one row of at most 16 entries. */
+typedef void (*qkv_softmax16_fn)(size_t n, const qkv_real *x, qkv_real *y);
+
+/* Fused attention for one item; return nonzero when the shape is not one
+ * they handle, and the generic path runs instead. */
+typedef int (*qkv_attn_fwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                               const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
+typedef int (*qkv_attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                               const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                               qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                               qkv_real *dv, qkv_real *scratch);
+
+/* Adam on n weights. */
+typedef void (*qkv_adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                            const qkv_adam_coef *c);
+
+/* x[0..n) = 0. */
+typedef void (*qkv_zero_fn)(qkv_real *x, size_t n);
+
+/* Gather or scatter-add n rows of d reals by ids. */
+typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
+
+/* One instruction set's kernels. Optional fields are NULL where the set
+ * has no version of its own and the generic path runs. */
+typedef struct qkv_kernel_set {
+    const char *name;
+    int mr, nr;                 /* the micro-kernel's tile */
+    qkv_ukernel_fn ukernel;     /* the blocked GEMM's micro-kernel */
+    qkv_direct_fn direct;       /* the direct path for small and thin products */
+    qkv_exps_fn exps;           /* softmax's exponentials */
+    qkv_softmax16_fn softmax16; /* optional: short rows in one register */
+    qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
+    qkv_attn_bwd_fn attn_bwd;
+    qkv_rows_fn gather;         /* embedding rows */
+    qkv_rows_fn scatter_add;
+    qkv_adam_fn adam;
+    qkv_zero_fn zero;
+} qkv_kernel_set;
+
+/* The sets this build has (portable always; the others on x86-64 float32
+ * builds), and the one in use: chosen once, race-free (dispatch.c). */
+extern const qkv_kernel_set qkv_kernels_portable;
+#ifdef QKV_HAVE_X86_KERNELS
+extern const qkv_kernel_set qkv_kernels_avx2;
+extern const qkv_kernel_set qkv_kernels_avx512;
+#endif
+const qkv_kernel_set *qkv_kernels(void);
+
+/* ---- shared between the sets ------------------------------------------- */
+
+/* The portable kernels that the other sets reuse (portable.c). */
+void qkv_portable_gather(qkv_real *dst, const qkv_real *table, const int *ids, size_t n,
+                         size_t d);
+void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                              size_t d);
+void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                       const qkv_adam_coef *c);
+void qkv_portable_zero(qkv_real *x, size_t n);
+
+/* The direct paths' helpers (gemm.c): a per-thread scratch for a copied
+ * Bᵀ, op(B) as a row-major k×n matrix (NULL if it does not fit the
+ * scratch), and C += op(A)·Bᵀ as dot products for a B too large to copy. */
+#define QKV_DIRECT_SCRATCH 65536
+extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
+const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
+void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+                   qkv_real *C);
+
+/* Adds the mr×nr corner of an MR×NR tile t (row stride NR) to C: the
+ * micro-kernels' ragged edge. */
+void qkv_gemm_add_tile(const qkv_real *t, int NR, qkv_real *c, int ldc, int mr, int nr);
+
+/* The grad_rows form of attention backward on any path: the item's
+ * gradients computed into scratch (zeroed first), then added into the
+ * indexed rows in order (attention.c). */
+void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q,
+                                    const qkv_real *k, const qkv_real *v, const qkv_real *a,
+                                    const qkv_real *dout, qkv_real *ds, qkv_real *da,
+                                    qkv_real *dq, qkv_real *dk, qkv_real *dv, qkv_real *scratch);
+
+/* e^x for x <= 0 in float, vectorised: x = t·ln2 + r with |r| <= ln2/2
+ * (ln2 split in two so t·ln2 is exact), e^r by its Taylor series to r^7
+ * (truncation below 6e-9 relative), then scaled by 2^t. Results below
+ * e^-87 (under FLT_MIN) are returned as 0, so masked scores (-inf) give
+ * exactly 0. Within 2 ulp of the exact value. The constants: */
+#define QKV_EXP_LN2_HI 0.693145751953125f
+#define QKV_EXP_LN2_LO 1.428606765330187e-06f
+#define QKV_EXP_LOG2E 1.44269504088896341f
+#define QKV_EXP_MIN (-87.0f)
+
+#endif

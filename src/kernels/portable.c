@@ -1,0 +1,125 @@
+/*
+ * portable.c - the portable kernel set: plain C and libm, always built and
+ * always tested, and the reference the vector sets are held to. The loops
+ * are written so that a compiler can vectorise them for baseline x86-64.
+ */
+#include <math.h>
+
+#include "kernels/kernels.h"
+
+/* Portable: C[i, j0..j0+w) accumulated in a local array. */
+static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+                     qkv_real *C)
+{
+    const qkv_real *Bk = qkv_gemm_b_rows(tb, n, k, B);
+    if (Bk == NULL) {
+        qkv_gemm_dots(ta, m, n, k, A, B, C);
+        return;
+    }
+    for (int j0 = 0; j0 < n; j0 += 64) {
+        int w = n - j0 < 64 ? n - j0 : 64;
+        for (int i = 0; i < m; i++) {
+            qkv_real acc[64];
+            qkv_real *c = C + (size_t)i * n + j0;
+            for (int j = 0; j < w; j++)
+                acc[j] = c[j];
+            for (int p = 0; p < k; p++) {
+                const qkv_real a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
+                const qkv_real *b = Bk + (size_t)p * n + j0;
+                for (int j = 0; j < w; j++)
+                    acc[j] += a * b[j];
+            }
+            for (int j = 0; j < w; j++)
+                c[j] = acc[j];
+        }
+    }
+}
+
+/* Portable micro-kernel: a 4×8 tile, small enough for the 16 SSE registers
+ * of baseline x86-64, written so compilers can vectorise it. */
+static void ukernel_c(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc,
+                      int mr, int nr)
+{
+    qkv_real acc[4 * 8] = {0};
+    for (int p = 0; p < kc; p++, ap += 4, bp += 8)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++)
+                acc[i * 8 + j] += ap[i] * bp[j];
+    qkv_gemm_add_tile(acc, 8, c, ldc, mr, nr);
+}
+
+/* libm's exp in double: the reference the vector versions are held to. */
+static double exps_c(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y)
+{
+    double sum = 0;
+    for (size_t j = 0; j < n; j++) {
+        double e = exp((double)x[j] - mx);
+        y[j] = (qkv_real)e;
+        sum += e;
+    }
+    return sum;
+}
+
+/* Rows in fixed blocks of 8: plain vector moves, where a memcpy call or a
+ * loop of unknown length costs more than these short rows. */
+void qkv_portable_gather(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d)
+{
+    for (size_t i = 0; i < n; i++, dst += d) {
+        const qkv_real *src = table + (size_t)ids[i] * d;
+        size_t j = 0;
+        for (; j + 8 <= d; j += 8)
+            for (int l = 0; l < 8; l++)
+                dst[j + l] = src[j + l];
+        for (; j < d; j++)
+            dst[j] = src[j];
+    }
+}
+
+void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                          size_t d)
+{
+    for (size_t i = 0; i < n; i++, src += d) {
+        qkv_real *dst = table + (size_t)ids[i] * d;
+        size_t j = 0;
+        while (j < d && src[j] == 0)
+            j++;
+        if (j == d)
+            continue; /* a zero row */
+        j = 0;
+        for (; j + 8 <= d; j += 8)
+            for (int l = 0; l < 8; l++)
+                dst[j + l] += src[j + l];
+        for (; j < d; j++)
+            dst[j] += src[j];
+    }
+}
+
+void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                   const qkv_adam_coef *c)
+{
+    for (size_t j = 0; j < n; j++) {
+        double wj = w[j], g = grad[j] + c->l2 * wj;
+        m[j] = c->b1 * m[j] + (1 - c->b1) * g;
+        v[j] = c->b2 * v[j] + (1 - c->b2) * g * g;
+        w[j] = (qkv_real)(c->keep * wj - c->step * m[j] / (sqrt(v[j]) * c->rs + c->eps));
+    }
+}
+
+void qkv_portable_zero(qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = 0;
+}
+
+const qkv_kernel_set qkv_kernels_portable = {
+    .name = "portable",
+    .mr = 4,
+    .nr = 8,
+    .ukernel = ukernel_c,
+    .direct = direct_c,
+    .exps = exps_c,
+    .gather = qkv_portable_gather,
+    .scatter_add = qkv_portable_scatter_add,
+    .adam = qkv_portable_adam,
+    .zero = qkv_portable_zero,
+};

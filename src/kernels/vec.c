@@ -1,0 +1,110 @@
+/*
+ * vec.c - the row and vector kernels that call into the set in use: softmax
+ * and its backward, log-softmax, sums in double, rows gathered and
+ * scatter-added, zeroing, and the Adam update.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+static double row_max(const qkv_real *x, size_t n)
+{
+    double mx = -INFINITY;
+    for (size_t j = 0; j < n; j++)
+        if (x[j] > mx)
+            mx = x[j];
+    return mx;
+}
+
+double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max)
+{
+    *max = row_max(x, n);
+    if (*max == -INFINITY) {
+        memset(e, 0, n * sizeof *e);
+        return 0;
+    }
+    return qkv_kernels()->exps(n, x, (qkv_real)*max, e);
+}
+
+void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
+{
+    qkv_softmax16_fn short_row = qkv_kernels()->softmax16;
+    for (size_t r = 0; r < rows; r++, x += n, y += n) {
+        if (short_row != NULL && n <= 16) {
+            short_row(n, x, y);
+            continue;
+        }
+        double mx, sum = qkv_exp_shifted(y, x, n, &mx);
+        if (sum == 0)
+            continue; /* fully masked: y is already all zeros */
+        qkv_real inv = (qkv_real)(1 / sum);
+        for (size_t j = 0; j < n; j++)
+            y[j] *= inv;
+    }
+}
+
+void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
+                               const qkv_real *dy, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++, dx += n, y += n, dy += n) {
+        double dot = 0;
+        for (size_t j = 0; j < n; j++)
+            dot += (double)dy[j] * y[j];
+        for (size_t j = 0; j < n; j++)
+            dx[j] += (qkv_real)(y[j] * ((double)dy[j] - dot));
+    }
+}
+
+void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d)
+{
+    qkv_kernels()->gather(dst, table, ids, n, d);
+}
+
+void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
+                          size_t d)
+{
+    qkv_kernels()->scatter_add(table, src, ids, n, d);
+}
+
+void qkv_zero(qkv_real *x, size_t n)
+{
+    qkv_kernels()->zero(x, n);
+}
+
+void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++, x += n, y += n) {
+        double mx, sum = qkv_exp_shifted(y, x, n, &mx); /* y as scratch */
+        /* a fully masked row (sum 0) gives x - inf = -inf everywhere */
+        double lse = sum > 0 ? mx + log(sum) : INFINITY;
+        for (size_t j = 0; j < n; j++)
+            y[j] = (qkv_real)((double)x[j] - lse);
+    }
+}
+
+void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                     const qkv_adam_coef *c)
+{
+    qkv_kernels()->adam(w, grad, m, v, n, c);
+}
+
+double qkv_sum_squares(const qkv_real *x, size_t n)
+{
+    double s[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++)
+        s[i % 8] += (double)x[i] * x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+double qkv_sum_real(const qkv_real *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += x[i];
+    return s;
+}

@@ -1,0 +1,102 @@
+/*
+ * op.c - the helpers every op family uses (see op.h).
+ */
+#include <string.h>
+
+#include "ops/op.h"
+
+int qkv_op_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv_tensor *b,
+                     int want_b)
+{
+    if (t == NULL || qkv_tape_status(t) != QKV_OK)
+        return 0;
+    if (qkv_tensor_is_nil(a) || (want_b && qkv_tensor_is_nil(b))) {
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "%s: input is nil (NULL, or the result of a failed call)", op);
+        return 0;
+    }
+    return 1;
+}
+
+int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b)
+{
+    return a->grad != NULL || (b != NULL && b->grad != NULL);
+}
+
+qkv_tensor *qkv_op_out(qkv_tape *t, int ndim, const int *shape, const qkv_tensor *a,
+                       const qkv_tensor *b)
+{
+    return qkv_tape_tensor(t, ndim, shape, qkv_wants_grad(a, b));
+}
+
+qkv_node *qkv_op_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, qkv_tensor *a,
+                        qkv_tensor *b, int *failed)
+{
+    *failed = 0;
+    if (out->grad == NULL)
+        return NULL;
+    qkv_tensor *in[2] = {a, b};
+    qkv_node *n = qkv_tape_record(t, op, out, b != NULL ? 2 : 1, in);
+    *failed = n == NULL;
+    return n;
+}
+
+qkv_tensor *qkv_op_finish(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, qkv_tensor *a,
+                          qkv_tensor *b, double c)
+{
+    int failed;
+    qkv_node *n = qkv_op_record(t, op, out, a, b, &failed);
+    if (failed)
+        return qkv_nil();
+    if (n != NULL)
+        n->c = c;
+    return out;
+}
+
+size_t qkv_first_bad_id(const int *ids, size_t n, int rows)
+{
+    int lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) { /* one pass the compiler vectorises */
+        lo = ids[i] < lo ? ids[i] : lo;
+        hi = ids[i] > hi ? ids[i] : hi;
+    }
+    if (lo >= 0 && hi < rows)
+        return n;
+    size_t i = 0;
+    while (ids[i] >= 0 && ids[i] < rows)
+        i++;
+    return i;
+}
+
+int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n)
+{
+    size_t bytes;
+    if (!qkv_mul_size(n, sizeof(int), &bytes)) {
+        qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: index array too large");
+        return NULL;
+    }
+    int *dst = qkv_tape_alloc(t, bytes);
+    if (dst != NULL)
+        memcpy(dst, src, bytes);
+    return dst;
+}
+
+int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p)
+{
+    int bd[4];
+    if (b->ndim > a->ndim)
+        return 0;
+    for (int i = 0; i < 4; i++) {
+        int ai = i - (4 - a->ndim), bi = i - (4 - b->ndim);
+        p->dim[i] = ai >= 0 ? a->shape[ai] : 1;
+        bd[i] = bi >= 0 ? b->shape[bi] : 1;
+        if (bd[i] != p->dim[i] && bd[i] != 1)
+            return 0;
+    }
+    size_t s = 1;
+    for (int i = 3; i >= 0; i--) {
+        p->bstride[i] = bd[i] == 1 ? 0 : s;
+        s *= (size_t)bd[i];
+    }
+    return 1;
+}

@@ -1,0 +1,82 @@
+/*
+ * error.c - status names, error records, and the ABI check.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/util.h"
+
+const char *qkv_status_string(qkv_status s)
+{
+    switch (s) {
+    case QKV_OK: return "ok";
+    case QKV_ERR_SHAPE: return "shape mismatch";
+    case QKV_ERR_ARG: return "invalid argument";
+    case QKV_ERR_NOMEM: return "out of memory";
+    case QKV_ERR_IO: return "input/output error";
+    case QKV_ERR_FORMAT: return "malformed input";
+    case QKV_ERR_NUMERIC: return "non-finite number";
+    case QKV_ERR_ABI: return "header and library mismatch";
+    }
+    return "unknown status";
+}
+
+qkv_error qkv_error_none(void)
+{
+    qkv_error e;
+    e.status = QKV_OK;
+    e.message[0] = '\0';
+    return e;
+}
+
+qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap)
+{
+    if (e == NULL || s == QKV_OK)
+        return s;
+    e->status = s;
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return s;
+}
+
+qkv_status qkv_error_set(qkv_error *e, qkv_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qkv_verror(e, s, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static const char *scalar_name(unsigned abi)
+{
+    switch (abi & 0xffu) {
+    case 4: return "float32";
+    case 8: return "double";
+    }
+    return "an unknown scalar type";
+}
+
+int qkv_abi_ok(unsigned abi, qkv_error *e)
+{
+    static atomic_flag told = ATOMIC_FLAG_INIT;
+    if (abi == QKV_ABI)
+        return 1;
+    qkv_error local = qkv_error_none();
+    if ((abi & 0xffu) != (QKV_ABI & 0xffu))
+        qkv_error_set(&local, QKV_ERR_ABI,
+                 "this program was compiled for %s qkv but is linked to the %s build of "
+                 "libqkv; compile it with the library's flags: $(pkg-config --cflags qkv)%s",
+                 scalar_name(abi), scalar_name(QKV_ABI),
+                 QKV_ABI == 8u + (QKV_ABI_VERSION << 8) ? " (-DQKV_DOUBLE)" : "");
+    else
+        qkv_error_set(&local, QKV_ERR_ABI,
+                 "this program was compiled against qkv headers of interface version %u, "
+                 "but libqkv %s has version %u; rebuild it against the installed headers",
+                 abi >> 8, QKV_VERSION, (unsigned)QKV_ABI_VERSION);
+    if (!atomic_flag_test_and_set(&told)) /* once: a program that never checks still learns why */
+        fprintf(stderr, "qkv: %s\n", local.message);
+    if (e != NULL)
+        *e = local;
+    return 0;
+}

@@ -1,0 +1,74 @@
+/*
+ * util.h - the bottom layer, private to the library: counted allocation,
+ * overflow-checked sizes, the one function every error goes through, and
+ * the thread pool. Uses nothing but libc.
+ */
+#ifndef QKV_UTIL_H
+#define QKV_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+#include "qkv/base.h"
+
+#if defined(__GNUC__)
+#define QKV_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define QKV_PRINTF(f, a)
+#endif
+
+/* ---- allocation (alloc.c) ---- */
+
+/* The C allocation functions, counted (qkv_alloc_count), so that tests can
+ * prove a training step allocates nothing. Free with free(). */
+void *qkv_malloc(size_t n);
+void *qkv_calloc(size_t n, size_t size);
+void *qkv_realloc(void *p, size_t n);
+void *qkv_aligned_alloc(size_t align, size_t n);
+
+/* Overflow-checked size arithmetic: return 0 and leave *r alone on
+ * overflow, else 1. */
+int qkv_mul_size(size_t a, size_t b, size_t *r);
+int qkv_add_size(size_t a, size_t b, size_t *r);
+
+/* ---- errors (error.c) ---- */
+
+/* qkv_error_set (base.h) with a va_list. Every error of the library passes
+ * through here: a good place for a breakpoint. */
+qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap);
+
+/* Checks a caller's ABI tag against the library's own; on a mismatch
+ * records QKV_ERR_ABI with a message that says how to rebuild, prints the
+ * message once on stderr (the program may not look), and returns 0. */
+int qkv_abi_ok(unsigned abi, qkv_error *e);
+
+/* ---- files (fs.c) ---- */
+
+/* Creates every missing directory on the way to dir (like mkdir -p).
+ * QKV_ERR_IO with the reason in err on failure. */
+qkv_status qkv_mkdirs(const char *dir, qkv_error *err);
+
+/* Creates the directory that the file path would live in (everything up
+ * to its last '/'), as qkv_mkdirs does; nothing for a bare file name. */
+qkv_status qkv_mkdirs_for(const char *path, qkv_error *err);
+
+/* ---- threads (threads.c) ---- */
+
+/* Runs indices [i0,i1) of a job as part `part`. */
+typedef void (*qkv_range_fn)(void *ctx, int part, size_t i0, size_t i1);
+
+/* Work (in multiply-adds or so) a part needs to be worth a thread. */
+#define QKV_PARALLEL_MIN_WORK ((size_t)1 << 20)
+
+/* Runs fn over [0,n) cut into up to max_parts contiguous ranges, one per
+ * thread (qkv_threads), fewer when work is too small to share, and waits
+ * for all of them. Parts are numbered from 0; part 0 runs on the caller. A
+ * call made while another job runs (from another thread, or from inside a
+ * job) runs as one part on its caller. */
+void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, void *ctx);
+
+/* The number of parts qkv_parallel_for would cut such a job into (at most;
+ * fewer if a thread cannot be started). */
+int qkv_parallel_parts(size_t n, size_t work, int max_parts);
+
+#endif
