@@ -9,8 +9,10 @@
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   ?= build
-VERSION := 0.1.0
-SOMAJOR := 0
+# The version and the interface version (the soname's major number) come
+# from include/qkv/base.h, where the ABI check reads them too.
+VERSION := $(shell sed -n 's/^\#define QKV_VERSION "\(.*\)"/\1/p' include/qkv/base.h)
+SOMAJOR := $(shell sed -n 's/^\#define QKV_ABI_VERSION //p' include/qkv/base.h)
 
 WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
 # No fused multiply-adds the source did not write: gcc in ISO C mode does
@@ -27,9 +29,15 @@ ifeq ($(SAN),1)
   OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
   LDSAN  := -fsanitize=address,undefined
 endif
+ifeq ($(SAN),thread)
+  BUILD  := build/tsan
+  OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+  LDSAN  := -fsanitize=thread
+endif
 ifeq ($(DOUBLE),1)
   BUILD  := $(BUILD)/double
   CPPFLAGS += -DQKV_DOUBLE
+  PC_CFLAGS := -DQKV_DOUBLE
 endif
 ALLCFLAGS = $(WARN) $(FP) $(PTHREAD) $(OPT) $(CFLAGS)
 LDLIBS  := -lm -pthread
@@ -69,7 +77,8 @@ endif
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 
-.PHONY: all lib test test-float test-double asan clean install deps run plots bench bench-compare
+.PHONY: all lib test test-float test-double asan tsan tsan-run clean install deps run plots
+.PHONY: bench bench-compare
 .DEFAULT_GOAL := all
 
 all: lib $(QKV) $(EXAMPLES)
@@ -81,7 +90,8 @@ $(BUILD)/obj/%.o: src/%.c $(PUB_H) $(APP_H) $(PRIV_H) Makefile
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(PUB_H) $(APP_H) $(PRIV_H) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' \
+	    $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
 	@rm -f $@
@@ -121,6 +131,23 @@ test-float: $(TESTS) $(QKV)
 asan: deps
 	@$(MAKE) --no-print-directory SAN=1 test-float
 
+# ThreadSanitizer: the suites that use threads, and a training run whose
+# attention items are split across 4 threads (d_k 512 gives them the work).
+# Any report fails the run.
+TSAN_SUITES := threads attention coref_model
+TSAN_ENV    := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+tsan: deps
+	@$(MAKE) --no-print-directory SAN=thread tsan-run
+
+tsan-run: $(TESTS) $(QKV)
+	@for s in $(TSAN_SUITES); do \
+	    echo "== tsan: suite $$s"; \
+	    CK_RUN_SUITE=$$s $(TSAN_ENV) $(TESTS) || exit 1; \
+	done
+	@echo "== tsan: qkv train on 4 threads"
+	QKV_THREADS=4 $(TSAN_ENV) $(QKV) train --quiet --d-k 512 --steps 20 \
+	    --log $(BUILD)/tsan-train.csv --save $(BUILD)/tsan-train.qkv
+
 # The main job: train, measure, plot (see scripts/run.sh).
 run: deps all
 	@sh scripts/run.sh
@@ -142,8 +169,14 @@ bench-compare: $(BUILD)/bench $(QKV)
 clean:
 	rm -rf build
 
+# Installs the library (headers, static and shared) and the program, and
+# qkv.pc for pkg-config; a double build (DOUBLE=1) writes -DQKV_DOUBLE into
+# qkv.pc's Cflags so that programs match it. Into the system's own
+# directories (no DESTDIR, run as root), it then runs ldconfig, so programs
+# find libqkv.so without an rpath (see README "Using the library").
 install: lib $(QKV)
-	install -d $(DESTDIR)$(PREFIX)/include/qkv $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/include/qkv $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/qkv.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 include/qkv/*.h $(DESTDIR)$(PREFIX)/include/qkv/
 	install -m 644 $(STATIC) $(DESTDIR)$(PREFIX)/lib/
@@ -151,5 +184,7 @@ install: lib $(QKV)
 	ln -sf libqkv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libqkv.so.$(SOMAJOR)
 	ln -sf libqkv.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libqkv.so
 	install -m 755 $(QKV) $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' qkv.pc.in \
-	    > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CFLAGS@|$(PC_CFLAGS)|' \
+	    qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+	    echo "ldconfig"; ldconfig; fi

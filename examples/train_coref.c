@@ -15,7 +15,8 @@ enum { STEPS = 300, BATCH = 32 };
 
 /* Fills the batch from a shuffled order of the training set, reshuffled
  * at the start of every epoch. */
-static void next_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_data *d, int *order, int *next)
+static void next_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_data *d, int *order,
+                       int *next)
 {
     qkv_coref_batch_clear(b);
     while (b->B < b->cap_b) {
@@ -64,8 +65,8 @@ int main(void)
 
     /* resolve the tutorial's sentence without recording gradients */
     int ids[QKV_COREF_MAX_TOKENS], n, pron = -1;
-    if (qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_COREF_MAX_TOKENS, &n, NULL) !=
-        QKV_OK)
+    if (qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_COREF_MAX_TOKENS, &n,
+                           NULL) != QKV_OK)
         return 1;
     for (int i = 0; i < n; i++)
         if (qkv_coref_kind(ids[i]) == QKV_COREF_HE)
@@ -81,9 +82,8 @@ int main(void)
     }
     double p;
     int cls = qkv_coref_predict(&f, 0, &p);
-    printf("他 → %s (p = %.2f); attention on 小明: %.3f\n",
-           qkv_coref_word(qkv_coref_name_id(cls)), p,
-           f.attn->data[(size_t)pron * batch->T + 0]);
+    printf("他 → %s (p = %.2f); attention on 小明: %.3f\n", qkv_coref_word(qkv_coref_name_id(cls)),
+           p, f.attn->data[(size_t)pron * batch->T + 0]);
 
     free(order);
     qkv_coref_batch_free(batch);

@@ -24,16 +24,19 @@ awk -F, '
     FILENAME ~ /bench_torch/ { torch[$2] = $3; next }
     { qkv[$2] = $3 }
     END {
-        printf "%-4s %14s %14s %10s %14s %14s\n", "cfg", "qkv (µs)", "torch (µs)", "speed-up", "qkv bwd/fwd", "torch bwd/fwd"
+        printf "%-4s %14s %14s %10s %14s %14s\n", "cfg", "qkv (µs)", "torch (µs)", "speed-up",
+               "qkv bwd/fwd", "torch bwd/fwd"
         n = split("S M L", cfg, " ")
         for (i = 1; i <= n; i++) {
             c = cfg[i]
             printf "%-4s %14.1f %14.1f %9.1fx %14.2f %14.2f\n", c, qkv[c "_step"], torch[c "_step"],
-                   torch[c "_step"] / qkv[c "_step"], qkv[c "_bwd_over_fwd"], torch[c "_bwd_over_fwd"]
+                   torch[c "_step"] / qkv[c "_step"], qkv[c "_bwd_over_fwd"],
+                   torch[c "_bwd_over_fwd"]
         }
         if ("ratio_best_over_openblas_512" in qkv)
             printf "\nqkv matmul / OpenBLAS: %.0f%% at 512, %.0f%% at 1024\n",
-                   100 * qkv["ratio_best_over_openblas_512"], 100 * qkv["ratio_best_over_openblas_1024"]
+                   100 * qkv["ratio_best_over_openblas_512"],
+                   100 * qkv["ratio_best_over_openblas_1024"]
         if ("peak_rss_default_train" in qkv)
             printf "peak RSS of the default qkv train: %.1f MB\n", qkv["peak_rss_default_train"]
     }' out/bench.csv out/bench_torch.csv

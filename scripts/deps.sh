@@ -10,7 +10,8 @@ if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists check; then
     missing="$missing check"
 fi
 command -v gnuplot >/dev/null 2>&1 || missing="$missing gnuplot-nox"
-if ! { command -v fc-list >/dev/null 2>&1 && fc-list 2>/dev/null | grep -qi 'wenquanyi zen hei'; }; then
+if ! { command -v fc-list >/dev/null 2>&1 &&
+        fc-list 2>/dev/null | grep -qi 'wenquanyi zen hei'; }; then
     missing="$missing fonts-wqy-zenhei"
 fi
 

@@ -40,13 +40,19 @@ render() {
     fi
 }
 
-# Space-separated distinct values of column 1 (d_k list, vector names).
+# Space-separated distinct values of the column named $2 of the CSV file
+# $1 (the d_k list, the vector names); columns are found by header name.
 distinct() {
-    awk -F, 'NR > 1 && !seen[$1]++ { gsub(/"/, "", $1); printf "%s ", $1 }' "$1"
+    awk -F, -v name="$2" '
+        NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next }
+        c && !seen[$c]++ { v = $c; gsub(/"/, "", v); printf "%s ", v }' "$1"
 }
 
-first_seed() {
-    awk -F, 'NR == 2 { print $3; exit }' "$1"
+# The first row's value in the column named $2 of the CSV file $1.
+first_value() {
+    awk -F, -v name="$2" '
+        NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next }
+        c { print $c; exit }' "$1"
 }
 
 render loss loss "$data/train.csv" "build/qkv train"
@@ -57,7 +63,7 @@ for run in saturation saturation-adam; do
     name=$(echo "$run" | tr - _)
     if [ -s "$csv" ]; then
         render "$name" saturation "$csv" "" \
-            "dks='$(distinct "$csv")'; seed=$(first_seed "$csv"); optim='$optim'"
+            "dks='$(distinct "$csv" d_k)'; seed=$(first_value "$csv" seed); optim='$optim'"
     else
         render "$name" saturation "$csv" "build/qkv saturation --optim $optim --out $data/$run"
     fi
@@ -66,7 +72,7 @@ render variance variance "$data/saturation/variance.csv" "build/qkv saturation"
 render heatmap heatmap "$data/heatmap.csv" \
     "build/qkv resolve --csv $data/heatmap.csv \"小明是个运动达人，他平时很爱打篮球\""
 if [ -s "$data/softmax.csv" ]; then
-    render softmax softmax "$data/softmax.csv" "" "vecs='$(distinct "$data/softmax.csv")'"
+    render softmax softmax "$data/softmax.csv" "" "vecs='$(distinct "$data/softmax.csv" vector)'"
 else
     render softmax softmax "$data/softmax.csv" "build/qkv softmax --csv $data/softmax.csv"
 fi

@@ -24,4 +24,5 @@ step "4/5 sqrt(d_k) saturation sweep, SGD then Adam"
 
 step "5/5 plots"
 sh "$(dirname "$0")/plots.sh" "$out" "$out/plots"
-printf '\nDone. Plots are in %s/plots/: loss.png saturation.png saturation_adam.png variance.png heatmap.png softmax.png\n' "$out"
+printf '\nDone. Plots are in %s/plots/: loss.png saturation.png saturation_adam.png\n' "$out"
+printf 'variance.png heatmap.png softmax.png\n'

@@ -41,8 +41,8 @@ static qkv_tensor *weighted_sum(qkv_tape *t, qkv_tensor *x, qkv_rng *g)
 /* Records the loss on t, fused or unfused, and runs backward; *s and *a
  * receive the scores and weights. */
 static qkv_tensor *attn_loss(qkv_tape *t, const attn_case *c, int fused, qkv_tensor *q,
-                             qkv_tensor *k, qkv_tensor *v, const qkv_tensor *mask,
-                             qkv_tensor **s, qkv_tensor **a)
+                             qkv_tensor *k, qkv_tensor *v, const qkv_tensor *mask, qkv_tensor **s,
+                             qkv_tensor **a)
 {
     qkv_rng g;
     qkv_rng_seed(&g, 99); /* the same loss weights for both forms */
@@ -197,8 +197,9 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
         qkv_rng_seed(&lw, 4);
         qkv_tensor *loss = weighted_sum(t, pick ? qkv_pick_rows(t, o[f], rows) : o[f], &lw);
         if (parts_loss)
-            loss = qkv_add(t, loss, qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
-                                            weighted_sum(t, parts[f].attn, &lw)));
+            loss = qkv_add(t, loss,
+                           qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
+                                   weighted_sum(t, parts[f].attn, &lw)));
         ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
         for (int i = 0; i < 3; i++) {
             grads[f][i] = malloc(sizeof(qkv_real) * w[i]->numel);

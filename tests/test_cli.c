@@ -3,6 +3,7 @@
  * its defaults, divergence, eval, resolve and its errors. Runs the built
  * binary (QKV_BIN) in a temporary directory.
  */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -67,7 +68,8 @@ static void expect(const char *args, int code, const char *part)
 
 START_TEST(test_every_command_has_help)
 {
-    static const char *cmds[] = {"demo", "gradcheck", "train", "eval", "resolve", "saturation", "softmax"};
+    static const char *cmds[] = {"demo",    "gradcheck",  "train",  "eval",
+                                 "resolve", "saturation", "softmax"};
     char args[64], want[64];
     expect("--help", 0, "Usage: qkv <command>");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -99,8 +101,11 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
     ck_assert_msg(final != NULL, "%s", out);
     double loss, tr, va, te, mass;
     int steps;
-    ck_assert_int_eq(sscanf(final, "final: steps=%d loss=%lf train_acc=%lf val_acc=%lf test_acc=%lf "
-                                   "attn_antecedent=%lf", &steps, &loss, &tr, &va, &te, &mass), 6);
+    ck_assert_int_eq(sscanf(final,
+                            "final: steps=%d loss=%lf train_acc=%lf val_acc=%lf test_acc=%lf "
+                            "attn_antecedent=%lf",
+                            &steps, &loss, &tr, &va, &te, &mass),
+                     6);
     ck_assert_msg(te >= 0.99 && mass >= 0.9, "test_acc %.4f attn %.4f", te, mass);
     free(out);
     char path[128];
@@ -127,7 +132,8 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
     expect("resolve --csv out/heat.csv \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → 小明");
     /* resolve errors: one line, exit 1 */
     expect("resolve \"小明很爱唱歌\"", 1, "no pronoun");
-    expect("resolve \"小明是个运动达人，他平时很爱打排球\"", 1, "unknown word \"排球\" at character 15");
+    expect("resolve \"小明是个运动达人，他平时很爱打排球\"", 1,
+           "unknown word \"排球\" at character 15");
     expect("resolve \"$(printf '\\344\\273')\"", 1, "invalid UTF-8 at byte 0");
     expect("resolve --model nowhere.qkv \"他\"", 1, "cannot open nowhere.qkv");
 }
@@ -200,8 +206,10 @@ START_TEST(test_saturation_is_deterministic_for_a_seed_and_any_thread_count)
     for (char *p = c1; *p; p++)
         lines += *p == '\n';
     ck_assert_int_eq(lines, 1 + 2 * 2 * 4);
-    ck_assert(strncmp(c1, "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,gnorm_wv,"
-                          "gnorm_scores,entropy,max_weight,jacobian,score_var\n", 100) == 0);
+    ck_assert(strncmp(c1,
+                      "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,gnorm_wv,"
+                      "gnorm_scores,entropy,max_weight,jacobian,score_var\n",
+                      100) == 0);
     free(o1);
     free(o2);
     free(c1);
@@ -213,8 +221,8 @@ END_TEST
 
 START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
 {
-    static const char *pngs[] = {"loss", "saturation", "saturation_adam", "variance", "heatmap",
-                                 "softmax"};
+    static const char *pngs[] = {"loss",     "saturation", "saturation_adam",
+                                 "variance", "heatmap",    "softmax"};
     char cmd[512], path[160];
     snprintf(cmd, sizeof cmd, "sh '%s/../../scripts/plots.sh' '%s/plots' '%s/png' >/dev/null 2>&1",
              QKV_TEST_DATA, QKV_TEST_DATA, tmp);
@@ -233,10 +241,12 @@ START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
     }
     /* missing inputs are named and make the exit status 1 */
     char *out;
-    snprintf(cmd, sizeof cmd, "mkdir -p empty && sh '%s/../../scripts/plots.sh' empty", QKV_TEST_DATA);
+    snprintf(cmd, sizeof cmd, "mkdir -p empty && sh '%s/../../scripts/plots.sh' empty",
+             QKV_TEST_DATA);
     ck_assert_int_eq(sh(cmd, &out), 1);
-    ck_assert_msg(strstr(out, "skipped loss.png: missing empty/train.csv (make it with: build/qkv train)"),
-                  "%s", out);
+    ck_assert_msg(
+        strstr(out, "skipped loss.png: missing empty/train.csv (make it with: build/qkv train)"),
+        "%s", out);
     free(out);
 }
 END_TEST
@@ -269,32 +279,41 @@ static int contains_block(char **file, int nf, char **block, int nb)
 
 START_TEST(test_readme_c_snippets_are_compiled_example_code)
 {
-    static char *file_lines[2][400], *block_lines[100];
-    static const char *examples[2] = {"quickstart.c", "train_coref.c"};
-    char path[256], *text[2];
-    int nf[2], blocks = 0;
-    for (int e = 0; e < 2; e++) {
-        snprintf(path, sizeof path, "%s/../../examples/%s", QKV_TEST_DATA, examples[e]);
-        text[e] = slurp_path(path);
-        nf[e] = trimmed_lines(text[e], file_lines[e], 400);
+    enum { MAX_EX = 16, MAX_LINES = 600 };
+    static char *file_lines[MAX_EX][MAX_LINES], *block_lines[100];
+    char path[512], *text[MAX_EX];
+    int nf[MAX_EX], n_ex = 0, blocks = 0;
+    snprintf(path, sizeof path, "%s/../../examples", QKV_TEST_DATA);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    for (struct dirent *e; (e = readdir(dir)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (len < 3 || strcmp(e->d_name + len - 2, ".c") != 0)
+            continue;
+        ck_assert_int_lt(n_ex, MAX_EX);
+        snprintf(path, sizeof path, "%s/../../examples/%s", QKV_TEST_DATA, e->d_name);
+        text[n_ex] = slurp_path(path);
+        nf[n_ex] = trimmed_lines(text[n_ex], file_lines[n_ex], MAX_LINES);
+        n_ex++;
     }
+    closedir(dir);
     snprintf(path, sizeof path, "%s/../../README.md", QKV_TEST_DATA);
     char *readme = slurp_path(path);
     for (char *p = strstr(readme, "```c\n"); p != NULL; p = strstr(p, "```c\n")) {
         char *body = p + 5, *end = strstr(body, "```");
         ck_assert_ptr_nonnull(end);
         *end = '\0';
-        int nb = trimmed_lines(body, block_lines, 100);
-        ck_assert_msg(contains_block(file_lines[0], nf[0], block_lines, nb) ||
-                          contains_block(file_lines[1], nf[1], block_lines, nb),
-                      "README block starting '%s' is not in examples/", block_lines[0]);
+        int nb = trimmed_lines(body, block_lines, 100), found = 0;
+        for (int e = 0; e < n_ex && !found; e++)
+            found = contains_block(file_lines[e], nf[e], block_lines, nb);
+        ck_assert_msg(found, "README block starting '%s' is not in examples/", block_lines[0]);
         blocks++;
         p = end + 1;
     }
-    ck_assert_int_ge(blocks, 2);
+    ck_assert_int_ge(blocks, 3);
     free(readme);
-    free(text[0]);
-    free(text[1]);
+    for (int e = 0; e < n_ex; e++)
+        free(text[e]);
 }
 END_TEST
 
@@ -319,6 +338,78 @@ START_TEST(test_csv_create_makes_directories_and_writes_the_header)
 }
 END_TEST
 
+START_TEST(test_a_program_built_for_the_other_scalar_type_fails_clearly)
+{
+    /* examples/quickstart.c compiled with the other setting of QKV_DOUBLE,
+     * linked to this build's library: a clear message and exit 1, never
+     * floats read as doubles */
+    char cmd[1024], lib[512], *out;
+    snprintf(lib, sizeof lib, "%s", QKV_BIN);
+    *strrchr(lib, '/') = '\0'; /* the build directory */
+    snprintf(cmd, sizeof cmd,
+             "cc -std=c11 %s -I'%s/../../include' '%s/../../examples/quickstart.c' "
+             "'%s/libqkv.a' -lm -pthread -o other && ./other",
+             sizeof(qkv_real) == 4 ? "-DQKV_DOUBLE" : "", QKV_TEST_DATA, QKV_TEST_DATA, lib);
+    ck_assert_int_eq(sh(cmd, &out), 1);
+    ck_assert_msg(strstr(out, sizeof(qkv_real) == 4 ? "compiled for double qkv but is linked to "
+                                                      "the float32 build"
+                                                    : "compiled for float32 qkv but is linked to "
+                                                      "the double build"),
+                  "%s", out);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_plots_read_columns_by_header_name)
+{
+    /* the same CSV with its columns in another order draws the same PNG */
+    char cmd[1024], a[256], b[256];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p one two && cp '%s/plots/train.csv' one/ && "
+             "awk -F, -v OFS=, '{ print $6, $3, $1, $5, $2, $4, $10, $9, $8, $7 }' "
+             "'%s/plots/train.csv' > two/train.csv && "
+             "sh '%s/../../scripts/plots.sh' one one/png >/dev/null 2>&1; "
+             "sh '%s/../../scripts/plots.sh' two two/png >/dev/null 2>&1; true",
+             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+    char *out;
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    free(out);
+    snprintf(a, sizeof a, "%s/one/png/loss.png", tmp);
+    snprintf(b, sizeof b, "%s/two/png/loss.png", tmp);
+    char *pa = slurp_path(a), *pb = slurp_path(b);
+    ck_assert(memcmp(pa, "\x89PNG", 4) == 0);
+    snprintf(cmd, sizeof cmd, "cmp -s one/png/loss.png two/png/loss.png");
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    free(out);
+    free(pa);
+    free(pb);
+}
+END_TEST
+
+/* Runs build/examples/NAME and expects exit 0 and a part of its output. */
+static void expect_example(const char *name, const char *part)
+{
+    char cmd[600], dir[512], *out;
+    snprintf(dir, sizeof dir, "%s", QKV_BIN);
+    *strrchr(dir, '/') = '\0';
+    snprintf(cmd, sizeof cmd, "'%s/examples/%s'", dir, name);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "%s: exit %d\n%s", name, rc, out);
+    ck_assert_msg(strstr(out, part) != NULL, "%s: output lacks '%s':\n%s", name, part, out);
+    free(out);
+}
+
+START_TEST(test_every_example_runs_to_its_result)
+{
+    /* q = (1,0), K = ((1,0),(0,1),(-1,0)), scaled by 1/√2: scores
+     * (0.7071, 0, -0.7071); softmax (0.5760, 0.2840, 0.1400) by hand, and
+     * loss -ln 0.5760 = 0.5517 */
+    expect_example("quickstart", "attention: 0.5760 0.2840 0.1400\nloss: 0.5517");
+    expect_example("custom_op", "(pass)");
+    expect_example("train_coref", "他 → 小明");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -334,6 +425,9 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);
     tcase_add_test(tc, test_readme_c_snippets_are_compiled_example_code);
     tcase_add_test(tc, test_csv_create_makes_directories_and_writes_the_header);
+    tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
+    tcase_add_test(tc, test_plots_read_columns_by_header_name);
+    tcase_add_test(tc, test_every_example_runs_to_its_result);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -40,8 +40,10 @@ START_TEST(test_matmul_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
     /* [[1,2,3],[4,5,6]]·[[7,8],[9,10],[11,12]] = [[58,64],[139,154]] */
-    qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
-    qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 0));
+    qkv_tensor *a =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
+    qkv_tensor *b =
+        hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 0));
     assert_values(qkv_matmul(f.t, a, b), (const double[]){58, 64, 139, 154}, 4, 0);
     /* A·Aᵀ = [[14,32],[32,77]] */
     assert_values(qkv_matmul_nt(f.t, a, a), (const double[]){14, 32, 32, 77}, 4, 0);
@@ -54,7 +56,8 @@ START_TEST(test_batched_matmul_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
     /* item 0: I·B0 = B0; item 1: 2I·B1 = 2B1 */
-    qkv_tensor *a = hold(&f, tensor_of(3, (const int[]){2, 2, 2}, (const double[]){1, 0, 0, 1, 2, 0, 0, 2}, 0));
+    qkv_tensor *a =
+        hold(&f, tensor_of(3, (const int[]){2, 2, 2}, (const double[]){1, 0, 0, 1, 2, 0, 0, 2}, 0));
     qkv_tensor *b = hold(&f, tensor_of(3, (const int[]){2, 2, 1}, (const double[]){3, 4, 5, 6}, 0));
     qkv_tensor *y = qkv_matmul(f.t, a, b);
     ck_assert_int_eq(y->ndim, 3);
@@ -71,8 +74,10 @@ START_TEST(test_matmul_gradients_by_hand)
 {
     /* L = Σ A·B: dA[i,p] = Σ_j B[p,j], dB[p,j] = Σ_i A[i,p] */
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
-    qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 1));
+    qkv_tensor *a =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
+    qkv_tensor *b =
+        hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){7, 8, 9, 10, 11, 12}, 1));
     ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_matmul(f.t, a, b))), QKV_OK);
     const double da[6] = {15, 19, 23, 15, 19, 23}, db[6] = {5, 5, 7, 7, 9, 9};
     for (int i = 0; i < 6; i++) {
@@ -86,16 +91,24 @@ END_TEST
 START_TEST(test_elementwise_and_broadcast_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, -2, 3, -4, 5, -6}, 0));
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, -2, 3, -4, 5, -6}, 0));
     qkv_tensor *bias = hold(&f, tensor_of(1, (const int[]){3}, (const double[]){10, 20, 30}, 0));
     qkv_tensor *col = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){2, -1}, 0));
     assert_values(qkv_scale(f.t, x, 0.5), (const double[]){0.5, -1, 1.5, -2, 2.5, -3}, 6, 0);
     assert_values(qkv_add(f.t, x, bias), (const double[]){11, 18, 33, 6, 25, 24}, 6, 0);
     assert_values(qkv_mul(f.t, x, col), (const double[]){2, -4, 6, 4, -5, 6}, 6, 0);
     assert_values(qkv_relu(f.t, x), (const double[]){1, 0, 3, 0, 5, 0}, 6, 0);
-    assert_values(qkv_tanh(f.t, x),
-                  (const double[]){tanh(1.0), tanh(-2.0), tanh(3.0), tanh(-4.0), tanh(5.0), tanh(-6.0)},
-                  6, 2 * REAL_EPS);
+    assert_values(
+        qkv_tanh(f.t, x),
+        (const double[]){tanh(1.0), tanh(-2.0), tanh(3.0), tanh(-4.0), tanh(5.0), tanh(-6.0)}, 6,
+        2 * REAL_EPS);
+    /* e^x, rounded once from libm's double: within one rounding of the
+     * exact value, relative (e^5 ≈ 148) */
+    qkv_tensor *e = qkv_exp(f.t, x);
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(e->data[i], exp((const double[]){1, -2, 3, -4, 5, -6}[i]),
+                    REAL_EPS * exp((const double[]){1, -2, 3, -4, 5, -6}[i]));
     fx_free(&f);
 }
 END_TEST
@@ -103,7 +116,8 @@ END_TEST
 START_TEST(test_reductions_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
     qkv_tensor *s = qkv_sum(f.t, x);
     ck_assert_int_eq(s->ndim, 0);
     assert_values(s, (const double[]){21}, 1, 0);
@@ -123,7 +137,8 @@ END_TEST
 START_TEST(test_gather_and_pick_rows_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){0, 1, 10, 11, 20, 21}, 1));
+    qkv_tensor *w =
+        hold(&f, tensor_of(2, (const int[]){3, 2}, (const double[]){0, 1, 10, 11, 20, 21}, 1));
     const int ids[4] = {2, 0, 2, 1};
     qkv_tensor *g = qkv_gather(f.t, w, ids, 2, (const int[]){2, 2});
     ck_assert_int_eq(g->ndim, 3);
@@ -148,7 +163,8 @@ START_TEST(test_gather_scatter_adds_repeated_ids)
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){2, 1}, (const double[]){1, 2}, 1));
     const int ids[3] = {1, 1, 1};
-    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_gather(f.t, w, ids, 1, (const int[]){3}))), QKV_OK);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_gather(f.t, w, ids, 1, (const int[]){3}))),
+                     QKV_OK);
     ASSERT_NEAR(w->grad[0], 0, 0);
     ASSERT_NEAR(w->grad[1], 3, 0);
     fx_free(&f);
@@ -158,13 +174,16 @@ END_TEST
 START_TEST(test_softmax_stable_at_plus_minus_1e4)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
-                                       (const double[]){1e4, -1e4, 0, 1e4, 1e4, -1e4, -1e4, -1e4, -1e4}, 1));
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){3, 3},
+                           (const double[]){1e4, -1e4, 0, 1e4, 1e4, -1e4, -1e4, -1e4, -1e4}, 1));
     qkv_tensor *y = qkv_softmax(f.t, x);
     assert_values(y, (const double[]){1, 0, 0, 0.5, 0.5, 0, 1.0 / 3, 1.0 / 3, 1.0 / 3}, 9, TOL);
     qkv_tensor *ly = qkv_log_softmax(f.t, x);
-    assert_values(ly, (const double[]){0, -2e4, -1e4, -log(2.0), -log(2.0), -2e4 - log(2.0),
-                                       -log(3.0), -log(3.0), -log(3.0)}, 9, 1e4 * REAL_EPS * 4);
+    assert_values(ly,
+                  (const double[]){0, -2e4, -1e4, -log(2.0), -log(2.0), -2e4 - log(2.0), -log(3.0),
+                                   -log(3.0), -log(3.0)},
+                  9, 1e4 * REAL_EPS * 4);
     for (int i = 0; i < 9; i++)
         ck_assert(isfinite(y->data[i]) && isfinite(ly->data[i]));
     fx_free(&f);
@@ -174,13 +193,16 @@ END_TEST
 START_TEST(test_fully_masked_row_gives_zeros_not_nan)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
-    qkv_tensor *m = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){0, 0, -INFINITY, -INFINITY,
-                                                                                -INFINITY, -INFINITY}, 0));
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1));
+    qkv_tensor *m =
+        hold(&f, tensor_of(2, (const int[]){2, 3},
+                           (const double[]){0, 0, -INFINITY, -INFINITY, -INFINITY, -INFINITY}, 0));
     qkv_tensor *y = qkv_softmax(f.t, qkv_mask(f.t, x, m));
     double z = exp(1.0) + exp(2.0);
     assert_values(y, (const double[]){exp(1.0) / z, exp(2.0) / z, 0, 0, 0, 0}, 6, TOL);
-    qkv_tensor *r = hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
+    qkv_tensor *r =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
     ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_mul(f.t, y, r))), QKV_OK);
     for (int i = 0; i < 6; i++)
         ck_assert(isfinite(x->grad[i]));
@@ -198,7 +220,8 @@ START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
     qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){1, 2}, 1));
-    qkv_tensor *m = hold(&f, tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, -INFINITY}, 0));
+    qkv_tensor *m =
+        hold(&f, tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, -INFINITY}, 0));
     qkv_tensor *y = qkv_log_softmax(f.t, qkv_mask(f.t, x, m));
     ck_assert(isinf(y->data[0]) && y->data[0] < 0);
     qkv_tensor *s = qkv_sum(f.t, qkv_scale(f.t, qkv_log_softmax(f.t, x), 1));
@@ -213,12 +236,12 @@ END_TEST
 START_TEST(test_cross_entropy_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
-    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
-                                       (const double[]){1, 2, 3, 5, 5, 5, 0, 0, 9}, 1));
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){3, 3}, (const double[]){1, 2, 3, 5, 5, 5, 0, 0, 9}, 1));
     const int targets[3] = {2, QKV_IGNORE, 0};
     qkv_tensor *l = qkv_cross_entropy(f.t, x, targets);
     double z = exp(1.0) + exp(2.0) + exp(3.0);
-    double l0 = -log(exp(3.0) / z);               /* 0.40760596... */
+    double l0 = -log(exp(3.0) / z); /* 0.40760596... */
     double l2 = -(0 - (9 + log(2 * exp(-9.0) + 1)));
     ASSERT_NEAR(l->data[0], (l0 + l2) / 2, 4 * REAL_EPS * 10);
     ASSERT_NEAR(l0, 0.4076059644, 1e-9);
@@ -268,7 +291,8 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "pick_rows: index 3 for item 1 is outside [0,3) of [2,3,4]");
     EXPECT_ERROR(qkv_cross_entropy(f.t, a, tg), QKV_ERR_ARG,
                  "cross_entropy: target 4 of row 4 is outside [0,4) for logits [2,3,4]");
-    EXPECT_ERROR(qkv_transpose(f.t, v), QKV_ERR_SHAPE, "transpose: [3]: needs at least 2 dimensions");
+    EXPECT_ERROR(qkv_transpose(f.t, v), QKV_ERR_SHAPE,
+                 "transpose: [3]: needs at least 2 dimensions");
     EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,
                  "pick_rows: [5,3]: input must be [B,T,D] with B indices");
     fx_free(&f);

@@ -159,8 +159,8 @@ START_TEST(test_adam_kernel_is_the_formula_on_every_path)
             g[j] = (qkv_real)qkv_rng_normalvariate(&r, 0, 0.1);
         }
         for (int t = 1; t <= 3; t++) {
-            qkv_adam_coef c = {0.9, 0.999, 0.01 / (1 - pow(0.9, t)), 1 / sqrt(1 - pow(0.999, t)),
-                               1e-8, 0.01, 1};
+            qkv_adam_coef c = {
+                0.9, 0.999, 0.01 / (1 - pow(0.9, t)), 1 / sqrt(1 - pow(0.999, t)), 1e-8, 0.01, 1};
             qkv_adam_update(w, g, m, v, N, &c);
             for (int j = 0; j < N; j++) {
                 double wj = rw[j], gj = (double)g[j] + 0.01 * wj;

@@ -39,7 +39,8 @@ START_TEST(test_bad_shapes_give_nil_not_null)
     ck_assert(qkv_tensor_new(5, (const int[]){1, 1, 1, 1, 1}, 0, NULL) == qkv_nil());
     ck_assert(qkv_tensor_new(-1, NULL, 0, NULL) == qkv_nil());
     /* 2^31-1 cubed overflows size_t on 64-bit machines too (after sizeof) */
-    ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0, NULL) == qkv_nil());
+    ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0, NULL) ==
+              qkv_nil());
     ck_assert(qkv_tensor_is_nil(qkv_nil()));
     ck_assert(qkv_tensor_is_nil(NULL));
     ck_assert_uint_eq(qkv_nil()->numel, 0);
@@ -87,6 +88,42 @@ START_TEST(test_print_shows_shape_and_values)
 }
 END_TEST
 
+START_TEST(test_a_program_built_for_the_other_scalar_type_is_refused)
+{
+    /* what a program compiled with the other setting of QKV_DOUBLE passes */
+    const unsigned other = (QKV_ABI & ~0xffu) | (sizeof(qkv_real) == 4 ? 8u : 4u);
+    qkv_error err = qkv_error_none();
+    ck_assert(qkv_tensor_new_abi(other, 1, (const int[]){3}, 0, &err) == qkv_nil());
+    ck_assert_int_eq(err.status, QKV_ERR_ABI);
+    ck_assert_msg(strstr(err.message, sizeof(qkv_real) == 4 ? "compiled for double qkv"
+                                                            : "compiled for float32 qkv") &&
+                      strstr(err.message, "pkg-config --cflags qkv"),
+                  "%s", err.message);
+    err = qkv_error_none();
+    ck_assert_ptr_null(qkv_tape_new_abi(other, 0, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_ABI);
+    /* headers of another interface version */
+    err = qkv_error_none();
+    ck_assert(qkv_tensor_new_abi(QKV_ABI + 0x100u, 1, (const int[]){3}, 0, &err) == qkv_nil());
+    ck_assert_int_eq(err.status, QKV_ERR_ABI);
+    ck_assert_ptr_nonnull(strstr(err.message, "interface version"));
+}
+END_TEST
+
+START_TEST(test_bad_shapes_say_why)
+{
+    qkv_error err = qkv_error_none();
+    ck_assert(qkv_tensor_new(2, (const int[]){3, 0}, 0, &err) == qkv_nil());
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(err.message, "at least 1"));
+    err = qkv_error_none();
+    ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0, &err) ==
+              qkv_nil());
+    ck_assert_int_eq(err.status, QKV_ERR_NOMEM);
+    ck_assert_ptr_nonnull(strstr(err.message, "overflows"));
+}
+END_TEST
+
 Suite *tensor_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -97,6 +134,8 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_free_accepts_null_and_nil);
     tcase_add_test(tc, test_shape_str_and_set);
     tcase_add_test(tc, test_print_shows_shape_and_values);
+    tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_is_refused);
+    tcase_add_test(tc, test_bad_shapes_say_why);
     suite_add_tcase(s, tc);
     return s;
 }

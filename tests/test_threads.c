@@ -9,13 +9,12 @@
 
 #include "tests.h"
 
-
 /* Enough work for any number of parts. */
 #define LOTS ((size_t)64 * QKV_PARALLEL_MIN_WORK)
 
 typedef struct record {
-    int *part;   /* (n) the part that ran index i */
-    int *count;  /* (n) how many times index i ran */
+    int *part;  /* (n) the part that ran index i */
+    int *count; /* (n) how many times index i ran */
 } record;
 
 static void mark(void *ctx, int part, size_t i0, size_t i1)
@@ -32,8 +31,8 @@ START_TEST(test_parts_follow_threads_work_and_size)
     ck_assert_int_eq(qkv_threads_use(4, NULL), 0);
     ck_assert_int_eq(qkv_threads(), 4);
     ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 64), 4);
-    ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 3), 3);            /* max_parts */
-    ck_assert_int_eq(qkv_parallel_parts(2, LOTS, 64), 2);             /* n */
+    ck_assert_int_eq(qkv_parallel_parts(100, LOTS, 3), 3);                       /* max_parts */
+    ck_assert_int_eq(qkv_parallel_parts(2, LOTS, 64), 2);                        /* n */
     ck_assert_int_eq(qkv_parallel_parts(100, 2 * QKV_PARALLEL_MIN_WORK, 64), 2); /* work */
     ck_assert_int_eq(qkv_parallel_parts(100, QKV_PARALLEL_MIN_WORK - 1, 64), 1);
     ck_assert_int_eq(qkv_parallel_parts(0, LOTS, 64), 1);
@@ -62,8 +61,8 @@ START_TEST(test_every_index_runs_once_in_its_part)
                 int p = r.part[i];
                 ck_assert_msg(p >= 0 && p < parts && n * (size_t)p / (size_t)parts <= i &&
                                   i < n * (size_t)(p + 1) / (size_t)parts,
-                              "n=%zu threads=%d: index %zu ran in part %d of %d", n, threads, i,
-                              p, parts);
+                              "n=%zu threads=%d: index %zu ran in part %d of %d", n, threads, i, p,
+                              parts);
             }
             free(r.part);
             free(r.count);

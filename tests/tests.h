@@ -20,27 +20,28 @@
 #endif
 
 /* |a - b| <= tol, with both values in the failure message. */
-#define ASSERT_NEAR(a, b, tol)                                                          \
-    do {                                                                                \
-        double a_ = (double)(a), b_ = (double)(b);                                      \
-        ck_assert_msg(fabs(a_ - b_) <= (tol), "%s = %.17g, expected %.17g (tol %g)", #a, \
-                      a_, b_, (double)(tol));                                           \
+#define ASSERT_NEAR(a, b, tol)                                                                   \
+    do {                                                                                         \
+        double a_ = (double)(a), b_ = (double)(b);                                               \
+        ck_assert_msg(fabs(a_ - b_) <= (tol), "%s = %.17g, expected %.17g (tol %g)", #a, a_, b_, \
+                      (double)(tol));                                                            \
     } while (0)
 
 /* Runs one failing call on tape t, reset first, and checks that it returns
  * the nil tensor with this status and message. */
-#define EXPECT_ERROR_ON(t, call, status, message)                            \
-    do {                                                                     \
-        qkv_tape_reset(t);                                                   \
-        ck_assert((call) == qkv_nil());                                      \
-        ck_assert_int_eq(qkv_tape_status(t), (status));                      \
-        ck_assert_str_eq(qkv_tape_error(t), (message));                      \
+#define EXPECT_ERROR_ON(t, call, status, message)       \
+    do {                                                \
+        qkv_tape_reset(t);                              \
+        ck_assert((call) == qkv_nil());                 \
+        ck_assert_int_eq(qkv_tape_status(t), (status)); \
+        ck_assert_str_eq(qkv_tape_error(t), (message)); \
     } while (0)
 
 /* Makes a heap tensor holding the given values (with a gradient buffer when
  * grad is nonzero). */
 qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad);
 
+/* the library */
 Suite *tensor_suite(void);
 Suite *tape_suite(void);
 Suite *kernels_suite(void);
@@ -49,11 +50,13 @@ Suite *attention_suite(void);
 Suite *threads_suite(void);
 Suite *rng_suite(void);
 Suite *gradcheck_suite(void);
-Suite *demo_suite(void);
-Suite *coref_suite(void);
-Suite *nn_suite(void);
 Suite *optim_suite(void);
-Suite *io_suite(void);
+/* the coreference app */
+Suite *coref_data_suite(void);
+Suite *coref_model_suite(void);
+Suite *coref_checkpoint_suite(void);
+/* the program */
+Suite *demo_suite(void);
 Suite *cli_suite(void);
 
 #endif

@@ -20,10 +20,10 @@ extern "C" {
 typedef qkv_tensor *(*qkv_loss_fn)(qkv_tape *t, void *ctx);
 
 typedef struct qkv_gradcheck_result {
-    double max_abs;   /* max |analytic - numeric| over all entries */
-    double max_rel;   /* max |analytic - numeric| / max(|a|, |n|, floor) */
-    size_t checked;   /* number of entries compared */
-    int passed;       /* max_rel <= tolerance */
+    double max_abs; /* max |analytic - numeric| over all entries */
+    double max_rel; /* max |analytic - numeric| / max(|a|, |n|, floor) */
+    size_t checked; /* number of entries compared */
+    int passed;     /* max_rel <= tolerance */
 } qkv_gradcheck_result;
 
 /* Default step, relative-error floor and tolerance for this build's scalar
@@ -36,22 +36,20 @@ double qkv_gradcheck_default_tol(void);
  * values are restored afterwards; their gradients are left holding the
  * analytic gradient. step, floor and tol of 0 pick the defaults. Returns the
  * tape status if the loss function fails, QKV_ERR_ARG on bad arguments. */
-qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx,
-                         qkv_tensor **params, int nparams, double step,
-                         double floor, double tol, qkv_gradcheck_result *res);
+qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
+                         double step, double floor, double tol, qkv_gradcheck_result *res);
 
 /* Compares two gradient arrays entry by entry with the metric above and
  * folds the result into *res (which the caller zeroes first). */
-void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n,
-                      double floor, double tol, qkv_gradcheck_result *res);
+void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n, double floor,
+                      double tol, qkv_gradcheck_result *res);
 
 /* The built-in checks: one per op plus the compositions attention uses.
  * qkv_gradcheck_builtin_count() says how many; qkv_gradcheck_builtin(i, ...)
  * runs check i on a fresh random input and fills *res. name receives a
  * pointer to the check's static name. */
 int qkv_gradcheck_builtin_count(void);
-qkv_status qkv_gradcheck_builtin(int i, const char **name,
-                                 qkv_gradcheck_result *res);
+qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result *res);
 
 #ifdef __cplusplus
 }

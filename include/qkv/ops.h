@@ -59,6 +59,10 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
 qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
 
+/* y = e^x, element-wise (libm's exp, rounded once); e^x overflows to +inf
+ * above about 88.7 in float32. dx = dy·y. */
+qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x);
+
 /* ---- reductions (src/ops/reduce.c) ------------------------------------ */
 
 /* Sum and mean of all elements: returns a scalar (ndim 0). Accumulates in
@@ -77,8 +81,7 @@ qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x);
  * numel(shape) integers in [0,V), copied onto the tape. Returns
  * [shape...,D] with out[i,:] = w[ids[i],:]. ndim is 1..3. Backward
  * scatter-adds into the rows of w. */
-qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim,
-                       const int *shape);
+qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, const int *shape);
 
 /* Picks one row per batch item. x: [B,T,D]; idx holds B positions in
  * [0,T). Returns [B,D] with out[b,:] = x[b,idx[b],:]. */
@@ -137,8 +140,8 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
  * [B,T,dv]; the scores and weights are [B,T,T]. Backward adds into the rows
  * of the tables' gradients, in the order the gathers would. */
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
-                                const int *ids, int B, int T, const qkv_tensor *mask,
-                                double scale, qkv_attention_parts *parts);
+                                const int *ids, int B, int T, const qkv_tensor *mask, double scale,
+                                qkv_attention_parts *parts);
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,7 @@ qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind);
  * each needs a gradient buffer). Returns NULL with the reason in err for a
  * bad config or parameter (QKV_ERR_ARG) or when memory runs out
  * (QKV_ERR_NOMEM). */
-qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n,
-                         qkv_error *err);
+qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n, qkv_error *err);
 void qkv_optim_free(qkv_optim *o); /* accepts NULL */
 
 /* Sets every parameter's gradient to zero. */

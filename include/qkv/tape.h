@@ -135,7 +135,7 @@ struct qkv_node {
     const qkv_real *saved;      /* forward state kept for backward (probabilities) */
     void *state;                /* anything else: the op's own record, in the arena */
     int n_in;
-    qkv_tensor *in[];           /* (n_in) the inputs gradients flow back to */
+    qkv_tensor *in[]; /* (n_in) the inputs gradients flow back to */
 };
 
 /* Appends a node for the op's output out (which must have a gradient) with

@@ -14,7 +14,8 @@ do for [k=1:n] {
     v = word(vecs, k)
     set title sprintf("z = [%s]", v)
     set xtics 1
-    plot infile using ((strcol(1) eq v) ? $2 - 0.18 : 1/0):4 with boxes lc rgb c_unscaled title "线性 z/Σz", \
-         infile using ((strcol(1) eq v) ? $2 + 0.18 : 1/0):5 with boxes lc rgb c_scaled title "Softmax e^z/Σe^z"
+    at(dx) = strcol("vector") eq v ? column("i") + dx : 1/0
+    plot infile using (at(-0.18)):"linear" with boxes lc rgb c_unscaled title "线性 z/Σz", \
+         infile using (at(0.18)):"softmax" with boxes lc rgb c_scaled title "Softmax e^z/Σe^z"
 }
 unset multiplot

@@ -12,5 +12,7 @@ set xrange [2:1024]
 set yrange [0.3:2000]
 plot x with lines lw 3 dt 2 lc rgb "#999999" title "理论 Var = d_k", \
      1 with lines lw 3 dt 3 lc rgb "#999999" title "理论 Var = 1", \
-     infile using 1:2 with linespoints lw 2 pt 7 ps 1.2 lc rgb c_unscaled title "实测 Var(q·k)", \
-     infile using 1:3 with linespoints lw 2 pt 5 ps 1.2 lc rgb c_scaled title "实测 Var(q·k/√d_k)"
+     infile using "d_k":"var_unscaled" \
+         with linespoints lw 2 pt 7 ps 1.2 lc rgb c_unscaled title "实测 Var(q·k)", \
+     infile using "d_k":"var_scaled" \
+         with linespoints lw 2 pt 5 ps 1.2 lc rgb c_scaled title "实测 Var(q·k/√d_k)"

@@ -23,11 +23,11 @@ typedef enum cli_kind { OPT_FLAG, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STR } cli_ki
 /* One --long option. dst points at an int (OPT_FLAG, OPT_INT), uint64_t,
  * double or const char *. min/max bound numbers (inclusive). */
 typedef struct cli_opt {
-    const char *name;  /* without the leading "--" */
+    const char *name; /* without the leading "--" */
     cli_kind kind;
     void *dst;
     double min, max;
-    const char *help;  /* one line; "ARG: text" names the argument */
+    const char *help; /* one line; "ARG: text" names the argument */
 } cli_opt;
 
 /* Parses argv[1..] (argv[0] is the subcommand name). Positional arguments

@@ -56,9 +56,7 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
     char *end;
     errno = 0;
     switch (o->kind) {
-    case OPT_STR:
-        *(const char **)o->dst = v;
-        return CLI_OK;
+    case OPT_STR: *(const char **)o->dst = v; return CLI_OK;
     case OPT_DOUBLE: {
         double d = strtod(v, &end);
         if (end == v || *end || errno || !isfinite(d) || d < o->min || d > o->max)
@@ -71,16 +69,15 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
     case OPT_U64: {
         long long n = strtoll(v, &end, 10);
         if (end == v || *end || errno || (double)n < o->min || (double)n > o->max)
-            return cli_usage_error(cmd, "--%s: '%s' is not a whole number in [%.0f, %.0f]",
-                                   o->name, v, o->min, o->max);
+            return cli_usage_error(cmd, "--%s: '%s' is not a whole number in [%.0f, %.0f]", o->name,
+                                   v, o->min, o->max);
         if (o->kind == OPT_INT)
             *(int *)o->dst = (int)n;
         else
             *(uint64_t *)o->dst = (uint64_t)n;
         return CLI_OK;
     }
-    case OPT_FLAG:
-        break;
+    case OPT_FLAG: break;
     }
     return CLI_USAGE;
 }

@@ -117,7 +117,9 @@ int cmd_demo(int argc, char **argv)
     if (r != CLI_OK)
         return r;
     if (seq_len > d_model)
-        return cli_usage_error("demo", "--seq-len %d exceeds --d-model %d: each word is a one-hot "
-                               "row of width d-model", seq_len, d_model);
+        return cli_usage_error("demo",
+                               "--seq-len %d exceeds --d-model %d: each word is a one-hot "
+                               "row of width d-model",
+                               seq_len, d_model);
     return demo_print(stdout, d_model, d_k, seq_len, seed, !no_scale);
 }

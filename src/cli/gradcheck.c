@@ -15,9 +15,8 @@ int cmd_gradcheck(int argc, char **argv)
         return r;
     int failed = 0, n = qkv_gradcheck_builtin_count();
     printf("scalar: %s   step: %g   floor: %g   tolerance: %g\n\n",
-           sizeof(qkv_real) == sizeof(double) ? "double" : "float32",
-           qkv_gradcheck_default_step(), qkv_gradcheck_default_floor(),
-           qkv_gradcheck_default_tol());
+           sizeof(qkv_real) == sizeof(double) ? "double" : "float32", qkv_gradcheck_default_step(),
+           qkv_gradcheck_default_floor(), qkv_gradcheck_default_tol());
     printf("%-30s %8s %13s %13s  %s\n", "op", "entries", "max abs err", "max rel err", "result");
     for (int i = 0; i < n; i++) {
         const char *name = "?";

@@ -47,7 +47,7 @@ int main(int argc, char **argv)
         return CLI_OK;
     }
     if (strcmp(name, "--version") == 0) {
-        printf("qkv 0.1.0\n");
+        printf("qkv %s\n", QKV_VERSION);
         return CLI_OK;
     }
     for (int i = 0; i < N_COMMANDS; i++)

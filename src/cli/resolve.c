@@ -25,7 +25,8 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
     qkv_error err = qkv_error_none();
     size_t used = strlen(header);
     for (int j = 0; j < n; j++)
-        used += (size_t)snprintf(header + used, sizeof header - used, ",%s", qkv_coref_word(ids[j]));
+        used +=
+            (size_t)snprintf(header + used, sizeof header - used, ",%s", qkv_coref_word(ids[j]));
     FILE *out = cli_csv_create(path, header, &err);
     if (out == NULL)
         return cli_fail("resolve: %s", err.message);
@@ -40,7 +41,8 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
     return CLI_OK;
 }
 
-static void explain(const qkv_coref_out *f, const qkv_coref_batch *b, int item, const int *ids, int n)
+static void explain(const qkv_coref_out *f, const qkv_coref_batch *b, int item, const int *ids,
+                    int n)
 {
     int p = b->query[item];
     const qkv_real *a = f->attn->data + ((size_t)item * b->T + p) * b->T;
@@ -75,7 +77,8 @@ int cmd_resolve(int argc, char **argv)
     if (r != CLI_OK)
         return r;
     if (npos != 1)
-        return cli_usage_error("resolve", "give one sentence, e.g. \"小明是个运动达人，他平时很爱打篮球\"");
+        return cli_usage_error("resolve",
+                               "give one sentence, e.g. \"小明是个运动达人，他平时很爱打篮球\"");
     int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
     qkv_error err = qkv_error_none();
     if (qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err) != QKV_OK)

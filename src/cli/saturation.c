@@ -90,8 +90,8 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
 {
     const sat_opts *o = c->o;
     qkv_error err = qkv_error_none();
-    qkv_coref_config mc = {qkv_coref_vocab_size(), d_k, qkv_coref_classes(), scaled, o->init_std,
-                           seed};
+    qkv_coref_config mc = {
+        qkv_coref_vocab_size(), d_k, qkv_coref_classes(), scaled, o->init_std, seed};
     qkv_optim_config oc = qkv_optim_defaults(c->kind);
     oc.lr = o->lr;
     qkv_coref_model *m = qkv_coref_model_new(&mc, &err);
@@ -105,8 +105,8 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     sat_run run = {c, m, d_k, scaled, seed, r};
     /* the same batches for the scaled and the unscaled run; a run that
      * diverges is reported as such, not as a failure */
-    qkv_status s = qkv_coref_fit(m, opt, c->tape, c->batch, &c->data, o->steps, seed + 1,
-                                 log_step, &run, NULL, &err);
+    qkv_status s = qkv_coref_fit(m, opt, c->tape, c->batch, &c->data, o->steps, seed + 1, log_step,
+                                 &run, NULL, &err);
     int rc = s == QKV_OK || s == QKV_ERR_NUMERIC ? CLI_OK : cli_fail("saturation: %s", err.message);
     if (rc == CLI_OK) {
         qkv_coref_eval te;
@@ -161,14 +161,15 @@ static const char *fmt_steps(char *buf, size_t len, const run_result *r, int n)
     return buf;
 }
 
-static void print_summary(const sat_opts *o, const int *dks, int ndk, run_result (*res)[2][MAX_SEEDS])
+static void print_summary(const sat_opts *o, const int *dks, int ndk,
+                          run_result (*res)[2][MAX_SEEDS])
 {
     static const char *heads[5] = {"score var at init", "entropy at init", "Jacobian at init",
                                    "steps to 90% val", "final test acc"};
     static const char *fmts[5] = {"%.3g", "%.3f", "%.4f", "", "%.3f"};
     printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d steps, "
-           "init std %g, %d seed(s)%s\n", o->optim, o->lr, o->steps, o->init_std, o->seeds,
-           o->seeds > 1 ? " (mean±sd)" : "");
+           "init std %g, %d seed(s)%s\n",
+           o->optim, o->lr, o->steps, o->init_std, o->seeds, o->seeds > 1 ? " (mean±sd)" : "");
     printf("(each cell: scaled | unscaled; at init = before the first update)\n\n%5s", "d_k");
     for (int col = 0; col < 5; col++)
         printf("  %-27s", heads[col]);
@@ -181,8 +182,10 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk, run_result
                 const run_result *r = res[d][1 - s];
                 double x[MAX_SEEDS];
                 for (int i = 0; i < o->seeds; i++)
-                    x[i] = col == 0 ? r[i].var0 : col == 1 ? r[i].entropy0
-                         : col == 2 ? r[i].jacobian0 : r[i].final_acc;
+                    x[i] = col == 0   ? r[i].var0
+                           : col == 1 ? r[i].entropy0
+                           : col == 2 ? r[i].jacobian0
+                                      : r[i].final_acc;
                 if (col == 3)
                     fmt_steps(cell[s], sizeof cell[s], r, o->seeds);
                 else
@@ -202,8 +205,8 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk)
     char path[4096];
     qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/variance.csv", o->out);
-    FILE *f = cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled",
-                             &err);
+    FILE *f =
+        cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled", &err);
     if (f == NULL)
         return cli_fail("saturation: %s", err.message);
     qkv_rng g;
@@ -251,14 +254,14 @@ static int sweep(sat_ctx *c, const int *dks, int ndk)
 
 int cmd_saturation(int argc, char **argv)
 {
-    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0,
-                  -1, 1.0, 1, 0};
+    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0, -1, 1.0, 1, 0};
     const cli_opt opts[] = {
         {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: training steps per run (default 300)"},
         {"seeds", OPT_INT, &o.seeds, 1, MAX_SEEDS, "N: repeat every run with N seeds (default 1)"},
         {"optim", OPT_STR, &o.optim, 0, 0, "NAME: sgd (default) or adam"},
-        {"lr", OPT_DOUBLE, &o.lr, 1e-12, 1e300, "X: learning rate (default 0.5 for sgd, 0.01 for adam)"},
+        {"lr", OPT_DOUBLE, &o.lr, 1e-12, 1e300,
+         "X: learning rate (default 0.5 for sgd, 0.01 for adam)"},
         {"init-std", OPT_DOUBLE, &o.init_std, 0, 100, "X: std of Wq, Wk, Wv at init (default 1)"},
         {"batch", OPT_INT, &o.batch, 1, 4096, "N: sentences per step (default 32)"},
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between CSV rows (default 10)"},
@@ -291,8 +294,9 @@ int cmd_saturation(int argc, char **argv)
     char path[4096];
     qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
-    c.csv = cli_csv_create(path, "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
-                                 "gnorm_wv,gnorm_scores,entropy,max_weight,jacobian,score_var",
+    c.csv = cli_csv_create(path,
+                           "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
+                           "gnorm_wv,gnorm_scores,entropy,max_weight,jacobian,score_var",
                            &err);
     if (c.csv == NULL)
         return cli_fail("saturation: %s", err.message);

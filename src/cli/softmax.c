@@ -60,7 +60,8 @@ int cmd_softmax(int argc, char **argv)
     char *vec[MAX_VEC];
     int nvec = 0;
     const cli_opt opts[] = {
-        {"csv", OPT_STR, &csv, 0, 0, "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
+        {"csv", OPT_STR, &csv, 0, 0,
+         "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
     };
     int r = cli_parse(argc, argv, opts, 1, "[--csv FILE] [VECTOR ...]",
                       "Normalises each VECTOR (comma-separated numbers; default 1,2,3 and\n"
@@ -80,7 +81,8 @@ int cmd_softmax(int argc, char **argv)
         double z[MAX_LEN], p[MAX_LEN];
         int n = parse_vector(use[v], z, MAX_LEN);
         if (n <= 0) {
-            r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers", use[v], MAX_LEN);
+            r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers", use[v],
+                                MAX_LEN);
             break;
         }
         char label[MAX_LEN * 24] = ""; /* "1;2;3": the vector without commas */
@@ -99,8 +101,9 @@ int cmd_softmax(int argc, char **argv)
         for (int i = 0; i < n; i++) {
             double lin = sum != 0 ? z[i] / sum : NAN;
             printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, p[i],
-                   sum == 0 ? "   <- undefined: Σz = 0"
-                   : lin < 0 || lin > 1 ? "   <- not a weight" : "");
+                   sum == 0             ? "   <- undefined: Σz = 0"
+                   : lin < 0 || lin > 1 ? "   <- not a weight"
+                                        : "");
             if (out != NULL)
                 fprintf(out, "%s,%d,%g,%.6g,%.6g\n", label, i, z[i], lin, p[i]);
         }

@@ -48,8 +48,8 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
     tr->o = o;
     if (qkv_coref_data_build(&tr->data, levels, o->seed, &err) != QKV_OK)
         return cli_fail("train: %s", err.message);
-    qkv_coref_config mc = {qkv_coref_vocab_size(), o->d_k, qkv_coref_classes(), !o->no_scale,
-                           o->init_std, o->seed};
+    qkv_coref_config mc = {qkv_coref_vocab_size(), o->d_k,      qkv_coref_classes(),
+                           !o->no_scale,           o->init_std, o->seed};
     qkv_optim_config oc = qkv_optim_defaults(kind);
     oc.lr = o->lr;
     oc.momentum = o->momentum;
@@ -91,8 +91,8 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     qkv_coref_eval val;
     qkv_coref_evaluate(tr->model, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &val);
     double tl = tr->loss_sum / (tr->seen / o->batch), ta = (double)tr->correct / tr->seen;
-    fprintf(tr->log, "%d,%.6f,%.4f,%.6f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, tl, ta,
-            val.loss, val.acc, val.mass, gn[0], gn[1], gn[2], gn[3]);
+    fprintf(tr->log, "%d,%.6f,%.4f,%.6f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, tl, ta, val.loss,
+            val.acc, val.mass, gn[0], gn[1], gn[2], gn[3]);
     char status[96];
     snprintf(status, sizeof status, "loss %.4f acc %.3f val_acc %.3f", tl, ta, val.acc);
     cli_progress(o->quiet, s->step, o->steps, status, s->step == o->steps);
@@ -144,8 +144,23 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
 
 int cmd_train(int argc, char **argv)
 {
-    train_opts o = {300, 32, 16, 0, 0, 5, 0.05, 0.0, 0.1, 0.0, -1, 1,
-                    "adam", "1,2,3", "out/train.csv", CLI_DEFAULT_MODEL, 0};
+    train_opts o = {300,
+                    32,
+                    16,
+                    0,
+                    0,
+                    5,
+                    0.05,
+                    0.0,
+                    0.1,
+                    0.0,
+                    -1,
+                    1,
+                    "adam",
+                    "1,2,3",
+                    "out/train.csv",
+                    CLI_DEFAULT_MODEL,
+                    0};
     const cli_opt opts[] = {
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: optimisation steps (default 300)"},
         {"batch", OPT_INT, &o.batch, 1, 4096, "N: sentences per step (default 32)"},
@@ -157,7 +172,8 @@ int cmd_train(int argc, char **argv)
         {"d-k", OPT_INT, &o.d_k, 1, 4096, "N: width of Q, K and V (default 16)"},
         {"no-scale", OPT_FLAG, &o.no_scale, 0, 0, "do not divide scores by sqrt(d_k)"},
         {"init-std", OPT_DOUBLE, &o.init_std, 0, 100, "X: std of Wq, Wk, Wv at init (default 0.1)"},
-        {"seed", OPT_U64, &o.seed, 0, 4294967295.0, "N: seed for weights, splits, batches (default 1)"},
+        {"seed", OPT_U64, &o.seed, 0, 4294967295.0,
+         "N: seed for weights, splits, batches (default 1)"},
         {"levels", OPT_STR, &o.levels, 0, 0, "LIST: task levels, e.g. 1,2,3 (default) or 2"},
         {"log", OPT_STR, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between log rows (default 5)"},
@@ -189,7 +205,8 @@ int cmd_train(int argc, char **argv)
         r = trainer_run(&tr, &o);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r == CLI_OK)
-        r = trainer_finish(&tr, &o, (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+        r = trainer_finish(&tr, &o,
+                           (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
     trainer_free(&tr);
     return r;
 }

@@ -24,15 +24,15 @@ struct qkv_tape {
     unsigned char *block[MAX_BLOCKS]; /* (block_cap[i]) arena memory */
     size_t block_cap[MAX_BLOCKS];
     int n_blocks;
-    int cur;                  /* block being filled */
-    size_t cur_used;          /* bytes used in it */
-    size_t in_use;            /* bytes handed out since the last reset */
+    int cur;         /* block being filled */
+    size_t cur_used; /* bytes used in it */
+    size_t in_use;   /* bytes handed out since the last reset */
     size_t high_water;
 
-    const qkv_node *last;     /* the newest node; each points at the one before */
+    const qkv_node *last; /* the newest node; each points at the one before */
     size_t n_nodes;
 
-    qkv_error err;            /* the first error since the last reset */
+    qkv_error err; /* the first error since the last reset */
     int grad_on;
     int backward_done;
 };
@@ -154,7 +154,8 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n)
             t->cur_used = t->block_cap[t->cur];
             qkv_tape_fail(t, QKV_ERR_NOMEM,
                           "tape: out of memory allocating %zu bytes (arena holds %zu); "
-                          "did a loop forget qkv_tape_reset?", n, t->in_use);
+                          "did a loop forget qkv_tape_reset?",
+                          n, t->in_use);
             return NULL;
         }
         t->block[t->n_blocks] = p;

@@ -45,8 +45,9 @@ qkv_tensor *qkv_tensor_new_abi(unsigned abi, int ndim, const int *shape, int wit
         return qkv_nil();
     qkv_status s = qkv_shape_numel(ndim, shape, &n);
     if (s != QKV_OK) {
-        qkv_error_set(err, s, "tensor: %s", s == QKV_ERR_NOMEM ? "the shape's size overflows"
-                                        : "a shape needs 0 to 4 dimensions, each at least 1");
+        qkv_error_set(err, s, "tensor: %s",
+                      s == QKV_ERR_NOMEM ? "the shape's size overflows"
+                                         : "a shape needs 0 to 4 dimensions, each at least 1");
         return qkv_nil();
     }
     qkv_tensor *t = qkv_calloc(1, sizeof *t);

@@ -42,9 +42,9 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
 }
 
 void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                                 const qkv_real *v, const qkv_real *a, const qkv_real *dout,
-                                 qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
-                                 qkv_real *dv, qkv_real *scratch)
+                                    const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                                    qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                                    qkv_real *dv, qkv_real *scratch)
 {
     const size_t nq = (size_t)sh->tq * sh->dk, nk = (size_t)sh->tk * sh->dk,
                  nv = (size_t)sh->tk * sh->dv;
@@ -64,11 +64,12 @@ void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q,
 
 void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
-                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
-                            qkv_real *dv, qkv_real *scratch)
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                            qkv_real *scratch)
 {
     const qkv_kernel_set *im = qkv_kernels();
-    if (im->attn_bwd != NULL && im->attn_bwd(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch) == 0)
+    if (im->attn_bwd != NULL &&
+        im->attn_bwd(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch) == 0)
         return;
     if (sh->row_index != NULL) {
         qkv_attention_backward_scatter(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);

@@ -11,8 +11,8 @@
 #include <immintrin.h>
 
 /* AVX2+FMA micro-kernel: a 6×16 tile in 12 ymm accumulators. */
-static void
-ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr)
+static void ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
+                         int nr)
 {
     __m256 acc[12];
     for (int i = 0; i < 12; i++)
@@ -46,9 +46,8 @@ static inline __m256i lanes8(int w)
 
 /* AVX2 direct path: as the AVX-512 one with ymm chunks (up to 32
  * columns), a ragged right edge in a masked last chunk. */
-QKV_ALWAYS_INLINE void
-rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, __m256i last,
-                const float *A, const float *B, float *C)
+QKV_ALWAYS_INLINE void rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0,
+                                       __m256i last, const float *A, const float *B, float *C)
 {
     __m256 acc[4][4];
     const __m256i all = _mm256_set1_epi32(-1);
@@ -74,9 +73,8 @@ rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, __m
                                 acc[r][q]);
 }
 
-QKV_ALWAYS_INLINE void
-rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, __m256i last, const float *A,
-                 const float *B, float *C)
+QKV_ALWAYS_INLINE void rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, __m256i last,
+                                        const float *A, const float *B, float *C)
 {
     int i = 0;
     for (; i + 3 <= m; i += 3)
@@ -85,8 +83,8 @@ rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, __m256i last, con
         rows_avx2_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
 }
 
-static void
-direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B, float *C)
+static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B,
+                        float *C)
 {
     const float *Bk = qkv_gemm_b_rows(tb, n, k, B);
     if (Bk == NULL) {
@@ -121,12 +119,12 @@ static inline __m256 exp_avx2(__m256 v)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     /* 2^t by building the exponent bits; t >= -126 after the clamp */
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(t), _mm256_set1_epi32(127)), 23);
+    __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(t), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
-static double
-exps_avx2(size_t n, const float *x, float mx, float *y)
+static double exps_avx2(size_t n, const float *x, float mx, float *y)
 {
     __m256 vmx = _mm256_set1_ps(mx);
     __m256d s0 = _mm256_setzero_pd(), s1 = s0;

@@ -11,8 +11,8 @@
 #include "kernels/avx512.h"
 
 /* AVX-512 micro-kernel: a 12×32 tile in 24 zmm accumulators. */
-static void
-ukernel_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int mr, int nr)
+static void ukernel_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
+                           int nr)
 {
     __m512 acc[24];
     for (int i = 0; i < 24; i++)
@@ -42,15 +42,15 @@ ukernel_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int 
 /* AVX-512 direct path: rows i0..i0+R of C, up to four zmm chunks (64
  * columns) each, held in registers while p runs; R independent rows keep
  * the FMA pipeline busy. Masks cover a ragged right edge. */
-QKV_ALWAYS_INLINE void
-rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, __mmask16 last,
-                  const float *A, const float *B, float *C)
+QKV_ALWAYS_INLINE void rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k,
+                                         int j0, __mmask16 last, const float *A, const float *B,
+                                         float *C)
 {
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            acc[r][q] = load16(q == nch - 1 ? last : 0xFFFF,
-                                              C + (size_t)(i0 + r) * n + j0 + 16 * q);
+            acc[r][q] =
+                load16(q == nch - 1 ? last : 0xFFFF, C + (size_t)(i0 + r) * n + j0 + 16 * q);
     for (int p = 0; p < k; p++) {
         const float *b = B + (size_t)p * n + j0;
         __m512 bv[4];
@@ -65,13 +65,12 @@ rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0, _
     }
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            store16(C + (size_t)(i0 + r) * n + j0 + 16 * q,
-                                  q == nch - 1 ? last : 0xFFFF, acc[r][q]);
+            store16(C + (size_t)(i0 + r) * n + j0 + 16 * q, q == nch - 1 ? last : 0xFFFF,
+                    acc[r][q]);
 }
 
-QKV_ALWAYS_INLINE void
-rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0, __mmask16 last, const float *A,
-                   const float *B, float *C)
+QKV_ALWAYS_INLINE void rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0,
+                                          __mmask16 last, const float *A, const float *B, float *C)
 {
     int i = 0;
     for (; i + 4 <= m; i += 4)
@@ -79,8 +78,8 @@ rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0, __mmask16 last,
     for (; i < m; i++)
         rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
 }
-static void
-direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *B, float *C)
+static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *B,
+                          float *C)
 {
     const float *Bk;
     if (tb && n <= 16 && k <= 16) {
@@ -105,8 +104,7 @@ direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *
     }
 }
 /* y[j] = e^(x[j] - mx); returns Σ y[j], accumulated in double. */
-static double
-exps_avx512(size_t n, const float *x, float mx, float *y)
+static double exps_avx512(size_t n, const float *x, float mx, float *y)
 {
     __m512 vmx = _mm512_set1_ps(mx);
     __m512d s0 = _mm512_setzero_pd(), s1 = s0;
@@ -116,25 +114,24 @@ exps_avx512(size_t n, const float *x, float mx, float *y)
         __m512 e = exp_avx512(v); /* lanes past the end are e^-inf = 0 */
         store16(y + j, m, e);
         s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        s1 = _mm512_add_pd(
+            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
 }
 /* Softmax of the first lanes (m) of v in the register: the max, the
  * exponentials, their sum (in double) and the scaling without touching
  * memory. An all -inf row gives zeros. */
-QKV_ALWAYS_INLINE __m512
-softmax16_reg(__mmask16 m, __m512 v)
+QKV_ALWAYS_INLINE __m512 softmax16_reg(__mmask16 m, __m512 v)
 {
     v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, v);
     float mx = _mm512_reduce_max_ps(v);
     if (mx == -INFINITY)
         return _mm512_setzero_ps();
     __m512 e = exp_avx512(_mm512_sub_ps(v, _mm512_set1_ps(mx)));
-    __m512d s = _mm512_add_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(e)),
-                              _mm512_cvtps_pd(_mm256_castpd_ps(
-                                  _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    __m512d s = _mm512_add_pd(
+        _mm512_cvtps_pd(_mm512_castps512_ps256(e)),
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     /* s[m] = e[m] + e[m+8]; then the tree (s[m] + s[m+4]), (+2), (+1),
      * spelled out so that the lanes-as-rows path below can repeat it */
     __m256d h = _mm256_add_pd(_mm512_extractf64x4_pd(s, 1), _mm512_castpd512_pd256(s));
@@ -156,8 +153,7 @@ static void zero_avx512(float *x, size_t n)
 }
 
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
-static void gather_avx512(float *dst, const float *table,
-                                                             const int *ids, size_t n, size_t d)
+static void gather_avx512(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
     for (size_t i = 0; i < n; i++, dst += d) {
         const float *src = table + (size_t)ids[i] * d;
@@ -168,8 +164,7 @@ static void gather_avx512(float *dst, const float *table,
     }
 }
 
-static void
-scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, size_t d)
+static void scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, size_t d)
 {
     for (size_t i = 0; i < n; i++, src += d) {
         if (!row_live(src, (int)d))
@@ -184,9 +179,8 @@ scatter_add_avx512(float *table, const float *src, const int *ids, size_t n, siz
 
 /* Adam, eight weights per step in double: the portable loop's operations
  * one for one (mul, add, sqrt, div; no FMA), so the same bits. */
-static void adam_avx512(float *w, const float *grad,
-                                                           double *m, double *v, size_t n,
-                                                           const qkv_adam_coef *c)
+static void adam_avx512(float *w, const float *grad, double *m, double *v, size_t n,
+                        const qkv_adam_coef *c)
 {
     const __m512d b1 = _mm512_set1_pd(c->b1), b2 = _mm512_set1_pd(c->b2);
     const __m512d a1 = _mm512_set1_pd(1 - c->b1), a2 = _mm512_set1_pd(1 - c->b2);
@@ -196,7 +190,8 @@ static void adam_avx512(float *w, const float *grad,
     size_t j = 0;
     for (; j + 8 <= n; j += 8) {
         __m512d wj = _mm512_cvtps_pd(_mm256_loadu_ps(w + j));
-        __m512d g = _mm512_add_pd(_mm512_cvtps_pd(_mm256_loadu_ps(grad + j)), _mm512_mul_pd(l2, wj));
+        __m512d g =
+            _mm512_add_pd(_mm512_cvtps_pd(_mm256_loadu_ps(grad + j)), _mm512_mul_pd(l2, wj));
         __m512d mj = _mm512_add_pd(_mm512_mul_pd(b1, _mm512_loadu_pd(m + j)), _mm512_mul_pd(a1, g));
         __m512d vj = _mm512_add_pd(_mm512_mul_pd(b2, _mm512_loadu_pd(v + j)),
                                    _mm512_mul_pd(_mm512_mul_pd(a2, g), g));

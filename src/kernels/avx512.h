@@ -19,14 +19,12 @@ static inline __mmask16 lanes(int n)
 /* Masked load and store that use the plain instructions for a full mask: a
  * load of data just stored gets it forwarded from the store only when
  * neither is masked. */
-QKV_ALWAYS_INLINE __m512 load16(__mmask16 m,
-                                                                              const float *p)
+QKV_ALWAYS_INLINE __m512 load16(__mmask16 m, const float *p)
 {
     return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
 }
 
-QKV_ALWAYS_INLINE void store16(float *p, __mmask16 m,
-                                                                             __m512 x)
+QKV_ALWAYS_INLINE void store16(float *p, __mmask16 m, __m512 x)
 {
     if (m == 0xFFFF)
         _mm512_storeu_ps(p, x);
@@ -64,8 +62,8 @@ QKV_ALWAYS_INLINE void transpose16_regs(__m512 *r)
 
 /* dst (k×n, row stride ldd) = Bᵀ for B n×k (row stride ldb) with n, k <=
  * 16, in registers. */
-static inline void
-transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst, size_t ldd)
+static inline void transpose16_avx512(const float *B, size_t ldb, int n, int k, float *dst,
+                                      size_t ldd)
 {
     __m512 r[16];
     __mmask16 km = (__mmask16)((1u << k) - 1), nm = (__mmask16)((1u << n) - 1);
@@ -98,8 +96,7 @@ static inline __m512 exp_avx512(__m512 v)
 static inline int row_live(const float *x, int n)
 {
     for (int c0 = 0; c0 < n; c0 += 16)
-        if (_mm512_cmp_ps_mask(load16(lanes(n - c0), x + c0), _mm512_setzero_ps(),
-                               _CMP_NEQ_UQ))
+        if (_mm512_cmp_ps_mask(load16(lanes(n - c0), x + c0), _mm512_setzero_ps(), _CMP_NEQ_UQ))
             return 1;
     return 0;
 }

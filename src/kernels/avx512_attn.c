@@ -25,8 +25,7 @@
 static _Thread_local _Alignas(64) float attn_kt[ATTN_MAXD * 16];
 
 /* dst (d×16, row stride 16) = Xᵀ for X tk×d, tk <= 16, d <= ATTN_MAXD. */
-static void transpose_keys(const float *X, int tk, int d,
-                                                              float *dst)
+static void transpose_keys(const float *X, int tk, int d, float *dst)
 {
     for (int c0 = 0; c0 < d; c0 += 16)
         transpose16_avx512(X + c0, (size_t)d, tk, d - c0 < 16 ? d - c0 : 16, dst + (size_t)c0 * 16,
@@ -43,14 +42,13 @@ static int pow2_scale(double c)
 }
 
 /* (float)(c·(double)x) lane by lane: the scaling op's rounding. */
-QKV_ALWAYS_INLINE __m512 scale_ps(__m512 x,
-                                                                                __m512d c)
+QKV_ALWAYS_INLINE __m512 scale_ps(__m512 x, __m512d c)
 {
     __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(c, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
     __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
         c, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))));
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
-                                               _mm256_castps_pd(hi), 1));
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
 
 /* Lanes 0-7 (hf = 0) or 8-15 (hf = 1) of x. */
@@ -61,24 +59,20 @@ QKV_ALWAYS_INLINE __m256 half_ps(__m512 x, int hf)
 }
 
 /* The mask's row i, as lanes (0 beyond tk). */
-QKV_ALWAYS_INLINE __m512
-mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
+QKV_ALWAYS_INLINE __m512 mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
 {
     const float *mr = sh->mask + (size_t)i * sh->mask_rs;
-    return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0]))
-                            : load16(km, mr);
+    return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0])) : load16(km, mr);
 }
-
-
 
 /* Rows i0..i0+nq (nq <= 16) of S, A and O with the rows in the lanes:
  * register j holds column j (key j) for all the rows, so the softmax of 16
  * rows is a handful of vertical operations instead of 16 latency-bound
  * horizontal reductions. NJ (a multiple of 4, >= tk) is the number of key
  * registers; K has NJ rows (zero past tk). */
-QKV_ALWAYS_INLINE void
-attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const float *q,
-               const float *kr, const float *v, float *s, float *a, float *o)
+QKV_ALWAYS_INLINE void attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh,
+                                      const float *q, const float *kr, const float *v, float *s,
+                                      float *a, float *o)
 {
     const int tk = sh->tk, dk = sh->dk, dv = sh->dv;
     const __mmask16 qm = lanes(nq), km = lanes(tk);
@@ -140,9 +134,9 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
             d[m] = _mm512_add_pd(d[m + 2], d[m]);
         half[hf] = _mm512_div_pd(_mm512_set1_pd(1), _mm512_add_pd(d[0], d[1]));
     }
-    const __m512 inv = _mm512_castpd_ps(_mm512_insertf64x4(
-        _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(half[0]))),
-        _mm256_castps_pd(_mm512_cvtpd_ps(half[1])), 1));
+    const __m512 inv = _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(half[0]))),
+                           _mm256_castps_pd(_mm512_cvtpd_ps(half[1])), 1));
     _Alignas(64) float pa[16 * 16]; /* A's columns, read back by the O loop */
     for (int j = 0; j < 16; j++) {
         t[j] = _mm512_maskz_mul_ps(live, st[j], inv);
@@ -172,7 +166,7 @@ attn_fwd_block(const int NJ, int i0, int nq, const qkv_attn_shape *sh, const flo
 static _Thread_local _Alignas(64) float attn_kp[ATTN_MAXD * 16];
 
 int qkv_attn_fwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
-                float *s, float *a, float *o)
+                        float *s, float *a, float *o)
 {
     const int tk = sh->tk, dk = sh->dk, NJ = (tk + 3) & ~3;
     if (tk > 16 || dk > ATTN_MAXD ||
@@ -197,9 +191,7 @@ int qkv_attn_fwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k
 }
 
 /* y[c0..) = fma(x, row[c0..), y[c0..)) over d columns: y += x·row. */
-QKV_ALWAYS_INLINE void axpy_row(float x,
-                                                                              const float *row,
-                                                                              float *y, int d)
+QKV_ALWAYS_INLINE void axpy_row(float x, const float *row, float *y, int d)
 {
     const __m512 xv = _mm512_set1_ps(x);
     for (int c0 = 0; c0 < d; c0 += 16) {
@@ -210,8 +202,7 @@ QKV_ALWAYS_INLINE void axpy_row(float x,
 
 /* y[0..d) += x·row, as one rounded product added: what adding a gradient
  * row made by one FMA from zero into a table row comes to. */
-QKV_ALWAYS_INLINE void add_scaled_row(
-    float x, const float *row, float *y, int d)
+QKV_ALWAYS_INLINE void add_scaled_row(float x, const float *row, float *y, int d)
 {
     const __m512 xv = _mm512_set1_ps(x);
     for (int c0 = 0; c0 < d; c0 += 16) {
@@ -225,10 +216,9 @@ QKV_ALWAYS_INLINE void add_scaled_row(
  * are tables and at most one row of dO is live and nothing flows into A or
  * S from elsewhere, so each row of the item's dK and dV is one product, and
  * goes straight into its table row. */
-static void
-attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
-                     const float *a, const float *dout, float *ds, float *da, float *dq,
-                     float *dk, float *dv, const int *rows)
+static void attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k,
+                                 const float *v, const float *a, const float *dout, float *ds,
+                                 float *da, float *dq, float *dk, float *dv, const int *rows)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     const __mmask16 km = lanes(tk);
@@ -266,19 +256,19 @@ attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k, c
                 dot += (double)gv[j] * ai[j];
             __m512 ar = load16(km, ai);
             __m512d dd = _mm512_set1_pd(dot);
-            __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(
-                _mm512_cvtps_pd(_mm512_castps512_ps256(ar)),
-                _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), dd)));
+            __m256 lo = _mm512_cvtpd_ps(
+                _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(ar)),
+                              _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), dd)));
             __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
                 _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ar), 1))),
-                _mm512_sub_pd(
-                    _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))),
-                    dd)));
+                _mm512_sub_pd(_mm512_cvtps_pd(
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))),
+                              dd)));
             __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(
                 _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
             if (sh->mask != NULL) {
-                __mmask16 drop = _mm512_cmp_ps_mask(mask_row(sh, i, km),
-                                                    _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+                __mmask16 drop =
+                    _mm512_cmp_ps_mask(mask_row(sh, i, km), _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
                 dx = _mm512_maskz_mov_ps((__mmask16)~drop, dx);
             }
             sg = _mm512_add_ps(sg, dx);
@@ -310,8 +300,8 @@ attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k, c
 }
 
 int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
-                const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
-                float *dv, float *scratch)
+                        const float *a, const float *dout, float *ds, float *da, float *dq,
+                        float *dk, float *dv, float *scratch)
 {
     const int tq = sh->tq, tk = sh->tk;
     if (tk > 16 || (da != NULL && sh->dv > ATTN_MAXD))

@@ -86,12 +86,15 @@ qkv_status qkv_kernels_use(const char *name, qkv_error *err)
     const qkv_kernel_set *pick = find_set(name);
     if (pick == NULL)
         return qkv_error_set(err, QKV_ERR_ARG,
-                        "kernels: '%s' is not a kernel set this build and CPU have (auto, "
-                        "portable%s)", name ? name : "(null)",
+                             "kernels: '%s' is not a kernel set this build and CPU have (auto, "
+                             "portable%s)",
+                             name ? name : "(null)",
 #ifdef QKV_HAVE_X86_KERNELS
-                        cpu_has_avx512() ? ", avx2, avx512" : cpu_has_avx2() ? ", avx2" : ""
+                             cpu_has_avx512() ? ", avx2, avx512"
+                             : cpu_has_avx2() ? ", avx2"
+                                              : ""
 #else
-                        ""
+                             ""
 #endif
         );
     atomic_store_explicit(&active, pick, memory_order_release);

@@ -122,8 +122,8 @@ static void gemm_blocked(const qkv_kernel_set *im, int ta, int tb, int m, int n,
                 for (int jr = 0; jr < nc; jr += NR)
                     for (int ir = 0; ir < mc; ir += MR)
                         im->ukernel(kc, pack_a_buf + (size_t)ir * kc, pack_b_buf + (size_t)jr * kc,
-                                   C + (size_t)(ic + ir) * n + jc + jr, n,
-                                   mc - ir < MR ? mc - ir : MR, nc - jr < NR ? nc - jr : NR);
+                                    C + (size_t)(ic + ir) * n + jc + jr, n,
+                                    mc - ir < MR ? mc - ir : MR, nc - jr < NR ? nc - jr : NR);
             }
         }
     }
@@ -131,8 +131,8 @@ static void gemm_blocked(const qkv_kernel_set *im, int ta, int tb, int m, int n,
 
 /* ---- the entry point ---------------------------------------------------- */
 
-void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A,
-              const qkv_real *B, qkv_real *C, int accumulate)
+void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
+              qkv_real *C, int accumulate)
 {
     const qkv_kernel_set *im = qkv_kernels();
     if (!accumulate)

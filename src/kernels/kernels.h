@@ -40,8 +40,7 @@ void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_
 /* table[ids[i],:] += src[i,:] for i = 0..n-1 in order (its backward).
  * Rows of src that are all zero are skipped: they add nothing (beyond
  * perhaps turning a -0 into +0). */
-void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
-                          size_t d);
+void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n, size_t d);
 
 /* x[0..n) = 0 with plain vector stores: for the short buffers of hot loops,
  * where a libc memset may take a path with a costly start-up. */
@@ -113,14 +112,14 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
  * tq·tk + tq·dk + tk·(dk+dv) reals. */
 void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
-                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
-                            qkv_real *dv, qkv_real *scratch);
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                            qkv_real *scratch);
 
 /* ---- kernel sets -------------------------------------------------------- */
 
 /* C (mr×nr corner of an ldc-wide matrix) += Ap (kc×MR panel) · Bp (kc×NR). */
-typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c,
-                               int ldc, int mr, int nr);
+typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc,
+                               int mr, int nr);
 
 /* C (m×n) += op(A)·op(B) by the direct path. */
 typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
@@ -138,8 +137,8 @@ typedef int (*qkv_attn_fwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, cons
                                const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
 typedef int (*qkv_attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                                const qkv_real *v, const qkv_real *a, const qkv_real *dout,
-                               qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
-                               qkv_real *dv, qkv_real *scratch);
+                               qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                               qkv_real *scratch);
 
 /* Adam on n weights. */
 typedef void (*qkv_adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
@@ -162,7 +161,7 @@ typedef struct qkv_kernel_set {
     qkv_softmax16_fn softmax16; /* optional: short rows in one register */
     qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
     qkv_attn_bwd_fn attn_bwd;
-    qkv_rows_fn gather;         /* embedding rows */
+    qkv_rows_fn gather; /* embedding rows */
     qkv_rows_fn scatter_add;
     qkv_adam_fn adam;
     qkv_zero_fn zero;
@@ -180,8 +179,7 @@ const qkv_kernel_set *qkv_kernels(void);
 /* ---- shared between the sets ------------------------------------------- */
 
 /* The portable kernels that the other sets reuse (portable.c). */
-void qkv_portable_gather(qkv_real *dst, const qkv_real *table, const int *ids, size_t n,
-                         size_t d);
+void qkv_portable_gather(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d);
 void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
                               size_t d);
 void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
@@ -194,8 +192,7 @@ void qkv_portable_zero(qkv_real *x, size_t n);
 #define QKV_DIRECT_SCRATCH 65536
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
-void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B,
-                   qkv_real *C);
+void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C);
 
 /* Adds the mr×nr corner of an MR×NR tile t (row stride NR) to C: the
  * micro-kernels' ragged edge. */
@@ -204,10 +201,10 @@ void qkv_gemm_add_tile(const qkv_real *t, int NR, qkv_real *c, int ldc, int mr, 
 /* The grad_rows form of attention backward on any path: the item's
  * gradients computed into scratch (zeroed first), then added into the
  * indexed rows in order (attention.c). */
-void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q,
-                                    const qkv_real *k, const qkv_real *v, const qkv_real *a,
-                                    const qkv_real *dout, qkv_real *ds, qkv_real *da,
-                                    qkv_real *dq, qkv_real *dk, qkv_real *dv, qkv_real *scratch);
+void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                    const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                                    qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                                    qkv_real *dv, qkv_real *scratch);
 
 /* e^x for x <= 0 in float, vectorised: x = t·ln2 + r with |r| <= ln2/2
  * (ln2 split in two so t·ln2 is exact), e^r by its Taylor series to r^7

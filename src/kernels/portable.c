@@ -37,8 +37,8 @@ static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, con
 
 /* Portable micro-kernel: a 4×8 tile, small enough for the 16 SSE registers
  * of baseline x86-64, written so compilers can vectorise it. */
-static void ukernel_c(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc,
-                      int mr, int nr)
+static void ukernel_c(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc, int mr,
+                      int nr)
 {
     qkv_real acc[4 * 8] = {0};
     for (int p = 0; p < kc; p++, ap += 4, bp += 8)
@@ -76,7 +76,7 @@ void qkv_portable_gather(qkv_real *dst, const qkv_real *table, const int *ids, s
 }
 
 void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
-                          size_t d)
+                              size_t d)
 {
     for (size_t i = 0; i < n; i++, src += d) {
         qkv_real *dst = table + (size_t)ids[i] * d;
@@ -95,7 +95,7 @@ void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *i
 }
 
 void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
-                   const qkv_adam_coef *c)
+                       const qkv_adam_coef *c)
 {
     for (size_t j = 0; j < n; j++) {
         double wj = w[j], g = grad[j] + c->l2 * wj;

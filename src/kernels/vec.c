@@ -44,8 +44,8 @@ void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
     }
 }
 
-void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y,
-                               const qkv_real *dy, size_t rows, size_t n)
+void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y, const qkv_real *dy, size_t rows,
+                               size_t n)
 {
     for (size_t r = 0; r < rows; r++, dx += n, y += n, dy += n) {
         double dot = 0;
@@ -61,8 +61,7 @@ void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_
     qkv_kernels()->gather(dst, table, ids, n, d);
 }
 
-void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
-                          size_t d)
+void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n, size_t d)
 {
     qkv_kernels()->scatter_add(table, src, ids, n, d);
 }

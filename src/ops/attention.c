@@ -24,21 +24,21 @@
 
 /* The node's own record (node->state). */
 typedef struct attn_rec {
-    int n0, n1;           /* the leading (batch) dimensions, padded to two */
+    int n0, n1; /* the leading (batch) dimensions, padded to two */
     int tq, tk, dk, dv;
-    qkv_tensor *v;        /* V, or the table Wv in the embedded form */
+    qkv_tensor *v; /* V, or the table Wv in the embedded form */
     qkv_tensor *scores, *attn;
     const qkv_tensor *mask;
-    qkv_bcast mp;         /* the mask's strides against the scores */
+    qkv_bcast mp; /* the mask's strides against the scores */
     double scale;
-    qkv_real *scratch;    /* the kernels' scratch (see kernels.h) */
-    const int *ids;       /* embedded form: [B,T] token ids; NULL otherwise */
-    qkv_real *rows;       /* embedded form: Q, K, V rows of every item when
+    qkv_real *scratch; /* the kernels' scratch (see kernels.h) */
+    const int *ids;    /* embedded form: [B,T] token ids; NULL otherwise */
+    qkv_real *rows;    /* embedded form: Q, K, V rows of every item when
                            * kept for backward (keep_rows), else one item's
                            * per part */
     int keep_rows;
-    int parts;            /* threads the item loops may use (threads.c) */
-    size_t nscratch;      /* reals of scratch per part */
+    int parts;       /* threads the item loops may use (threads.c) */
+    size_t nscratch; /* reals of scratch per part */
 } attn_rec;
 
 /* Reals of one item's Q, K and V rows (and of their gradients). */
@@ -80,8 +80,7 @@ static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor *k, size_t b,
                        int grads, int part)
 {
-    const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk,
-                 nv = (size_t)r->tk * r->dv;
+    const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk, nv = (size_t)r->tk * r->dv;
     const qkv_tensor *v = r->v;
     attn_io io = {NULL, NULL, NULL, NULL, NULL, NULL};
     if (r->ids == NULL) {
@@ -136,10 +135,9 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
         attn_io io = item_io(r, j->q, j->k, b, 1, part);
-        qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns,
-                               j->out->grad + b * no, ds ? ds + b * ns : NULL,
-                               da ? da + b * ns : NULL, io.dq, io.dk, io.dv,
-                               r->scratch + (size_t)part * r->nscratch);
+        qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns, j->out->grad + b * no,
+                               ds ? ds + b * ns : NULL, da ? da + b * ns : NULL, io.dq, io.dk,
+                               io.dv, r->scratch + (size_t)part * r->nscratch);
     }
 }
 
@@ -168,8 +166,8 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         char sm[64], ss[64];
         qkv_shape_str(r->mask, sm, sizeof sm);
         qkv_shape_str(r->scores, ss, sizeof ss);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", name,
-                      sm, ss);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", name, sm,
+                      ss);
         return qkv_nil();
     }
     qkv_bcast lead_dims; /* the leading dimensions, padded to two */
@@ -186,8 +184,8 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
          * from the tables than to bring back from memory */
         r->keep_rows = out->grad != NULL && per * items * sizeof(qkv_real) <= KEEP_ROWS_MAX;
         if (!qkv_mul_size(per * sizeof(qkv_real), r->keep_rows ? items : (size_t)r->parts, &n)) {
-            qkv_tape_fail(t, QKV_ERR_NOMEM, "%s: %zu items of %zu reals are too many", name,
-                          items, per);
+            qkv_tape_fail(t, QKV_ERR_NOMEM, "%s: %zu items of %zu reals are too many", name, items,
+                          per);
             return qkv_nil();
         }
         if ((r->rows = qkv_tape_alloc(t, n)) == NULL)
@@ -225,8 +223,8 @@ static void attention_backward(const qkv_node *nd)
     /* the items of the plain form write their own slices of the gradients
      * and run on any thread; the embedded form adds every item into the
      * same tables, in item order, so it runs on one */
-    qkv_parallel_for(items, items * item_work(r), r->ids != NULL ? 1 : r->parts,
-                     backward_items, &job);
+    qkv_parallel_for(items, items * item_work(r), r->ids != NULL ? 1 : r->parts, backward_items,
+                     &job);
 }
 
 /* Nonzero when q, k and v have 2 to 4 dimensions, the same leading ones,
@@ -243,8 +241,8 @@ static int attn_shapes_ok(const qkv_tensor *q, const qkv_tensor *k, const qkv_te
 }
 
 /* Clears parts, then checks the tape and that no input is nil. */
-static int attn_inputs_ok(qkv_tape *t, const char *name, const qkv_tensor *q,
-                          const qkv_tensor *k, const qkv_tensor *v, qkv_attention_parts *parts)
+static int attn_inputs_ok(qkv_tape *t, const char *name, const qkv_tensor *q, const qkv_tensor *k,
+                          const qkv_tensor *v, qkv_attention_parts *parts)
 {
     if (parts != NULL)
         parts->scores = parts->attn = qkv_nil();
@@ -286,7 +284,8 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
         shapes3 n = shapes_of(q, k, v);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "attention: q %s, k %s, v %s: need [...,Tq,d], [...,Tk,d] and [...,Tk,dv] "
-                      "with the same leading dimensions", n.s[0], n.s[1], n.s[2]);
+                      "with the same leading dimensions",
+                      n.s[0], n.s[1], n.s[2]);
         return qkv_nil();
     }
     attn_rec *r = new_rec(t, v, mask, scale);
@@ -301,8 +300,8 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
 }
 
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
-                                const int *ids, int B, int T, const qkv_tensor *mask,
-                                double scale, qkv_attention_parts *parts)
+                                const int *ids, int B, int T, const qkv_tensor *mask, double scale,
+                                qkv_attention_parts *parts)
 {
     const char *name = "embed_attention";
     if (!attn_inputs_ok(t, name, wq, wk, wv, parts))
@@ -312,7 +311,8 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
         shapes3 n = shapes_of(wq, wk, wv);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "%s: tables %s, %s, %s with ids [%d,%d]: need [V,d], [V,d], [V,dv] and "
-                      "B, T >= 1", name, n.s[0], n.s[1], n.s[2], B, T);
+                      "B, T >= 1",
+                      name, n.s[0], n.s[1], n.s[2], B, T);
         return qkv_nil();
     }
     int rows = wq->shape[0] < wk->shape[0] ? wq->shape[0] : wk->shape[0];

@@ -1,7 +1,7 @@
 /*
  * elementwise.c - element-wise ops, each forward with its backward: scale,
- * add and mul (broadcasting their second operand), the additive mask, tanh
- * and relu.
+ * add and mul (broadcasting their second operand), the additive mask, tanh,
+ * relu and exp.
  */
 #include <math.h>
 
@@ -85,8 +85,7 @@ static qkv_tensor *binary_out(qkv_tape *t, const char *name, const qkv_tensor *a
     if (!qkv_bcast_plan(a, b, p)) {
         QKV_SHAPES(a, b);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "%s: %s and %s: second shape does not broadcast to the first", name, sa,
-                      sb);
+                      "%s: %s and %s: second shape does not broadcast to the first", name, sa, sb);
         return qkv_nil();
     }
     int with_grad = a->grad != NULL || (b_differentiable && b->grad != NULL);
@@ -178,4 +177,28 @@ qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x)
     for (size_t i = 0; i < x->numel; i++)
         out->data[i] = x->data[i] > 0 ? x->data[i] : 0;
     return qkv_op_finish(t, &op_relu, out, x, NULL, 0);
+}
+
+/* ---- exp ---------------------------------------------------------------- */
+
+static void exp_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy·e^x = dy·y */
+        x->grad[i] += dy[i] * y[i];
+}
+
+static const qkv_op_def op_exp = {"exp", exp_backward};
+
+qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x)
+{
+    if (!qkv_op_inputs_ok(t, "exp", x, NULL, 0))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    for (size_t i = 0; i < x->numel; i++)
+        out->data[i] = (qkv_real)exp((double)x->data[i]);
+    return qkv_op_finish(t, &op_exp, out, x, NULL, 0);
 }

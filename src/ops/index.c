@@ -36,9 +36,8 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     size_t bad = qkv_first_bad_id(ids, n, V);
     if (bad < n) {
         qkv_shape_str(w, sw, sizeof sw);
-        qkv_tape_fail(t, QKV_ERR_ARG,
-                      "gather: id %d at position %zu is outside [0,%d) of table %s", ids[bad],
-                      bad, V, sw);
+        qkv_tape_fail(t, QKV_ERR_ARG, "gather: id %d at position %zu is outside [0,%d) of table %s",
+                      ids[bad], bad, V, sw);
         return qkv_nil();
     }
     int oshape[QKV_MAX_DIMS];
@@ -76,17 +75,15 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
     char sx[64];
     if (x->ndim != 3 || idx == NULL) {
         qkv_shape_str(x, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "pick_rows: %s: input must be [B,T,D] with B indices",
-                      sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "pick_rows: %s: input must be [B,T,D] with B indices", sx);
         return qkv_nil();
     }
     int B = x->shape[0], T = x->shape[1], D = x->shape[2];
     for (int b = 0; b < B; b++)
         if (idx[b] < 0 || idx[b] >= T) {
             qkv_shape_str(x, sx, sizeof sx);
-            qkv_tape_fail(t, QKV_ERR_ARG,
-                          "pick_rows: index %d for item %d is outside [0,%d) of %s", idx[b], b,
-                          T, sx);
+            qkv_tape_fail(t, QKV_ERR_ARG, "pick_rows: index %d for item %d is outside [0,%d) of %s",
+                          idx[b], b, T, sx);
             return qkv_nil();
         }
     int shape[2] = {B, D};

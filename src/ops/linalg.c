@@ -77,8 +77,8 @@ static qkv_tensor *matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b, int nt)
     size_t batch = a->numel / ((size_t)m * k);
     size_t bstep = b->ndim > 2 ? (size_t)k * n : 0;
     for (size_t i = 0; i < batch; i++)
-        qkv_gemm(0, nt, m, n, k, a->data + i * m * k, b->data + i * bstep,
-                 out->data + i * m * n, 0);
+        qkv_gemm(0, nt, m, n, k, a->data + i * m * k, b->data + i * bstep, out->data + i * m * n,
+                 0);
     return qkv_op_finish(t, nt ? &op_matmul_nt : &op_matmul, out, a, b, 0);
 }
 

@@ -27,8 +27,8 @@ static const qkv_op_def op_cross_entropy = {"cross_entropy", cross_entropy_backw
 
 /* The number of rows whose target counts, or -1 after recording an error
  * for a target outside [0,C). */
-static long counted_targets(qkv_tape *t, const qkv_tensor *logits, const int *targets,
-                            size_t rows, size_t C)
+static long counted_targets(qkv_tape *t, const qkv_tensor *logits, const int *targets, size_t rows,
+                            size_t C)
 {
     long counted = 0;
     for (size_t r = 0; r < rows; r++) {

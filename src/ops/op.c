@@ -11,8 +11,8 @@ int qkv_op_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv
     if (t == NULL || qkv_tape_status(t) != QKV_OK)
         return 0;
     if (qkv_tensor_is_nil(a) || (want_b && qkv_tensor_is_nil(b))) {
-        qkv_tape_fail(t, QKV_ERR_ARG,
-                      "%s: input is nil (NULL, or the result of a failed call)", op);
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: input is nil (NULL, or the result of a failed call)",
+                      op);
         return 0;
     }
     return 1;

@@ -42,9 +42,9 @@ int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n);
 
 /* Declares char sa[64], sb[64] holding the shapes of a and b, for error
  * messages. */
-#define QKV_SHAPES(a, b)                                                                           \
-    char sa[64], sb[64];                                                                           \
-    qkv_shape_str((a), sa, sizeof sa);                                                             \
+#define QKV_SHAPES(a, b)               \
+    char sa[64], sb[64];               \
+    qkv_shape_str((a), sa, sizeof sa); \
     qkv_shape_str((b), sb, sizeof sb)
 
 /* Both shapes padded on the left to four dimensions; b's strides are zero
@@ -60,18 +60,18 @@ int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p);
 
 /* Visits every element of a in order; BODY sees ia (index into a) and ib
  * (the broadcast index into b). */
-#define QKV_BCAST_LOOP(p, BODY)                                                                    \
-    do {                                                                                           \
-        size_t ia = 0;                                                                             \
-        for (int i0 = 0; i0 < (p).dim[0]; i0++)                                                    \
-            for (int i1 = 0; i1 < (p).dim[1]; i1++)                                                \
-                for (int i2 = 0; i2 < (p).dim[2]; i2++)                                            \
-                    for (int i3 = 0; i3 < (p).dim[3]; i3++, ia++) {                                \
-                        size_t ib = i0 * (p).bstride[0] + i1 * (p).bstride[1] +                    \
-                                    i2 * (p).bstride[2] + i3 * (p).bstride[3];                     \
-                        (void)ib;                                                                  \
-                        BODY;                                                                      \
-                    }                                                                              \
+#define QKV_BCAST_LOOP(p, BODY)                                                 \
+    do {                                                                        \
+        size_t ia = 0;                                                          \
+        for (int i0 = 0; i0 < (p).dim[0]; i0++)                                 \
+            for (int i1 = 0; i1 < (p).dim[1]; i1++)                             \
+                for (int i2 = 0; i2 < (p).dim[2]; i2++)                         \
+                    for (int i3 = 0; i3 < (p).dim[3]; i3++, ia++) {             \
+                        size_t ib = i0 * (p).bstride[0] + i1 * (p).bstride[1] + \
+                                    i2 * (p).bstride[2] + i3 * (p).bstride[3];  \
+                        (void)ib;                                               \
+                        BODY;                                                   \
+                    }                                                           \
     } while (0)
 
 #endif

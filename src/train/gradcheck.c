@@ -25,12 +25,21 @@
 #define GC_TOL 2e-2
 #endif
 
-double qkv_gradcheck_default_step(void) { return GC_STEP; }
-double qkv_gradcheck_default_floor(void) { return GC_FLOOR; }
-double qkv_gradcheck_default_tol(void) { return GC_TOL; }
+double qkv_gradcheck_default_step(void)
+{
+    return GC_STEP;
+}
+double qkv_gradcheck_default_floor(void)
+{
+    return GC_FLOOR;
+}
+double qkv_gradcheck_default_tol(void)
+{
+    return GC_TOL;
+}
 
-void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n,
-                      double floor, double tol, qkv_gradcheck_result *res)
+void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n, double floor,
+                      double tol, qkv_gradcheck_result *res)
 {
     for (size_t i = 0; i < n; i++) {
         double a = analytic[i], num = numeric[i];
@@ -61,15 +70,15 @@ static qkv_status eval_loss(qkv_tape *t, qkv_loss_fn fn, void *ctx, double *out)
     return QKV_OK;
 }
 
-qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx,
-                         qkv_tensor **params, int nparams, double step,
-                         double floor, double tol, qkv_gradcheck_result *res)
+qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
+                         double step, double floor, double tol, qkv_gradcheck_result *res)
 {
     if (t == NULL)
         return QKV_ERR_ARG;
     if (fn == NULL || res == NULL || nparams < 0 || (nparams && params == NULL))
-        return qkv_tape_fail(t, QKV_ERR_ARG, "gradcheck: needs a loss function, a result and "
-                                             "a parameter array");
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "gradcheck: needs a loss function, a result and "
+                             "a parameter array");
     for (int p = 0; p < nparams; p++)
         if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
             return qkv_tape_fail(t, QKV_ERR_ARG,
@@ -121,27 +130,74 @@ typedef qkv_tensor *(*case_fn)(qkv_tape *t, qkv_tensor **p);
 
 typedef struct gc_case {
     const char *name;
-    case_fn fn;            /* returns any tensor; a random readout makes it scalar */
+    case_fn fn; /* returns any tensor; a random readout makes it scalar */
     int np;
     int ndim[MAXP];
     int shape[MAXP][QKV_MAX_DIMS];
-    int away_from_zero;    /* keep inputs off relu's kink */
+    int away_from_zero; /* keep inputs off relu's kink */
 } gc_case;
 
-static qkv_tensor *c_matmul(qkv_tape *t, qkv_tensor **p) { return qkv_matmul(t, p[0], p[1]); }
-static qkv_tensor *c_matmul_nt(qkv_tape *t, qkv_tensor **p) { return qkv_matmul_nt(t, p[0], p[1]); }
-static qkv_tensor *c_transpose(qkv_tape *t, qkv_tensor **p) { return qkv_transpose(t, p[0]); }
-static qkv_tensor *c_scale(qkv_tape *t, qkv_tensor **p) { return qkv_scale(t, p[0], 0.37); }
-static qkv_tensor *c_add(qkv_tape *t, qkv_tensor **p) { return qkv_add(t, p[0], p[1]); }
-static qkv_tensor *c_mul(qkv_tape *t, qkv_tensor **p) { return qkv_mul(t, p[0], p[1]); }
-static qkv_tensor *c_sum(qkv_tape *t, qkv_tensor **p) { return qkv_sum(t, p[0]); }
-static qkv_tensor *c_mean(qkv_tape *t, qkv_tensor **p) { return qkv_mean(t, p[0]); }
-static qkv_tensor *c_sum_last(qkv_tape *t, qkv_tensor **p) { return qkv_sum_last(t, p[0]); }
-static qkv_tensor *c_mean_last(qkv_tape *t, qkv_tensor **p) { return qkv_mean_last(t, p[0]); }
-static qkv_tensor *c_softmax(qkv_tape *t, qkv_tensor **p) { return qkv_softmax(t, p[0]); }
-static qkv_tensor *c_log_softmax(qkv_tape *t, qkv_tensor **p) { return qkv_log_softmax(t, p[0]); }
-static qkv_tensor *c_tanh(qkv_tape *t, qkv_tensor **p) { return qkv_tanh(t, p[0]); }
-static qkv_tensor *c_relu(qkv_tape *t, qkv_tensor **p) { return qkv_relu(t, p[0]); }
+static qkv_tensor *c_matmul(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_matmul(t, p[0], p[1]);
+}
+static qkv_tensor *c_matmul_nt(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_matmul_nt(t, p[0], p[1]);
+}
+static qkv_tensor *c_transpose(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_transpose(t, p[0]);
+}
+static qkv_tensor *c_scale(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_scale(t, p[0], 0.37);
+}
+static qkv_tensor *c_add(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_add(t, p[0], p[1]);
+}
+static qkv_tensor *c_mul(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_mul(t, p[0], p[1]);
+}
+static qkv_tensor *c_sum(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_sum(t, p[0]);
+}
+static qkv_tensor *c_mean(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_mean(t, p[0]);
+}
+static qkv_tensor *c_sum_last(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_sum_last(t, p[0]);
+}
+static qkv_tensor *c_mean_last(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_mean_last(t, p[0]);
+}
+static qkv_tensor *c_softmax(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_softmax(t, p[0]);
+}
+static qkv_tensor *c_log_softmax(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_log_softmax(t, p[0]);
+}
+static qkv_tensor *c_tanh(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_tanh(t, p[0]);
+}
+static qkv_tensor *c_exp(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_exp(t, p[0]);
+}
+
+static qkv_tensor *c_relu(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_relu(t, p[0]);
+}
 
 static qkv_tensor *c_gather(qkv_tape *t, qkv_tensor **p)
 {
@@ -238,11 +294,21 @@ static const gc_case cases[] = {
     {"log_softmax", c_log_softmax, 1, {2}, {{4, 5}}, 0},
     {"cross_entropy", c_cross_entropy, 1, {2}, {{5, 4}}, 0},
     {"tanh", c_tanh, 1, {2}, {{3, 4}}, 0},
+    {"exp", c_exp, 1, {2}, {{3, 4}}, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1},
     {"attention softmax(QKᵀ/√d)V", c_attention, 3, {3, 3, 3}, {{2, 3, 4}, {2, 5, 4}, {2, 5, 4}}, 0},
-    {"fused attention (mask, parts)", c_attention_fused, 3, {3, 3, 3},
-     {{2, 3, 4}, {2, 4, 4}, {2, 4, 5}}, 0},
-    {"embedded attention classifier", c_model, 4, {2, 2, 2, 2}, {{6, 3}, {6, 3}, {6, 3}, {3, 4}}, 0},
+    {"fused attention (mask, parts)",
+     c_attention_fused,
+     3,
+     {3, 3, 3},
+     {{2, 3, 4}, {2, 4, 4}, {2, 4, 5}},
+     0},
+    {"embedded attention classifier",
+     c_model,
+     4,
+     {2, 2, 2, 2},
+     {{6, 3}, {6, 3}, {6, 3}, {3, 4}},
+     0},
 };
 
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))

@@ -13,15 +13,15 @@ struct qkv_optim {
     qkv_optim_config cfg;
     qkv_tensor **params; /* (n) not owned */
     int n;
-    double **m, **v;     /* (n) first and second moments; SGD keeps its velocity in m, no v */
-    long t;              /* steps taken */
+    double **m, **v; /* (n) first and second moments; SGD keeps its velocity in m, no v */
+    long t;          /* steps taken */
     double last_norm;
 };
 
 qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind)
 {
-    qkv_optim_config c = {kind, kind == QKV_SGD ? 0.1 : 0.01, 0, 0.9, 0.999, 1e-8,
-                          kind == QKV_ADAMW ? 0.01 : 0, 0};
+    qkv_optim_config c = {kind, kind == QKV_SGD ? 0.1 : 0.01, 0, 0.9, 0.999,
+                          1e-8, kind == QKV_ADAMW ? 0.01 : 0, 0};
     return c;
 }
 
@@ -57,8 +57,7 @@ static const char *bad_config(const qkv_optim_config *c)
     return NULL;
 }
 
-qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n,
-                         qkv_error *err)
+qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n, qkv_error *err)
 {
     const char *why = cfg == NULL ? "no config" : bad_config(cfg);
     if (why == NULL && (params == NULL || n < 1))
@@ -70,8 +69,8 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     for (int i = 0; i < n; i++)
         if (qkv_tensor_is_nil(params[i]) || params[i]->grad == NULL) {
             qkv_error_set(err, QKV_ERR_ARG,
-                     "optim: parameter %d %s (make it with qkv_tensor_new(..., 1, ...))", i,
-                     qkv_tensor_is_nil(params[i]) ? "is nil" : "has no gradient buffer");
+                          "optim: parameter %d %s (make it with qkv_tensor_new(..., 1, ...))", i,
+                          qkv_tensor_is_nil(params[i]) ? "is nil" : "has no gradient buffer");
             return NULL;
         }
     qkv_optim *o = qkv_calloc(1, sizeof *o);

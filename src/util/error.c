@@ -65,18 +65,19 @@ int qkv_abi_ok(unsigned abi, qkv_error *e)
     qkv_error local = qkv_error_none();
     if ((abi & 0xffu) != (QKV_ABI & 0xffu))
         qkv_error_set(&local, QKV_ERR_ABI,
-                 "this program was compiled for %s qkv but is linked to the %s build of "
-                 "libqkv; compile it with the library's flags: $(pkg-config --cflags qkv)%s",
-                 scalar_name(abi), scalar_name(QKV_ABI),
-                 QKV_ABI == 8u + (QKV_ABI_VERSION << 8) ? " (-DQKV_DOUBLE)" : "");
+                      "this program was compiled for %s qkv but is linked to the %s build of "
+                      "libqkv; compile it with the library's flags: $(pkg-config --cflags qkv)%s",
+                      scalar_name(abi), scalar_name(QKV_ABI),
+                      QKV_ABI == 8u + (QKV_ABI_VERSION << 8) ? " (-DQKV_DOUBLE)" : "");
     else
         qkv_error_set(&local, QKV_ERR_ABI,
-                 "this program was compiled against qkv headers of interface version %u, "
-                 "but libqkv %s has version %u; rebuild it against the installed headers",
-                 abi >> 8, QKV_VERSION, (unsigned)QKV_ABI_VERSION);
-    if (!atomic_flag_test_and_set(&told)) /* once: a program that never checks still learns why */
-        fprintf(stderr, "qkv: %s\n", local.message);
+                      "this program was compiled against qkv headers of interface version %u, "
+                      "but libqkv %s has version %u; rebuild it against the installed headers",
+                      abi >> 8, QKV_VERSION, (unsigned)QKV_ABI_VERSION);
     if (e != NULL)
         *e = local;
+    else if (!atomic_flag_test_and_set(
+                 &told)) /* a caller that collects no errors still learns why */
+        fprintf(stderr, "qkv: %s\n", local.message);
     return 0;
 }

@@ -26,7 +26,7 @@ qkv_status qkv_mkdirs(const char *dir, qkv_error *err)
         if (stat(p, &sb) != 0) {
             if (mkdir(p, 0777) != 0 && errno != EEXIST)
                 return qkv_error_set(err, QKV_ERR_IO, "cannot create directory %s: %s", p,
-                            strerror(errno));
+                                     strerror(errno));
         } else if (!S_ISDIR(sb.st_mode)) {
             return qkv_error_set(err, QKV_ERR_IO, "%s exists and is not a directory", p);
         }

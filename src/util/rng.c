@@ -29,8 +29,8 @@ static void init_by_array(qkv_rng *r, const uint32_t *key, int len)
     int i = 1, j = 0;
     init_genrand(r, 19650218u);
     for (int k = QKV_MT_N > len ? QKV_MT_N : len; k; k--) {
-        r->mt[i] = (r->mt[i] ^ ((r->mt[i - 1] ^ (r->mt[i - 1] >> 30)) * 1664525u)) + key[j] +
-                   (uint32_t)j;
+        r->mt[i] =
+            (r->mt[i] ^ ((r->mt[i - 1] ^ (r->mt[i - 1] >> 30)) * 1664525u)) + key[j] + (uint32_t)j;
         i++;
         j++;
         if (i >= QKV_MT_N) {

@@ -34,12 +34,12 @@ typedef struct slot {
 } slot;
 
 static struct {
-    pthread_mutex_t lock;      /* guards sleeping, starting, want and busy */
+    pthread_mutex_t lock; /* guards sleeping, starting, want and busy */
     pthread_cond_t go;
-    int started;               /* workers running: slots 1..started */
-    int want;                  /* threads to use, caller included; 0: not chosen */
-    int busy;                  /* a job is running: other callers run serially */
-    atomic_int pending;        /* workers still running the current job */
+    int started;        /* workers running: slots 1..started */
+    int want;           /* threads to use, caller included; 0: not chosen */
+    int busy;           /* a job is running: other callers run serially */
+    atomic_int pending; /* workers still running the current job */
     slot slot[MAX_THREADS];
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER};
 
@@ -100,7 +100,7 @@ qkv_status qkv_threads_use(int n, qkv_error *err)
 {
     if (n < 1 || n > MAX_THREADS)
         return qkv_error_set(err, QKV_ERR_ARG, "threads: %d is not a thread count from 1 to %d", n,
-                        MAX_THREADS);
+                             MAX_THREADS);
     pthread_mutex_lock(&pool.lock);
     pool.want = n;
     pthread_mutex_unlock(&pool.lock);

@@ -38,8 +38,8 @@ int qkv_add_size(size_t a, size_t b, size_t *r);
 qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap);
 
 /* Checks a caller's ABI tag against the library's own; on a mismatch
- * records QKV_ERR_ABI with a message that says how to rebuild, prints the
- * message once on stderr (the program may not look), and returns 0. */
+ * records QKV_ERR_ABI in e with a message that says how to rebuild (or,
+ * when e is NULL, prints it once on stderr) and returns 0. */
 int qkv_abi_ok(unsigned abi, qkv_error *e);
 
 /* ---- files (fs.c) ---- */

@@ -142,8 +142,9 @@ static void bench_matmul(void)
     static const int sizes[] = {64, 128, 256, 512, 1024};
     sgemm_fn blas = load_openblas();
     const char *impls[] = {"portable", "avx2", "avx512"};
-    printf("Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s; OpenBLAS core %s)\n",
-           qkv_kernels_name(), blas_core);
+    printf(
+        "Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s; OpenBLAS core %s)\n",
+        qkv_kernels_name(), blas_core);
     printf("%6s %8s %10s %8s %8s %10s %9s\n", "n", "naive", "portable", "avx2", "avx512",
            "openblas", "best/blas");
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -156,7 +157,8 @@ static void bench_matmul(void)
         }
         double flop = 2.0 * n * n * n, best = 0;
         char name[32];
-        double naive = flop / median_time(mm_naive, &x, n >= 512 ? 1 : 3, n >= 512 ? 0 : 0.05) / 1e9;
+        double naive =
+            flop / median_time(mm_naive, &x, n >= 512 ? 1 : 3, n >= 512 ? 0 : 0.05) / 1e9;
         snprintf(name, sizeof name, "naive_%d", n);
         record("matmul", name, naive, "GFLOP/s");
         printf("%6d %8.2f", n, naive);
@@ -247,7 +249,8 @@ typedef struct config {
 static void make_step_ctx(step_ctx *c, const config *g)
 {
     qkv_coref_config mc = {g->V, g->d_k, 12, 1, 0.1, 1};
-    *c = (step_ctx){qkv_coref_model_new(&mc, NULL), NULL, qkv_tape_new(0, NULL), qkv_coref_batch_new(g->B, g->T, NULL)};
+    *c = (step_ctx){qkv_coref_model_new(&mc, NULL), NULL, qkv_tape_new(0, NULL),
+                    qkv_coref_batch_new(g->B, g->T, NULL)};
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
     oc.lr = 1e-3;
     c->o = qkv_optim_new(&oc, c->m->params, QKV_COREF_PARAMS, NULL);
@@ -258,7 +261,7 @@ static void make_step_ctx(step_ctx *c, const config *g)
         for (int t = 0; t < g->T; t++)
             ids[t] = 1 + (int)qkv_rng_below(&r, (uint64_t)g->V - 1);
         qkv_coref_batch_add(c->b, ids, g->T, (int)qkv_rng_below(&r, (uint64_t)g->T),
-                      (int)qkv_rng_below(&r, 12), -1);
+                            (int)qkv_rng_below(&r, 12), -1);
     }
 }
 
@@ -351,8 +354,8 @@ static double measure_rss(const char *qkv)
     }
     int status;
     struct rusage ru;
-    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
-        WEXITSTATUS(status) != 0 || getrusage(RUSAGE_CHILDREN, &ru) != 0)
+    if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+        getrusage(RUSAGE_CHILDREN, &ru) != 0)
         return -1;
     return ru.ru_maxrss / 1024.0;
 }

@@ -42,8 +42,7 @@ typedef struct qkv_coref_data {
  * level 1, ...), shuffled deterministically by seed. Returns QKV_ERR_ARG for
  * an empty or unknown level set, QKV_ERR_NOMEM when memory runs out (then
  * *d is empty), each with the reason in err. */
-qkv_status qkv_coref_data_build(qkv_coref_data *d, unsigned levels, uint64_t seed,
-                                qkv_error *err);
+qkv_status qkv_coref_data_build(qkv_coref_data *d, unsigned levels, uint64_t seed, qkv_error *err);
 
 /* Frees the splits; accepts NULL and an empty data set. */
 void qkv_coref_data_free(qkv_coref_data *d);

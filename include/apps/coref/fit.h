@@ -29,8 +29,7 @@ typedef struct qkv_coref_eval {
  * recording gradients, in chunks of the batch's capacity; resets the tape.
  * Returns the tape status. */
 qkv_status qkv_coref_evaluate(qkv_coref_model *m, qkv_tape *t, qkv_coref_batch *b,
-                              const qkv_coref_example *ex, int n, int level,
-                              qkv_coref_eval *out);
+                              const qkv_coref_example *ex, int n, int level, qkv_coref_eval *out);
 
 /* One step of qkv_coref_fit, as its hook sees it. */
 typedef struct qkv_coref_step {

@@ -39,8 +39,8 @@ void qkv_coref_batch_clear(qkv_coref_batch *b);
 
 /* Appends one item (ids copied). QKV_ERR_ARG if the batch is full, len is
  * out of [1, cap_t] or query out of [0, len). */
-qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query,
-                               int target, int mark);
+qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target,
+                               int mark);
 
 typedef struct qkv_coref_config {
     int vocab;       /* rows of Wq, Wk, Wv (d_model = vocabulary size) */
@@ -67,8 +67,7 @@ typedef struct qkv_coref_model {
  * with the reason in err for an invalid config (QKV_ERR_ARG), when memory
  * runs out, or when the program's scalar type differs from the library's
  * (QKV_ERR_ABI). A macro: it passes QKV_ABI. */
-qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg,
-                                         qkv_error *err);
+qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg, qkv_error *err);
 #define qkv_coref_model_new(...) qkv_coref_model_new_abi(QKV_ABI, __VA_ARGS__)
 void qkv_coref_model_free(qkv_coref_model *m); /* accepts NULL */
 
@@ -95,8 +94,8 @@ qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t,
 /* Attention metrics of one forward pass, averaged over the valid query rows
  * (i < len) of every item unless noted. */
 typedef struct qkv_coref_stats {
-    double loss;       /* the batch loss */
-    int correct;       /* items whose argmax logit is the target */
+    double loss; /* the batch loss */
+    int correct; /* items whose argmax logit is the target */
     int items;
     double entropy;    /* mean -Σ a log a of the attention rows */
     double max_weight; /* mean of each row's largest weight */

@@ -28,9 +28,9 @@ typedef enum qkv_coref_word_kind {
 /* The vocabulary. Ids run from 0 to qkv_coref_vocab_size() - 1; id 0 is
  * padding. */
 int qkv_coref_vocab_size(void);
-const char *qkv_coref_word(int id);            /* NULL for an id out of range */
-qkv_coref_word_kind qkv_coref_kind(int id);    /* QKV_COREF_PAD for an id out of range */
-int qkv_coref_word_id(const char *word);       /* -1 if the word is not in the vocabulary */
+const char *qkv_coref_word(int id);         /* NULL for an id out of range */
+qkv_coref_word_kind qkv_coref_kind(int id); /* QKV_COREF_PAD for an id out of range */
+int qkv_coref_word_id(const char *word);    /* -1 if the word is not in the vocabulary */
 
 /* CRC-32 of the vocabulary (words and kinds, in id order). Checkpoints
  * store it so a model is never loaded against a different vocabulary. */

@@ -207,7 +207,8 @@ static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, q
 {
     if (b->len < HEADER_BYTES + 4 || memcmp(b->p, MAGIC, 8) != 0) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s is not a qkv checkpoint (%s)", path,
-                   memcmp(b->p, MAGIC, b->len < 8 ? b->len : 8) ? "wrong magic bytes" : "too short");
+                      memcmp(b->p, MAGIC, b->len < 8 ? b->len : 8) ? "wrong magic bytes"
+                                                                   : "too short");
         return NULL;
     }
     b->pos = 8;
@@ -215,14 +216,14 @@ static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, q
     uint64_t size = get_u64(b);
     if (version == 0 || version > QKV_COREF_CHECKPOINT_VERSION) {
         qkv_error_set(err, QKV_ERR_FORMAT,
-                   version ? "%s has format version %u; this qkv reads version %u (upgrade qkv)"
-                           : "%s is damaged: format version %u (this qkv reads version %u)",
-                   path, version, QKV_COREF_CHECKPOINT_VERSION);
+                      version ? "%s has format version %u; this qkv reads version %u (upgrade qkv)"
+                              : "%s is damaged: format version %u (this qkv reads version %u)",
+                      path, version, QKV_COREF_CHECKPOINT_VERSION);
         return NULL;
     }
     if (size != b->len) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s is %s: %zu bytes, the header says %llu", path,
-                   b->len < size ? "truncated" : "damaged", b->len, (unsigned long long)size);
+                      b->len < size ? "truncated" : "damaged", b->len, (unsigned long long)size);
         return NULL;
     }
     b->pos = b->len - 4;
@@ -234,8 +235,8 @@ static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, q
     uint32_t fp = get_u32(b);
     if (fp != fingerprint) {
         qkv_error_set(err, QKV_ERR_FORMAT,
-                   "%s was trained on another vocabulary (fingerprint %08x, this build %08x)",
-                   path, fp, fingerprint);
+                      "%s was trained on another vocabulary (fingerprint %08x, this build %08x)",
+                      path, fp, fingerprint);
         return NULL;
     }
     qkv_coref_config cfg;
@@ -261,7 +262,7 @@ static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, q
 }
 
 qkv_coref_model *qkv_coref_load_abi(unsigned abi, const char *path, uint32_t fingerprint,
-                              qkv_error *err)
+                                    qkv_error *err)
 {
     if (!qkv_abi_ok(abi, err))
         return NULL;

@@ -137,8 +137,7 @@ static qkv_status split_validation(qkv_coref_data *d, uint64_t seed)
     return QKV_OK;
 }
 
-qkv_status qkv_coref_data_build(qkv_coref_data *d, unsigned levels, uint64_t seed,
-                                qkv_error *err)
+qkv_status qkv_coref_data_build(qkv_coref_data *d, unsigned levels, uint64_t seed, qkv_error *err)
 {
     int male[MAX_NAMES], female[MAX_NAMES];
     memset(d, 0, sizeof *d);

@@ -15,8 +15,7 @@ qkv_status qkv_coref_batch_add_example(qkv_coref_batch *b, const qkv_coref_examp
 }
 
 qkv_status qkv_coref_evaluate(qkv_coref_model *m, qkv_tape *t, qkv_coref_batch *b,
-                              const qkv_coref_example *ex, int n, int level,
-                              qkv_coref_eval *out)
+                              const qkv_coref_example *ex, int n, int level, qkv_coref_eval *out)
 {
     double loss = 0, mass = 0;
     int correct = 0, count = 0;

@@ -16,8 +16,8 @@
 qkv_coref_batch *qkv_coref_batch_new(int cap_b, int cap_t, qkv_error *err)
 {
     if (cap_b < 1 || cap_t < 1) {
-        qkv_error_set(err, QKV_ERR_ARG, "batch: capacity %d x %d: both must be at least 1",
-                      cap_b, cap_t);
+        qkv_error_set(err, QKV_ERR_ARG, "batch: capacity %d x %d: both must be at least 1", cap_b,
+                      cap_t);
         return NULL;
     }
     qkv_coref_batch *b = qkv_calloc(1, sizeof *b);
@@ -34,8 +34,7 @@ qkv_coref_batch *qkv_coref_batch_new(int cap_b, int cap_t, qkv_error *err)
     b->mark = qkv_calloc((size_t)cap_b, sizeof *b->mark);
     if (!b->ids || !b->len || !b->query || !b->target || !b->mark) {
         qkv_coref_batch_free(b);
-        qkv_error_set(err, QKV_ERR_NOMEM, "batch: out of memory for %d x %d tokens", cap_b,
-                      cap_t);
+        qkv_error_set(err, QKV_ERR_NOMEM, "batch: out of memory for %d x %d tokens", cap_b, cap_t);
         return NULL;
     }
     return b;
@@ -59,7 +58,8 @@ void qkv_coref_batch_clear(qkv_coref_batch *b)
     b->T = 0;
 }
 
-qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target, int mark)
+qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target,
+                               int mark)
 {
     if (b->B >= b->cap_b || len < 1 || len > b->cap_t || query < 0 || query >= len)
         return QKV_ERR_ARG;
@@ -91,8 +91,9 @@ qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *c
         return NULL;
     if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->classes < 1 ||
         !(cfg->init_std >= 0) || !isfinite(cfg->init_std)) {
-        qkv_error_set(err, QKV_ERR_ARG, "model: vocab, d_k and classes must be at least 1 and "
-                                        "init_std finite and >= 0");
+        qkv_error_set(err, QKV_ERR_ARG,
+                      "model: vocab, d_k and classes must be at least 1 and "
+                      "init_std finite and >= 0");
         return NULL;
     }
     qkv_coref_model *m = qkv_calloc(1, sizeof *m);
@@ -154,7 +155,8 @@ static int *pack_batch(qkv_tape *t, const qkv_coref_batch *b, qkv_tensor **mask)
     return ids;
 }
 
-qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_batch *b, qkv_coref_out *f)
+qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_batch *b,
+                             qkv_coref_out *f)
 {
     memset(f, 0, sizeof *f);
     if (m == NULL || b == NULL)
@@ -171,17 +173,17 @@ qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_ba
     qkv_attention_parts parts;
     double scale = m->cfg.scaled ? 1 / sqrt((double)m->cfg.d_k) : 1;
     qkv_tensor *o = qkv_embed_attention(t, m->wq, m->wk, m->wv, ids, b->B, b->T, mask, scale,
-                                        &parts);               /* (B,T,d_k) */
-    f->scores = parts.scores;                                  /* (B,T,T) */
-    f->attn = parts.attn;                                      /* (B,T,T) */
-    qkv_tensor *h = qkv_pick_rows(t, o, b->query);             /* (B,d_k) */
-    f->logits = qkv_matmul(t, h, m->wo);                       /* (B,C) */
-    f->loss = qkv_cross_entropy(t, f->logits, b->target);      /* () */
+                                        &parts);          /* (B,T,d_k) */
+    f->scores = parts.scores;                             /* (B,T,T) */
+    f->attn = parts.attn;                                 /* (B,T,T) */
+    qkv_tensor *h = qkv_pick_rows(t, o, b->query);        /* (B,d_k) */
+    f->logits = qkv_matmul(t, h, m->wo);                  /* (B,C) */
+    f->loss = qkv_cross_entropy(t, f->logits, b->target); /* () */
     return qkv_tape_status(t);
 }
 
-qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, const qkv_coref_batch *b,
-                                qkv_coref_out *f)
+qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t,
+                                const qkv_coref_batch *b, qkv_coref_out *f)
 {
     qkv_optim_zero_grad(o);
     qkv_tape_reset(t);

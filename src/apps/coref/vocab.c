@@ -15,24 +15,23 @@ typedef struct word {
 } word;
 
 static const word vocab[] = {
-    {"<pad>", QKV_COREF_PAD},
-    {"小明", QKV_COREF_MALE}, {"小刚", QKV_COREF_MALE}, {"小强", QKV_COREF_MALE},
-    {"小军", QKV_COREF_MALE}, {"大伟", QKV_COREF_MALE}, {"阿杰", QKV_COREF_MALE},
-    {"小红", QKV_COREF_FEMALE}, {"小丽", QKV_COREF_FEMALE}, {"小芳", QKV_COREF_FEMALE},
-    {"小美", QKV_COREF_FEMALE}, {"小雪", QKV_COREF_FEMALE}, {"阿珍", QKV_COREF_FEMALE},
-    {"他", QKV_COREF_HE}, {"她", QKV_COREF_SHE},
-    {"是", QKV_COREF_OTHER}, {"个", QKV_COREF_OTHER}, {"运动达人", QKV_COREF_OTHER},
-    {"平时", QKV_COREF_OTHER}, {"很", QKV_COREF_OTHER}, {"爱", QKV_COREF_OTHER},
-    {"打", QKV_COREF_OTHER}, {"篮球", QKV_COREF_OTHER}, {"和", QKV_COREF_OTHER},
-    {"去", QKV_COREF_OTHER}, {"公园", QKV_COREF_OTHER}, {"喜欢", QKV_COREF_OTHER},
-    {"唱歌", QKV_COREF_OTHER}, {"跳舞", QKV_COREF_OTHER}, {"跑步", QKV_COREF_OTHER},
-    {"踢", QKV_COREF_OTHER}, {"足球", QKV_COREF_OTHER}, {"画画", QKV_COREF_OTHER},
-    {"看书", QKV_COREF_OTHER}, {"老师", QKV_COREF_OTHER}, {"学生", QKV_COREF_OTHER},
-    {"朋友", QKV_COREF_OTHER}, {"今天", QKV_COREF_OTHER}, {"说", QKV_COREF_OTHER},
-    {"因为", QKV_COREF_OTHER}, {"所以", QKV_COREF_OTHER}, {"的", QKV_COREF_OTHER},
-    {"，", QKV_COREF_OTHER}, {"。", QKV_COREF_OTHER},
-    {"也", QKV_COREF_OTHER}, {"一起", QKV_COREF_OTHER}, {"昨天", QKV_COREF_OTHER},
-    {"同学", QKV_COREF_OTHER}, {"！", QKV_COREF_OTHER},
+    {"<pad>", QKV_COREF_PAD},   {"小明", QKV_COREF_MALE},   {"小刚", QKV_COREF_MALE},
+    {"小强", QKV_COREF_MALE},   {"小军", QKV_COREF_MALE},   {"大伟", QKV_COREF_MALE},
+    {"阿杰", QKV_COREF_MALE},   {"小红", QKV_COREF_FEMALE}, {"小丽", QKV_COREF_FEMALE},
+    {"小芳", QKV_COREF_FEMALE}, {"小美", QKV_COREF_FEMALE}, {"小雪", QKV_COREF_FEMALE},
+    {"阿珍", QKV_COREF_FEMALE}, {"他", QKV_COREF_HE},       {"她", QKV_COREF_SHE},
+    {"是", QKV_COREF_OTHER},    {"个", QKV_COREF_OTHER},    {"运动达人", QKV_COREF_OTHER},
+    {"平时", QKV_COREF_OTHER},  {"很", QKV_COREF_OTHER},    {"爱", QKV_COREF_OTHER},
+    {"打", QKV_COREF_OTHER},    {"篮球", QKV_COREF_OTHER},  {"和", QKV_COREF_OTHER},
+    {"去", QKV_COREF_OTHER},    {"公园", QKV_COREF_OTHER},  {"喜欢", QKV_COREF_OTHER},
+    {"唱歌", QKV_COREF_OTHER},  {"跳舞", QKV_COREF_OTHER},  {"跑步", QKV_COREF_OTHER},
+    {"踢", QKV_COREF_OTHER},    {"足球", QKV_COREF_OTHER},  {"画画", QKV_COREF_OTHER},
+    {"看书", QKV_COREF_OTHER},  {"老师", QKV_COREF_OTHER},  {"学生", QKV_COREF_OTHER},
+    {"朋友", QKV_COREF_OTHER},  {"今天", QKV_COREF_OTHER},  {"说", QKV_COREF_OTHER},
+    {"因为", QKV_COREF_OTHER},  {"所以", QKV_COREF_OTHER},  {"的", QKV_COREF_OTHER},
+    {"，", QKV_COREF_OTHER},    {"。", QKV_COREF_OTHER},    {"也", QKV_COREF_OTHER},
+    {"一起", QKV_COREF_OTHER},  {"昨天", QKV_COREF_OTHER},  {"同学", QKV_COREF_OTHER},
+    {"！", QKV_COREF_OTHER},
 };
 
 #define VOCAB ((int)(sizeof vocab / sizeof vocab[0]))
@@ -103,7 +102,6 @@ int qkv_coref_name_id(int cls)
     return -1;
 }
 
-
 /* ------------------------------------------------------------------------ */
 /* the tokenizer                                                            */
 
@@ -165,7 +163,7 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
             memcpy(word, text + i, wl);
             word[wl] = '\0';
             qkv_error_set(err, QKV_ERR_FORMAT, "unknown word \"%s\" at character %zu", word,
-                    char_count(text, i));
+                          char_count(text, i));
             return QKV_ERR_FORMAT;
         }
         if (*n >= max) {

@@ -1,5 +1,5 @@
 /*
- * test_coref.c - vocabulary, tokenizer (UTF-8 and unknown words), and the
+ * test_coref_data.c - vocabulary, tokenizer (UTF-8 and unknown words), and the
  * generator's determinism and splits.
  */
 #include <string.h>
@@ -7,10 +7,10 @@
 #include "tests.h"
 
 static const char *required[] = {
-    "小明", "小刚", "小强", "小军", "大伟", "阿杰", "小红", "小丽", "小芳", "小美", "小雪", "阿珍",
-    "他", "她", "是", "个", "运动达人", "平时", "很", "爱", "打", "篮球", "和", "去", "公园",
-    "喜欢", "唱歌", "跳舞", "跑步", "踢", "足球", "画画", "看书", "老师", "学生", "朋友", "今天",
-    "说", "因为", "所以", "的", "，", "。"};
+    "小明", "小刚", "小强", "小军", "大伟", "阿杰",     "小红", "小丽", "小芳", "小美", "小雪",
+    "阿珍", "他",   "她",   "是",   "个",   "运动达人", "平时", "很",   "爱",   "打",   "篮球",
+    "和",   "去",   "公园", "喜欢", "唱歌", "跳舞",     "跑步", "踢",   "足球", "画画", "看书",
+    "老师", "学生", "朋友", "今天", "说",   "因为",     "所以", "的",   "，",   "。"};
 
 START_TEST(test_vocabulary_has_every_required_word_and_gender)
 {
@@ -34,10 +34,13 @@ END_TEST
 
 START_TEST(test_tokenizer_splits_the_tutorial_sentence)
 {
-    const char *want[] = {"小明", "是", "个", "运动达人", "，", "他", "平时", "很", "爱", "打", "篮球"};
+    const char *want[] = {"小明", "是", "个", "运动达人", "，",  "他",
+                          "平时", "很", "爱", "打",       "篮球"};
     int ids[QKV_COREF_MAX_TOKENS], n;
     qkv_error err = qkv_error_none();
-    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_OK);
+    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids,
+                                        QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_OK);
     ck_assert_int_eq(n, 11);
     for (int i = 0; i < n; i++)
         ck_assert_str_eq(qkv_coref_word(ids[i]), want[i]);
@@ -53,11 +56,11 @@ START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
         const char *text;
         const char *msg;
     } bad[] = {
-        {"小明\x80", "invalid UTF-8 at byte 6"},          /* stray continuation byte */
-        {"\xC0\xAF", "invalid UTF-8 at byte 0"},          /* overlong '/' */
-        {"他\xED\xA0\x80", "invalid UTF-8 at byte 3"},     /* UTF-16 surrogate */
-        {"他\xE4\xB8", "invalid UTF-8 at byte 3"},         /* truncated sequence */
-        {"\xF4\x90\x80\x80", "invalid UTF-8 at byte 0"},  /* above U+10FFFF */
+        {"小明\x80", "invalid UTF-8 at byte 6"},         /* stray continuation byte */
+        {"\xC0\xAF", "invalid UTF-8 at byte 0"},         /* overlong '/' */
+        {"他\xED\xA0\x80", "invalid UTF-8 at byte 3"},   /* UTF-16 surrogate */
+        {"他\xE4\xB8", "invalid UTF-8 at byte 3"},       /* truncated sequence */
+        {"\xF4\x90\x80\x80", "invalid UTF-8 at byte 0"}, /* above U+10FFFF */
         {"\xFF", "invalid UTF-8 at byte 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -77,7 +80,9 @@ START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
 {
     int ids[QKV_COREF_MAX_TOKENS], n;
     qkv_error err = qkv_error_none();
-    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，他平时很爱打排球", ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_ERR_FORMAT);
+    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，他平时很爱打排球", ids,
+                                        QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
     ck_assert_str_eq(err.message, "unknown word \"排球\" at character 15");
     ck_assert_int_eq(qkv_coref_tokenize("小明 hello 他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
                      QKV_ERR_FORMAT);
@@ -195,9 +200,9 @@ START_TEST(test_parse_levels)
 }
 END_TEST
 
-Suite *coref_suite(void)
+Suite *coref_data_suite(void)
 {
-    Suite *s = suite_create("coref");
+    Suite *s = suite_create("coref_data");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_vocabulary_has_every_required_word_and_gender);
     tcase_add_test(tc, test_tokenizer_splits_the_tutorial_sentence);

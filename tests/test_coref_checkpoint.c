@@ -1,6 +1,6 @@
 /*
- * test_io.c - checkpoints round-trip, are written atomically, and every
- * fault gives a clear error instead of a crash; CSV logs.
+ * test_coref_checkpoint.c - checkpoints round-trip, are written atomically,
+ * and every fault gives a clear error instead of a crash.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -144,9 +144,9 @@ START_TEST(test_save_reports_an_unwritable_path)
 }
 END_TEST
 
-Suite *io_suite(void)
+Suite *coref_checkpoint_suite(void)
 {
-    Suite *s = suite_create("io");
+    Suite *s = suite_create("coref_checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_checkpoint_round_trips_exactly);

@@ -1,5 +1,5 @@
 /*
- * test_nn.c - the attention model: weights drawn as CPython draws them,
+ * test_coref_model.c - the coreference model: weights drawn as CPython draws them,
  * padding, the whole model's gradient check, the metrics on hand-worked
  * examples, and training that reaches the accuracy with a fixed seed.
  */
@@ -32,7 +32,8 @@ START_TEST(test_batch_add_checks_its_arguments)
     qkv_coref_batch *b = qkv_coref_batch_new(1, 4, NULL);
     const int ids[5] = {1, 2, 3, 4, 5};
     ck_assert_int_eq(qkv_coref_batch_add(b, ids, 5, 0, 0, -1), QKV_ERR_ARG); /* too long */
-    ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 3, 0, -1), QKV_ERR_ARG); /* query past the end */
+    ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 3, 0, -1),
+                     QKV_ERR_ARG); /* query past the end */
     ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 2, 0, -1), QKV_OK);
     ck_assert_int_eq(qkv_coref_batch_add(b, ids, 3, 2, 0, -1), QKV_ERR_ARG); /* full */
     ck_assert_int_eq(b->T, 3);
@@ -120,10 +121,10 @@ START_TEST(test_attention_metrics_by_hand)
     qkv_coref_batch_add(b, (const int[]){5, 7}, 2, 0, 1, 7);
     b->T = 3;
     /* rows 0 and 1: attention (0.5,0.5) and (1,0); scores (1,3), (2,2) */
-    qkv_tensor *attn = tensor_of(3, (const int[]){1, 3, 3},
-                                 (const double[]){0.5, 0.5, 0, 1, 0, 0, 0, 0, 0}, 0);
-    qkv_tensor *scores = tensor_of(3, (const int[]){1, 3, 3},
-                                   (const double[]){1, 3, 99, 2, 2, 99, 99, 99, 99}, 0);
+    qkv_tensor *attn =
+        tensor_of(3, (const int[]){1, 3, 3}, (const double[]){0.5, 0.5, 0, 1, 0, 0, 0, 0, 0}, 0);
+    qkv_tensor *scores =
+        tensor_of(3, (const int[]){1, 3, 3}, (const double[]){1, 3, 99, 2, 2, 99, 99, 99, 99}, 0);
     qkv_tensor *logits = tensor_of(2, (const int[]){1, 2}, (const double[]){0, 2}, 0);
     qkv_tensor *loss = tensor_of(0, NULL, (const double[]){0.25}, 0);
     qkv_coref_out f = {scores, attn, logits, loss};
@@ -131,11 +132,11 @@ START_TEST(test_attention_metrics_by_hand)
     qkv_coref_stats_of(&f, b, &st);
     ck_assert_int_eq(st.correct, 1);
     ASSERT_NEAR(st.loss, 0.25, 0);
-    ASSERT_NEAR(st.entropy, (log(2.0) + 0) / 2, 1e-12);     /* ln 2 and 0 */
+    ASSERT_NEAR(st.entropy, (log(2.0) + 0) / 2, 1e-12); /* ln 2 and 0 */
     ASSERT_NEAR(st.max_weight, (0.5 + 1) / 2, 1e-12);
-    ASSERT_NEAR(st.jacobian, (0.5 + 0) / 2, 1e-12);         /* see test_kernels */
-    ASSERT_NEAR(st.score_var, 0.5, 1e-12);                  /* {1,3,2,2}: mean 2, var 2/4 */
-    ASSERT_NEAR(st.mark_mass, 0.5, 0);                      /* row 0 on token 7 */
+    ASSERT_NEAR(st.jacobian, (0.5 + 0) / 2, 1e-12); /* see test_kernels */
+    ASSERT_NEAR(st.score_var, 0.5, 1e-12);          /* {1,3,2,2}: mean 2, var 2/4 */
+    ASSERT_NEAR(st.mark_mass, 0.5, 0);              /* row 0 on token 7 */
     double p;
     ck_assert_int_eq(qkv_coref_predict(&f, 0, &p), 1);
     ASSERT_NEAR(p, 1 / (1 + exp(-2.0)), 1e-12);
@@ -159,7 +160,8 @@ typedef struct rig {
 static rig rig_new(int d_k, qkv_optim_kind kind, double lr)
 {
     qkv_coref_config c = {qkv_coref_vocab_size(), d_k, qkv_coref_classes(), 1, 0.1, 1};
-    rig r = {qkv_coref_model_new(&c, NULL), NULL, qkv_tape_new(0, NULL), qkv_coref_batch_new(32, QKV_COREF_MAX_TOKENS, NULL)};
+    rig r = {qkv_coref_model_new(&c, NULL), NULL, qkv_tape_new(0, NULL),
+             qkv_coref_batch_new(32, QKV_COREF_MAX_TOKENS, NULL)};
     qkv_optim_config oc = qkv_optim_defaults(kind);
     if (lr > 0)
         oc.lr = lr;
@@ -208,7 +210,7 @@ static void train_default(double *acc, double *mass, int *moved)
     qkv_coref_batch *b = qkv_coref_batch_new(d.n_test, QKV_COREF_MAX_TOKENS, NULL);
     for (int i = 0; i < d.n_test; i++)
         qkv_coref_batch_add(b, d.test[i].ids, d.test[i].len, d.test[i].pronoun, d.test[i].target,
-                      d.test[i].antecedent);
+                            d.test[i].antecedent);
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);
     qkv_coref_out f;
@@ -256,7 +258,8 @@ START_TEST(test_training_step_allocates_nothing_after_the_first)
         qkv_coref_batch_clear(b);
         for (int i = 0; i < 32; i++) {
             /* the longest sentences first, so later batches need no more memory */
-            const qkv_coref_example *e = &d.train[step == 0 ? (size_t)i : qkv_rng_choice(&g, (size_t)d.n_train)];
+            const qkv_coref_example *e =
+                &d.train[step == 0 ? (size_t)i : qkv_rng_choice(&g, (size_t)d.n_train)];
             qkv_coref_batch_add(b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
         }
         if (step == 0) /* pad the first batch to the longest length there is */
@@ -312,9 +315,40 @@ START_TEST(test_thread_count_changes_no_bit)
 }
 END_TEST
 
-Suite *nn_suite(void)
+START_TEST(test_entropy_of_known_distributions)
 {
-    Suite *s = suite_create("nn");
+    const qkv_real half[2] = {0.5, 0.5}, onehot[3] = {0, 1, 0}, quarter[4] = {.25, .25, .25, .25};
+    ASSERT_NEAR(qkv_coref_entropy(half, 2), log(2.0), 1e-15);
+    ASSERT_NEAR(qkv_coref_entropy(onehot, 3), 0, 0);
+    ASSERT_NEAR(qkv_coref_entropy(quarter, 4), log(4.0), 1e-15);
+    /* H(0.9, 0.1) = -(0.9 ln 0.9 + 0.1 ln 0.1) = 0.325082973391448 */
+    const qkv_real skew[2] = {0.9f, 0.1f};
+    ASSERT_NEAR(qkv_coref_entropy(skew, 2), 0.325082973391448, 1e-6);
+}
+END_TEST
+
+START_TEST(test_jacobian_norm_of_known_distributions)
+{
+    /* a = (1/2, 1/2): J = [[1/4, -1/4], [-1/4, 1/4]], ||J||_F = sqrt(4/16) = 1/2 */
+    const qkv_real half[2] = {0.5, 0.5}, onehot[3] = {0, 1, 0};
+    ASSERT_NEAR(qkv_coref_jacobian_norm(half, 2), 0.5, 1e-15);
+    /* saturated softmax: J = 0 */
+    ASSERT_NEAR(qkv_coref_jacobian_norm(onehot, 3), 0, 0);
+    /* uniform over n: diag (1/n)(1-1/n), off-diag -1/n²:
+     * ||J||² = n(1/n - 1/n²)² + n(n-1)/n⁴ = (n-1)/n², n = 4 -> sqrt(3)/4 */
+    const qkv_real q[4] = {.25, .25, .25, .25};
+    ASSERT_NEAR(qkv_coref_jacobian_norm(q, 4), sqrt(3.0) / 4, 1e-15);
+    /* a = (0.7, 0.2, 0.1), entries written out by hand:
+     * diag 0.21, 0.16, 0.09; off-diag -0.14, -0.07, -0.02 (each twice)
+     * ||J||² = 0.0441+0.0256+0.0081 + 2(0.0196+0.0049+0.0004) = 0.1276 */
+    const qkv_real a[3] = {0.7f, 0.2f, 0.1f};
+    ASSERT_NEAR(qkv_coref_jacobian_norm(a, 3), sqrt(0.1276), 1e-6);
+}
+END_TEST
+
+Suite *coref_model_suite(void)
+{
+    Suite *s = suite_create("coref_model");
     TCase *tc = tcase_create("model");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_model_weights_follow_cpython_normalvariate);
@@ -325,6 +359,8 @@ Suite *nn_suite(void)
     tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
     tcase_add_test(tc, test_training_step_allocates_nothing_after_the_first);
     tcase_add_test(tc, test_thread_count_changes_no_bit);
+    tcase_add_test(tc, test_entropy_of_known_distributions);
+    tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
     suite_add_tcase(s, tc);
     return s;
 }
