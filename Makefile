@@ -125,7 +125,7 @@ test: deps
 	@$(MAKE) --no-print-directory test-float
 	@$(MAKE) --no-print-directory DOUBLE=1 test-float
 
-test-float: $(TESTS) $(QKV)
+test-float: $(TESTS) $(QKV) $(EXAMPLES)
 	$(TESTS)
 
 asan: deps
