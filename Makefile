@@ -29,6 +29,12 @@ ifeq ($(SAN),1)
   OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
   LDSAN  := -fsanitize=address,undefined
 endif
+ifeq ($(SAN),fuzz)
+  BUILD  := build/fuzz
+  OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined \
+            -fno-sanitize-recover=all
+  LDSAN  := -fsanitize=address,undefined
+endif
 ifeq ($(SAN),thread)
   BUILD  := build/tsan
   OPT    := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
@@ -78,7 +84,7 @@ CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 
 .PHONY: all lib test test-float test-double asan tsan tsan-run clean install deps run plots
-.PHONY: bench bench-compare
+.PHONY: bench bench-compare fuzz fuzz-run valgrind
 .DEFAULT_GOAL := all
 
 all: lib $(QKV) $(EXAMPLES)
@@ -91,6 +97,7 @@ $(BUILD)/obj/%.o: src/%.c $(PUB_H) $(APP_H) $(PRIV_H) Makefile
 $(BUILD)/obj/tests/%.o: tests/%.c $(PUB_H) $(APP_H) $(PRIV_H) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' \
+	    -DQKV_LDSAN='"$(LDSAN)"' \
 	    $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
@@ -155,6 +162,56 @@ run: deps all
 # Every plot from whatever CSV files exist under out/.
 plots: deps
 	@sh scripts/plots.sh out out/plots
+
+# valgrind (memcheck): errors and leaks, "possibly lost" included, on the
+# suites that run in seconds under it (kernels, attention and coref_model
+# take minutes; ASan covers them) and on a training run whose attention is
+# split over two threads, with each kernel set valgrind can decode (it has
+# no AVX-512).
+VG_SUITES := tensor tape ops threads rng gradcheck optim coref_data coref_checkpoint faults
+VG := valgrind -q --error-exitcode=9 --leak-check=full --show-leak-kinds=definite,possible \
+      --errors-for-leak-kinds=definite,possible
+VG_SETS := portable $(if $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo y),avx2)
+valgrind: deps $(TESTS) $(QKV)
+	@for k in $(VG_SETS); do \
+	    for s in $(VG_SUITES); do \
+	        echo "== valgrind ($$k): suite $$s"; \
+	        if CK_FORK=no CK_RUN_SUITE=$$s QKV_KERNELS=$$k $(VG) $(TESTS) \
+	            >$(BUILD)/vg.out 2>&1; then tail -1 $(BUILD)/vg.out; \
+	        else cat $(BUILD)/vg.out; exit 1; fi; \
+	    done; \
+	done
+	@echo "== valgrind (avx2 where the CPU has it): qkv train on 2 threads"
+	QKV_KERNELS=$(lastword $(VG_SETS)) $(VG) $(QKV) train --quiet --threads 2 --d-k 512 \
+	    --steps 3 --log $(BUILD)/vg-train.csv --save $(BUILD)/vg-train.qkv
+
+# Fuzzing (libFuzzer, clang): every loader and parser, each for FUZZ_TIME
+# seconds from its committed seed corpus (copied, so runs never change it).
+# FUZZ_RUNS=N runs each for N inputs instead.
+FUZZ_TARGETS := checkpoint tokenizer numbers
+FUZZ_TIME    ?= 30
+FUZZ_CC      ?= clang
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+FUZZ_LIMIT    = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(FUZZ_TIME))
+
+fuzz: deps
+	@$(MAKE) --no-print-directory SAN=fuzz CC=$(FUZZ_CC) fuzz-run
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(CLI_LIBOBJ) $(APPS) $(STATIC)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< \
+	    $(CLI_LIBOBJ) $(APPS) $(STATIC) $(LDLIBS)
+
+fuzz-run: $(FUZZ_BINS)
+	@for t in $(FUZZ_TARGETS); do \
+	    echo "== fuzz: $$t"; \
+	    rm -rf $(BUILD)/corpus/$$t && mkdir -p $(BUILD)/corpus/$$t && \
+	    cp tests/fuzz/corpus/$$t/* $(BUILD)/corpus/$$t/ && \
+	    if $(BUILD)/fuzz/fuzz_$$t $(FUZZ_LIMIT) -print_final_stats=1 \
+	        -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/corpus/$$t >$(BUILD)/fuzz/$$t.log 2>&1; \
+	    then grep -E '^(#[0-9]+ +DONE|stat::number|stat::new)' $(BUILD)/fuzz/$$t.log; \
+	    else tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz: $$t failed"; exit 1; fi; \
+	done
 
 # Benchmarks: never part of the test suite.
 $(BUILD)/bench: tests/bench/bench.c $(APPS) $(STATIC)

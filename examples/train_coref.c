@@ -30,17 +30,27 @@ static void next_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_data *d, 
 
 int main(void)
 {
-    qkv_coref_data data;
-    if (qkv_coref_data_build(&data, 1 | 2 | 4, 1, NULL) != QKV_OK)
-        return 1;
+    qkv_error err = qkv_error_none();
+    qkv_coref_data data = {0};
+    qkv_coref_model *model = NULL;
+    qkv_optim *opt = NULL;
+    qkv_tape *tape = NULL;
+    qkv_coref_batch *batch = NULL;
+    int *order = NULL, next = 0, rc = 1;
+    if (qkv_coref_data_build(&data, 1 | 2 | 4, 1, &err) != QKV_OK)
+        goto fail;
     qkv_coref_config mc = {qkv_coref_vocab_size(), 16, qkv_coref_classes(), 1, 0.1, 1};
-    qkv_coref_model *model = qkv_coref_model_new(&mc, NULL);
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
     oc.lr = 0.05;
-    qkv_optim *opt = qkv_optim_new(&oc, model->params, QKV_COREF_PARAMS, NULL);
-    qkv_tape *tape = qkv_tape_new(0, NULL);
-    qkv_coref_batch *batch = qkv_coref_batch_new(BATCH, QKV_COREF_MAX_TOKENS, NULL);
-    int *order = malloc(sizeof *order * (size_t)data.n_train), next = 0;
+    if ((model = qkv_coref_model_new(&mc, &err)) == NULL ||
+        (opt = qkv_optim_new(&oc, model->params, QKV_COREF_PARAMS, &err)) == NULL ||
+        (tape = qkv_tape_new(0, &err)) == NULL ||
+        (batch = qkv_coref_batch_new(BATCH, QKV_COREF_MAX_TOKENS, &err)) == NULL)
+        goto fail;
+    if ((order = malloc(sizeof *order * (size_t)data.n_train)) == NULL) {
+        qkv_error_set(&err, QKV_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     for (int i = 0; i < data.n_train; i++)
         order[i] = i;
     qkv_rng g;
@@ -52,8 +62,8 @@ int main(void)
         /* zero grads, reset the tape, forward, backward, Adam step */
         qkv_status s = qkv_coref_train_step(model, opt, tape, batch, &f);
         if (s != QKV_OK) {
-            fprintf(stderr, "step %d: %s %s\n", step, qkv_status_string(s), qkv_tape_error(tape));
-            return 1;
+            qkv_error_set(&err, s, "step %d: %s", step, qkv_tape_error(tape));
+            goto fail;
         }
         if (step % 50 == 0) {
             qkv_coref_stats st;
@@ -66,8 +76,8 @@ int main(void)
     /* resolve the tutorial's sentence without recording gradients */
     int ids[QKV_COREF_MAX_TOKENS], n, pron = -1;
     if (qkv_coref_tokenize("小明是个运动达人，他平时很爱打篮球", ids, QKV_COREF_MAX_TOKENS, &n,
-                           NULL) != QKV_OK)
-        return 1;
+                           &err) != QKV_OK)
+        goto fail;
     for (int i = 0; i < n; i++)
         if (qkv_coref_kind(ids[i]) == QKV_COREF_HE)
             pron = i;
@@ -77,19 +87,22 @@ int main(void)
     qkv_tape_set_grad(tape, 0);
     qkv_coref_out f;
     if (qkv_coref_forward(model, tape, batch, &f) != QKV_OK) {
-        fprintf(stderr, "%s\n", qkv_tape_error(tape));
-        return 1;
+        qkv_error_set(&err, qkv_tape_status(tape), "%s", qkv_tape_error(tape));
+        goto fail;
     }
     double p;
     int cls = qkv_coref_predict(&f, 0, &p);
     printf("他 → %s (p = %.2f); attention on 小明: %.3f\n", qkv_coref_word(qkv_coref_name_id(cls)),
            p, f.attn->data[(size_t)pron * batch->T + 0]);
-
+    rc = 0;
+fail:
+    if (rc != 0)
+        fprintf(stderr, "train_coref: %s\n", err.message);
     free(order);
     qkv_coref_batch_free(batch);
     qkv_tape_free(tape);
     qkv_optim_free(opt);
     qkv_coref_model_free(model);
     qkv_coref_data_free(&data);
-    return 0;
+    return rc;
 }

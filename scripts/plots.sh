@@ -31,13 +31,24 @@ render() {
         status=1
         return
     fi
-    if gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
+    if ! gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
         "$here/$script.gp"; then
-        echo "plots: wrote $plots/$name.png"
-    else
         echo "plots: gnuplot failed on $here/$script.gp for $input" >&2
         status=1
+    elif ! complete_png "$plots/$name.png"; then
+        # gnuplot says nothing when the disk fills up under it
+        echo "plots: $plots/$name.png is incomplete (is the disk full?)" >&2
+        status=1
+    else
+        echo "plots: wrote $plots/$name.png"
     fi
+}
+
+# Nonzero unless $1 is a whole PNG file: it must end with the IEND chunk
+# (length 0, "IEND", CRC ae426082).
+complete_png() {
+    [ "$(tail -c 12 "$1" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = \
+        "0000000049454e44ae426082" ]
 }
 
 # Space-separated distinct values of the column named $2 of the CSV file

@@ -21,7 +21,7 @@ int main(void)
                                 ops_suite,        attention_suite,   threads_suite,
                                 rng_suite,        gradcheck_suite,   optim_suite,
                                 coref_data_suite, coref_model_suite, coref_checkpoint_suite,
-                                demo_suite,       cli_suite};
+                                demo_suite,       cli_suite,         faults_suite};
     SRunner *sr = srunner_create(suites[0]());
     for (size_t i = 1; i < sizeof suites / sizeof suites[0]; i++)
         srunner_add_suite(sr, suites[i]());

@@ -347,9 +347,10 @@ START_TEST(test_a_program_built_for_the_other_scalar_type_fails_clearly)
     snprintf(lib, sizeof lib, "%s", QKV_BIN);
     *strrchr(lib, '/') = '\0'; /* the build directory */
     snprintf(cmd, sizeof cmd,
-             "cc -std=c11 %s -I'%s/../../include' '%s/../../examples/quickstart.c' "
+             "cc -std=c11 %s %s -I'%s/../../include' '%s/../../examples/quickstart.c' "
              "'%s/libqkv.a' -lm -pthread -o other && ./other",
-             sizeof(qkv_real) == 4 ? "-DQKV_DOUBLE" : "", QKV_TEST_DATA, QKV_TEST_DATA, lib);
+             sizeof(qkv_real) == 4 ? "-DQKV_DOUBLE" : "", QKV_LDSAN, QKV_TEST_DATA, QKV_TEST_DATA,
+             lib);
     ck_assert_int_eq(sh(cmd, &out), 1);
     ck_assert_msg(strstr(out, sizeof(qkv_real) == 4 ? "compiled for double qkv but is linked to "
                                                       "the float32 build"
@@ -410,6 +411,111 @@ START_TEST(test_every_example_runs_to_its_result)
 }
 END_TEST
 
+START_TEST(test_a_full_stdout_is_a_failure)
+{
+    /* every command whose output cannot be written exits non-zero */
+    static const char *cmds[] = {"demo",
+                                 "softmax",
+                                 "gradcheck",
+                                 "--help",
+                                 "demo --help",
+                                 "train --quiet --steps 2 --save m.qkv --log l.csv",
+                                 "eval --model m.qkv",
+                                 "resolve --model m.qkv \"小明是个运动达人，他平时很爱打篮球\"",
+                                 "saturation --quiet --dk 4 --steps 2 --out sat"};
+    char cmd[900], *out;
+    ck_assert_int_eq(run("train --quiet --steps 2 --save m.qkv --log l.csv", &out), 0);
+    free(out);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s 2>err.txt >/dev/full; rc=$?; cat err.txt; exit $rc",
+                 QKV_BIN, cmds[i]);
+        int rc = sh(cmd, &out);
+        ck_assert_msg(rc == 1, "qkv %s >/dev/full: exit %d\n%s", cmds[i], rc, out);
+        ck_assert_msg(strstr(out, "cannot write the output: No space left on device"), "%s", out);
+        free(out);
+    }
+}
+END_TEST
+
+START_TEST(test_plots_on_a_full_disk_fail)
+{
+    /* a file size limit makes writes fail with EFBIG, as a full disk does;
+     * gnuplot then writes a truncated PNG and exits 0, which plots.sh must
+     * notice */
+    char cmd[512], *out;
+    snprintf(cmd, sizeof cmd,
+             "ulimit -f 20; trap '' XFSZ; sh '%s/../../scripts/plots.sh' '%s/plots' png",
+             QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 1);
+    ck_assert_msg(strstr(out, "png/loss.png is incomplete"), "%s", out);
+    ck_assert_msg(strstr(out, "wrote png/loss.png") == NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
+{
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 20 --save m.qkv --log a.csv", &out), 0);
+    free(out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/m.qkv", tmp);
+    char *before = slurp_path(path);
+    /* one step at lr 1e300: the loss and gradients of that step are
+     * finite, the weights it leaves are not */
+    expect("train --quiet --lr 1e300 --steps 1 --save m.qkv --log b.csv", 1,
+           "a weight is not finite");
+    char *after = slurp_path(path);
+    ck_assert(memcmp(before, after, 10288) == 0);
+    free(before);
+    free(after);
+}
+END_TEST
+
+START_TEST(test_input_is_parsed_strictly_and_limits_agree)
+{
+    expect("saturation --out ''", 2, "--out: the file or directory name is empty");
+    expect("train --save ''", 2, "--save: the file or directory name is empty");
+    expect("train --levels 1,,2", 2, "--levels: '1,,2'");
+    expect("train --levels 1,2,", 2, "--levels: '1,2,'");
+    expect("train --levels 2,2", 2, "--levels: '2,2'");
+    expect("saturation --dk 4,16,", 2, "--dk: '4,16,'");
+    expect("saturation --dk ,4", 2, "--dk: ',4'");
+    expect("saturation --dk 4097", 2, "values of d_k from 1 to 4096");
+    expect("train --d-k 4097", 2, "--d-k: '4097' is not a whole number in [1, 4096]");
+    expect("train --steps +5", 2, "--steps: '+5'");
+    expect("train --steps ' 5'", 2, "--steps: ' 5'");
+    expect("train --lr 0x10", 2, "--lr: '0x10'");
+    expect("train --lr nan", 2, "--lr: 'nan'");
+    expect("train --seed -1", 2, "--seed: '-1' is not a whole number in [0, 18446744073709551615]");
+    expect("demo --seed 18446744073709551616", 2, "in [0, 18446744073709551615]");
+    /* a number beyond qkv_real's range is refused, not made inf and a NaN */
+    if (sizeof(qkv_real) == 4)
+        expect("softmax 1e39,0", 2, "'1e39,0' is not a list of up to 32 numbers");
+    else
+        expect("softmax 1e309,0", 2, "'1e309,0' is not a list of up to 32 numbers");
+    expect("softmax 1,,2", 2, "'1,,2'");
+    char *out;
+    ck_assert_int_eq(run("demo --seed 18446744073709551615", &out), 0);
+    free(out);
+}
+END_TEST
+
+START_TEST(test_messages_escape_control_characters)
+{
+    char *out;
+    /* an escape sequence typed as an option's value is shown, not obeyed */
+    ck_assert_int_eq(run("train --optim \"$(printf '\\033[31mred\\nblue')\"", &out), 2);
+    ck_assert_msg(strstr(out, "--optim: '\\x1b[31mred\\x0ablue' is not sgd"), "%s", out);
+    ck_assert_ptr_null(strchr(out, '\033'));
+    free(out);
+    /* and invalid UTF-8 is shown as bytes */
+    ck_assert_int_eq(run("train --optim \"$(printf 'a\\377b')\"", &out), 2);
+    ck_assert_msg(strstr(out, "'a\\xffb'"), "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -428,6 +534,11 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
     tcase_add_test(tc, test_plots_read_columns_by_header_name);
     tcase_add_test(tc, test_every_example_runs_to_its_result);
+    tcase_add_test(tc, test_a_full_stdout_is_a_failure);
+    tcase_add_test(tc, test_plots_on_a_full_disk_fail);
+    tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
+    tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
+    tcase_add_test(tc, test_messages_escape_control_characters);
     suite_add_tcase(s, tc);
     return s;
 }

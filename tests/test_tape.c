@@ -187,6 +187,54 @@ START_TEST(test_tape_tensor_and_alloc)
 }
 END_TEST
 
+START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
+{
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
+    /* no tape */
+    ck_assert_int_eq(qkv_backward(NULL, x), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_tape_status(NULL), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(NULL), "NULL"));
+    ck_assert(qkv_matmul(NULL, x, x) == qkv_nil());
+    ck_assert(qkv_softmax(NULL, x) == qkv_nil());
+    ck_assert(qkv_attention(NULL, x, x, x, NULL, 1, NULL) == qkv_nil());
+    ck_assert(qkv_tape_tensor(NULL, 1, (const int[]){2}, 0) == qkv_nil());
+    ck_assert_ptr_null(qkv_tape_alloc(NULL, 8));
+    ck_assert_ptr_null(qkv_tape_record(NULL, NULL, x, 1, &x));
+    qkv_tape_reset(NULL);
+    qkv_tape_free(NULL);
+    ck_assert_int_eq(qkv_tape_fail(NULL, QKV_ERR_ARG, "x"), QKV_ERR_ARG);
+    /* NULL tensors on a real tape: an error that names the op */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    ck_assert(qkv_add(t, NULL, x) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "add: input is nil (NULL, or the result of a failed call)");
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, NULL), QKV_ERR_ARG);
+    qkv_tape_reset(t);
+    ck_assert(qkv_gather(t, x, NULL, 1, (const int[]){2}) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    qkv_tape_reset(t);
+    ck_assert(qkv_cross_entropy(t, x, NULL) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    /* the other modules */
+    ck_assert_int_eq(qkv_tensor_set(NULL, NULL, 0), QKV_ERR_SHAPE);
+    ck_assert_int_eq(qkv_tensor_set(x, NULL, 4), QKV_ERR_ARG);
+    ck_assert(!qkv_tensor_same_shape(NULL, x));
+    ck_assert_int_eq(qkv_shape_numel(1, (const int[]){2}, NULL), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_step(NULL), QKV_ERR_ARG);
+    qkv_optim_zero_grad(NULL);
+    ck_assert(qkv_optim_last_norm(NULL) == 0);
+    ck_assert(qkv_grad_norm(NULL, 3) == 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(qkv_optim_new(NULL, &x, 1, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_kernels_use(NULL, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_gradcheck(NULL, NULL, NULL, NULL, 0, 0, 0, 0, NULL), QKV_ERR_ARG);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -202,6 +250,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_shape_mismatch_is_sticky_and_named);
     tcase_add_test(tc, test_nil_input_is_an_error_not_a_crash);
     tcase_add_test(tc, test_tape_tensor_and_alloc);
+    tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -58,5 +58,6 @@ Suite *coref_checkpoint_suite(void);
 /* the program */
 Suite *demo_suite(void);
 Suite *cli_suite(void);
+Suite *faults_suite(void);
 
 #endif

@@ -18,10 +18,13 @@
 #define CLI_USAGE 2
 #define CLI_HELP (-1) /* --help was printed: exit 0 */
 
-typedef enum cli_kind { OPT_FLAG, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STR } cli_kind;
+/* OPT_PATH is a string that must not be empty; OPT_U64 takes 0 to
+ * 2^64 - 1 whatever min and max say. */
+typedef enum cli_kind { OPT_FLAG, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STR, OPT_PATH } cli_kind;
 
 /* One --long option. dst points at an int (OPT_FLAG, OPT_INT), uint64_t,
- * double or const char *. min/max bound numbers (inclusive). */
+ * double or const char *. min/max bound numbers (inclusive). Numbers are
+ * parsed strictly (cli_parse_ll and friends). */
 typedef struct cli_opt {
     const char *name; /* without the leading "--" */
     cli_kind kind;
@@ -55,9 +58,20 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
  * zero: step of total, with a short status text. done = 1 ends the line. */
 void cli_progress(int quiet, long step, long total, const char *status, int done);
 
-/* Parses a comma-separated list of positive ints ("4,16,64") into out (at
- * most max). Returns the count, or -1 on a malformed list. */
-int cli_int_list(const char *s, int *out, int max);
+/* Strict number parsers: the whole string must be the number, with no
+ * spaces, no '+', no hex, inf or nan; cli_parse_ll allows a leading '-',
+ * cli_parse_u64 does not, and cli_parse_double takes [-]d[.d][e[+-]d] and
+ * rejects a value that overflows. Each returns 0, or -1 (and leaves *out
+ * alone). */
+int cli_parse_ll(const char *s, long long *out);
+int cli_parse_u64(const char *s, uint64_t *out);
+int cli_parse_double(const char *s, double *out);
+
+/* Parses a comma-separated list of whole numbers in [lo, hi] ("4,16,64")
+ * into out (at most max). Returns the count, or -1 for a malformed list:
+ * an empty item, a leading or trailing comma, a sign where lo >= 0 allows
+ * none, a number out of range, or more than max items. */
+int cli_int_list(const char *s, int *out, int max, int lo, int hi);
 
 /* Display width of UTF-8 text in terminal columns: CJK ideographs and
  * full-width forms count 2, other characters 1. */
@@ -82,6 +96,10 @@ int cmd_softmax(int argc, char **argv);
 /* Opens path for writing a CSV log (creating its directory) and writes the
  * header line. Returns NULL with the reason in err on failure. */
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
+
+/* Closes a file that was written: -1 if any write to it failed (ferror)
+ * or the last flush fails, else 0. */
+int cli_fclose(FILE *f);
 
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the
  * default's absence gets a hint to run qkv train. NULL on failure. */

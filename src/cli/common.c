@@ -13,25 +13,33 @@
 #include "cli.h"
 #include "util/util.h"
 
+/* Prints "qkv: " and the message, with control characters and invalid
+ * UTF-8 (from user input) escaped, so nothing typed can drive the
+ * terminal. */
+static void vmessage(const char *fmt, va_list ap)
+{
+    char raw[1024], safe[1024];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qkv_escape(safe, sizeof safe, raw);
+    fprintf(stderr, "qkv: %s\n", safe);
+}
+
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
-    fputs("qkv: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmessage(fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return CLI_FAIL;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
-    fputs("qkv: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vmessage(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nTry 'qkv %s --help'.\n", cmd);
+    fprintf(stderr, "Try 'qkv%s%s --help'.\n", *cmd ? " " : "", cmd);
     return CLI_USAGE;
 }
 
@@ -51,32 +59,105 @@ static void print_help(const char *cmd, const cli_opt *opts, int nopts, const ch
     printf("  %-26s %s\n", "-h, --help", "show this help and exit");
 }
 
+/* The decimal digits at s: their count, 0 if none. */
+static size_t digits(const char *s)
+{
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9')
+        n++;
+    return n;
+}
+
+int cli_parse_ll(const char *s, long long *out)
+{
+    const char *d = s + (*s == '-');
+    size_t n = digits(d);
+    if (n == 0 || d[n] != '\0')
+        return -1; /* empty, a sign alone, '+', spaces or anything else */
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_u64(const char *s, uint64_t *out)
+{
+    size_t n = digits(s);
+    if (n == 0 || s[n] != '\0')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > UINT64_MAX)
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+int cli_parse_double(const char *s, double *out)
+{
+    /* [-]digits[.digits][(e|E)[-+]digits] or [-].digits...: what a person
+     * types; no '+', spaces, hex, inf or nan */
+    const char *p = s + (*s == '-');
+    size_t whole = digits(p), frac = 0;
+    p += whole;
+    if (*p == '.') {
+        frac = digits(p + 1);
+        p += 1 + frac;
+    }
+    if (whole + frac == 0)
+        return -1;
+    if (*p == 'e' || *p == 'E') {
+        p += 1 + (p[1] == '-' || p[1] == '+');
+        size_t e = digits(p);
+        if (e == 0)
+            return -1;
+        p += e;
+    }
+    if (*p != '\0')
+        return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end != '\0' || !isfinite(v) || (errno == ERANGE && v != 0))
+        return -1; /* overflow; an underflow to 0 or a subnormal is fine */
+    *out = v;
+    return 0;
+}
+
 static int set_value(const char *cmd, const cli_opt *o, const char *v)
 {
-    char *end;
-    errno = 0;
     switch (o->kind) {
-    case OPT_STR: *(const char **)o->dst = v; return CLI_OK;
+    case OPT_STR:
+    case OPT_PATH:
+        if (o->kind == OPT_PATH && *v == '\0')
+            return cli_usage_error(cmd, "--%s: the file or directory name is empty", o->name);
+        *(const char **)o->dst = v;
+        return CLI_OK;
     case OPT_DOUBLE: {
-        double d = strtod(v, &end);
-        if (end == v || *end || errno || !isfinite(d) || d < o->min || d > o->max)
+        double d;
+        if (cli_parse_double(v, &d) != 0 || d < o->min || d > o->max)
             return cli_usage_error(cmd, "--%s: '%s' is not a number in [%g, %g]", o->name, v,
                                    o->min, o->max);
         *(double *)o->dst = d;
         return CLI_OK;
     }
-    case OPT_INT:
-    case OPT_U64: {
-        long long n = strtoll(v, &end, 10);
-        if (end == v || *end || errno || (double)n < o->min || (double)n > o->max)
+    case OPT_INT: {
+        long long n;
+        if (cli_parse_ll(v, &n) != 0 || (double)n < o->min || (double)n > o->max)
             return cli_usage_error(cmd, "--%s: '%s' is not a whole number in [%.0f, %.0f]", o->name,
                                    v, o->min, o->max);
-        if (o->kind == OPT_INT)
-            *(int *)o->dst = (int)n;
-        else
-            *(uint64_t *)o->dst = (uint64_t)n;
+        *(int *)o->dst = (int)n;
         return CLI_OK;
     }
+    case OPT_U64:
+        if (cli_parse_u64(v, (uint64_t *)o->dst) != 0)
+            return cli_usage_error(cmd, "--%s: '%s' is not a whole number in [0, %llu]", o->name, v,
+                                   (unsigned long long)UINT64_MAX);
+        return CLI_OK;
     case OPT_FLAG: break;
     }
     return CLI_USAGE;
@@ -142,23 +223,24 @@ void cli_progress(int quiet, long step, long total, const char *status, int done
     fflush(stderr);
 }
 
-int cli_int_list(const char *s, int *out, int max)
+int cli_int_list(const char *s, int *out, int max, int lo, int hi)
 {
     int n = 0;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 1 || v > 1000000 || n >= max)
+    char item[32];
+    for (const char *p = s;; p++) {
+        size_t len = strcspn(p, ",");
+        long long v;
+        if (len == 0 || len >= sizeof item || n >= max)
+            return -1; /* an empty item (",,", a leading or trailing comma) */
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cli_parse_ll(item, &v) != 0 || v < lo || v > hi)
             return -1;
         out[n++] = (int)v;
-        if (*end == ',')
-            end++;
-        else if (*end)
-            return -1;
-        s = end;
+        p += len;
+        if (*p == '\0')
+            return n;
     }
-    return n;
 }
 
 /* Decodes one UTF-8 sequence at s (assumed valid); returns its length. */
@@ -242,4 +324,10 @@ qkv_coref_model *cli_load_model(const char *path)
         m = NULL;
     }
     return m;
+}
+
+int cli_fclose(FILE *f)
+{
+    int bad = ferror(f);
+    return fclose(f) != 0 || bad ? -1 : 0;
 }

@@ -105,7 +105,7 @@ int cmd_demo(int argc, char **argv)
         {"d-model", OPT_INT, &d_model, 1, 4096, "N: input (one-hot) dimension (default 8)"},
         {"d-k", OPT_INT, &d_k, 1, 4096, "N: width of Q, K and V (default 6)"},
         {"seq-len", OPT_INT, &seq_len, 1, 4096, "N: number of words, at most d-model (default 4)"},
-        {"seed", OPT_U64, &seed, 0, 18446744073709549568.0, "N: random.seed() value (default 42)"},
+        {"seed", OPT_U64, &seed, 0, 0, "N: random.seed() value (default 42)"},
         {"no-scale", OPT_FLAG, &no_scale, 0, 0, "skip the division by sqrt(d_k)"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",

@@ -1,6 +1,7 @@
 /*
  * main.c - the qkv program: dispatches to one subcommand per file.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,7 +36,18 @@ static void usage(FILE *out)
     fprintf(out, "\nRun 'qkv <command> --help' for a command's options.\n");
 }
 
-int main(int argc, char **argv)
+/* Ends the program: a command that succeeded but whose output could not
+ * all be written (a full disk, a closed pipe, /dev/full) fails after all. */
+static int finish(int r)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "qkv: cannot write the output: %s\n", strerror(errno));
+        return r == CLI_OK || r == CLI_HELP ? CLI_FAIL : r;
+    }
+    return r == CLI_HELP ? CLI_OK : r;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -51,10 +63,12 @@ int main(int argc, char **argv)
         return CLI_OK;
     }
     for (int i = 0; i < N_COMMANDS; i++)
-        if (strcmp(name, commands[i].name) == 0) {
-            int r = commands[i].run(argc - 1, argv + 1);
-            return r == CLI_HELP ? CLI_OK : r;
-        }
-    fprintf(stderr, "qkv: unknown command '%s'\nTry 'qkv --help'.\n", name);
-    return CLI_USAGE;
+        if (strcmp(name, commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    return cli_usage_error("", "unknown command '%s'", name);
+}
+
+int main(int argc, char **argv)
+{
+    return finish(run(argc, argv));
 }

@@ -36,7 +36,7 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
             fprintf(out, ",%.6f", (double)f->attn->data[(size_t)i * n + j]);
         fputc('\n', out);
     }
-    if (fclose(out) != 0)
+    if (cli_fclose(out) != 0)
         return cli_fail("resolve: cannot write %s", path);
     return CLI_OK;
 }
@@ -67,8 +67,8 @@ int cmd_resolve(int argc, char **argv)
     char *text[1];
     int npos = 0;
     const cli_opt opts[] = {
-        {"model", OPT_STR, &path, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
-        {"csv", OPT_STR, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
+        {"model", OPT_PATH, &path, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
+        {"csv", OPT_PATH, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
     };
     int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] \"句子\"",
                       "Shows where each pronoun (他, 她) in the sentence looks, and which\n"

@@ -74,7 +74,10 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     }
     qkv_coref_model *m = run->m;
     qkv_coref_eval val;
-    qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0, &val);
+    qkv_status st_eval =
+        qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0, &val);
+    if (st_eval != QKV_OK)
+        return st_eval; /* the tape keeps the message */
     if (r->steps90 < 0 && val.acc >= 0.9)
         r->steps90 = step;
     fprintf(c->csv, "%d,%d,%llu,%d,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
@@ -107,10 +110,15 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
      * diverges is reported as such, not as a failure */
     qkv_status s = qkv_coref_fit(m, opt, c->tape, c->batch, &c->data, o->steps, seed + 1, log_step,
                                  &run, NULL, &err);
-    int rc = s == QKV_OK || s == QKV_ERR_NUMERIC ? CLI_OK : cli_fail("saturation: %s", err.message);
+    int rc = s == QKV_OK || s == QKV_ERR_NUMERIC
+                 ? CLI_OK
+                 : cli_fail("saturation: %s",
+                            err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+    qkv_coref_eval te;
+    if (rc == CLI_OK && qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test,
+                                           0, &te) != QKV_OK)
+        rc = cli_fail("saturation: %s", qkv_tape_error(c->tape));
     if (rc == CLI_OK) {
-        qkv_coref_eval te;
-        qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test, 0, &te);
         int finite = 1;
         for (int i = 0; i < QKV_COREF_PARAMS; i++)
             for (size_t j = 0; j < m->params[i]->numel; j++)
@@ -226,7 +234,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk)
         printf("%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
         fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], var, var / dks[d], dks[d]);
     }
-    if (fclose(f) != 0)
+    if (cli_fclose(f) != 0)
         return cli_fail("saturation: cannot write %s", path);
     return CLI_OK;
 }
@@ -265,8 +273,8 @@ int cmd_saturation(int argc, char **argv)
         {"init-std", OPT_DOUBLE, &o.init_std, 0, 100, "X: std of Wq, Wk, Wv at init (default 1)"},
         {"batch", OPT_INT, &o.batch, 1, 4096, "N: sentences per step (default 32)"},
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between CSV rows (default 10)"},
-        {"seed", OPT_U64, &o.seed, 0, 4294967295.0, "N: first seed (default 1)"},
-        {"out", OPT_STR, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
+        {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
+        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
         {"threads", OPT_INT, &o.threads, 1, 64,
          "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
@@ -280,10 +288,11 @@ int cmd_saturation(int argc, char **argv)
         return r;
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
-    int dks[MAX_DK], ndk = cli_int_list(o.dks, dks, MAX_DK);
+    int dks[MAX_DK], ndk = cli_int_list(o.dks, dks, MAX_DK, 1, QKV_COREF_MAX_DK);
     if (ndk <= 0)
-        return cli_usage_error("saturation", "--dk: '%s' is not a list of up to %d positive ints",
-                               o.dks, MAX_DK);
+        return cli_usage_error("saturation",
+                               "--dk: '%s' is not a list of up to %d values of d_k from 1 to %d",
+                               o.dks, MAX_DK, QKV_COREF_MAX_DK);
     sat_ctx c;
     memset(&c, 0, sizeof c);
     c.o = &o;
@@ -307,7 +316,7 @@ int cmd_saturation(int argc, char **argv)
         r = cli_fail("saturation: %s", err.message);
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk);
-    if (fclose(c.csv) != 0 && r == CLI_OK)
+    if (cli_fclose(c.csv) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s", path);
     if (r == CLI_OK)
         r = variance_table(&o, dks, ndk);

@@ -2,9 +2,10 @@
  * softmax.c - `qkv softmax`: the tutorial's comparison of linear and
  * exponential normalisation, z/Σz against e^z/Σe^z.
  */
-#include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -35,23 +36,33 @@ static qkv_status softmax_of(const double *z, int n, double *p)
 }
 
 /* Parses "1,2,-0.5" into out; returns the count or -1. */
+/* The largest magnitude a qkv_real holds. */
+#ifdef QKV_DOUBLE
+#define REAL_MAX DBL_MAX
+#else
+#define REAL_MAX FLT_MAX
+#endif
+
+/* Parses "1,2,-0.5" strictly into out (cli_parse_double per item, no empty
+ * item): the count, or -1. A number too large for qkv_real is refused, not
+ * turned into inf and a NaN softmax. */
 static int parse_vector(const char *s, double *out, int max)
 {
+    char item[64];
     int n = 0;
-    while (*s) {
-        char *end;
-        errno = 0;
-        double v = strtod(s, &end);
-        if (end == s || errno || !isfinite(v) || n >= max)
+    for (const char *p = s;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || n >= max)
             return -1;
-        out[n++] = v;
-        if (*end == ',' && end[1] != '\0')
-            end++;
-        else if (*end)
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cli_parse_double(item, &out[n]) != 0 || fabs(out[n]) > REAL_MAX)
             return -1;
-        s = end;
+        n++;
+        p += len;
+        if (*p == '\0')
+            return n;
     }
-    return n;
 }
 
 int cmd_softmax(int argc, char **argv)
@@ -60,7 +71,7 @@ int cmd_softmax(int argc, char **argv)
     char *vec[MAX_VEC];
     int nvec = 0;
     const cli_opt opts[] = {
-        {"csv", OPT_STR, &csv, 0, 0,
+        {"csv", OPT_PATH, &csv, 0, 0,
          "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
     };
     int r = cli_parse(argc, argv, opts, 1, "[--csv FILE] [VECTOR ...]",
@@ -81,8 +92,8 @@ int cmd_softmax(int argc, char **argv)
         double z[MAX_LEN], p[MAX_LEN];
         int n = parse_vector(use[v], z, MAX_LEN);
         if (n <= 0) {
-            r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers", use[v],
-                                MAX_LEN);
+            r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers within ±%g",
+                                use[v], MAX_LEN, (double)REAL_MAX);
             break;
         }
         char label[MAX_LEN * 24] = ""; /* "1;2;3": the vector without commas */
@@ -109,7 +120,7 @@ int cmd_softmax(int argc, char **argv)
         }
         printf("\n");
     }
-    if (out != NULL && fclose(out) != 0 && r == CLI_OK)
+    if (out != NULL && cli_fclose(out) != 0 && r == CLI_OK)
         r = cli_fail("softmax: cannot write %s", csv);
     return r;
 }

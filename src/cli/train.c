@@ -89,7 +89,10 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     for (int i = 0; i < QKV_COREF_PARAMS; i++) /* of this step, before the update */
         gn[i] = qkv_grad_norm(&tr->model->params[i], 1);
     qkv_coref_eval val;
-    qkv_coref_evaluate(tr->model, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &val);
+    qkv_status st_eval = qkv_coref_evaluate(tr->model, tr->tape, tr->eval_batch, tr->data.val,
+                                            tr->data.n_val, 0, &val);
+    if (st_eval != QKV_OK)
+        return st_eval; /* the tape keeps the message */
     double tl = tr->loss_sum / (tr->seen / o->batch), ta = (double)tr->correct / tr->seen;
     fprintf(tr->log, "%d,%.6f,%.4f,%.6f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, tl, ta, val.loss,
             val.acc, val.mass, gn[0], gn[1], gn[2], gn[3]);
@@ -114,7 +117,7 @@ static int trainer_run(trainer *tr, const train_opts *o)
                         o->save);
     }
     if (s != QKV_OK)
-        return cli_fail("train: %s", err.message);
+        return cli_fail("train: %s", err.status != QKV_OK ? err.message : qkv_tape_error(tr->tape));
     return CLI_OK;
 }
 
@@ -123,10 +126,14 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
     qkv_error err = qkv_error_none();
     qkv_coref_eval tr_e, va_e, te_e;
     qkv_coref_model *m = tr->model;
-    qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.train, tr->data.n_train, 0, &tr_e);
-    qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &va_e);
-    qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.test, tr->data.n_test, 0, &te_e);
-    if (fclose(tr->log) != 0) {
+    if (qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.train, tr->data.n_train, 0,
+                           &tr_e) != QKV_OK ||
+        qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.val, tr->data.n_val, 0, &va_e) !=
+            QKV_OK ||
+        qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.test, tr->data.n_test, 0, &te_e) !=
+            QKV_OK)
+        return cli_fail("train: final evaluation: %s", qkv_tape_error(tr->tape));
+    if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
         return cli_fail("train: cannot finish writing %s", o->log);
     }
@@ -169,15 +176,14 @@ int cmd_train(int argc, char **argv)
         {"momentum", OPT_DOUBLE, &o.momentum, 0, 0.999, "X: SGD momentum (default 0)"},
         {"clip", OPT_DOUBLE, &o.clip, 0, 1e12, "X: clip the global gradient norm (0 = off)"},
         {"weight-decay", OPT_DOUBLE, &o.weight_decay, 0, 1, "X: weight decay (AdamW default 0.01)"},
-        {"d-k", OPT_INT, &o.d_k, 1, 4096, "N: width of Q, K and V (default 16)"},
+        {"d-k", OPT_INT, &o.d_k, 1, QKV_COREF_MAX_DK, "N: width of Q, K and V (default 16)"},
         {"no-scale", OPT_FLAG, &o.no_scale, 0, 0, "do not divide scores by sqrt(d_k)"},
         {"init-std", OPT_DOUBLE, &o.init_std, 0, 100, "X: std of Wq, Wk, Wv at init (default 0.1)"},
-        {"seed", OPT_U64, &o.seed, 0, 4294967295.0,
-         "N: seed for weights, splits, batches (default 1)"},
+        {"seed", OPT_U64, &o.seed, 0, 0, "N: seed for weights, splits, batches (default 1)"},
         {"levels", OPT_STR, &o.levels, 0, 0, "LIST: task levels, e.g. 1,2,3 (default) or 2"},
-        {"log", OPT_STR, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
+        {"log", OPT_PATH, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between log rows (default 5)"},
-        {"save", OPT_STR, &o.save, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
+        {"save", OPT_PATH, &o.save, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
         {"threads", OPT_INT, &o.threads, 1, 64,
          "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar or messages on stderr"},

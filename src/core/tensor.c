@@ -23,7 +23,7 @@ int qkv_tensor_is_nil(const qkv_tensor *t)
 qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel)
 {
     size_t n = 1;
-    if (ndim < 0 || ndim > QKV_MAX_DIMS || (ndim > 0 && shape == NULL))
+    if (numel == NULL || ndim < 0 || ndim > QKV_MAX_DIMS || (ndim > 0 && shape == NULL))
         return QKV_ERR_ARG;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 1)
@@ -91,13 +91,15 @@ qkv_status qkv_tensor_set(qkv_tensor *t, const qkv_real *src, size_t n)
 {
     if (qkv_tensor_is_nil(t) || n != t->numel)
         return QKV_ERR_SHAPE;
+    if (src == NULL)
+        return QKV_ERR_ARG;
     memcpy(t->data, src, n * sizeof(qkv_real));
     return QKV_OK;
 }
 
 int qkv_tensor_same_shape(const qkv_tensor *a, const qkv_tensor *b)
 {
-    if (a->ndim != b->ndim)
+    if (a == NULL || b == NULL || a->ndim != b->ndim)
         return 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i])

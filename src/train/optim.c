@@ -100,16 +100,17 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
 
 void qkv_optim_zero_grad(qkv_optim *o)
 {
-    for (int i = 0; i < o->n; i++)
+    for (int i = 0; o != NULL && i < o->n; i++)
         qkv_tensor_zero_grad(o->params[i]);
 }
 
 double qkv_grad_norm(qkv_tensor *const *params, int n)
 {
     double s = 0;
-    for (int i = 0; i < n; i++)
-        for (size_t j = 0; j < params[i]->numel; j++)
-            s += (double)params[i]->grad[j] * params[i]->grad[j];
+    for (int i = 0; params != NULL && i < n; i++)
+        if (!qkv_tensor_is_nil(params[i]) && params[i]->grad != NULL)
+            for (size_t j = 0; j < params[i]->numel; j++)
+                s += (double)params[i]->grad[j] * params[i]->grad[j];
     return sqrt(s);
 }
 
@@ -121,20 +122,22 @@ static void clip_to(qkv_tensor *const *params, int n, double norm, double max_no
         return;
     double k = max_norm / norm;
     for (int i = 0; i < n; i++)
-        for (size_t j = 0; j < params[i]->numel; j++)
-            params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
+        if (!qkv_tensor_is_nil(params[i]) && params[i]->grad != NULL)
+            for (size_t j = 0; j < params[i]->numel; j++)
+                params[i]->grad[j] = (qkv_real)(params[i]->grad[j] * k);
 }
 
 double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm)
 {
     double norm = qkv_grad_norm(params, n);
-    clip_to(params, n, norm, max_norm);
+    if (params != NULL)
+        clip_to(params, n, norm, max_norm);
     return norm;
 }
 
 double qkv_optim_last_norm(const qkv_optim *o)
 {
-    return o->last_norm;
+    return o != NULL ? o->last_norm : 0;
 }
 
 static void sgd_update(qkv_optim *o, int i)
@@ -169,6 +172,8 @@ static void adam_update(qkv_optim *o, int i)
 
 qkv_status qkv_optim_step(qkv_optim *o)
 {
+    if (o == NULL)
+        return QKV_ERR_ARG;
     double sq = 0; /* NaN or Inf if any gradient is */
     for (int i = 0; i < o->n; i++)
         sq += qkv_sum_squares(o->params[i]->grad, o->params[i]->numel);
@@ -190,7 +195,7 @@ qkv_status qkv_optim_step(qkv_optim *o)
 int qkv_optim_parse(const char *name, qkv_optim_kind *kind)
 {
     static const char *names[] = {"sgd", "adam", "adamw"};
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; name != NULL && kind != NULL && i < 3; i++)
         if (strcmp(name, names[i]) == 0) {
             *kind = (qkv_optim_kind)i;
             return 0;

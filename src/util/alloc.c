@@ -1,41 +1,71 @@
 /*
- * alloc.c - the library's allocation functions, counted, and
- * overflow-checked size arithmetic.
+ * alloc.c - the library's allocation functions, counted, with a test hook
+ * that makes one chosen allocation fail; and overflow-checked size
+ * arithmetic.
  */
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "util/util.h"
 
 static size_t alloc_count;
+static size_t fail_at;   /* the allocation (by count) that fails; 0: none */
+static int fail_env = 1; /* QKV_TEST_ALLOC_FAIL still to be read */
 
 size_t qkv_alloc_count(void)
 {
     return alloc_count;
 }
 
+void qkv_alloc_fail_at(size_t n)
+{
+    fail_env = 0;
+    fail_at = n;
+}
+
+/* Under QKV_TEST_ALLOC_FAIL, at exit: how many allocations the program
+ * made, so a test knows how far to walk. */
+static void report_count(void)
+{
+    fprintf(stderr, "qkv-test: %zu allocations\n", alloc_count);
+}
+
+/* Counts one allocation; nonzero when it is the one that must fail. */
+static int counted(void)
+{
+    if (fail_env) { /* a whole program under test: QKV_TEST_ALLOC_FAIL=N */
+        const char *e = getenv("QKV_TEST_ALLOC_FAIL");
+        fail_at = e != NULL ? (size_t)strtoull(e, NULL, 10) : 0;
+        fail_env = 0;
+        if (e != NULL)
+            atexit(report_count);
+    }
+    if (++alloc_count != fail_at || fail_at == 0)
+        return 0;
+    errno = ENOMEM;
+    return 1;
+}
+
 void *qkv_malloc(size_t n)
 {
-    alloc_count++;
-    return malloc(n);
+    return counted() ? NULL : malloc(n);
 }
 
 void *qkv_calloc(size_t n, size_t size)
 {
-    alloc_count++;
-    return calloc(n, size);
+    return counted() ? NULL : calloc(n, size);
 }
 
 void *qkv_realloc(void *p, size_t n)
 {
-    alloc_count++;
-    return realloc(p, n);
+    return counted() ? NULL : realloc(p, n);
 }
 
 void *qkv_aligned_alloc(size_t align, size_t n)
 {
-    alloc_count++;
-    return aligned_alloc(align, n);
+    return counted() ? NULL : aligned_alloc(align, n);
 }
 
 int qkv_mul_size(size_t a, size_t b, size_t *r)

@@ -32,10 +32,12 @@ qkv_error qkv_error_none(void)
 
 qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap)
 {
+    char raw[sizeof e->message];
     if (e == NULL || s == QKV_OK)
         return s;
     e->status = s;
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qkv_escape(e->message, sizeof e->message, raw); /* one line, no escape sequences */
     return s;
 }
 

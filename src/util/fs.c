@@ -1,10 +1,15 @@
 /*
- * fs.c - files: creating the directories on the way to a path.
+ * fs.c - files: creating the directories on the way to a path, reading a
+ * whole file under a size cap, and saving a file durably and atomically.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "util/util.h"
 
@@ -46,4 +51,121 @@ qkv_status qkv_mkdirs_for(const char *path, qkv_error *err)
     memcpy(dir, path, (size_t)(slash - path));
     dir[slash - path] = '\0';
     return qkv_mkdirs(dir, err);
+}
+
+unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_error *err)
+{
+    struct stat sb;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        qkv_error_set(err, QKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    unsigned char *p = NULL;
+    if (fstat(fd, &sb) != 0)
+        qkv_error_set(err, QKV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    else if (S_ISDIR(sb.st_mode))
+        qkv_error_set(err, QKV_ERR_IO, "%s is a directory, not a file", path);
+    else if (!S_ISREG(sb.st_mode))
+        qkv_error_set(err, QKV_ERR_IO, "%s is not a regular file", path);
+    else if (sb.st_size == 0)
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is empty", path);
+    else if ((uintmax_t)sb.st_size > max)
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s is too large: %jd bytes, at most %zu", path,
+                      (intmax_t)sb.st_size, max);
+    else if ((p = qkv_malloc((size_t)sb.st_size)) == NULL)
+        qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory for %jd bytes", path,
+                      (intmax_t)sb.st_size);
+    size_t got = 0;
+    while (p != NULL && got < (size_t)sb.st_size) {
+        ssize_t r = read(fd, p + got, (size_t)sb.st_size - got);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            qkv_error_set(err, QKV_ERR_IO, "cannot read %s: %s", path,
+                          r < 0 ? strerror(errno) : "it shrank while being read");
+            free(p);
+            p = NULL;
+        } else {
+            got += (size_t)r;
+        }
+    }
+    close(fd);
+    if (p != NULL)
+        *len = got;
+    return p;
+}
+
+/* The directory part of path ("." for a bare name) into dir. */
+static int dir_of(const char *path, char *dir, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        return snprintf(dir, size, ".") < (int)size;
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= size)
+        return 0;
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return 1;
+}
+
+/* Makes the rename durable: fsync of the directory that holds it. */
+static int sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int r = fsync(fd);
+    if (r != 0 && (errno == EINVAL || errno == EROFS))
+        r = 0; /* a file system that cannot sync directories */
+    close(fd);
+    return r;
+}
+
+qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
+{
+    char dir[4096], tmp[4200];
+    struct stat sb;
+    if (path == NULL || *path == '\0')
+        return qkv_error_set(err, QKV_ERR_IO, "no file name to save to");
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qkv_error_set(err, QKV_ERR_IO,
+                             "%s exists and is not a regular file (%s); refusing to replace it",
+                             path,
+                             S_ISLNK(sb.st_mode)   ? "a symbolic link"
+                             : S_ISDIR(sb.st_mode) ? "a directory"
+                                                   : "a device or other special file");
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (!dir_of(path, dir, sizeof dir) || *base == '\0' ||
+        snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= (int)sizeof tmp)
+        return qkv_error_set(err, QKV_ERR_IO, "%s: not a usable file name", path);
+    /* a new, unique file that nobody else can have planted: O_EXCL */
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",
+                             path, dir, strerror(errno));
+    fchmod(fd, 0644); /* mkstemp makes 0600; a saved file is readable as fopen's would be */
+    FILE *f = fdopen(fd, "wb");
+    qkv_status s = QKV_OK;
+    if (f == NULL) {
+        close(fd);
+        s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    } else {
+        s = write(ctx, f, err);
+        if (s == QKV_OK && (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0))
+            s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        if (fclose(f) != 0 && s == QKV_OK)
+            s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (s == QKV_OK && rename(tmp, path) != 0)
+        s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (s != QKV_OK) {
+        unlink(tmp);
+        return s;
+    }
+    if (sync_dir(dir) != 0)
+        return qkv_error_set(err, QKV_ERR_IO, "wrote %s, but cannot sync %s: %s", path, dir,
+                             strerror(errno));
+    return QKV_OK;
 }

@@ -11,7 +11,7 @@
  * the VM this was measured on, more than a small model's whole step. So a
  * worker spins for a while after each job, watching for the next, and only
  * then sleeps on the condition variable; the caller spins until its
- * workers are done.
+ * workers are done. At exit the workers are told to stop and are joined.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,7 +28,7 @@
  * idle, then moves round on (release); the worker reads only its own. */
 typedef struct slot {
     atomic_ulong round;
-    qkv_range_fn fn;
+    qkv_range_fn fn; /* NULL: stop */
     void *ctx;
     size_t i0, i1;
 } slot;
@@ -36,7 +36,8 @@ typedef struct slot {
 static struct {
     pthread_mutex_t lock; /* guards sleeping, starting, want and busy */
     pthread_cond_t go;
-    int started;        /* workers running: slots 1..started */
+    int started; /* workers running: slots 1..started */
+    pthread_t thread[MAX_THREADS];
     int want;           /* threads to use, caller included; 0: not chosen */
     int busy;           /* a job is running: other callers run serially */
     atomic_int pending; /* workers still running the current job */
@@ -90,10 +91,28 @@ static void *worker_main(void *arg)
     unsigned long seen = 0;
     for (;;) {
         seen = wait_round(s, seen);
+        if (s->fn == NULL)
+            return NULL; /* stop_workers */
         s->fn(s->ctx, me, s->i0, s->i1);
         atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
     }
-    return NULL;
+}
+
+/* At exit: every worker gets a stop message and is joined, so that no
+ * thread outlives the program's data (and leak checkers see none). */
+static void stop_workers(void)
+{
+    pthread_mutex_lock(&pool.lock);
+    int n = pool.started;
+    for (int w = 1; w <= n; w++) {
+        pool.slot[w].fn = NULL;
+        atomic_fetch_add_explicit(&pool.slot[w].round, 1, memory_order_release);
+    }
+    pool.started = 0;
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.lock);
+    for (int w = 1; w <= n; w++)
+        pthread_join(pool.thread[w], NULL);
 }
 
 qkv_status qkv_threads_use(int n, qkv_error *err)
@@ -147,10 +166,13 @@ void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, voi
         return;
     }
     while (pool.started < parts - 1) { /* start workers as first needed */
-        pthread_t th;
-        if (pthread_create(&th, NULL, worker_main, (void *)(size_t)(pool.started + 1)) != 0)
+        static int stop_registered;
+        if (!stop_registered && atexit(stop_workers) != 0)
+            break; /* without a way to stop them, start none */
+        stop_registered = 1;
+        int w = pool.started + 1;
+        if (pthread_create(&pool.thread[w], NULL, worker_main, (void *)(size_t)w) != 0)
             break;
-        pthread_detach(th);
         pool.started++;
     }
     if (parts > pool.started + 1)

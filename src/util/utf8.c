@@ -1,7 +1,10 @@
 /*
  * utf8.c - strict UTF-8 validation (RFC 3629): no overlong forms, no
- * surrogates, nothing above U+10FFFF, no truncated sequences.
+ * surrogates, nothing above U+10FFFF, no truncated sequences; and escaping
+ * text for one-line messages.
  */
+#include <string.h>
+
 #include "util/util.h"
 
 /* Length of the valid UTF-8 sequence at s (at most n bytes), or 0. */
@@ -45,4 +48,33 @@ int qkv_utf8_valid(const char *s, size_t n, size_t *bad)
         i += len;
     }
     return 1;
+}
+
+size_t qkv_escape(char *dst, size_t cap, const char *src)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)src;
+    size_t n = strlen(src), used = 0;
+    if (cap == 0)
+        return 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(p + i, n - i);
+        int plain = len > 1 || (len == 1 && p[i] >= 0x20 && p[i] != 0x7f);
+        size_t need = plain ? len : 4;
+        if (used + need >= cap)
+            break;
+        if (plain) {
+            memcpy(dst + used, p + i, len);
+            i += len;
+        } else { /* a control character or a byte of invalid UTF-8 */
+            dst[used] = '\\';
+            dst[used + 1] = 'x';
+            dst[used + 2] = hex[p[i] >> 4];
+            dst[used + 3] = hex[p[i] & 15];
+            i++;
+        }
+        used += need;
+    }
+    dst[used] = '\0';
+    return used;
 }

@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "qkv/base.h"
 
@@ -26,6 +27,16 @@ void *qkv_calloc(size_t n, size_t size);
 void *qkv_realloc(void *p, size_t n);
 void *qkv_aligned_alloc(size_t align, size_t n);
 
+/* The test hook: the allocation that makes qkv_alloc_count() reach n
+ * fails (returns NULL, errno ENOMEM); 0 turns it off. A whole program can
+ * be run with the environment variable QKV_TEST_ALLOC_FAIL=N instead,
+ * read at the first allocation unless this was called before; the program
+ * then prints "qkv-test: K allocations" on stderr at exit (N = 0 only
+ * counts). Tests walk N
+ * over every allocation of a run to prove that each failure is reported,
+ * not crashed on or leaked. */
+void qkv_alloc_fail_at(size_t n);
+
 /* Overflow-checked size arithmetic: return 0 and leave *r alone on
  * overflow, else 1. */
 int qkv_mul_size(size_t a, size_t b, size_t *r);
@@ -42,6 +53,12 @@ qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap);
  * when e is NULL, prints it once on stderr) and returns 0. */
 int qkv_abi_ok(unsigned abi, qkv_error *e);
 
+/* Copies src into dst (cap bytes, always NUL-terminated) for a one-line
+ * message: control characters, DEL and bytes of invalid UTF-8 become \xNN;
+ * valid UTF-8 (Chinese included) stays as it is. Stops before a character
+ * that would not fit. Returns the length written. (utf8.c) */
+size_t qkv_escape(char *dst, size_t cap, const char *src);
+
 /* ---- files (fs.c) ---- */
 
 /* Creates every missing directory on the way to dir (like mkdir -p).
@@ -51,6 +68,25 @@ qkv_status qkv_mkdirs(const char *dir, qkv_error *err);
 /* Creates the directory that the file path would live in (everything up
  * to its last '/'), as qkv_mkdirs does; nothing for a bare file name. */
 qkv_status qkv_mkdirs_for(const char *path, qkv_error *err);
+
+/* Reads the whole regular file at path, of at most max bytes, into memory
+ * the caller frees; its size goes to *len. NULL with the reason in err for
+ * a missing or unreadable path, a directory or other non-regular file
+ * (QKV_ERR_IO), an empty file or one over max (QKV_ERR_FORMAT), or no
+ * memory. */
+unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_error *err);
+
+/* Writes a file's bytes to f; returns a status (with the reason in err). */
+typedef qkv_status (*qkv_write_fn)(void *ctx, FILE *f, qkv_error *err);
+
+/* Saves a file durably and atomically: write() fills a new temporary file
+ * in path's directory, created with O_EXCL (mkstemp) so that no planted
+ * file or symbolic link is ever followed; it is flushed and fsynced, renamed
+ * over path, and the directory is fsynced. A path that exists and is not a
+ * regular file (a device, a directory, a symbolic link) is refused. On any
+ * failure the temporary file is removed and path is untouched; QKV_ERR_IO
+ * (or write's own status) with the reason in err. */
+qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err);
 
 /* ---- threads (threads.c) ---- */
 

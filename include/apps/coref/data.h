@@ -50,7 +50,8 @@ void qkv_coref_data_free(qkv_coref_data *d);
 /* Writes the example's text (its tokens concatenated) into buf. */
 void qkv_coref_example_text(const qkv_coref_example *ex, char *buf, size_t len);
 
-/* Parses a level list such as "1,2,3" or "2" into a bit set; 0 on error. */
+/* Parses a level list such as "1,2,3" or "2" into a bit set; 0 for
+ * anything else (an empty item, a trailing comma, a level given twice). */
 unsigned qkv_coref_parse_levels(const char *s);
 
 #ifdef __cplusplus

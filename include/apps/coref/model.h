@@ -42,9 +42,11 @@ void qkv_coref_batch_clear(qkv_coref_batch *b);
 qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target,
                                int mark);
 
+#define QKV_COREF_MAX_DK 4096 /* the widest Q, K and V; every command uses this limit */
+
 typedef struct qkv_coref_config {
     int vocab;       /* rows of Wq, Wk, Wv (d_model = vocabulary size) */
-    int d_k;         /* columns of Wq, Wk, Wv */
+    int d_k;         /* columns of Wq, Wk, Wv: 1 .. QKV_COREF_MAX_DK */
     int classes;     /* columns of Wo */
     int scaled;      /* 1: divide scores by √d_k (the default); 0: don't */
     double init_std; /* Wq, Wk, Wv ~ N(0, init_std²); the tutorial uses 0.1 */
@@ -70,6 +72,10 @@ typedef struct qkv_coref_model {
 qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg, qkv_error *err);
 #define qkv_coref_model_new(...) qkv_coref_model_new_abi(QKV_ABI, __VA_ARGS__)
 void qkv_coref_model_free(qkv_coref_model *m); /* accepts NULL */
+
+/* A model of this config with every weight zero, for a loader to fill.
+ * NULL with the reason in err, as qkv_coref_model_new. */
+qkv_coref_model *qkv_coref_model_alloc(const qkv_coref_config *cfg, qkv_error *err);
 
 /* Tape tensors of one forward pass, valid until the tape is reset. */
 typedef struct qkv_coref_out {

@@ -16,7 +16,7 @@
 
 #define MAGIC "QKVMODEL"
 #define HEADER_BYTES (8 + 4 + 8 + 4 + 4 * 4 + 8 + 8 + 4)
-#define MAX_FILE (256u << 20)
+#define MAX_FILE (256u << 20) /* the largest checkpoint read */
 
 /* ------------------------------------------------------------------------ */
 /* little-endian buffer                                                     */
@@ -85,12 +85,37 @@ static double get_f64(buf *b)
 /* ------------------------------------------------------------------------ */
 /* save                                                                     */
 
-static size_t checkpoint_size(const qkv_coref_model *m)
+/* Bytes of one saved tensor of shape (rows, cols): ndim, dims, data. */
+static int tensor_bytes(uint64_t rows, uint64_t cols, uint64_t *n)
 {
-    size_t n = HEADER_BYTES + 4; /* + crc */
+    if (rows > UINT32_MAX || cols > UINT32_MAX || rows * cols > (UINT64_MAX - 12) / 4)
+        return 0;
+    *n = 4 + 4 * 2 + 4 * rows * cols;
+    return 1;
+}
+
+/* Bytes of the four tensors of a model of this config, or 0 when the
+ * sizes overflow. */
+static uint64_t tensors_bytes(uint64_t vocab, uint64_t d_k, uint64_t classes)
+{
+    uint64_t qkv, o;
+    if (!tensor_bytes(vocab, d_k, &qkv) || !tensor_bytes(d_k, classes, &o) ||
+        qkv > (UINT64_MAX - o) / 3)
+        return 0;
+    return 3 * qkv + o;
+}
+
+/* The first weight that is not finite, as "wq[17] = nan", or NULL. */
+static const char *non_finite(const qkv_coref_model *m, char *buf, size_t len)
+{
+    static const char *names[QKV_COREF_PARAMS] = {"wq", "wk", "wv", "wo"};
     for (int i = 0; i < QKV_COREF_PARAMS; i++)
-        n += 4 + 4 * (size_t)m->params[i]->ndim + 4 * m->params[i]->numel;
-    return n;
+        for (size_t j = 0; j < m->params[i]->numel; j++)
+            if (!isfinite((float)m->params[i]->data[j])) {
+                snprintf(buf, len, "%s[%zu] = %g", names[i], j, (double)m->params[i]->data[j]);
+                return buf;
+            }
+    return NULL;
 }
 
 static void encode(const qkv_coref_model *m, uint32_t fingerprint, buf *b)
@@ -121,68 +146,41 @@ static void encode(const qkv_coref_model *m, uint32_t fingerprint, buf *b)
     put_u32(b, qkv_crc32(0, b->p, b->len));
 }
 
+static qkv_status write_buf(void *ctx, FILE *f, qkv_error *err)
+{
+    const buf *b = ctx;
+    (void)err; /* a short write shows in ferror, which the caller checks */
+    fwrite(b->p, 1, b->len, f);
+    return QKV_OK;
+}
+
 qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const char *path,
                           qkv_error *err)
 {
-    buf b = {NULL, 0, checkpoint_size(m), 0, 0};
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return qkv_error_set(err, QKV_ERR_IO, "%s: path too long", path);
+    char bad[64];
+    if (m == NULL || path == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "save: no model or no path");
+    if (non_finite(m, bad, sizeof bad) != NULL)
+        return qkv_error_set(err, QKV_ERR_NUMERIC,
+                             "refusing to save %s: a weight is not finite (%s); %s was left "
+                             "untouched",
+                             path, bad, path);
+    uint64_t body =
+        tensors_bytes((uint64_t)m->cfg.vocab, (uint64_t)m->cfg.d_k, (uint64_t)m->cfg.classes);
+    buf b = {NULL, 0, (size_t)(HEADER_BYTES + body + 4), 0, 0};
     if ((b.p = qkv_malloc(b.cap)) == NULL)
         return qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", path);
     encode(m, fingerprint, &b);
-    FILE *f = fopen(tmp, "wb");
-    int ok = f != NULL && !b.bad && fwrite(b.p, 1, b.len, f) == b.len && fflush(f) == 0 &&
-             fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (f != NULL && fclose(f) != 0)
-        ok = 0;
+    qkv_status s = b.bad ? qkv_error_set(err, QKV_ERR_ARG,
+                                         "save: the model's shapes do not "
+                                         "match its config")
+                         : qkv_save_atomic(path, write_buf, &b, err);
     free(b.p);
-    if (!ok || rename(tmp, path) != 0) {
-        saved = ok ? errno : saved;
-        remove(tmp);
-        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(saved));
-    }
-    return QKV_OK;
+    return s;
 }
 
 /* ------------------------------------------------------------------------ */
 /* load                                                                     */
-
-/* Reads the whole file; NULL with a message for a missing path, a
- * directory, an empty or oversized file. */
-static unsigned char *read_file(const char *path, size_t *len, qkv_error *err)
-{
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        qkv_error_set(err, QKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        qkv_error_set(err, QKV_ERR_IO, "%s is a directory, not a checkpoint", path);
-        return NULL;
-    }
-    if (sb.st_size == 0) {
-        qkv_error_set(err, QKV_ERR_FORMAT, "%s is empty, not a checkpoint", path);
-        return NULL;
-    }
-    if ((uintmax_t)sb.st_size > MAX_FILE) {
-        qkv_error_set(err, QKV_ERR_FORMAT, "%s is too large to be a checkpoint", path);
-        return NULL;
-    }
-    FILE *f = fopen(path, "rb");
-    unsigned char *p = qkv_malloc((size_t)sb.st_size);
-    size_t n = (f != NULL && p != NULL) ? fread(p, 1, (size_t)sb.st_size, f) : 0;
-    if (f != NULL)
-        fclose(f);
-    if (n != (size_t)sb.st_size) {
-        free(p);
-        qkv_error_set(err, QKV_ERR_IO, "cannot read %s", path);
-        return NULL;
-    }
-    *len = n;
-    return p;
-}
 
 /* Reads one tensor's shape and data into t, which must have that shape. */
 static int decode_tensor(buf *b, qkv_tensor *t)
@@ -203,13 +201,18 @@ static int decode_tensor(buf *b, qkv_tensor *t)
     return !b->bad;
 }
 
-static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, qkv_error *err)
+/* Checks everything the header declares against the bytes present, before
+ * anything is allocated: the magic, the version, the declared file size,
+ * the CRC, the vocabulary, and that the tensors the config implies fill
+ * exactly the bytes between the header and the CRC. */
+static int check_header(buf *b, const char *path, uint32_t fingerprint, qkv_coref_config *cfg,
+                        qkv_error *err)
 {
     if (b->len < HEADER_BYTES + 4 || memcmp(b->p, MAGIC, 8) != 0) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s is not a qkv checkpoint (%s)", path,
                       memcmp(b->p, MAGIC, b->len < 8 ? b->len : 8) ? "wrong magic bytes"
                                                                    : "too short");
-        return NULL;
+        return 0;
     }
     b->pos = 8;
     uint32_t version = get_u32(b);
@@ -219,17 +222,17 @@ static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, q
                       version ? "%s has format version %u; this qkv reads version %u (upgrade qkv)"
                               : "%s is damaged: format version %u (this qkv reads version %u)",
                       path, version, QKV_COREF_CHECKPOINT_VERSION);
-        return NULL;
+        return 0;
     }
     if (size != b->len) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s is %s: %zu bytes, the header says %llu", path,
                       b->len < size ? "truncated" : "damaged", b->len, (unsigned long long)size);
-        return NULL;
+        return 0;
     }
     b->pos = b->len - 4;
     if (get_u32(b) != qkv_crc32(0, b->p, b->len - 4)) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s is corrupted: checksum mismatch", path);
-        return NULL;
+        return 0;
     }
     b->pos = 8 + 4 + 8;
     uint32_t fp = get_u32(b);
@@ -237,39 +240,67 @@ static qkv_coref_model *decode(buf *b, const char *path, uint32_t fingerprint, q
         qkv_error_set(err, QKV_ERR_FORMAT,
                       "%s was trained on another vocabulary (fingerprint %08x, this build %08x)",
                       path, fp, fingerprint);
-        return NULL;
+        return 0;
     }
-    qkv_coref_config cfg;
-    cfg.vocab = (int)get_u32(b);
-    cfg.d_k = (int)get_u32(b);
-    cfg.classes = (int)get_u32(b);
-    cfg.scaled = (int)get_u32(b);
-    cfg.init_std = get_f64(b);
-    cfg.seed = get_u64(b);
+    uint32_t vocab = get_u32(b), d_k = get_u32(b), classes = get_u32(b), scaled = get_u32(b);
+    cfg->init_std = get_f64(b);
+    cfg->seed = get_u64(b);
     uint32_t n = get_u32(b);
-    qkv_coref_model *m = NULL;
-    if (!b->bad && n == QKV_COREF_PARAMS && cfg.vocab > 0 && cfg.d_k > 0 && cfg.classes > 0 &&
-        cfg.vocab <= 1 << 20 && cfg.d_k <= 1 << 16 && cfg.classes <= 1 << 20)
-        m = qkv_coref_model_new(&cfg, NULL);
+    uint64_t want = tensors_bytes(vocab, d_k, classes);
+    if (b->bad || n != QKV_COREF_PARAMS || vocab < 1 || d_k < 1 || classes < 1 ||
+        vocab > INT32_MAX || d_k > QKV_COREF_MAX_DK || classes > INT32_MAX || scaled > 1 ||
+        !isfinite(cfg->init_std) || cfg->init_std < 0) {
+        qkv_error_set(err, QKV_ERR_FORMAT,
+                      "%s has an impossible header (%u tensors, vocab %u, "
+                      "d_k %u, classes %u)",
+                      path, n, vocab, d_k, classes);
+        return 0;
+    }
+    if (want != b->len - HEADER_BYTES - 4) {
+        qkv_error_set(err, QKV_ERR_FORMAT,
+                      "%s has inconsistent sizes: its header declares %llu bytes of weights, "
+                      "the file holds %zu",
+                      path, (unsigned long long)want, b->len - HEADER_BYTES - 4);
+        return 0;
+    }
+    cfg->vocab = (int)vocab;
+    cfg->d_k = (int)d_k;
+    cfg->classes = (int)classes;
+    cfg->scaled = (int)scaled;
+    return 1;
+}
+
+qkv_coref_model *qkv_coref_load_buffer(const void *data, size_t len, const char *name,
+                                       uint32_t fingerprint, qkv_error *err)
+{
+    buf b = {(unsigned char *)(uintptr_t)data, len, len, 0, 0};
+    qkv_coref_config cfg;
+    if (data == NULL || !check_header(&b, name, fingerprint, &cfg, err))
+        return NULL;
+    qkv_coref_model *m = qkv_coref_model_alloc(&cfg, err);
     for (int i = 0; m != NULL && i < QKV_COREF_PARAMS; i++)
-        if (!decode_tensor(b, m->params[i])) {
+        if (!decode_tensor(&b, m->params[i])) {
             qkv_coref_model_free(m);
             m = NULL;
+            qkv_error_set(err, QKV_ERR_FORMAT, "%s has inconsistent shapes or values", name);
         }
-    if (m == NULL)
-        qkv_error_set(err, QKV_ERR_FORMAT, "%s has inconsistent shapes or values", path);
     return m;
 }
 
 qkv_coref_model *qkv_coref_load_abi(unsigned abi, const char *path, uint32_t fingerprint,
                                     qkv_error *err)
 {
+    size_t len;
     if (!qkv_abi_ok(abi, err))
         return NULL;
-    buf b = {NULL, 0, 0, 0, 0};
-    if ((b.p = read_file(path, &b.len, err)) == NULL)
+    if (path == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "load: no path");
         return NULL;
-    qkv_coref_model *m = decode(&b, path, fingerprint, err);
-    free(b.p);
+    }
+    unsigned char *p = qkv_read_file(path, MAX_FILE, &len, err);
+    if (p == NULL)
+        return NULL;
+    qkv_coref_model *m = qkv_coref_load_buffer(p, len, path, fingerprint, err);
+    free(p);
     return m;
 }

@@ -140,6 +140,8 @@ static qkv_status split_validation(qkv_coref_data *d, uint64_t seed)
 qkv_status qkv_coref_data_build(qkv_coref_data *d, unsigned levels, uint64_t seed, qkv_error *err)
 {
     int male[MAX_NAMES], female[MAX_NAMES];
+    if (d == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "data: nowhere to build it (NULL)");
     memset(d, 0, sizeof *d);
     if ((levels & QKV_COREF_ALL_LEVELS) == 0 || (levels & ~QKV_COREF_ALL_LEVELS) != 0)
         return qkv_error_set(err, QKV_ERR_ARG, "data: level set %#x is not a set of 1, 2, 3",
@@ -188,11 +190,16 @@ void qkv_coref_example_text(const qkv_coref_example *ex, char *buf, size_t len)
 unsigned qkv_coref_parse_levels(const char *s)
 {
     unsigned bits = 0;
-    for (const char *p = s; *p; p++) {
-        if (*p >= '1' && *p <= '0' + QKV_COREF_LEVELS && (p[1] == ',' || p[1] == '\0'))
-            bits |= 1u << (*p - '1');
-        else if (*p != ',' || p == s || p[1] == '\0')
+    for (const char *p = s; p != NULL; p += 2) {
+        /* one digit from 1 to QKV_COREF_LEVELS, then a comma and the next
+         * level, or the end; a level given twice is an error too */
+        if (p[0] < '1' || p[0] > '0' + QKV_COREF_LEVELS || (bits & (1u << (p[0] - '1'))))
+            return 0;
+        bits |= 1u << (p[0] - '1');
+        if (p[1] == '\0')
+            return bits;
+        if (p[1] != ',')
             return 0;
     }
-    return bits;
+    return 0;
 }

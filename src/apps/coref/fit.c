@@ -69,6 +69,10 @@ qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_core
     int updates = 0;
     if (done != NULL)
         *done = 0;
+    if (m == NULL || o == NULL || t == NULL || batch == NULL || d == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "fit: a model, optimizer, tape, batch and data "
+                             "are all needed");
     if (d->n_train < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "fit: the training split is empty");
     int *order = qkv_malloc(sizeof *order * (size_t)d->n_train);

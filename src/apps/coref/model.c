@@ -54,6 +54,8 @@ void qkv_coref_batch_free(qkv_coref_batch *b)
 
 void qkv_coref_batch_clear(qkv_coref_batch *b)
 {
+    if (b == NULL)
+        return;
     b->B = 0;
     b->T = 0;
 }
@@ -61,7 +63,8 @@ void qkv_coref_batch_clear(qkv_coref_batch *b)
 qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target,
                                int mark)
 {
-    if (b->B >= b->cap_b || len < 1 || len > b->cap_t || query < 0 || query >= len)
+    if (b == NULL || ids == NULL || b->B >= b->cap_b || len < 1 || len > b->cap_t || query < 0 ||
+        query >= len)
         return QKV_ERR_ARG;
     int *row = b->ids + (size_t)b->B * b->cap_t;
     memcpy(row, ids, sizeof *row * (size_t)len);
@@ -85,15 +88,14 @@ static void fill_normal(qkv_rng *g, qkv_tensor *w, double std)
         w->data[i] = (qkv_real)qkv_rng_normalvariate(g, 0, std);
 }
 
-qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg, qkv_error *err)
+qkv_coref_model *qkv_coref_model_alloc(const qkv_coref_config *cfg, qkv_error *err)
 {
-    if (!qkv_abi_ok(abi, err))
-        return NULL;
-    if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->classes < 1 ||
-        !(cfg->init_std >= 0) || !isfinite(cfg->init_std)) {
+    if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->d_k > QKV_COREF_MAX_DK ||
+        cfg->classes < 1 || !(cfg->init_std >= 0) || !isfinite(cfg->init_std)) {
         qkv_error_set(err, QKV_ERR_ARG,
-                      "model: vocab, d_k and classes must be at least 1 and "
-                      "init_std finite and >= 0");
+                      "model: vocab and classes must be at least 1, d_k from 1 to %d, and "
+                      "init_std finite and >= 0",
+                      QKV_COREF_MAX_DK);
         return NULL;
     }
     qkv_coref_model *m = qkv_calloc(1, sizeof *m);
@@ -116,6 +118,16 @@ qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *c
             qkv_coref_model_free(m);
             return NULL;
         }
+    return m;
+}
+
+qkv_coref_model *qkv_coref_model_new_abi(unsigned abi, const qkv_coref_config *cfg, qkv_error *err)
+{
+    if (!qkv_abi_ok(abi, err))
+        return NULL;
+    qkv_coref_model *m = qkv_coref_model_alloc(cfg, err);
+    if (m == NULL)
+        return NULL;
     qkv_rng g;
     qkv_rng_seed(&g, cfg->seed);
     fill_normal(&g, m->wq, cfg->init_std);
@@ -158,6 +170,8 @@ static int *pack_batch(qkv_tape *t, const qkv_coref_batch *b, qkv_tensor **mask)
 qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_batch *b,
                              qkv_coref_out *f)
 {
+    if (f == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "model: no place for the output");
     memset(f, 0, sizeof *f);
     if (m == NULL || b == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "model: no model or no batch");
@@ -185,6 +199,9 @@ qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_ba
 qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t,
                                 const qkv_coref_batch *b, qkv_coref_out *f)
 {
+    if (o == NULL || t == NULL || f == NULL)
+        return t != NULL ? qkv_tape_fail(t, QKV_ERR_ARG, "train step: no optimizer or no output")
+                         : QKV_ERR_ARG;
     qkv_optim_zero_grad(o);
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 1);

@@ -138,6 +138,8 @@ static size_t char_count(const char *s, size_t bytes)
 
 qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_error *err)
 {
+    if (text == NULL || ids == NULL || n == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "tokenize: no text, ids or count");
     size_t total = strlen(text), bad;
     *n = 0;
     if (!qkv_utf8_valid(text, total, &bad)) {
