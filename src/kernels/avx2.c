@@ -152,6 +152,12 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .scatter_add = qkv_portable_scatter_add,
     .adam = qkv_portable_adam,
     .zero = qkv_portable_zero,
+    .exp = qkv_portable_exp,
+    .log = qkv_portable_log,
+    .tanh = qkv_portable_tanh,
+    .sigmoid = qkv_portable_sigmoid,
+    .gelu = qkv_portable_gelu,
+    .gelu_backward = qkv_portable_gelu_backward,
 };
 #else
 typedef int qkv_no_avx2_kernels; /* ISO C wants a declaration */

@@ -217,6 +217,12 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .scatter_add = scatter_add_avx512,
     .adam = adam_avx512,
     .zero = zero_avx512,
+    .exp = qkv_portable_exp,
+    .log = qkv_portable_log,
+    .tanh = qkv_portable_tanh,
+    .sigmoid = qkv_portable_sigmoid,
+    .gelu = qkv_portable_gelu,
+    .gelu_backward = qkv_portable_gelu_backward,
 };
 #else
 typedef int qkv_no_avx512_kernels; /* ISO C wants a declaration */

@@ -79,6 +79,23 @@ typedef struct qkv_adam_coef {
 void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
                      const qkv_adam_coef *c);
 
+/* Element-wise maths over n values: y[i] = f(x[i]); y may be x. The
+ * portable set computes each in double with libm and rounds once; the
+ * vector sets stay within the ulp bounds that test_kernels measures. Edges:
+ * exp overflows to +inf and underflows to 0; log(0) = -inf, log(x < 0) =
+ * NaN; tanh and sigmoid saturate to ±1 and 0/1 exactly; NaN stays NaN. */
+void qkv_vexp(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_vlog(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_vtanh(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_vsigmoid(qkv_real *y, const qkv_real *x, size_t n);
+
+/* GELU in the tanh form GPT-2 uses:
+ *   gelu(x) = x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))
+ * and its backward, dx[i] += dy[i]·gelu'(x[i]). Saturates to x and 0 for
+ * large |x| (gradients 1 and 0). */
+void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
+
 /* One batch item of fused attention:
  *   S = scale·Q·Kᵀ (tq×tk),  A = softmax(S + M) row-wise,  O = A·V (tq×dv)
  * for Q tq×dk, K tk×dk, V tk×dv. M is an additive mask (0 keeps, -inf
@@ -147,6 +164,10 @@ typedef void (*qkv_adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double
 /* x[0..n) = 0. */
 typedef void (*qkv_zero_fn)(qkv_real *x, size_t n);
 
+/* y[i] = f(x[i]), and GELU's backward. */
+typedef void (*qkv_map_fn)(qkv_real *y, const qkv_real *x, size_t n);
+typedef void (*qkv_map_bwd_fn)(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
+
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
 
@@ -165,6 +186,8 @@ typedef struct qkv_kernel_set {
     qkv_rows_fn scatter_add;
     qkv_adam_fn adam;
     qkv_zero_fn zero;
+    qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */
+    qkv_map_bwd_fn gelu_backward;
 } qkv_kernel_set;
 
 /* The sets this build has (portable always; the others on x86-64 float32
@@ -185,6 +208,12 @@ void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *i
 void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
                        const qkv_adam_coef *c);
 void qkv_portable_zero(qkv_real *x, size_t n);
+void qkv_portable_exp(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_portable_log(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_portable_tanh(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_portable_sigmoid(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n);
+void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
 
 /* The direct paths' helpers (gemm.c): a per-thread scratch for a copied
  * Bᵀ, op(B) as a row-major k×n matrix (NULL if it does not fit the

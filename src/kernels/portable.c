@@ -111,6 +111,64 @@ void qkv_portable_zero(qkv_real *x, size_t n)
         x[i] = 0;
 }
 
+/* ---- element-wise maths: libm in double, rounded once ------------------- */
+
+void qkv_portable_exp(qkv_real *y, const qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)exp((double)x[i]);
+}
+
+void qkv_portable_log(qkv_real *y, const qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)log((double)x[i]);
+}
+
+void qkv_portable_tanh(qkv_real *y, const qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)tanh((double)x[i]);
+}
+
+void qkv_portable_sigmoid(qkv_real *y, const qkv_real *x, size_t n)
+{
+    /* 1/(1 + e^-x): e^-x overflows to inf for x < -709 and gives 0, and
+     * underflows to 0 for large x and gives 1, with no NaN in between */
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)(1 / (1 + exp(-(double)x[i])));
+}
+
+#define GELU_K 0.7978845608028654 /* √(2/π) */
+#define GELU_C 0.044715
+#define GELU_BIG 1e30 /* beyond this, x³ could overflow a double: saturated */
+
+void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        if (fabs(v) > GELU_BIG)
+            y[i] = (qkv_real)(v > 0 ? v : 0);
+        else
+            y[i] = (qkv_real)(0.5 * v * (1 + tanh(GELU_K * (v + GELU_C * v * v * v))));
+    }
+}
+
+void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n)
+{
+    /* gelu'(x) = (1 + t)/2 + x/2 · (1 - t²) · k·(1 + 3c·x²), t = tanh(k(x + c·x³)) */
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i], g;
+        if (fabs(v) > GELU_BIG) {
+            g = v > 0 ? 1 : 0;
+        } else {
+            double t = tanh(GELU_K * (v + GELU_C * v * v * v));
+            g = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * GELU_K * (1 + 3 * GELU_C * v * v);
+        }
+        dx[i] += (qkv_real)(dy[i] * g);
+    }
+}
+
 const qkv_kernel_set qkv_kernels_portable = {
     .name = "portable",
     .mr = 4,
@@ -122,4 +180,10 @@ const qkv_kernel_set qkv_kernels_portable = {
     .scatter_add = qkv_portable_scatter_add,
     .adam = qkv_portable_adam,
     .zero = qkv_portable_zero,
+    .exp = qkv_portable_exp,
+    .log = qkv_portable_log,
+    .tanh = qkv_portable_tanh,
+    .sigmoid = qkv_portable_sigmoid,
+    .gelu = qkv_portable_gelu,
+    .gelu_backward = qkv_portable_gelu_backward,
 };

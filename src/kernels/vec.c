@@ -1,7 +1,7 @@
 /*
  * vec.c - the row and vector kernels that call into the set in use: softmax
  * and its backward, log-softmax, sums in double, rows gathered and
- * scatter-added, zeroing, and the Adam update.
+ * scatter-added, zeroing, the Adam update, and element-wise maths.
  */
 #include <math.h>
 #include <string.h>
@@ -106,4 +106,34 @@ double qkv_sum_real(const qkv_real *x, size_t n)
     for (size_t i = 0; i < n; i++)
         s += x[i];
     return s;
+}
+
+void qkv_vexp(qkv_real *y, const qkv_real *x, size_t n)
+{
+    qkv_kernels()->exp(y, x, n);
+}
+
+void qkv_vlog(qkv_real *y, const qkv_real *x, size_t n)
+{
+    qkv_kernels()->log(y, x, n);
+}
+
+void qkv_vtanh(qkv_real *y, const qkv_real *x, size_t n)
+{
+    qkv_kernels()->tanh(y, x, n);
+}
+
+void qkv_vsigmoid(qkv_real *y, const qkv_real *x, size_t n)
+{
+    qkv_kernels()->sigmoid(y, x, n);
+}
+
+void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n)
+{
+    qkv_kernels()->gelu(y, x, n);
+}
+
+void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n)
+{
+    qkv_kernels()->gelu_backward(dx, x, dy, n);
 }
