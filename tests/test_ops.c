@@ -284,7 +284,7 @@ START_TEST(test_errors_name_the_op_and_shapes)
     EXPECT_ERROR(qkv_matmul_nt(f.t, a, w), QKV_ERR_SHAPE,
                  "matmul_nt: [2,3,4] x [5,3]: inner dimensions differ");
     EXPECT_ERROR(qkv_add(f.t, a, v), QKV_ERR_SHAPE,
-                 "add: [2,3,4] and [3]: second shape does not broadcast to the first");
+                 "add: [2,3,4] and [3]: the shapes do not broadcast");
     EXPECT_ERROR(qkv_gather(f.t, w, ids, 1, (const int[]){2}), QKV_ERR_ARG,
                  "gather: id 5 at position 1 is outside [0,5) of table [5,3]");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, idx), QKV_ERR_ARG,

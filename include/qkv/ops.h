@@ -17,6 +17,7 @@
 #ifndef QKV_OPS_H
 #define QKV_OPS_H
 
+#include "qkv/rng.h"
 #include "qkv/tape.h"
 
 #ifdef __cplusplus
@@ -41,27 +42,71 @@ qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x);
 
 /* ---- element-wise (src/ops/elementwise.c) ----------------------------- */
 
-/* y = c·x. */
-qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c);
-
-/* y = a + b, where b broadcasts to a's shape: b's dimensions, aligned on
- * the right, each equal a's or are 1 (a bias row [n] over [...,n]). */
+/* y = a + b, a - b, a ⊙ b, a / b, with numpy broadcasting of both: the
+ * shapes, aligned on the right, agree where each has a dimension, or one of
+ * them is 1 there, and the result takes the larger of each ([B,T,D] + [D],
+ * [3,1] ⊙ [1,4] = [3,4]). Each backward sums an operand's gradient over
+ * the dimensions it was broadcast along. x/0 is ±inf or NaN, as in IEEE. */
 qkv_tensor *qkv_add(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
-
-/* y = a ⊙ b, element-wise, b broadcast to a as in qkv_add. */
+qkv_tensor *qkv_sub(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 qkv_tensor *qkv_mul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
+qkv_tensor *qkv_div(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 
-/* Additive mask: y = x + m, where m broadcasts to x as in qkv_add and holds
- * 0 (keep) or -INFINITY (drop). m receives no gradient. */
+/* y = c·x (c rounded once per value, from double) and y = -x. */
+qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c);
+qkv_tensor *qkv_neg(qkv_tape *t, qkv_tensor *x);
+
+/* Additive mask: y = x + m, where m broadcasts to x's shape (never the
+ * other way) and holds 0 (keep) or -INFINITY (drop). m receives no
+ * gradient, and nothing flows back through a dropped entry. */
 qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
 
-/* Element-wise tanh and relu. relu's gradient at 0 is taken as 0. */
-qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
-qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
-
-/* y = e^x, element-wise (libm's exp, rounded once); e^x overflows to +inf
- * above about 88.7 in float32. dx = dy·y. */
+/* Element-wise maps, each with its gradient:
+ *   exp      e^x; overflows to +inf above about 88.7 (float32)   dx = dy·y
+ *   log      ln x; log 0 = -inf, log of a negative is NaN        dx = dy/x
+ *   sqrt     √x; √0 = 0 with gradient dy/0 = inf (as PyTorch)    dx = dy/(2y)
+ *   tanh     saturates to ±1                                     dx = dy·(1 - y²)
+ *   sigmoid  1/(1 + e^-x), exactly 0 and 1 at ∓1e4, no NaN       dx = dy·y·(1 - y)
+ *   relu     max(x, 0); the gradient at 0 is 0                   dx = dy·[x > 0]
+ *   gelu     x/2·(1 + tanh(√(2/π)(x + 0.044715x³))), GPT-2's;    dx = dy·gelu'(x)
+ *            x and 0 at ±1e4 (gradients 1 and 0)
+ *   silu     x·σ(x)                                              dx = dy·(σ + y(1 - σ))
+ * The vector kernels compute exp, log, tanh, sigmoid and GELU within a few
+ * ulp of libm (test_kernels states the bounds). */
 qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_log(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_sqrt(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_sigmoid(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x);
+
+/* y = x^p for a constant p (libm's pow: a negative x with a fractional p
+ * gives NaN). dx = dy·p·x^(p-1), and 0 for p = 0. */
+qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p);
+
+/* ---- shapes and views (src/ops/shape.c) ------------------------------- */
+
+/* The same values in a new shape of ndim dimensions, one of which may be
+ * -1 (inferred). A view, not a copy: the result shares x's data, and its
+ * gradient too while recording, so writing through it changes x and
+ * gradients flow back with no node. Valid until the tape is reset. */
+qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape);
+
+/* Reorders the dimensions: the result's dimension i is x's perm[i]
+ * (negative entries count from the end), e.g. {0,2,1,3} turns [B,T,H,d]
+ * into [B,H,T,d]. A copy; backward permutes the gradient back. */
+qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm);
+
+/* Swaps dimensions d0 and d1 (negative counts from the end): a permute. */
+qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1);
+
+/* Joins n tensors (1 to 64) along dim; all other sizes must agree. */
+qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
+
+/* The len entries from start along dim: [..., start:start+len, ...]. */
+qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len);
 
 /* ---- reductions (src/ops/reduce.c) ------------------------------------ */
 
@@ -70,10 +115,31 @@ qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_sum(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x);
 
-/* Sum and mean along the last dimension: [...,n] -> [...]. A 1-D input
- * gives a scalar. */
+/* Sum, mean and maximum along dimension dim (negative counts from the
+ * end): the dimension goes, or stays with size 1 when keepdim is nonzero
+ * ([B,T,D] -> [B,T] or [B,T,1]). Sums accumulate in double. max_dim's
+ * gradient goes to the first maximum; a NaN counts as the maximum. */
+qkv_tensor *qkv_sum_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
+qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
+qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
+
+/* Sum and mean along the last dimension: [...,n] -> [...]; a 1-D input
+ * gives a scalar. Shorthands for sum_dim and mean_dim(x, -1, 0). */
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x);
+
+/* ---- normalisation (src/ops/norm.c) ----------------------------------- */
+
+/* Layer norm over the last dimension D: y = (x - μ)/√(σ² + eps)·γ + β, with
+ * μ and σ² the mean and (biased) variance of each row. gamma and beta are
+ * [D] or NULL (1 and 0). The forward keeps each row's μ and 1/σ; the
+ * backward is the fused closed form. */
+qkv_tensor *qkv_layer_norm(qkv_tape *t, qkv_tensor *x, qkv_tensor *gamma, qkv_tensor *beta,
+                           double eps);
+
+/* RMS norm over the last dimension: y = x/√(mean(x²) + eps)·γ, gamma [D]
+ * or NULL. */
+qkv_tensor *qkv_rms_norm(qkv_tape *t, qkv_tensor *x, qkv_tensor *gamma, double eps);
 
 /* ---- indexing (src/ops/index.c) --------------------------------------- */
 
@@ -106,6 +172,23 @@ qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x);
  * loss is 0. Gradient: (p - onehot(target)) / N, N = rows counted. Returns a
  * scalar. */
 qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets);
+
+/* Mean squared error: mean((pred - target)²), a scalar. target has pred's
+ * shape and takes no gradient. */
+qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target);
+
+/* Binary cross-entropy on logits: mean of -[y·log σ(x) + (1-y)·log(1-σ(x))]
+ * computed as max(x,0) - x·y + log(1 + e^-|x|), finite for any finite x
+ * (±1e4 included). target (y, usually 0 or 1) takes no gradient.
+ * dx = (σ(x) - y)/N. */
+qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tensor *target);
+
+/* ---- regularisation (src/ops/dropout.c) ------------------------------- */
+
+/* Inverted dropout: each value is zeroed with probability p (one draw of
+ * rng per value, in order) and the rest are scaled by 1/(1-p). Returns x
+ * itself when p is 0 or gradients are off (evaluation). p in [0, 1). */
+qkv_tensor *qkv_dropout(qkv_tape *t, qkv_tensor *x, double p, qkv_rng *rng);
 
 /* ---- attention (src/ops/attention.c) ---------------------------------- */
 

@@ -87,6 +87,12 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n);
  * QKV_ERR_ARG if loss is not such a scalar. */
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss);
 
+/* Backpropagates from any tensor y made on this tape while recording,
+ * seeding its gradient with dy (n values, as many as y has), as
+ * y.backward(dy) does in PyTorch. Returns the tape status, QKV_ERR_SHAPE
+ * for a seed of another size, QKV_ERR_ARG as qkv_backward. */
+qkv_status qkv_backward_from(qkv_tape *t, qkv_tensor *y, const qkv_real *dy, size_t n);
+
 /* Number of nodes recorded since the last reset. */
 size_t qkv_tape_nodes(const qkv_tape *t);
 

@@ -220,25 +220,71 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
     return n;
 }
 
+/* Checks that backward may start from y (n values of seed); records why
+ * not. */
+static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y, size_t n)
+{
+    if (t->err.status != QKV_OK)
+        return t->err.status;
+    if (qkv_tensor_is_nil(y) || y->grad == NULL || !(y->flags & QKV_TENSOR_TAPE))
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "%s: the tensor must be made on this tape with gradients on (was "
+                             "qkv_tape_set_grad(t, 0) left on?)",
+                             name);
+    if (y->numel != n) {
+        char sy[64];
+        qkv_shape_str(y, sy, sizeof sy);
+        return qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s has %zu values, the seed %zu", name, sy,
+                             y->numel, n);
+    }
+    if (t->backward_done)
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "%s: already run on this recording; call qkv_tape_reset and record "
+                             "again",
+                             name);
+    return QKV_OK;
+}
+
+/* Runs every node's backward, newest first. */
+static void run_backward(qkv_tape *t)
+{
+    t->backward_done = 1;
+    for (const qkv_node *n = t->last; n != NULL; n = n->prev)
+        n->op->backward(n);
+}
+
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
 {
     if (t == NULL)
         return QKV_ERR_ARG;
-    if (t->err.status != QKV_OK)
-        return t->err.status;
-    if (qkv_tensor_is_nil(loss) || loss->numel != 1 || loss->grad == NULL ||
-        !(loss->flags & QKV_TENSOR_TAPE))
+    if (t->err.status == QKV_OK && !qkv_tensor_is_nil(loss) && loss->numel != 1) {
+        char sl[64];
+        qkv_shape_str(loss, sl, sizeof sl);
         return qkv_tape_fail(t, QKV_ERR_ARG,
-                             "backward: loss must be a scalar recorded on this tape "
-                             "with gradients on (was qkv_tape_set_grad(t, 0) left on?)");
-    if (t->backward_done)
-        return qkv_tape_fail(t, QKV_ERR_ARG,
-                             "backward: already run on this recording; "
-                             "call qkv_tape_reset and record again");
-    t->backward_done = 1;
+                             "backward: the loss must be a scalar, not %s (qkv_backward_from "
+                             "starts from any tensor)",
+                             sl);
+    }
+    qkv_status s = backward_ok(t, "backward", loss, 1);
+    if (s != QKV_OK)
+        return s;
     loss->grad[0] = 1;
-    for (const qkv_node *n = t->last; n != NULL; n = n->prev)
-        n->op->backward(n);
+    run_backward(t);
+    return QKV_OK;
+}
+
+qkv_status qkv_backward_from(qkv_tape *t, qkv_tensor *y, const qkv_real *dy, size_t n)
+{
+    if (t == NULL)
+        return QKV_ERR_ARG;
+    if (dy == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "backward_from: no seed gradient (NULL)");
+    qkv_status s = backward_ok(t, "backward_from", y, n);
+    if (s != QKV_OK)
+        return s;
+    for (size_t i = 0; i < n; i++)
+        y->grad[i] = dy[i];
+    run_backward(t);
     return QKV_OK;
 }
 

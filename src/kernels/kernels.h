@@ -96,6 +96,23 @@ void qkv_vsigmoid(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
 
+/* Layer norm of rows rows of d values: for each row, mean μ and rstd
+ * r = 1/√(var + eps) (biased variance; both in double, two passes), then
+ * y = (x - μ)·r·γ + β, with γ and β of d values (either may be NULL:
+ * 1 and 0). mean and rstd (rows values each) keep μ and r for backward.
+ * With center = 0 it is RMS norm: μ = 0, var = mean(x²), no β. */
+void qkv_norm_rows(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
+                   const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d, double eps,
+                   int center);
+
+/* Its backward, fused (llm.c's closed form): with x̂ = (x - μ)·r and
+ * g = dy·γ, dx += r·(g - mean(g) - x̂·mean(g·x̂)) (without the mean(g) term
+ * when center = 0); dgamma += Σ_rows dy·x̂ and dbeta += Σ_rows dy. Any of
+ * dx, dgamma and dbeta may be NULL. The means accumulate in double. */
+void qkv_norm_rows_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
+                            const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
+                            const qkv_real *gamma, size_t rows, size_t d, int center);
+
 /* One batch item of fused attention:
  *   S = scale·Q·Kᵀ (tq×tk),  A = softmax(S + M) row-wise,  O = A·V (tq×dv)
  * for Q tq×dk, K tk×dk, V tk×dv. M is an additive mask (0 keeps, -inf

@@ -1,63 +1,147 @@
 /*
- * elementwise.c - element-wise ops, each forward with its backward: scale,
- * add and mul (broadcasting their second operand), the additive mask, tanh,
- * relu and exp.
+ * elementwise.c - element-wise ops, each forward with its backward: add,
+ * sub, mul and div (numpy broadcasting of both operands), scale, neg, the
+ * additive mask, and the maps exp, log, sqrt, pow, tanh, sigmoid, relu,
+ * GELU and SiLU.
  */
 #include <math.h>
+#include <string.h>
 
+#include "kernels/kernels.h"
 #include "ops/op.h"
 
-/* ---- scale -------------------------------------------------------------- */
-
-static void scale_backward(const qkv_node *nd)
-{
-    qkv_tensor *x = nd->in[0];
-    const qkv_real *dy = nd->out->grad;
-    for (size_t i = 0; i < x->numel; i++) /* dx = c·dy */
-        x->grad[i] += (qkv_real)(nd->c * dy[i]);
-}
-
-static const qkv_op_def op_scale = {"scale", scale_backward};
-
-qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
-{
-    if (!qkv_op_inputs_ok(t, "scale", x, NULL, 0))
-        return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
-    if (qkv_tensor_is_nil(out))
-        return out;
-    for (size_t i = 0; i < x->numel; i++)
-        out->data[i] = (qkv_real)(c * x->data[i]);
-    return qkv_op_finish(t, &op_scale, out, x, NULL, c);
-}
-
-/* ---- add, mul and mask: b broadcast over a ------------------------------ */
+/* ---- add, sub, mul, div: both operands broadcast ------------------------ */
+/*
+ * The backward passes reduce each operand's gradient over the dimensions it
+ * was broadcast along: a stride of 0 makes every output position add into
+ * the same input entry, in output order.
+ */
 
 static void add_backward(const qkv_node *nd)
 {
-    qkv_bcast p;
+    qkv_bcast2 p;
     qkv_tensor *a = nd->in[0], *b = nd->in[1];
     const qkv_real *dy = nd->out->grad;
-    qkv_bcast_plan(a, b, &p);
-    /* da = dy; db = dy summed over the broadcast dimensions */
-    if (a->grad != NULL)
-        QKV_BCAST_LOOP(p, a->grad[ia] += dy[ia]);
-    if (b->grad != NULL)
-        QKV_BCAST_LOOP(p, b->grad[ib] += dy[ia]);
+    qkv_bcast2_plan(a, b, &p);
+    if (a->grad != NULL) /* da = dy, summed where a broadcast */
+        QKV_BCAST2_LOOP(p, a->grad[ia] += dy[io]);
+    if (b->grad != NULL) /* db = dy, summed where b broadcast */
+        QKV_BCAST2_LOOP(p, b->grad[ib] += dy[io]);
+}
+
+static void sub_backward(const qkv_node *nd)
+{
+    qkv_bcast2 p;
+    qkv_tensor *a = nd->in[0], *b = nd->in[1];
+    const qkv_real *dy = nd->out->grad;
+    qkv_bcast2_plan(a, b, &p);
+    if (a->grad != NULL) /* da = dy */
+        QKV_BCAST2_LOOP(p, a->grad[ia] += dy[io]);
+    if (b->grad != NULL) /* db = -dy */
+        QKV_BCAST2_LOOP(p, b->grad[ib] -= dy[io]);
 }
 
 static void mul_backward(const qkv_node *nd)
 {
-    qkv_bcast p;
+    qkv_bcast2 p;
     qkv_tensor *a = nd->in[0], *b = nd->in[1];
     const qkv_real *dy = nd->out->grad;
-    qkv_bcast_plan(a, b, &p);
-    /* y = a⊙b: da = dy⊙b; db = Σ dy⊙a over the broadcast dimensions */
-    if (a->grad != NULL)
-        QKV_BCAST_LOOP(p, a->grad[ia] += dy[ia] * b->data[ib]);
-    if (b->grad != NULL)
-        QKV_BCAST_LOOP(p, b->grad[ib] += dy[ia] * a->data[ia]);
+    qkv_bcast2_plan(a, b, &p);
+    if (a->grad != NULL) /* y = a⊙b: da = dy⊙b */
+        QKV_BCAST2_LOOP(p, a->grad[ia] += dy[io] * b->data[ib]);
+    if (b->grad != NULL) /* db = dy⊙a */
+        QKV_BCAST2_LOOP(p, b->grad[ib] += dy[io] * a->data[ia]);
 }
+
+static void div_backward(const qkv_node *nd)
+{
+    qkv_bcast2 p;
+    qkv_tensor *a = nd->in[0], *b = nd->in[1];
+    const qkv_real *dy = nd->out->grad, *y = nd->out->data;
+    qkv_bcast2_plan(a, b, &p);
+    if (a->grad != NULL) /* y = a/b: da = dy/b */
+        QKV_BCAST2_LOOP(p, a->grad[ia] += dy[io] / b->data[ib]);
+    if (b->grad != NULL) /* db = -dy·a/b² = -dy·y/b */
+        QKV_BCAST2_LOOP(p, b->grad[ib] -= dy[io] * y[io] / b->data[ib]);
+}
+
+static const qkv_op_def op_add = {"add", add_backward};
+static const qkv_op_def op_sub = {"sub", sub_backward};
+static const qkv_op_def op_mul = {"mul", mul_backward};
+static const qkv_op_def op_div = {"div", div_backward};
+
+typedef enum binop { ADD, SUB, MUL, DIV } binop;
+
+static qkv_tensor *binary(qkv_tape *t, binop op, qkv_tensor *a, qkv_tensor *b)
+{
+    static const char *names[] = {"add", "sub", "mul", "div"};
+    static const qkv_op_def *defs[] = {&op_add, &op_sub, &op_mul, &op_div};
+    qkv_bcast2 p;
+    if (!qkv_op_inputs_ok(t, names[op], a, b, 1))
+        return qkv_nil();
+    if (!qkv_bcast2_plan(a, b, &p)) {
+        QKV_SHAPES(a, b);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: %s and %s: the shapes do not broadcast", names[op], sa,
+                      sb);
+        return qkv_nil();
+    }
+    qkv_tensor *out = qkv_op_out(t, p.ndim, p.shape, a, b);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    qkv_real *y = out->data;
+    const qkv_real *x = a->data, *z = b->data;
+    if (p.same) { /* the common case: one flat loop the compiler vectorises */
+        const size_t n = out->numel;
+        switch (op) {
+        case ADD:
+            for (size_t i = 0; i < n; i++)
+                y[i] = x[i] + z[i];
+            break;
+        case SUB:
+            for (size_t i = 0; i < n; i++)
+                y[i] = x[i] - z[i];
+            break;
+        case MUL:
+            for (size_t i = 0; i < n; i++)
+                y[i] = x[i] * z[i];
+            break;
+        case DIV:
+            for (size_t i = 0; i < n; i++)
+                y[i] = x[i] / z[i];
+            break;
+        }
+    } else {
+        switch (op) {
+        case ADD: QKV_BCAST2_LOOP(p, y[io] = x[ia] + z[ib]); break;
+        case SUB: QKV_BCAST2_LOOP(p, y[io] = x[ia] - z[ib]); break;
+        case MUL: QKV_BCAST2_LOOP(p, y[io] = x[ia] * z[ib]); break;
+        case DIV: QKV_BCAST2_LOOP(p, y[io] = x[ia] / z[ib]); break;
+        }
+    }
+    return qkv_op_finish(t, defs[op], out, a, b, 0);
+}
+
+qkv_tensor *qkv_add(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
+{
+    return binary(t, ADD, a, b);
+}
+
+qkv_tensor *qkv_sub(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
+{
+    return binary(t, SUB, a, b);
+}
+
+qkv_tensor *qkv_mul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
+{
+    return binary(t, MUL, a, b);
+}
+
+qkv_tensor *qkv_div(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
+{
+    return binary(t, DIV, a, b);
+}
+
+/* ---- the additive mask: m broadcast over x, no gradient into m ---------- */
 
 static void mask_backward(const qkv_node *nd)
 {
@@ -70,56 +154,20 @@ static void mask_backward(const qkv_node *nd)
     QKV_BCAST_LOOP(p, x->grad[ia] += isinf(m->data[ib]) && m->data[ib] < 0 ? 0 : dy[ia]);
 }
 
-static const qkv_op_def op_add = {"add", add_backward};
-static const qkv_op_def op_mul = {"mul", mul_backward};
 static const qkv_op_def op_mask = {"mask", mask_backward};
-
-/* Checks and plans y = a ∘ b with b broadcast over a, and makes y; it
- * tracks a gradient when a does, or b does and b_differentiable. Nil after
- * recording an error. */
-static qkv_tensor *binary_out(qkv_tape *t, const char *name, const qkv_tensor *a,
-                              const qkv_tensor *b, int b_differentiable, qkv_bcast *p)
-{
-    if (!qkv_op_inputs_ok(t, name, a, b, 1))
-        return qkv_nil();
-    if (!qkv_bcast_plan(a, b, p)) {
-        QKV_SHAPES(a, b);
-        qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "%s: %s and %s: second shape does not broadcast to the first", name, sa, sb);
-        return qkv_nil();
-    }
-    int with_grad = a->grad != NULL || (b_differentiable && b->grad != NULL);
-    return qkv_tape_tensor(t, a->ndim, a->shape, with_grad);
-}
-
-qkv_tensor *qkv_add(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
-{
-    qkv_bcast p;
-    qkv_tensor *out = binary_out(t, "add", a, b, 1, &p);
-    if (qkv_tensor_is_nil(out))
-        return out;
-    qkv_real *y = out->data;
-    const qkv_real *x = a->data, *z = b->data;
-    QKV_BCAST_LOOP(p, y[ia] = x[ia] + z[ib]);
-    return qkv_op_finish(t, &op_add, out, a, b, 0);
-}
-
-qkv_tensor *qkv_mul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
-{
-    qkv_bcast p;
-    qkv_tensor *out = binary_out(t, "mul", a, b, 1, &p);
-    if (qkv_tensor_is_nil(out))
-        return out;
-    qkv_real *y = out->data;
-    const qkv_real *x = a->data, *z = b->data;
-    QKV_BCAST_LOOP(p, y[ia] = x[ia] * z[ib]);
-    return qkv_op_finish(t, &op_mul, out, a, b, 0);
-}
 
 qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m)
 {
     qkv_bcast p;
-    qkv_tensor *out = binary_out(t, "mask", x, m, 0, &p); /* m takes no gradient */
+    if (!qkv_op_inputs_ok(t, "mask", x, m, 1))
+        return qkv_nil();
+    if (!qkv_bcast_plan(x, m, &p)) {
+        QKV_SHAPES(x, m);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "mask: %s and %s: second shape does not broadcast to the first", sa, sb);
+        return qkv_nil();
+    }
+    qkv_tensor *out = qkv_tape_tensor(t, x->ndim, x->shape, x->grad != NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     qkv_real *y = out->data;
@@ -134,7 +182,117 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m)
     return out;
 }
 
-/* ---- nonlinearities ----------------------------------------------------- */
+/* ---- maps: y = f(x) ----------------------------------------------------- */
+
+/* y[0..n) = f(x[0..n)), with the op's constant c (pow's exponent). */
+typedef void (*map_fn)(qkv_real *y, const qkv_real *x, size_t n, double c);
+
+/* Runs a map and records its node (with c, and the extra state that
+ * saved_fn, when given, computes into a tape buffer). */
+static qkv_tensor *unary(qkv_tape *t, const char *name, const qkv_op_def *def, qkv_tensor *x,
+                         map_fn f, double c)
+{
+    if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    f(out->data, x->data, x->numel, c);
+    return qkv_op_finish(t, def, out, x, NULL, c);
+}
+
+static void scale_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)(c * x[i]);
+}
+
+static void scale_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = c·dy */
+        x->grad[i] += (qkv_real)(nd->c * dy[i]);
+}
+
+static void neg_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    for (size_t i = 0; i < n; i++)
+        y[i] = -x[i];
+}
+
+static void neg_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = -dy */
+        x->grad[i] -= dy[i];
+}
+
+static void exp_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    qkv_vexp(y, x, n);
+}
+
+static void exp_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy·e^x = dy·y */
+        x->grad[i] += dy[i] * y[i];
+}
+
+static void log_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    qkv_vlog(y, x, n);
+}
+
+static void log_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy/x */
+        x->grad[i] += dy[i] / x->data[i];
+}
+
+static void sqrt_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)sqrt((double)x[i]);
+}
+
+static void sqrt_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy/(2·√x) = dy/(2y) */
+        x->grad[i] += dy[i] / (2 * y[i]);
+}
+
+static void pow_map(qkv_real *y, const qkv_real *x, size_t n, double p)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] = (qkv_real)pow((double)x[i], p);
+}
+
+static void pow_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad;
+    const double p = nd->c;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy·p·x^(p-1); 0 when p = 0 */
+        x->grad[i] += p == 0 ? 0 : (qkv_real)(dy[i] * p * pow((double)x->data[i], p - 1));
+}
+
+static void tanh_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    qkv_vtanh(y, x, n);
+}
 
 static void tanh_backward(const qkv_node *nd)
 {
@@ -142,6 +300,27 @@ static void tanh_backward(const qkv_node *nd)
     const qkv_real *y = nd->out->data, *dy = nd->out->grad;
     for (size_t i = 0; i < x->numel; i++) /* dx = dy·(1 - y²) */
         x->grad[i] += dy[i] * (1 - y[i] * y[i]);
+}
+
+static void sigmoid_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    qkv_vsigmoid(y, x, n);
+}
+
+static void sigmoid_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy·y·(1 - y) */
+        x->grad[i] += dy[i] * y[i] * (1 - y[i]);
+}
+
+static void relu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : 0;
 }
 
 static void relu_backward(const qkv_node *nd)
@@ -152,53 +331,109 @@ static void relu_backward(const qkv_node *nd)
         x->grad[i] += x->data[i] > 0 ? dy[i] : 0;
 }
 
+static void gelu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    qkv_vgelu(y, x, n);
+}
+
+static void gelu_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    /* dx = dy·gelu'(x), gelu' as kernels.h writes it out */
+    qkv_vgelu_backward(x->grad, x->data, nd->out->grad, x->numel);
+}
+
+static void silu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    qkv_vsigmoid(y, x, n);
+    for (size_t i = 0; i < n; i++)
+        y[i] *= x[i];
+}
+
+static void silu_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) {
+        /* y = x·s with s = σ(x): dx = dy·(s + x·s·(1 - s)) = dy·(s + y·(1 - s)); s
+         * comes back as y/x, or σ(0) = 1/2 at 0 */
+        double xi = x->data[i], s = xi != 0 ? y[i] / xi : 0.5;
+        if (!isfinite(s)) /* y overflowed or x is huge: recompute */
+            s = 1 / (1 + exp(-xi));
+        x->grad[i] += (qkv_real)(dy[i] * (s + y[i] * (1 - s)));
+    }
+}
+
+static const qkv_op_def op_scale = {"scale", scale_backward};
+static const qkv_op_def op_neg = {"neg", neg_backward};
+static const qkv_op_def op_exp = {"exp", exp_backward};
+static const qkv_op_def op_log = {"log", log_backward};
+static const qkv_op_def op_sqrt = {"sqrt", sqrt_backward};
+static const qkv_op_def op_pow = {"pow", pow_backward};
 static const qkv_op_def op_tanh = {"tanh", tanh_backward};
+static const qkv_op_def op_sigmoid = {"sigmoid", sigmoid_backward};
 static const qkv_op_def op_relu = {"relu", relu_backward};
+static const qkv_op_def op_gelu = {"gelu", gelu_backward};
+static const qkv_op_def op_silu = {"silu", silu_backward};
+
+qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
+{
+    return unary(t, "scale", &op_scale, x, scale_map, c);
+}
+
+qkv_tensor *qkv_neg(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "neg", &op_neg, x, neg_map, 0);
+}
+
+qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "exp", &op_exp, x, exp_map, 0);
+}
+
+qkv_tensor *qkv_log(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "log", &op_log, x, log_map, 0);
+}
+
+qkv_tensor *qkv_sqrt(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "sqrt", &op_sqrt, x, sqrt_map, 0);
+}
+
+qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p)
+{
+    if (!isfinite(p)) {
+        if (t != NULL && qkv_tape_status(t) == QKV_OK)
+            qkv_tape_fail(t, QKV_ERR_ARG, "pow: the exponent %g is not finite", p);
+        return qkv_nil();
+    }
+    return unary(t, "pow", &op_pow, x, pow_map, p);
+}
 
 qkv_tensor *qkv_tanh(qkv_tape *t, qkv_tensor *x)
 {
-    if (!qkv_op_inputs_ok(t, "tanh", x, NULL, 0))
-        return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
-    if (qkv_tensor_is_nil(out))
-        return out;
-    for (size_t i = 0; i < x->numel; i++)
-        out->data[i] = (qkv_real)tanh((double)x->data[i]);
-    return qkv_op_finish(t, &op_tanh, out, x, NULL, 0);
+    return unary(t, "tanh", &op_tanh, x, tanh_map, 0);
+}
+
+qkv_tensor *qkv_sigmoid(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "sigmoid", &op_sigmoid, x, sigmoid_map, 0);
 }
 
 qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x)
 {
-    if (!qkv_op_inputs_ok(t, "relu", x, NULL, 0))
-        return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
-    if (qkv_tensor_is_nil(out))
-        return out;
-    for (size_t i = 0; i < x->numel; i++)
-        out->data[i] = x->data[i] > 0 ? x->data[i] : 0;
-    return qkv_op_finish(t, &op_relu, out, x, NULL, 0);
+    return unary(t, "relu", &op_relu, x, relu_map, 0);
 }
 
-/* ---- exp ---------------------------------------------------------------- */
-
-static void exp_backward(const qkv_node *nd)
+qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x)
 {
-    qkv_tensor *x = nd->in[0];
-    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
-    for (size_t i = 0; i < x->numel; i++) /* dx = dy·e^x = dy·y */
-        x->grad[i] += dy[i] * y[i];
+    return unary(t, "gelu", &op_gelu, x, gelu_map, 0);
 }
 
-static const qkv_op_def op_exp = {"exp", exp_backward};
-
-qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x)
+qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x)
 {
-    if (!qkv_op_inputs_ok(t, "exp", x, NULL, 0))
-        return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
-    if (qkv_tensor_is_nil(out))
-        return out;
-    for (size_t i = 0; i < x->numel; i++)
-        out->data[i] = (qkv_real)exp((double)x->data[i]);
-    return qkv_op_finish(t, &op_exp, out, x, NULL, 0);
+    return unary(t, "silu", &op_silu, x, silu_map, 0);
 }

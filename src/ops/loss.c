@@ -98,3 +98,99 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     }
     return out;
 }
+
+/* ---- mean squared error ------------------------------------------------- */
+
+static void mse_backward(const qkv_node *nd)
+{
+    qkv_tensor *p = nd->in[0];
+    const qkv_tensor *y = nd->constant;
+    const double g = nd->out->grad[0] * nd->c; /* c = 2/N */
+    for (size_t i = 0; i < p->numel; i++)      /* dp = dL·2(p - y)/N */
+        p->grad[i] += (qkv_real)(g * ((double)p->data[i] - y->data[i]));
+}
+
+static const qkv_op_def op_mse = {"mse", mse_backward};
+
+/* Checks that a loss's prediction and target are real tensors of one shape. */
+static int same_shape_ok(qkv_tape *t, const char *name, const qkv_tensor *a, const qkv_tensor *b)
+{
+    if (!qkv_op_inputs_ok(t, name, a, b, 1))
+        return 0;
+    if (!qkv_tensor_same_shape(a, b)) {
+        QKV_SHAPES(a, b);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: prediction %s and target %s differ in shape", name, sa,
+                      sb);
+        return 0;
+    }
+    return 1;
+}
+
+/* Records a loss node whose target is a constant; out when done. */
+static qkv_tensor *finish_loss(qkv_tape *t, const qkv_op_def *def, qkv_tensor *out,
+                               qkv_tensor *pred, const qkv_tensor *target, double c)
+{
+    int failed;
+    qkv_node *n = qkv_op_record(t, def, out, pred, NULL, &failed);
+    if (failed)
+        return qkv_nil();
+    if (n != NULL) {
+        n->c = c;
+        n->constant = target;
+    }
+    return out;
+}
+
+qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
+{
+    if (!same_shape_ok(t, "mse", pred, target))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, 0, NULL, pred, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    double s[8] = {0};
+    for (size_t i = 0; i < pred->numel; i++) {
+        double e = (double)pred->data[i] - target->data[i];
+        s[i % 8] += e * e;
+    }
+    const double n = (double)pred->numel;
+    out->data[0] =
+        (qkv_real)((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) / n);
+    return finish_loss(t, &op_mse, out, pred, target, 2 / n);
+}
+
+/* ---- binary cross-entropy on logits ------------------------------------- */
+
+static void bce_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_tensor *y = nd->constant;
+    const double g = nd->out->grad[0] * nd->c; /* c = 1/N */
+    for (size_t i = 0; i < x->numel; i++) {    /* dx = dL·(σ(x) - y)/N */
+        double xi = x->data[i];
+        double s = xi >= 0 ? 1 / (1 + exp(-xi)) : exp(xi) / (1 + exp(xi));
+        x->grad[i] += (qkv_real)(g * (s - y->data[i]));
+    }
+}
+
+static const qkv_op_def op_bce = {"bce_with_logits", bce_backward};
+
+qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tensor *target)
+{
+    if (!same_shape_ok(t, "bce_with_logits", logits, target))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, 0, NULL, logits, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    /* -[y·log σ(x) + (1-y)·log(1-σ(x))] = max(x, 0) - x·y + log(1 + e^-|x|): no
+     * overflow and no log(0) for any finite x */
+    double s[8] = {0};
+    for (size_t i = 0; i < logits->numel; i++) {
+        double x = logits->data[i], y = target->data[i];
+        s[i % 8] += (x > 0 ? x : 0) - x * y + log1p(exp(-fabs(x)));
+    }
+    const double n = (double)logits->numel;
+    out->data[0] =
+        (qkv_real)((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) / n);
+    return finish_loss(t, &op_bce, out, logits, target, 1 / n);
+}

@@ -81,6 +81,43 @@ int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n)
     return dst;
 }
 
+int qkv_bcast2_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast2 *p)
+{
+    int ad[4], bd[4];
+    p->ndim = a->ndim > b->ndim ? a->ndim : b->ndim;
+    p->same = qkv_tensor_same_shape(a, b);
+    for (int i = 0; i < 4; i++) {
+        int ai = i - (4 - a->ndim), bi = i - (4 - b->ndim);
+        ad[i] = ai >= 0 ? a->shape[ai] : 1;
+        bd[i] = bi >= 0 ? b->shape[bi] : 1;
+        if (ad[i] != bd[i] && ad[i] != 1 && bd[i] != 1)
+            return 0;
+        p->dim[i] = ad[i] > bd[i] ? ad[i] : bd[i];
+    }
+    for (int i = 0; i < p->ndim; i++)
+        p->shape[i] = p->dim[4 - p->ndim + i];
+    size_t sa = 1, sb = 1;
+    for (int i = 3; i >= 0; i--) {
+        p->astride[i] = ad[i] == 1 ? 0 : sa;
+        p->bstride[i] = bd[i] == 1 ? 0 : sb;
+        sa *= (size_t)ad[i];
+        sb *= (size_t)bd[i];
+    }
+    return 1;
+}
+
+int qkv_op_dim(qkv_tape *t, const char *op, const qkv_tensor *x, int dim)
+{
+    int d = dim < 0 ? dim + x->ndim : dim;
+    if (d < 0 || d >= x->ndim) {
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: dimension %d is out of range for %s", op, dim, sx);
+        return -1;
+    }
+    return d;
+}
+
 int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p)
 {
     int bd[4];

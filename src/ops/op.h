@@ -74,4 +74,39 @@ int qkv_bcast_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast *p);
                     }                                                           \
     } while (0)
 
+/* numpy broadcasting of a against b, both ways: the output's shape, and
+ * for a loop over it padded on the left to four dimensions, each operand's
+ * strides (0 along a dimension it broadcasts). */
+typedef struct qkv_bcast2 {
+    int ndim, shape[QKV_MAX_DIMS]; /* the output */
+    int dim[4];
+    size_t astride[4], bstride[4];
+    int same; /* a and b both have the output's shape: one flat loop */
+} qkv_bcast2;
+
+/* Plans a ∘ b; 0 if the shapes do not broadcast (aligned on the right,
+ * each pair of sizes equal or one of them 1). */
+int qkv_bcast2_plan(const qkv_tensor *a, const qkv_tensor *b, qkv_bcast2 *p);
+
+/* Visits every output element in order; BODY sees io (index into the
+ * output), ia and ib (the broadcast indices into a and b). */
+#define QKV_BCAST2_LOOP(p, BODY)                                                                 \
+    do {                                                                                         \
+        size_t io = 0;                                                                           \
+        for (int i0 = 0; i0 < (p).dim[0]; i0++)                                                  \
+            for (int i1 = 0; i1 < (p).dim[1]; i1++)                                              \
+                for (int i2 = 0; i2 < (p).dim[2]; i2++) {                                        \
+                    size_t ia = i0 * (p).astride[0] + i1 * (p).astride[1] + i2 * (p).astride[2]; \
+                    size_t ib = i0 * (p).bstride[0] + i1 * (p).bstride[1] + i2 * (p).bstride[2]; \
+                    for (int i3 = 0; i3 < (p).dim[3];                                            \
+                         i3++, io++, ia += (p).astride[3], ib += (p).bstride[3]) {               \
+                        BODY;                                                                    \
+                    }                                                                            \
+                }                                                                                \
+    } while (0)
+
+/* A dimension argument as PyTorch takes it (negative counts from the end)
+ * checked against ndim: the dimension, or -1 after recording an error. */
+int qkv_op_dim(qkv_tape *t, const char *op, const qkv_tensor *x, int dim);
+
 #endif

@@ -1,7 +1,10 @@
 /*
  * reduce.c - reductions, each forward with its backward: sum and mean of
- * everything, and along the last dimension. Sums accumulate in double.
+ * everything; sum, mean and max along any one dimension, keeping it (as
+ * size 1) or not; and the _last shorthands. Sums accumulate in double.
  */
+#include <math.h>
+
 #include "kernels/kernels.h"
 #include "ops/op.h"
 
@@ -39,44 +42,135 @@ qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x)
     return reduce_all(t, x, 1);
 }
 
-/* ---- along the last dimension ------------------------------------------- */
+/* ---- along one dimension ------------------------------------------------ */
+/*
+ * Along dimension d, x is outer × n × inner; the result is outer × inner
+ * (with a 1 at d when kept). The node keeps d in ints[0] and, for max,
+ * the index of each output's first maximum in ints[1..].
+ */
 
-static void sum_last_backward(const qkv_node *nd)
+/* outer, n and inner of x along d. */
+static void split(const qkv_tensor *x, int d, size_t *outer, size_t *n, size_t *inner)
 {
-    qkv_tensor *x = nd->in[0];
-    const qkv_real *dy = nd->out->grad;
-    size_t n = (size_t)x->shape[x->ndim - 1];
-    for (size_t i = 0; i < x->numel; i++) /* dx[r,j] = c·dy[r] */
-        x->grad[i] += (qkv_real)(nd->c * dy[i / n]);
+    *outer = *inner = 1;
+    for (int i = 0; i < d; i++)
+        *outer *= (size_t)x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++)
+        *inner *= (size_t)x->shape[i];
+    *n = (size_t)x->shape[d];
 }
 
-static const qkv_op_def op_sum_last = {"sum_last", sum_last_backward};
-
-static qkv_tensor *reduce_last(qkv_tape *t, qkv_tensor *x, int mean)
+static void sum_dim_backward(const qkv_node *nd)
 {
-    if (!qkv_op_inputs_ok(t, mean ? "mean_last" : "sum_last", x, NULL, 0))
+    qkv_tensor *x = nd->in[0];
+    size_t outer, n, inner;
+    split(x, nd->ints[0], &outer, &n, &inner);
+    const qkv_real *dy = nd->out->grad;
+    for (size_t o = 0; o < outer; o++) /* dx[o,j,i] = c·dy[o,i] (c = 1 or 1/n) */
+        for (size_t j = 0; j < n; j++)
+            for (size_t i = 0; i < inner; i++)
+                x->grad[(o * n + j) * inner + i] += (qkv_real)(nd->c * dy[o * inner + i]);
+}
+
+static void max_dim_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    size_t outer, n, inner;
+    split(x, nd->ints[0], &outer, &n, &inner);
+    const qkv_real *dy = nd->out->grad;
+    const int *arg = nd->ints + 1;
+    for (size_t o = 0; o < outer; o++) /* dx = dy at the first maximum, 0 elsewhere */
+        for (size_t i = 0; i < inner; i++)
+            x->grad[(o * n + (size_t)arg[o * inner + i]) * inner + i] += dy[o * inner + i];
+}
+
+static const qkv_op_def op_sum_dim = {"sum_dim", sum_dim_backward};
+static const qkv_op_def op_max_dim = {"max_dim", max_dim_backward};
+
+typedef enum reduce_kind { SUM, MEAN, MAX } reduce_kind;
+
+static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int dim, int keepdim,
+                              reduce_kind kind)
+{
+    if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
         return qkv_nil();
     if (x->ndim < 1) {
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no last dimension",
-                      mean ? "mean_last" : "sum_last");
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no dimension to reduce", name);
         return qkv_nil();
     }
-    int n = x->shape[x->ndim - 1];
-    qkv_tensor *out = qkv_op_out(t, x->ndim - 1, x->shape, x, NULL);
+    const int d = qkv_op_dim(t, name, x, dim);
+    if (d < 0)
+        return qkv_nil();
+    int shape[QKV_MAX_DIMS], nd = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != d || keepdim)
+            shape[nd++] = i == d ? 1 : x->shape[i];
+    qkv_tensor *out = qkv_op_out(t, nd, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
-    double c = mean ? 1.0 / n : 1.0;
-    for (size_t r = 0; r < out->numel; r++)
-        out->data[r] = (qkv_real)(c * qkv_sum_real(x->data + r * n, (size_t)n));
-    return qkv_op_finish(t, &op_sum_last, out, x, NULL, c);
+    size_t outer, n, inner;
+    split(x, d, &outer, &n, &inner);
+    const double c = kind == MEAN ? 1.0 / (double)n : 1.0;
+    int *arg = NULL;
+    if (kind == MAX && out->grad != NULL &&
+        (arg = qkv_tape_alloc(t, sizeof *arg * (outer * inner + 1))) == NULL)
+        return qkv_nil();
+    for (size_t o = 0; o < outer; o++)
+        for (size_t i = 0; i < inner; i++) {
+            const qkv_real *col = x->data + o * n * inner + i;
+            if (kind == MAX) { /* the first maximum; NaN wins, as in PyTorch */
+                size_t best = 0;
+                for (size_t j = 1; j < n && col[best] == col[best]; j++)
+                    if (col[j * inner] > col[best * inner] || col[j * inner] != col[j * inner])
+                        best = j;
+                out->data[o * inner + i] = col[best * inner];
+                if (arg != NULL)
+                    arg[1 + o * inner + i] = (int)best;
+            } else if (inner == 1) {
+                out->data[o] = (qkv_real)(c * qkv_sum_real(col, n));
+            } else {
+                double s = 0;
+                for (size_t j = 0; j < n; j++)
+                    s += col[j * inner];
+                out->data[o * inner + i] = (qkv_real)(c * s);
+            }
+        }
+    int failed;
+    qkv_node *node =
+        qkv_op_record(t, kind == MAX ? &op_max_dim : &op_sum_dim, out, x, NULL, &failed);
+    if (failed)
+        return qkv_nil();
+    if (node != NULL) {
+        node->c = c;
+        if (arg == NULL && (arg = qkv_tape_alloc(t, sizeof *arg)) == NULL)
+            return qkv_nil();
+        arg[0] = d;
+        node->ints = arg;
+    }
+    return out;
+}
+
+qkv_tensor *qkv_sum_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
+{
+    return reduce_dim(t, "sum_dim", x, dim, keepdim, SUM);
+}
+
+qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
+{
+    return reduce_dim(t, "mean_dim", x, dim, keepdim, MEAN);
+}
+
+qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
+{
+    return reduce_dim(t, "max_dim", x, dim, keepdim, MAX);
 }
 
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x)
 {
-    return reduce_last(t, x, 0);
+    return reduce_dim(t, "sum_last", x, -1, 0, SUM);
 }
 
 qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x)
 {
-    return reduce_last(t, x, 1);
+    return reduce_dim(t, "mean_last", x, -1, 0, MEAN);
 }

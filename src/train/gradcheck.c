@@ -134,8 +134,10 @@ typedef struct gc_case {
     int np;
     int ndim[MAXP];
     int shape[MAXP][QKV_MAX_DIMS];
-    int away_from_zero; /* keep inputs off relu's kink */
+    int domain; /* ANY; AWAY: off 0 (relu's kink); POSITIVE: > 0.5 (log, sqrt) */
 } gc_case;
+
+enum { ANY, AWAY, POSITIVE };
 
 static qkv_tensor *c_matmul(qkv_tape *t, qkv_tensor **p)
 {
@@ -192,6 +194,142 @@ static qkv_tensor *c_tanh(qkv_tape *t, qkv_tensor **p)
 static qkv_tensor *c_exp(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_exp(t, p[0]);
+}
+
+static qkv_tensor *c_sub(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_sub(t, p[0], p[1]);
+}
+
+static qkv_tensor *c_div(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_div(t, p[0], p[1]);
+}
+
+static qkv_tensor *c_neg(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_neg(t, p[0]);
+}
+
+static qkv_tensor *c_log(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_log(t, p[0]);
+}
+
+static qkv_tensor *c_sqrt(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_sqrt(t, p[0]);
+}
+
+static qkv_tensor *c_pow(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_mul(t, qkv_pow(t, p[0], 3), qkv_pow(t, p[0], -0.5));
+}
+
+static qkv_tensor *c_sigmoid(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_sigmoid(t, p[0]);
+}
+
+static qkv_tensor *c_gelu(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_gelu(t, p[0]);
+}
+
+static qkv_tensor *c_silu(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_silu(t, p[0]);
+}
+
+/* A view in the middle: the gradient reaches p[0] through the shared
+ * buffer, with no node of its own. */
+static qkv_tensor *c_reshape(qkv_tape *t, qkv_tensor **p)
+{
+    qkv_tensor *r = qkv_reshape(t, p[0], 3, (const int[]){4, -1, 2});
+    return qkv_mul(t, r, qkv_reshape(t, p[1], 2, (const int[]){3, 2}));
+}
+
+static qkv_tensor *c_permute(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_permute(t, p[0], (const int[]){2, 0, 1});
+}
+
+static qkv_tensor *c_swapdims(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_swapdims(t, p[0], 0, -1);
+}
+
+static qkv_tensor *c_concat(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_concat(t, 2, p, 1);
+}
+
+static qkv_tensor *c_slice(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_slice(t, p[0], 1, 1, 2);
+}
+
+static qkv_tensor *c_sum_dim(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_sum_dim(t, p[0], 1, 1);
+}
+
+static qkv_tensor *c_mean_dim(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_mean_dim(t, p[0], 0, 0);
+}
+
+static qkv_tensor *c_max_dim(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_max_dim(t, p[0], -1, 0);
+}
+
+static qkv_tensor *c_layer_norm(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_layer_norm(t, p[0], p[1], p[2], 1e-5);
+}
+
+static qkv_tensor *c_layer_norm_plain(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_layer_norm(t, p[0], NULL, NULL, 1e-5);
+}
+
+static qkv_tensor *c_rms_norm(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_rms_norm(t, p[0], p[1], 1e-6);
+}
+
+/* A fixed target of x's shape, the same at every call: from a seeded RNG,
+ * in [0, 1] when unit, else N(0,1). */
+static qkv_tensor *fixed_target(qkv_tape *t, const qkv_tensor *x, int unit)
+{
+    qkv_tensor *y = qkv_tape_tensor(t, x->ndim, x->shape, 0);
+    qkv_rng g;
+    qkv_rng_seed(&g, 77);
+    for (size_t i = 0; !qkv_tensor_is_nil(y) && i < y->numel; i++)
+        y->data[i] = (qkv_real)(unit ? qkv_rng_random(&g) : qkv_rng_normalvariate(&g, 0, 1));
+    return y;
+}
+
+static qkv_tensor *c_mse(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_mse(t, p[0], fixed_target(t, p[0], 0));
+}
+
+static qkv_tensor *c_bce(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_bce_with_logits(t, p[0], fixed_target(t, p[0], 1));
+}
+
+/* Dropout with p = 0.4 and the same draws at every call. */
+static qkv_tensor *c_dropout(qkv_tape *t, qkv_tensor **p)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 5);
+    int old = qkv_tape_set_grad(t, 1); /* also when gradcheck evaluates without recording */
+    qkv_tensor *y = qkv_dropout(t, p[0], 0.4, &g);
+    qkv_tape_set_grad(t, old);
+    return y;
 }
 
 static qkv_tensor *c_relu(qkv_tape *t, qkv_tensor **p)
@@ -295,6 +433,33 @@ static const gc_case cases[] = {
     {"cross_entropy", c_cross_entropy, 1, {2}, {{5, 4}}, 0},
     {"tanh", c_tanh, 1, {2}, {{3, 4}}, 0},
     {"exp", c_exp, 1, {2}, {{3, 4}}, 0},
+    {"sub", c_sub, 2, {2, 2}, {{3, 4}, {3, 4}}, 0},
+    {"sub broadcast both ways", c_sub, 2, {2, 2}, {{3, 1}, {1, 4}}, 0},
+    {"div", c_div, 2, {2, 2}, {{3, 4}, {3, 4}}, 2},
+    {"div broadcast", c_div, 2, {1, 2}, {{4}, {3, 4}}, 2},
+    {"add broadcast both ways", c_add, 2, {3, 2}, {{2, 1, 4}, {3, 1}}, 0},
+    {"mul broadcast both ways", c_mul, 2, {2, 3}, {{3, 1}, {2, 1, 4}}, 0},
+    {"neg", c_neg, 1, {2}, {{3, 4}}, 0},
+    {"log", c_log, 1, {2}, {{3, 4}}, 2},
+    {"sqrt", c_sqrt, 1, {2}, {{3, 4}}, 2},
+    {"pow (x³ and x^-½)", c_pow, 1, {2}, {{3, 4}}, 2},
+    {"sigmoid", c_sigmoid, 1, {2}, {{3, 4}}, 0},
+    {"gelu", c_gelu, 1, {2}, {{3, 4}}, 0},
+    {"silu", c_silu, 1, {2}, {{3, 4}}, 0},
+    {"reshape (a view)", c_reshape, 2, {3, 1}, {{2, 3, 4}, {6}}, 0},
+    {"permute", c_permute, 1, {3}, {{2, 3, 4}}, 0},
+    {"swapdims", c_swapdims, 1, {3}, {{2, 3, 4}}, 0},
+    {"concat", c_concat, 2, {3, 3}, {{2, 3, 4}, {2, 2, 4}}, 0},
+    {"slice", c_slice, 1, {3}, {{2, 4, 3}}, 0},
+    {"sum_dim (keepdim)", c_sum_dim, 1, {3}, {{2, 3, 4}}, 0},
+    {"mean_dim", c_mean_dim, 1, {3}, {{2, 3, 4}}, 0},
+    {"max_dim", c_max_dim, 1, {3}, {{2, 3, 4}}, 0},
+    {"layer_norm", c_layer_norm, 3, {3, 1, 1}, {{2, 3, 5}, {5}, {5}}, 0},
+    {"layer_norm without gamma, beta", c_layer_norm_plain, 1, {2}, {{4, 6}}, 0},
+    {"rms_norm", c_rms_norm, 2, {2, 1}, {{4, 5}, {5}}, 0},
+    {"mse", c_mse, 1, {2}, {{3, 4}}, 0},
+    {"bce_with_logits", c_bce, 1, {2}, {{3, 4}}, 0},
+    {"dropout", c_dropout, 1, {2}, {{4, 5}}, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1},
     {"attention softmax(QKᵀ/√d)V", c_attention, 3, {3, 3, 3}, {{2, 3, 4}, {2, 5, 4}, {2, 5, 4}}, 0},
     {"fused attention (mask, parts)",
@@ -357,8 +522,10 @@ qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result 
             s = QKV_ERR_NOMEM;
         for (size_t j = 0; s == QKV_OK && j < run.p[p]->numel; j++) {
             double v = qkv_rng_normalvariate(&g, 0, 1);
-            if (run.c->away_from_zero)
+            if (run.c->domain == AWAY)
                 v += v < 0 ? -0.2 : 0.2;
+            else if (run.c->domain == POSITIVE)
+                v = fabs(v) + 0.5;
             run.p[p]->data[j] = (qkv_real)v;
         }
     }

@@ -1,0 +1,303 @@
+/*
+ * shape.c - shape ops, each forward with its backward: reshape (a view:
+ * no copy, no node), permute and swapdims, concat and slice.
+ */
+#include <string.h>
+
+#include "ops/op.h"
+
+/* ---- reshape: a view ---------------------------------------------------- */
+
+qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
+{
+    if (!qkv_op_inputs_ok(t, "reshape", x, NULL, 0))
+        return qkv_nil();
+    char sx[64];
+    qkv_shape_str(x, sx, sizeof sx);
+    if (ndim < 0 || ndim > QKV_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s: a new shape needs 0 to %d dimensions", sx,
+                      QKV_MAX_DIMS);
+        return qkv_nil();
+    }
+    int dims[QKV_MAX_DIMS], infer = -1;
+    size_t known = 1;
+    for (int i = 0; i < ndim; i++) {
+        dims[i] = shape[i];
+        if (shape[i] == -1 && infer < 0) {
+            infer = i;
+            continue;
+        }
+        if (shape[i] < 1 || !qkv_mul_size(known, (size_t)shape[i], &known)) {
+            qkv_tape_fail(t, QKV_ERR_SHAPE,
+                          "reshape: %s: dimension %d of the new shape is %d (each must be at "
+                          "least 1, and one may be -1)",
+                          sx, i, shape[i]);
+            return qkv_nil();
+        }
+    }
+    if (infer >= 0 && known != 0 && x->numel % known == 0 && x->numel / known <= 0x7fffffff)
+        dims[infer] = (int)(x->numel / known);
+    size_t n;
+    if ((infer >= 0 && (known == 0 || x->numel % known != 0)) ||
+        qkv_shape_numel(ndim, dims, &n) != QKV_OK || n != x->numel) {
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s has %zu values; the new shape %s", sx,
+                      x->numel,
+                      infer >= 0 ? "cannot hold them with any size at -1" : "holds another number");
+        return qkv_nil();
+    }
+    /* the view: x's own data and gradient (when recording), a new shape */
+    qkv_tensor *v = qkv_tape_alloc(t, sizeof *v);
+    if (v == NULL)
+        return qkv_nil();
+    *v = *x;
+    v->grad = qkv_tape_grad_enabled(t) ? x->grad : NULL;
+    v->ndim = ndim;
+    for (int i = 0; i < QKV_MAX_DIMS; i++)
+        v->shape[i] = i < ndim ? dims[i] : 1;
+    v->flags = QKV_TENSOR_TAPE;
+    return v;
+}
+
+/* ---- permute ------------------------------------------------------------ */
+
+/* The node's record: the permutation. */
+typedef struct perm_rec {
+    int perm[QKV_MAX_DIMS];
+} perm_rec;
+
+/* Strides of a row-major shape padded on the left to four dimensions. */
+static void strides4(const qkv_tensor *x, size_t s[4], int dim[4])
+{
+    size_t acc = 1;
+    for (int i = 3; i >= 0; i--) {
+        int d = i - (4 - x->ndim);
+        dim[i] = d >= 0 ? x->shape[d] : 1;
+        s[i] = acc;
+        acc *= (size_t)dim[i];
+    }
+}
+
+/* Copies x into y = x permuted by perm (y's dimension i is x's perm[i]),
+ * or, when back is set, adds y back into x (dx += permuted-back dy). */
+static void permute_copy(const qkv_tensor *x, qkv_real *xd, const qkv_real *yd, qkv_real *yo,
+                         const int *perm, int back)
+{
+    size_t xs[4];
+    int xdim[4], odim[4];
+    strides4(x, xs, xdim);
+    const int off = 4 - x->ndim;
+    /* output dimension i (padded) walks x along its stride src[i] */
+    size_t src[4];
+    for (int i = 0; i < 4; i++) {
+        int p = i < off ? i : perm[i - off] + off;
+        odim[i] = xdim[p];
+        src[i] = xs[p];
+    }
+    size_t o = 0;
+    for (int i0 = 0; i0 < odim[0]; i0++)
+        for (int i1 = 0; i1 < odim[1]; i1++)
+            for (int i2 = 0; i2 < odim[2]; i2++) {
+                size_t base = i0 * src[0] + i1 * src[1] + i2 * src[2];
+                for (int i3 = 0; i3 < odim[3]; i3++, o++) {
+                    size_t s = base + i3 * src[3];
+                    if (back)
+                        xd[s] += yd[o];
+                    else
+                        yo[o] = xd[s];
+                }
+            }
+}
+
+static void permute_backward(const qkv_node *nd)
+{
+    const perm_rec *r = nd->state;
+    qkv_tensor *x = nd->in[0];
+    /* dx[i...] += dy[perm(i...)]: the same walk, adding the other way */
+    permute_copy(x, x->grad, nd->out->grad, NULL, r->perm, 1);
+}
+
+static const qkv_op_def op_permute = {"permute", permute_backward};
+
+qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
+{
+    if (!qkv_op_inputs_ok(t, "permute", x, NULL, 0))
+        return qkv_nil();
+    int seen = 0, p[QKV_MAX_DIMS], shape[QKV_MAX_DIMS];
+    for (int i = 0; perm != NULL && i < x->ndim; i++) {
+        p[i] = perm[i] < 0 ? perm[i] + x->ndim : perm[i];
+        if (p[i] < 0 || p[i] >= x->ndim || (seen & (1 << p[i])))
+            break;
+        seen |= 1 << p[i];
+        shape[i] = x->shape[p[i]];
+    }
+    if (seen != (1 << x->ndim) - 1) {
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "permute: %s: the permutation must name each of its %d dimensions once", sx,
+                      x->ndim);
+        return qkv_nil();
+    }
+    qkv_tensor *out = qkv_op_out(t, x->ndim, shape, x, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    permute_copy(x, x->data, NULL, out->data, p, 0);
+    int failed;
+    qkv_node *n = qkv_op_record(t, &op_permute, out, x, NULL, &failed);
+    if (n != NULL) {
+        perm_rec *r = qkv_tape_alloc(t, sizeof *r);
+        if (r == NULL)
+            return qkv_nil();
+        memcpy(r->perm, p, sizeof r->perm);
+        n->state = r;
+    }
+    return failed ? qkv_nil() : out;
+}
+
+qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1)
+{
+    if (!qkv_op_inputs_ok(t, "swapdims", x, NULL, 0))
+        return qkv_nil();
+    int a = qkv_op_dim(t, "swapdims", x, d0), b = a < 0 ? -1 : qkv_op_dim(t, "swapdims", x, d1);
+    if (b < 0)
+        return qkv_nil();
+    int perm[QKV_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++)
+        perm[i] = i == a ? b : i == b ? a : i;
+    return qkv_permute(t, x, perm);
+}
+
+/* ---- concat and slice --------------------------------------------------- */
+/*
+ * Along dimension d, a tensor is outer × size(d) × inner: a block of
+ * size(d)·inner values for each of the outer indices.
+ */
+
+static void outer_inner(const qkv_tensor *x, int d, size_t *outer, size_t *inner)
+{
+    *outer = *inner = 1;
+    for (int i = 0; i < d; i++)
+        *outer *= (size_t)x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++)
+        *inner *= (size_t)x->shape[i];
+}
+
+static void concat_backward(const qkv_node *nd)
+{
+    const int d = (int)nd->c;
+    size_t outer, inner, at = 0;
+    outer_inner(nd->out, d, &outer, &inner);
+    const size_t row = (size_t)nd->out->shape[d] * inner;
+    for (int k = 0; k < nd->n_in; k++) { /* dx_k = its block of dy */
+        qkv_tensor *x = nd->in[k];
+        const size_t w = (size_t)x->shape[d] * inner;
+        if (x->grad != NULL)
+            for (size_t o = 0; o < outer; o++)
+                for (size_t j = 0; j < w; j++)
+                    x->grad[o * w + j] += nd->out->grad[o * row + at + j];
+        at += w;
+    }
+}
+
+static const qkv_op_def op_concat = {"concat", concat_backward};
+
+qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
+{
+    if (t == NULL || qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    if (n < 1 || n > 64 || xs == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "concat: needs 1 to 64 tensors, got %d", n);
+        return qkv_nil();
+    }
+    int grad = 0;
+    for (int k = 0; k < n; k++) {
+        if (!qkv_op_inputs_ok(t, "concat", xs[k], NULL, 0))
+            return qkv_nil();
+        grad |= xs[k]->grad != NULL;
+    }
+    const int d = qkv_op_dim(t, "concat", xs[0], dim);
+    if (d < 0)
+        return qkv_nil();
+    int shape[QKV_MAX_DIMS];
+    memcpy(shape, xs[0]->shape, sizeof shape);
+    for (int k = 1; k < n; k++) {
+        int ok = xs[k]->ndim == xs[0]->ndim;
+        for (int i = 0; ok && i < xs[0]->ndim; i++)
+            ok = i == d || xs[k]->shape[i] == xs[0]->shape[i];
+        if (!ok || shape[d] > 0x7fffffff - xs[k]->shape[d]) {
+            QKV_SHAPES(xs[0], xs[k]);
+            qkv_tape_fail(t, QKV_ERR_SHAPE,
+                          "concat: %s and %s (input %d): all sizes but dimension %d must agree", sa,
+                          sb, k, d);
+            return qkv_nil();
+        }
+        shape[d] += xs[k]->shape[d];
+    }
+    qkv_tensor *out = qkv_tape_tensor(t, xs[0]->ndim, shape, grad);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    size_t outer, inner, at = 0;
+    outer_inner(out, d, &outer, &inner);
+    const size_t row = (size_t)shape[d] * inner;
+    for (int k = 0; k < n; k++) {
+        const size_t w = (size_t)xs[k]->shape[d] * inner;
+        for (size_t o = 0; o < outer; o++)
+            memcpy(out->data + o * row + at, xs[k]->data + o * w, w * sizeof(qkv_real));
+        at += w;
+    }
+    if (out->grad == NULL)
+        return out;
+    qkv_node *node = qkv_tape_record(t, &op_concat, out, n, xs);
+    if (node == NULL)
+        return qkv_nil();
+    node->c = d;
+    return out;
+}
+
+static void slice_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const int d = nd->ints[0], start = nd->ints[1];
+    size_t outer, inner;
+    outer_inner(x, d, &outer, &inner);
+    const size_t row = (size_t)x->shape[d] * inner, w = (size_t)nd->out->shape[d] * inner;
+    for (size_t o = 0; o < outer; o++) /* dx[..., start + j, ...] += dy[..., j, ...] */
+        for (size_t j = 0; j < w; j++)
+            x->grad[o * row + (size_t)start * inner + j] += nd->out->grad[o * w + j];
+}
+
+static const qkv_op_def op_slice = {"slice", slice_backward};
+
+qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len)
+{
+    if (!qkv_op_inputs_ok(t, "slice", x, NULL, 0))
+        return qkv_nil();
+    const int d = qkv_op_dim(t, "slice", x, dim);
+    if (d < 0)
+        return qkv_nil();
+    if (start < 0 || len < 1 || start > x->shape[d] - len) {
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "slice: %s: [%d, %d + %d) is not a non-empty range within [0, %d) of "
+                      "dimension %d",
+                      sx, start, start, len, x->shape[d], d);
+        return qkv_nil();
+    }
+    int shape[QKV_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[d] = len;
+    qkv_tensor *out = qkv_op_out(t, x->ndim, shape, x, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    size_t outer, inner;
+    outer_inner(x, d, &outer, &inner);
+    const size_t row = (size_t)x->shape[d] * inner, w = (size_t)len * inner;
+    for (size_t o = 0; o < outer; o++)
+        memcpy(out->data + o * w, x->data + o * row + (size_t)start * inner, w * sizeof(qkv_real));
+    int failed;
+    qkv_node *n = qkv_op_record(t, &op_slice, out, x, NULL, &failed);
+    if (n != NULL && (n->ints = qkv_tape_ints(t, (const int[]){d, start}, 2)) == NULL)
+        failed = 1;
+    return failed ? qkv_nil() : out;
+}

@@ -1,0 +1,231 @@
+/*
+ * test_elementwise.c - the element-wise ops: sub, div and broadcasting of
+ * both operands (with the gradients reduced over the broadcast dimensions),
+ * and the maps exp, log, sqrt, pow, sigmoid, gelu, silu and tanh against
+ * CPython's math module (tests/data/ops_golden.h, from
+ * scripts/golden_ops.py), at their edges, on every kernel set.
+ */
+#include <string.h>
+
+#include "tests.h"
+#include "data/ops_golden.h"
+
+/* The kernel sets this CPU has, for the maps that have vector versions. */
+static const char *sets[] = {"portable", "avx2", "avx512"};
+
+/* A tensor of n values on the tape, without a gradient. */
+static qkv_tensor *tape_values(qkv_tape *t, int ndim, const int *shape, const double *v)
+{
+    qkv_tensor *x = qkv_tape_tensor(t, ndim, shape, 0);
+    ck_assert(!qkv_tensor_is_nil(x));
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = (qkv_real)v[i];
+    return x;
+}
+
+/* |got - want| within k rounding errors of want (relative), and exactly
+ * equal where want is 0 or infinite. */
+static void expect_close(const qkv_tensor *y, const double *want, size_t n, double k,
+                         const char *what)
+{
+    ck_assert(!qkv_tensor_is_nil(y));
+    ck_assert_uint_eq(y->numel, n);
+    for (size_t i = 0; i < n; i++) {
+        double got = y->data[i], tol = k * REAL_EPS * fabs(want[i]);
+        if (want[i] == 0 || isinf(want[i]))
+            ck_assert_msg(got == want[i], "%s[%zu] = %.9g, expected %.9g (%s)", what, i, got,
+                          want[i], qkv_kernels_name());
+        else
+            ck_assert_msg(fabs(got - want[i]) <= tol, "%s[%zu] = %.9g, expected %.9g (%s)", what, i,
+                          got, want[i], qkv_kernels_name());
+    }
+}
+
+START_TEST(test_maps_match_cpython_on_every_kernel_set)
+{
+    /* the vector kernels are held to a few ulp (test_kernels); 8 rounding
+     * errors bound them and the portable ones (one rounding) alike */
+    const int n8[1] = {8};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (qkv_kernels_use(sets[s], NULL) != QKV_OK)
+            continue;
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *x = tape_values(t, 1, n8, golden_x), *p = tape_values(t, 1, n8, golden_pos);
+        expect_close(qkv_exp(t, x), golden_exp, 8, 8, "exp");
+        expect_close(qkv_tanh(t, x), golden_tanh, 8, 8, "tanh");
+        expect_close(qkv_sigmoid(t, x), golden_sigmoid, 8, 8, "sigmoid");
+        expect_close(qkv_gelu(t, x), golden_gelu, 8, 8, "gelu");
+        expect_close(qkv_silu(t, x), golden_silu, 8, 8, "silu");
+        expect_close(qkv_log(t, p), golden_log, 8, 8, "log");
+        expect_close(qkv_sqrt(t, p), golden_sqrt, 8, 1, "sqrt");
+        expect_close(qkv_pow(t, p, 1.5), golden_pow_1_5, 8, 1, "pow");
+        double neg[8];
+        for (int i = 0; i < 8; i++)
+            neg[i] = -golden_x[i];
+        expect_close(qkv_neg(t, x), neg, 8, 0, "neg");
+        ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+START_TEST(test_maps_at_their_edges)
+{
+    const int n6[1] = {6};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (qkv_kernels_use(sets[s], NULL) != QKV_OK)
+            continue;
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        const double big[6] = {-1e4, -100, -30, 30, 100, 1e4};
+        qkv_tensor *x = tape_values(t, 1, n6, big);
+        qkv_tensor *sg = qkv_sigmoid(t, x), *g = qkv_gelu(t, x), *th = qkv_tanh(t, x);
+        for (int i = 0; i < 6; i++) { /* within [0,1] or ±1 exactly, and never NaN */
+            ck_assert_msg(sg->data[i] >= 0 && sg->data[i] <= 1, "sigmoid(%g) = %g (%s)", big[i],
+                          (double)sg->data[i], qkv_kernels_name());
+            ck_assert_msg(th->data[i] == (big[i] < 0 ? -1 : 1), "tanh(%g) = %g (%s)", big[i],
+                          (double)th->data[i], qkv_kernels_name());
+        }
+        ck_assert(sg->data[0] == 0 && sg->data[5] == 1); /* saturated exactly at ±1e4 */
+        ck_assert(g->data[0] == 0 && g->data[1] == 0);
+        ck_assert(g->data[4] == 100 && g->data[5] == 1e4);
+        const double special[6] = {0, -0.0, INFINITY, -1, 1e-45, NAN};
+        qkv_tensor *z = tape_values(t, 1, n6, special);
+        qkv_tensor *lg = qkv_log(t, z), *sq = qkv_sqrt(t, z), *ex = qkv_exp(t, z);
+        ck_assert(lg->data[0] == -INFINITY && lg->data[1] == -INFINITY); /* log 0 */
+        ck_assert(lg->data[2] == INFINITY && isnan(lg->data[3]) && isnan(lg->data[5]));
+        ck_assert(sq->data[0] == 0 && sq->data[2] == INFINITY && isnan(sq->data[3]));
+        ck_assert(ex->data[0] == 1 && ex->data[2] == INFINITY && isnan(ex->data[5]));
+        const double ninf[1] = {-INFINITY};
+        ck_assert(qkv_exp(t, tape_values(t, 1, (const int[]){1}, ninf))->data[0] == 0);
+        ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+START_TEST(test_map_gradients_at_their_edges)
+{
+    /* sigmoid and gelu at ±1e4: gradients 0 (and 1 for gelu's +1e4), never
+     * NaN; log and sqrt at 0: infinite, as PyTorch gives */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){-1e4, 1e4}, 1);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_sigmoid(t, x))), QKV_OK);
+    ck_assert(x->grad[0] == 0 && x->grad[1] == 0);
+    qkv_tensor_zero_grad(x);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_gelu(t, x))), QKV_OK);
+    ck_assert(x->grad[0] == 0 && x->grad[1] == 1);
+    qkv_tensor *z = tensor_of(1, (const int[]){1}, (const double[]){0}, 1);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_log(t, z))), QKV_OK);
+    ck_assert(z->grad[0] == INFINITY);
+    qkv_tensor_zero_grad(z);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_sqrt(t, z))), QKV_OK);
+    ck_assert(z->grad[0] == INFINITY);
+    qkv_tensor_free(x);
+    qkv_tensor_free(z);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_sub_and_div_by_hand)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *a = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
+    qkv_tensor *b = tensor_of(2, (const int[]){2, 2}, (const double[]){4, -2, 0.5, 8}, 1);
+    qkv_tensor *d = qkv_sub(t, a, b), *q = qkv_div(t, a, b);
+    const double dv[4] = {-3, 4, 2.5, -4}, qv[4] = {0.25, -1, 6, 0.5};
+    for (int i = 0; i < 4; i++) {
+        ck_assert(d->data[i] == dv[i]);
+        ck_assert(q->data[i] == qv[i]);
+    }
+    /* d(sum(a/b))/da = 1/b, d/db = -a/b² */
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, q)), QKV_OK);
+    const double da[4] = {0.25, -0.5, 2, 0.125}, db[4] = {-1.0 / 16, -0.5, -12, -4.0 / 64};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_NEAR(a->grad[i], da[i], 0);
+        ASSERT_NEAR(b->grad[i], db[i], 4 * REAL_EPS * fabs(db[i]));
+    }
+    qkv_tensor_free(a);
+    qkv_tensor_free(b);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_broadcasting_works_both_ways_and_reduces_gradients)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    /* [3,1] + [1,4] = [3,4]: an outer sum */
+    qkv_tensor *col = tensor_of(2, (const int[]){3, 1}, (const double[]){10, 20, 30}, 1);
+    qkv_tensor *row = tensor_of(2, (const int[]){1, 4}, (const double[]){1, 2, 3, 4}, 1);
+    qkv_tensor *y = qkv_add(t, col, row);
+    ck_assert_int_eq(y->ndim, 2);
+    ck_assert_int_eq(y->shape[0], 3);
+    ck_assert_int_eq(y->shape[1], 4);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            ck_assert(y->data[i * 4 + j] == 10 * (i + 1) + j + 1);
+    /* the bias on the left: [4] + [2,3,4], the old add refused this order */
+    qkv_tensor *bias = tensor_of(1, (const int[]){4}, (const double[]){1, 2, 3, 4}, 0);
+    qkv_tensor *x = tensor_of(3, (const int[]){2, 3, 4}, NULL, 0);
+    qkv_tensor *z = qkv_add(t, bias, x);
+    ck_assert_int_eq(z->ndim, 3);
+    ck_assert(z->data[23] == 4 && z->data[4] == 1);
+    /* gradients: each sums over the dimension it was broadcast along:
+     * d(sum(col ⊙ row))/dcol = Σ_j row_j = 10; /drow = Σ_i col_i = 60 */
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, col, row))), QKV_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert(col->grad[i] == 10);
+    for (int j = 0; j < 4; j++)
+        ck_assert(row->grad[j] == 60);
+    /* shapes that do not broadcast */
+    qkv_tape_reset(t);
+    ck_assert(qkv_sub(t, row, col) != qkv_nil());                    /* [1,4] and [3,1] do */
+    ck_assert(qkv_sub(t, bias, qkv_transpose(t, col)) == qkv_nil()); /* [4] and [1,3] not */
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_str_eq(qkv_tape_error(t), "sub: [4] and [1,3]: the shapes do not broadcast");
+    qkv_tensor_free(col);
+    qkv_tensor_free(row);
+    qkv_tensor_free(bias);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_pow_has_a_zero_gradient_at_exponent_zero)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){0, 2, -3}, 1);
+    qkv_tensor *y = qkv_pow(t, x, 0);
+    ck_assert(y->data[0] == 1 && y->data[1] == 1 && y->data[2] == 1);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+    ck_assert(x->grad[0] == 0 && x->grad[1] == 0 && x->grad[2] == 0);
+    /* x² at -3 has gradient -6; a non-finite exponent is an error */
+    qkv_tape_reset(t);
+    qkv_tensor_zero_grad(x);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_pow(t, x, 2))), QKV_OK);
+    ck_assert(x->grad[2] == -6);
+    qkv_tape_reset(t);
+    ck_assert(qkv_pow(t, x, NAN) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+Suite *elementwise_suite(void)
+{
+    Suite *s = suite_create("elementwise");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_maps_match_cpython_on_every_kernel_set);
+    tcase_add_test(tc, test_maps_at_their_edges);
+    tcase_add_test(tc, test_map_gradients_at_their_edges);
+    tcase_add_test(tc, test_sub_and_div_by_hand);
+    tcase_add_test(tc, test_broadcasting_works_both_ways_and_reduces_gradients);
+    tcase_add_test(tc, test_pow_has_a_zero_gradient_at_exponent_zero);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,176 @@
+/*
+ * test_norm.c - layer norm and RMS norm, the MSE and BCE losses, dropout,
+ * and backward from any tensor: values against CPython's math module
+ * (tests/data/ops_golden.h, from scripts/golden_ops.py), edges, shape
+ * errors, and the gradients that have closed forms.
+ */
+#include <string.h>
+
+#include "tests.h"
+#include "data/ops_golden.h"
+
+/* got within k rounding errors of want, relative to max(|want|, 1). */
+static void expect_rel(const qkv_real *got, const double *want, size_t n, double k,
+                       const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= k * REAL_EPS * fmax(fabs(want[i]), 1),
+                      "%s[%zu] = %.9g, expected %.9g", what, i, (double)got[i], want[i]);
+}
+
+START_TEST(test_layer_norm_and_rms_norm_match_cpython)
+{
+    /* the statistics in double, then one float expression per value: a
+     * handful of roundings of values up to about 6 */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 4}, golden_ln_x, 1);
+    qkv_tensor *g = tensor_of(1, (const int[]){4}, golden_ln_gamma, 1);
+    qkv_tensor *b = tensor_of(1, (const int[]){4}, golden_ln_beta, 1);
+    qkv_tensor *y = qkv_layer_norm(t, x, g, b, GOLDEN_EPS);
+    expect_rel(y->data, golden_layer_norm, 8, 16, "layer_norm");
+    expect_rel(qkv_layer_norm(t, x, NULL, NULL, GOLDEN_EPS)->data, golden_layer_norm_plain, 8, 16,
+               "layer_norm without gamma, beta");
+    expect_rel(qkv_rms_norm(t, x, g, GOLDEN_EPS)->data, golden_rms_norm, 8, 16, "rms_norm");
+    /* each normalised row has mean 0, and sum(y) does not depend on x:
+     * dβ = number of rows = 2 per entry, dx = 0 when γ is all ones */
+    qkv_tape_reset(t);
+    qkv_tensor *ones = tensor_of(1, (const int[]){4}, (const double[]){1, 1, 1, 1}, 1);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_layer_norm(t, x, ones, b, 1e-5))), QKV_OK);
+    for (int j = 0; j < 4; j++)
+        ck_assert(b->grad[j] == 2);
+    for (int i = 0; i < 8; i++)
+        ASSERT_NEAR(x->grad[i], 0, 16 * REAL_EPS);
+    /* shape errors name the op and both shapes */
+    qkv_tape_reset(t);
+    ck_assert(qkv_layer_norm(t, x, b, qkv_transpose(t, x), 1e-5) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "layer_norm: x [2,4] needs beta of shape [4], not [4,2]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_rms_norm(t, x, g, -1) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    qkv_tensor_free(x);
+    qkv_tensor_free(g);
+    qkv_tensor_free(b);
+    qkv_tensor_free(ones);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_a_constant_row_normalises_to_beta)
+{
+    /* variance 0: y = β exactly, no NaN, thanks to eps */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){1, 3}, (const double[]){5, 5, 5}, 0);
+    qkv_tensor *b = tensor_of(1, (const int[]){3}, (const double[]){1, -2, 0.5}, 0);
+    qkv_tensor *y = qkv_layer_norm(t, x, NULL, b, 1e-5);
+    ck_assert(y->data[0] == 1 && y->data[1] == -2 && y->data[2] == 0.5);
+    qkv_tensor_free(x);
+    qkv_tensor_free(b);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_mse_and_bce_match_cpython_and_stay_finite)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){8}, golden_x, 1);
+    qkv_tensor *y = tensor_of(1, (const int[]){8}, golden_target, 0);
+    expect_rel(qkv_mse(t, x, y)->data, golden_mse, 1, 4, "mse");
+    expect_rel(qkv_bce_with_logits(t, x, y)->data, golden_bce, 1, 4, "bce_with_logits");
+    /* dmse/dx = 2(x - y)/N */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_mse(t, x, y)), QKV_OK);
+    for (int i = 0; i < 8; i++)
+        ASSERT_NEAR(x->grad[i], 2 * (golden_x[i] - golden_target[i]) / 8, 4 * REAL_EPS);
+    /* logits of ±1e4: the loss is the margin, the gradient (σ - y)/N */
+    qkv_tensor *l = tensor_of(1, (const int[]){2}, (const double[]){1e4, -1e4}, 1);
+    qkv_tensor *z = tensor_of(1, (const int[]){2}, (const double[]){0, 0}, 0);
+    qkv_tape_reset(t);
+    qkv_tensor *loss = qkv_bce_with_logits(t, l, z);
+    ASSERT_NEAR(loss->data[0], 5000, 0); /* (1e4 + 0)/2 */
+    ck_assert_int_eq(qkv_backward(t, loss), QKV_OK);
+    ck_assert(l->grad[0] == 0.5 && l->grad[1] == 0);
+    /* the target takes no gradient, and shapes must match */
+    qkv_tape_reset(t);
+    ck_assert(qkv_mse(t, x, l) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mse: prediction [8] and target [2] differ in shape");
+    qkv_tensor_free(x);
+    qkv_tensor_free(y);
+    qkv_tensor_free(l);
+    qkv_tensor_free(z);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_dropout_keeps_or_scales_and_is_the_identity_when_off)
+{
+    enum { N = 20000 };
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){N}, NULL, 1);
+    for (int i = 0; i < N; i++)
+        x->data[i] = 1;
+    qkv_rng g;
+    qkv_rng_seed(&g, 11);
+    ck_assert(qkv_dropout(t, x, 0, &g) == x); /* p = 0: x itself */
+    qkv_tape_set_grad(t, 0);
+    ck_assert(qkv_dropout(t, x, 0.5, &g) == x); /* evaluation: x itself */
+    qkv_tape_set_grad(t, 1);
+    qkv_tensor *y = qkv_dropout(t, x, 0.25, &g);
+    int dropped = 0;
+    for (int i = 0; i < N; i++) {
+        ck_assert(y->data[i] == 0 || y->data[i] == (qkv_real)(1 / 0.75));
+        dropped += y->data[i] == 0;
+    }
+    /* binomial(N, 1/4): mean 5000, sd 61; 6 sd either way */
+    ck_assert_msg(dropped > 5000 - 370 && dropped < 5000 + 370, "dropped %d of %d", dropped, N);
+    /* the gradient passes where the value did, scaled the same */
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+    for (int i = 0; i < N; i++)
+        ck_assert(x->grad[i] == y->data[i]);
+    /* the same seed, the same mask */
+    qkv_tape_reset(t);
+    qkv_rng_seed(&g, 11);
+    qkv_tensor *y2 = qkv_dropout(t, x, 0.25, &g);
+    qkv_rng h;
+    qkv_rng_seed(&h, 11);
+    for (int i = 0; i < 10; i++)
+        ck_assert((y2->data[i] == 0) == (qkv_rng_random(&h) < 0.25));
+    ck_assert(qkv_dropout(t, x, 1, &g) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_backward_from_any_tensor_seeds_its_gradient)
+{
+    /* y = x ⊙ x from y's gradient dy: dx = 2·x·dy, as y.backward(dy) */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 2}, (const double[]){1, -2, 3, 0.5}, 1);
+    qkv_tensor *y = qkv_mul(t, x, x);
+    const qkv_real dy[4] = {1, 10, -1, 4};
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 4), QKV_OK);
+    const double want[4] = {2, -40, -6, 4};
+    for (int i = 0; i < 4; i++)
+        ck_assert(x->grad[i] == want[i]);
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 4), QKV_ERR_ARG); /* once per recording */
+    qkv_tape_reset(t);
+    y = qkv_mul(t, x, x);
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 3), QKV_ERR_SHAPE);
+    ck_assert_str_eq(qkv_tape_error(t), "backward_from: [2,2] has 4 values, the seed 3");
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+Suite *norm_suite(void)
+{
+    Suite *s = suite_create("norm");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_layer_norm_and_rms_norm_match_cpython);
+    tcase_add_test(tc, test_a_constant_row_normalises_to_beta);
+    tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
+    tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
+    tcase_add_test(tc, test_backward_from_any_tensor_seeds_its_gradient);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,183 @@
+/*
+ * test_shape.c - shapes and reductions along a dimension: reshape is a view
+ * (writes show through, gradients flow, nothing is copied or recorded),
+ * permute, swapdims, concat and slice move values and gradients to where
+ * they belong, and sum, mean and max along any dimension (keepdim or not)
+ * on hand-worked examples; and the errors that name the op and the shapes.
+ */
+#include <string.h>
+
+#include "tests.h"
+
+/* x = 0, 1, 2, ... in a heap tensor of this shape, with a gradient. */
+static qkv_tensor *iota(int ndim, const int *shape)
+{
+    qkv_tensor *x = tensor_of(ndim, shape, NULL, 1);
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = (qkv_real)i;
+    return x;
+}
+
+START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = iota(2, (const int[]){4, 16});
+    size_t nodes = qkv_tape_nodes(t), bytes = qkv_tape_bytes_used(t);
+    qkv_tensor *v = qkv_reshape(t, x, 3, (const int[]){8, -1, 2});
+    ck_assert_int_eq(v->ndim, 3);
+    ck_assert_int_eq(v->shape[1], 4); /* -1 inferred: 64 / (8·2) */
+    ck_assert_ptr_eq(v->data, x->data);
+    ck_assert_ptr_eq(v->grad, x->grad);
+    ck_assert_uint_eq(qkv_tape_nodes(t), nodes);                              /* no node */
+    ck_assert_uint_lt(qkv_tape_bytes_used(t) - bytes, 64 * sizeof(qkv_real)); /* no copy */
+    v->data[5] = 100; /* writing through the view changes the original */
+    ck_assert(x->data[5] == 100);
+    /* the gradient of sum(v ⊙ v) reaches x: 2x */
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, v, v))), QKV_OK);
+    for (int i = 0; i < 64; i++)
+        ck_assert(x->grad[i] == 2 * x->data[i]);
+    /* shapes that do not fit */
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 2, (const int[]){5, -1}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "reshape: [4,16] has 64 values; the new shape cannot hold them with any size "
+                     "at -1");
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 2, (const int[]){5, 3}) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 2, (const int[]){-1, -1}) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    /* with gradients off, a view carries none */
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    ck_assert_ptr_null(qkv_reshape(t, x, 1, (const int[]){64})->grad);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_permute_moves_values_and_gradients_back)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = iota(3, (const int[]){2, 3, 4});
+    qkv_tensor *y = qkv_permute(t, x, (const int[]){2, 0, 1}); /* [4,2,3] */
+    ck_assert_int_eq(y->shape[0], 4);
+    ck_assert_int_eq(y->shape[1], 2);
+    ck_assert_int_eq(y->shape[2], 3);
+    for (int a = 0; a < 4; a++) /* y[a,b,c] = x[b,c,a] */
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 3; c++)
+                ck_assert(y->data[(a * 2 + b) * 3 + c] == x->data[(b * 3 + c) * 4 + a]);
+    /* a weight per output position comes back to the input position */
+    qkv_tensor *w = qkv_tape_tensor(t, 3, y->shape, 0);
+    for (size_t i = 0; i < w->numel; i++)
+        w->data[i] = (qkv_real)i;
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, y, w))), QKV_OK);
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 3; c++)
+                ck_assert(x->grad[(b * 3 + c) * 4 + a] == (a * 2 + b) * 3 + c);
+    /* swapdims(-1, 0) is permute {2,1,0}; bad permutations are errors */
+    qkv_tape_reset(t);
+    qkv_tensor *s = qkv_swapdims(t, x, -1, 0);
+    ck_assert(s->shape[0] == 4 && s->shape[1] == 3 && s->shape[2] == 2);
+    ck_assert(s->data[1] == x->data[12]); /* s[0,0,1] = x[1,0,0] */
+    ck_assert(qkv_permute(t, x, (const int[]){0, 0, 1}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "permute: [2,3,4]: the permutation must name each of its 3 dimensions once");
+    qkv_tape_reset(t);
+    ck_assert(qkv_swapdims(t, x, 0, 3) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "swapdims: dimension 3 is out of range for [2,3,4]");
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_concat_and_slice_by_hand)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *a = iota(2, (const int[]){2, 2}); /* 0 1 / 2 3 */
+    qkv_tensor *b = tensor_of(2, (const int[]){2, 1}, (const double[]){7, 8}, 1);
+    qkv_tensor *ab[2] = {a, b};
+    qkv_tensor *c = qkv_concat(t, 2, ab, -1); /* 0 1 7 / 2 3 8 */
+    const double cv[6] = {0, 1, 7, 2, 3, 8};
+    for (int i = 0; i < 6; i++)
+        ck_assert(c->data[i] == cv[i]);
+    qkv_tensor *s = qkv_slice(t, c, 1, 1, 2); /* 1 7 / 3 8 */
+    const double sv[4] = {1, 7, 3, 8};
+    for (int i = 0; i < 4; i++)
+        ck_assert(s->data[i] == sv[i]);
+    /* d(sum of the slice)/d: 1 where a column was kept */
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, s)), QKV_OK);
+    const double ga[4] = {0, 1, 0, 1};
+    for (int i = 0; i < 4; i++)
+        ck_assert(a->grad[i] == ga[i]);
+    ck_assert(b->grad[0] == 1 && b->grad[1] == 1);
+    /* errors */
+    qkv_tape_reset(t);
+    qkv_tensor *bad[2] = {a, qkv_transpose(t, b)};
+    ck_assert(qkv_concat(t, 2, bad, 1) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "concat: [2,2] and [1,2] (input 1): all sizes but dimension 1 must agree");
+    qkv_tape_reset(t);
+    ck_assert(qkv_slice(t, a, 0, 1, 2) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "slice: [2,2]: [1, 1 + 2) is not a non-empty range "
+                                        "within [0, 2) of dimension 0");
+    qkv_tensor_free(a);
+    qkv_tensor_free(b);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_reductions_along_any_dimension)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = iota(3, (const int[]){2, 3, 2}); /* x[i,j,k] = 6i + 2j + k */
+    qkv_tensor *s1 = qkv_sum_dim(t, x, 1, 0);        /* [2,2]: Σ_j = 18i + 6 + 3k */
+    ck_assert_int_eq(s1->ndim, 2);
+    const double s1v[4] = {6, 9, 24, 27};
+    for (int i = 0; i < 4; i++)
+        ck_assert(s1->data[i] == s1v[i]);
+    qkv_tensor *m0 = qkv_mean_dim(t, x, 0, 1); /* [1,3,2]: 3 + 2j + k */
+    ck_assert(m0->ndim == 3 && m0->shape[0] == 1 && m0->shape[1] == 3);
+    for (int j = 0; j < 3; j++)
+        for (int k = 0; k < 2; k++)
+            ck_assert(m0->data[j * 2 + k] == 3 + 2 * j + k);
+    x->data[3] = 11;                           /* x[0,1,1]: now the maximum of its column */
+    qkv_tensor *mx = qkv_max_dim(t, x, -2, 0); /* [2,2] */
+    const double mxv[4] = {4, 11, 10, 11};
+    for (int i = 0; i < 4; i++)
+        ck_assert(mx->data[i] == mxv[i]);
+    /* the gradient goes to the first maximum only */
+    x->data[5] = 11; /* a tie at x[0,2,1] */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_max_dim(t, x, 1, 1))), QKV_OK);
+    const double g[12] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1};
+    for (int i = 0; i < 12; i++)
+        ck_assert_msg(x->grad[i] == g[i], "grad[%d] = %g", i, (double)x->grad[i]);
+    /* the mean's gradient is 1/n along the dimension */
+    qkv_tensor_zero_grad(x);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mean_dim(t, x, 1, 0))), QKV_OK);
+    for (int i = 0; i < 12; i++)
+        ASSERT_NEAR(x->grad[i], 1.0 / 3, REAL_EPS);
+    qkv_tape_reset(t);
+    ck_assert(qkv_sum_dim(t, x, -4, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "sum_dim: dimension -4 is out of range for [2,3,2]");
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+Suite *shape_suite(void)
+{
+    Suite *s = suite_create("shape");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_reshape_is_a_view_that_shares_values_and_gradients);
+    tcase_add_test(tc, test_permute_moves_values_and_gradients_back);
+    tcase_add_test(tc, test_concat_and_slice_by_hand);
+    tcase_add_test(tc, test_reductions_along_any_dimension);
+    suite_add_tcase(s, tc);
+    return s;
+}
