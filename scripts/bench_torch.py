@@ -91,6 +91,37 @@ def bench(name, B, T, V, dk, rows):
              ("train", f"{name}_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
 
 
+def bench_ops(rows):
+    """The ops table of `bench ops`: forward maps and softmax under no_grad,
+    layer norm forward + backward from a fixed dy (x.grad accumulating)."""
+    g = torch.Generator().manual_seed(8)
+    print("\nOps (one thread): µs per call")
+    print(f"{'op':<24} {'shape':<14} {'µs':>10}")
+    x = torch.randn(1 << 20, generator=g).mul_(2)
+    maps = [("exp", torch.exp), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid),
+            ("gelu", lambda v: torch.nn.functional.gelu(v, approximate="tanh"))]
+    with torch.no_grad():
+        for name, fn in maps:
+            us = median_time(lambda: fn(x)) * 1e6
+            print(f"{name:<24} {'[1048576]':<14} {us:>10.1f}")
+            rows.append(("ops", name, us, "us"))
+        s = torch.randn(32, 4, 64, 64, generator=g).mul_(2)
+        us = median_time(lambda: torch.softmax(s, dim=-1)) * 1e6
+        print(f"{'softmax':<24} {'[32,4,64,64]':<14} {us:>10.1f}")
+        rows.append(("ops", "softmax", us, "us"))
+    xl = torch.randn(32, 64, 128, generator=g).requires_grad_()
+    w = torch.ones(128, requires_grad=True)
+    b = torch.zeros(128, requires_grad=True)
+    dy = torch.randn(32, 64, 128, generator=g)
+
+    def layer_norm():
+        y = torch.nn.functional.layer_norm(xl, (128,), w, b, 1e-5)
+        y.backward(dy)
+    us = median_time(layer_norm) * 1e6
+    print(f"{'layer_norm fwd+bwd':<24} {'[32,64,128]':<14} {us:>10.1f}")
+    rows.append(("ops", "layer_norm fwd+bwd", us, "us"))
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "out/bench_torch.csv"
     torch.set_num_threads(1)
@@ -99,8 +130,10 @@ def main():
     print(f"{'cfg':<3} {'B':>5} {'T':>4} {'V':>4} {'d_k':>5} {'step (µs)':>12} {'fwd (µs)':>12} "
           f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
     rows = []
-    for cfg in CONFIGS:
+    only_ops = len(sys.argv) > 2 and sys.argv[2] == "ops"
+    for cfg in [] if only_ops else CONFIGS:
         bench(*cfg, rows)
+    bench_ops(rows)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         f.write("section,name,value,unit\n")

@@ -408,6 +408,13 @@ START_TEST(test_every_example_runs_to_its_result)
     expect_example("quickstart", "attention: 0.5760 0.2840 0.1400\nloss: 0.5517");
     expect_example("custom_op", "(pass)");
     expect_example("train_coref", "他 → 小明");
+    /* XOR: all four right; least squares: the normal equations' answer;
+     * multi-head attention: the previous token, on fresh sequences; and no
+     * heap allocation in any step after the first */
+    expect_example("xor_mlp", "4 of 4 correct\nheap allocations in steps 2 to 400: 0");
+    expect_example("least_squares", "heap allocations in steps 2 to 600: 0");
+    expect_example("mha", "previous-token accuracy on fresh sequences: 1.0000");
+    expect_example("mha", "heap allocations in steps 2 to 500: 0");
 }
 END_TEST
 

@@ -341,6 +341,125 @@ static void bench_threads(void)
  * it had before exec, which is the forking process's resident memory; so
  * this runs first, while the benchmark itself is small (about 1 MB, under
  * what train needs), and the figure is train's own. */
+/* ------------------------------------------------------------------------ */
+/* ops: element-wise maps, softmax and layer norm against memory bandwidth  */
+
+typedef struct op_ctx {
+    qkv_tape *t;
+    qkv_tensor *x, *gamma, *beta; /* heap inputs (with gradients for layer norm) */
+    const qkv_real *dy;           /* the seed gradient for forward + backward */
+    qkv_tensor *(*map)(qkv_tape *, qkv_tensor *);
+    void *src, *dst; /* memcpy */
+    size_t bytes;
+} op_ctx;
+
+static void run_memcpy(void *p)
+{
+    op_ctx *c = p;
+    memcpy(c->dst, c->src, c->bytes);
+}
+
+/* The op's forward pass alone, recording nothing (as under torch.no_grad). */
+static void run_map(void *p)
+{
+    op_ctx *c = p;
+    qkv_tape_reset(c->t);
+    c->map(c->t, c->x);
+}
+
+/* Layer norm forward and backward from a fixed dy, gradients accumulating
+ * into x, γ and β (as y.backward(dy) does in PyTorch). */
+static void run_layer_norm(void *p)
+{
+    op_ctx *c = p;
+    qkv_tape_reset(c->t);
+    qkv_tensor *y = qkv_layer_norm(c->t, c->x, c->gamma, c->beta, 1e-5);
+    qkv_backward_from(c->t, y, c->dy, y->numel);
+}
+
+static qkv_tensor *softmax_map(qkv_tape *t, qkv_tensor *x)
+{
+    return qkv_softmax(t, x);
+}
+
+/* One row of the ops table: µs per call, the bytes it must move, and its
+ * time over the memcpy floor (those bytes at memcpy's rate). */
+static void op_row(const char *name, const char *shape, double us, double mbytes, double gbps)
+{
+    const double floor_us = mbytes / gbps * 1e3; /* MB / (GB/s) is ms */
+    printf("%-24s %-14s %10.1f %10.1f %10.1f %8.2f\n", name, shape, us, mbytes, floor_us,
+           us / floor_us);
+    char key[64];
+    snprintf(key, sizeof key, "%s", name);
+    record("ops", key, us, "us");
+    snprintf(key, sizeof key, "%s_over_floor", name);
+    record("ops", key, us / floor_us, "ratio");
+}
+
+static void bench_ops(void)
+{
+    enum { N = 1 << 20 };
+    static const char *names[4] = {"exp", "tanh", "sigmoid", "gelu"};
+    qkv_tensor *(*maps[4])(qkv_tape *, qkv_tensor *) = {qkv_exp, qkv_tanh, qkv_sigmoid, qkv_gelu};
+    op_ctx c = {0};
+    c.t = qkv_tape_new(64u << 20, NULL);
+    c.bytes = (size_t)N * sizeof(float);
+    c.src = malloc(c.bytes);
+    c.dst = malloc(c.bytes);
+    if (c.t == NULL || c.src == NULL || c.dst == NULL) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    memset(c.src, 1, c.bytes);
+    double mc = median_time(run_memcpy, &c, 7, 0.2);
+    const double gbps = 2.0 * (double)c.bytes / mc / 1e9; /* read and written */
+    printf("\nOps (one thread; kernels %s): µs per call, MB moved, and the memcpy floor:\n"
+           "those bytes at memcpy's rate, %.1f GB/s (a 4 MiB copy, read + write)\n",
+           qkv_kernels_name(), gbps);
+    printf("%-24s %-14s %10s %10s %10s %8s\n", "op", "shape", "µs", "MB", "floor µs", "×floor");
+    record("ops", "memcpy_gbps", gbps, "GB/s");
+    qkv_rng g;
+    qkv_rng_seed(&g, 8);
+    c.x = qkv_tensor_new(1, (const int[]){N}, 0, NULL);
+    for (size_t i = 0; i < c.x->numel; i++)
+        c.x->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 2);
+    qkv_tape_set_grad(c.t, 0);
+    for (int i = 0; i < 4; i++) {
+        c.map = maps[i];
+        op_row(names[i], "[1048576]", median_time(run_map, &c, 7, 0.2) * 1e6, 8.0 * N / 1e6, gbps);
+    }
+    qkv_tensor_free(c.x);
+    c.x = qkv_tensor_new(4, (const int[]){32, 4, 64, 64}, 0, NULL);
+    for (size_t i = 0; i < c.x->numel; i++)
+        c.x->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 2);
+    c.map = softmax_map;
+    op_row("softmax", "[32,4,64,64]", median_time(run_map, &c, 7, 0.2) * 1e6,
+           8.0 * (double)c.x->numel / 1e6, gbps);
+    qkv_tensor_free(c.x);
+    /* layer norm forward + backward: x and y, then dy, x and dx, once each */
+    qkv_tape_set_grad(c.t, 1);
+    c.x = qkv_tensor_new(3, (const int[]){32, 64, 128}, 1, NULL);
+    c.gamma = qkv_tensor_new(1, (const int[]){128}, 1, NULL);
+    c.beta = qkv_tensor_new(1, (const int[]){128}, 1, NULL);
+    qkv_real *dy = malloc(c.x->numel * sizeof *dy);
+    for (size_t i = 0; i < c.x->numel; i++) {
+        c.x->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+        dy[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+    }
+    for (int j = 0; j < 128; j++)
+        c.gamma->data[j] = 1;
+    c.dy = dy;
+    op_row("layer_norm fwd+bwd", "[32,64,128]", median_time(run_layer_norm, &c, 7, 0.2) * 1e6,
+           5.0 * 4 * (double)c.x->numel / 1e6, gbps);
+    free(dy);
+    qkv_tensor_free(c.x);
+    qkv_tensor_free(c.gamma);
+    qkv_tensor_free(c.beta);
+    qkv_tape_free(c.t);
+    free(c.src);
+    free(c.dst);
+}
+
 static double measure_rss(const char *qkv)
 {
     fflush(stdout);
@@ -381,6 +500,10 @@ int main(int argc, char **argv)
         bench_threads();
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "ops") == 0) { /* `bench ops`: that table alone */
+        bench_ops();
+        return 0;
+    }
     const char *qkv = argc > 1 ? argv[1] : "build/qkv";
     const char *out = argc > 2 ? argv[2] : "out/bench.csv";
     const double rss = measure_rss(qkv); /* first: see measure_rss */
@@ -392,6 +515,7 @@ int main(int argc, char **argv)
     bench_matmul();
     bench_steps(NULL);
     bench_threads();
+    bench_ops();
     report_rss(qkv, rss);
     if (csv != NULL && fclose(csv) == 0)
         printf("\nwrote %s\n", out);
