@@ -27,6 +27,11 @@ void *qkv_calloc(size_t n, size_t size);
 void *qkv_realloc(void *p, size_t n);
 void *qkv_aligned_alloc(size_t align, size_t n);
 
+/* The largest single request (bytes) since the last call with reset
+ * nonzero: how tests prove that a hostile file cannot make a loader
+ * allocate more than its own size calls for. */
+size_t qkv_alloc_largest(int reset);
+
 /* The test hook: the allocation that makes qkv_alloc_count() reach n
  * fails (returns NULL, errno ENOMEM); 0 turns it off. A whole program can
  * be run with the environment variable QKV_TEST_ALLOC_FAIL=N instead,
