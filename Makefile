@@ -50,7 +50,7 @@ LDLIBS  := -lm -pthread
 
 # The library, bottom layer first (see README "Layout"); then the apps built
 # on it, and the program.
-LIB_DIRS := util kernels core ops train
+LIB_DIRS := util kernels core ops train layers
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard src/$(d)/*.c))
 APP_SRC  := $(wildcard src/apps/*/*.c)
 CLI_SRC  := $(wildcard src/cli/*.c)
@@ -80,6 +80,9 @@ $(BUILD)/obj/kernels/avx2.o: ISA := -mavx2 -mfma
 $(BUILD)/obj/kernels/avx512.o $(BUILD)/obj/kernels/avx512_attn.o: ISA := -mavx512f
 endif
 
+# Debian's Python, where python3-numpy goes (the interop test and bench
+# scripts), unless PYTHON names another
+PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,python3)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 
@@ -97,7 +100,7 @@ $(BUILD)/obj/%.o: src/%.c $(PUB_H) $(APP_H) $(PRIV_H) Makefile
 $(BUILD)/obj/tests/%.o: tests/%.c $(PUB_H) $(APP_H) $(PRIV_H) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DQKV_TEST_DATA='"$(CURDIR)/tests/data"' -DQKV_BIN='"$(CURDIR)/$(QKV)"' \
-	    -DQKV_LDSAN='"$(LDSAN)"' \
+	    -DQKV_LDSAN='"$(LDSAN)"' -DQKV_SCRIPTS='"$(CURDIR)/scripts"' -DQKV_PYTHON='"$(PYTHON)"' \
 	    $(ALLCFLAGS) $(CHECK_CFLAGS) -c $< -o $@
 
 $(STATIC): $(LIB_OBJ)
@@ -153,7 +156,7 @@ tsan-run: $(TESTS) $(QKV)
 	done
 	@echo "== tsan: qkv train on 4 threads"
 	QKV_THREADS=4 $(TSAN_ENV) $(QKV) train --quiet --d-k 512 --steps 20 \
-	    --log $(BUILD)/tsan-train.csv --save $(BUILD)/tsan-train.qkv
+	    --log $(BUILD)/tsan-train.csv --save $(BUILD)/tsan-train.safetensors
 
 # The main job: train, measure, plot (see scripts/run.sh).
 run: deps all
@@ -183,12 +186,12 @@ valgrind: deps $(TESTS) $(QKV)
 	done
 	@echo "== valgrind (avx2 where the CPU has it): qkv train on 2 threads"
 	QKV_KERNELS=$(lastword $(VG_SETS)) $(VG) $(QKV) train --quiet --threads 2 --d-k 512 \
-	    --steps 3 --log $(BUILD)/vg-train.csv --save $(BUILD)/vg-train.qkv
+	    --steps 3 --log $(BUILD)/vg-train.csv --save $(BUILD)/vg-train.safetensors
 
 # Fuzzing (libFuzzer, clang): every loader and parser, each for FUZZ_TIME
 # seconds from its committed seed corpus (copied, so runs never change it).
 # FUZZ_RUNS=N runs each for N inputs instead.
-FUZZ_TARGETS := checkpoint tokenizer numbers
+FUZZ_TARGETS := checkpoint safetensors json tokenizer numbers
 FUZZ_TIME    ?= 30
 FUZZ_CC      ?= clang
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)

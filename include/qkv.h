@@ -16,5 +16,8 @@
 #include "qkv/rng.h"
 #include "qkv/gradcheck.h"
 #include "qkv/optim.h"
+#include "qkv/params.h"
+#include "qkv/layers.h"
+#include "qkv/safetensors.h"
 
 #endif

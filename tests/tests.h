@@ -54,6 +54,9 @@ Suite *threads_suite(void);
 Suite *rng_suite(void);
 Suite *gradcheck_suite(void);
 Suite *optim_suite(void);
+Suite *params_suite(void);
+Suite *layers_suite(void);
+Suite *safetensors_suite(void);
 /* the coreference app */
 Suite *coref_data_suite(void);
 Suite *coref_model_suite(void);

@@ -57,6 +57,28 @@ double qkv_grad_norm(qkv_tensor *const *params, int n);
  * max_norm. Returns the norm before clipping. */
 double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm);
 
+/* The learning rate in use, and a new one (for a schedule, between steps).
+ * QKV_ERR_ARG for a negative or non-finite rate. */
+double qkv_optim_lr(const qkv_optim *o);
+qkv_status qkv_optim_set_lr(qkv_optim *o, double lr);
+
+/* Whether parameter i (in the order given to qkv_optim_new) gets weight
+ * decay; every parameter does unless switched off here. */
+void qkv_optim_set_decay(qkv_optim *o, int i, int on);
+
+/* Steps taken, and the state kept for parameter i: which = 0 the first
+ * moment (SGD: the velocity), which = 1 the second moment (NULL for SGD);
+ * *n (may be NULL) gets the count. NULL for an index out of range. For
+ * tests and inspection; do not write through it. */
+long qkv_optim_steps(const qkv_optim *o);
+const double *qkv_optim_state(const qkv_optim *o, int i, int which, size_t *n);
+
+/* The learning rate at step (0-based) of a linear warm-up over warmup
+ * steps, from lr_max/warmup up to lr_max, followed by a cosine decay to
+ * lr_min at step total: lr_min + (lr_max - lr_min)·(1 + cos(π·p))/2 with
+ * p = (step - warmup)/(total - warmup); lr_min from total on. */
+double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, double lr_min);
+
 /* Parses "sgd", "adam" or "adamw"; returns 0 and sets *kind, or -1. */
 int qkv_optim_parse(const char *name, qkv_optim_kind *kind);
 const char *qkv_optim_name(qkv_optim_kind kind);

@@ -13,8 +13,9 @@ struct qkv_optim {
     qkv_optim_config cfg;
     qkv_tensor **params; /* (n) not owned */
     int n;
-    double **m, **v; /* (n) first and second moments; SGD keeps its velocity in m, no v */
-    long t;          /* steps taken */
+    double **m, **v;      /* (n) first and second moments; SGD keeps its velocity in m, no v */
+    unsigned char *decay; /* (n) 1: this parameter gets weight decay */
+    long t;               /* steps taken */
     double last_norm;
 };
 
@@ -37,6 +38,7 @@ void qkv_optim_free(qkv_optim *o)
     }
     free(o->m);
     free(o->v);
+    free(o->decay);
     free(o->params);
     free(o);
 }
@@ -82,8 +84,11 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     o->params = qkv_malloc(sizeof *o->params * (size_t)n);
     o->m = qkv_calloc((size_t)n, sizeof *o->m);
     o->v = qkv_calloc((size_t)n, sizeof *o->v);
+    o->decay = qkv_malloc((size_t)n);
     o->n = n;
-    int ok = o->params && o->m && o->v;
+    int ok = o->params && o->m && o->v && o->decay;
+    if (ok)
+        memset(o->decay, 1, (size_t)n);
     for (int i = 0; ok && i < n; i++) {
         o->params[i] = params[i];
         o->m[i] = qkv_calloc(params[i]->numel, sizeof(double));
@@ -145,8 +150,9 @@ static void sgd_update(qkv_optim *o, int i)
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
     double *vel = o->m[i];
+    const double wd = o->decay[i] ? c->weight_decay : 0;
     for (size_t j = 0; j < p->numel; j++) {
-        double g = p->grad[j] + c->weight_decay * p->data[j];
+        double g = p->grad[j] + wd * p->data[j];
         vel[j] = c->momentum * vel[j] + g;
         p->data[j] = (qkv_real)(p->data[j] - c->lr * vel[j]);
     }
@@ -156,6 +162,7 @@ static void adam_update(qkv_optim *o, int i)
 {
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
+    const double wd = o->decay[i] ? c->weight_decay : 0;
     /* p -= lr·m̂/(sqrt(v̂) + eps) with m̂ = m/bc1, v̂ = v/bc2, rearranged to
      * one division: lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps) */
     const qkv_adam_coef k = {
@@ -164,8 +171,8 @@ static void adam_update(qkv_optim *o, int i)
         c->lr / (1 - pow(c->beta1, (double)o->t)),
         1 / sqrt(1 - pow(c->beta2, (double)o->t)),
         c->eps,
-        c->kind == QKV_ADAMW ? 0 : c->weight_decay,
-        c->kind == QKV_ADAMW ? 1 - c->lr * c->weight_decay : 1,
+        c->kind == QKV_ADAMW ? 0 : wd,
+        c->kind == QKV_ADAMW ? 1 - c->lr * wd : 1,
     };
     qkv_adam_update(p->data, p->grad, o->m[i], o->v[i], p->numel, &k);
 }
@@ -206,4 +213,48 @@ int qkv_optim_parse(const char *name, qkv_optim_kind *kind)
 const char *qkv_optim_name(qkv_optim_kind kind)
 {
     return kind == QKV_SGD ? "sgd" : kind == QKV_ADAM ? "adam" : "adamw";
+}
+
+double qkv_optim_lr(const qkv_optim *o)
+{
+    return o != NULL ? o->cfg.lr : 0;
+}
+
+qkv_status qkv_optim_set_lr(qkv_optim *o, double lr)
+{
+    if (o == NULL || !(lr >= 0) || !isfinite(lr))
+        return QKV_ERR_ARG;
+    o->cfg.lr = lr;
+    return QKV_OK;
+}
+
+void qkv_optim_set_decay(qkv_optim *o, int i, int on)
+{
+    if (o != NULL && i >= 0 && i < o->n)
+        o->decay[i] = on != 0;
+}
+
+long qkv_optim_steps(const qkv_optim *o)
+{
+    return o != NULL ? o->t : 0;
+}
+
+const double *qkv_optim_state(const qkv_optim *o, int i, int which, size_t *n)
+{
+    if (o == NULL || i < 0 || i >= o->n || (which != 0 && which != 1))
+        return NULL;
+    if (n != NULL)
+        *n = o->params[i]->numel;
+    return which == 0 ? o->m[i] : o->v[i];
+}
+
+double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, double lr_min)
+{
+    const double pi = 3.14159265358979323846;
+    if (step < warmup) /* linear from lr_max/warmup at step 0 up to lr_max */
+        return lr_max * (double)(step + 1) / (double)warmup;
+    if (step >= total || total <= warmup)
+        return lr_min;
+    double progress = (double)(step - warmup) / (double)(total - warmup);
+    return lr_min + 0.5 * (lr_max - lr_min) * (1 + cos(pi * progress));
 }

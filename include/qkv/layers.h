@@ -1,0 +1,144 @@
+/*
+ * layers.h - the layers a Transformer is built from: linear, embedding,
+ * layer norm, multi-head attention, the feed-forward network, a pre-norm
+ * Transformer block, and positional encodings.
+ *
+ * Each layer is a small struct that points at parameters in a qkv_params
+ * list (params.h): qkv_*_init adds them under a name prefix ("block0.attn"
+ * gives "block0.attn.qkv.weight" and so on), and the forward function
+ * records ops on a tape. The structs own nothing; the list does.
+ */
+#ifndef QKV_LAYERS_H
+#define QKV_LAYERS_H
+
+#include "qkv/ops.h"
+#include "qkv/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- linear ------------------------------------------------------------- */
+
+/* y = x·W + b: W [in, out] (so x·W needs no transpose), b [out] or none.
+ * W starts U(-1/√in, 1/√in), PyTorch's default for nn.Linear, and b at
+ * zero. Parameters: PREFIX.weight, PREFIX.bias. */
+typedef struct qkv_linear {
+    qkv_tensor *weight; /* (in, out) */
+    qkv_tensor *bias;   /* (out) or NULL */
+    int in, out;
+} qkv_linear;
+
+qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int in, int out,
+                           int bias, qkv_error *err);
+
+/* x [..., in] -> [..., out]. */
+qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x);
+
+/* ---- embedding ---------------------------------------------------------- */
+
+/* A table of rows [n, d], N(0, 0.02²) at the start (GPT-2's). Parameter:
+ * PREFIX.weight. */
+typedef struct qkv_embedding {
+    qkv_tensor *weight; /* (n, d) */
+} qkv_embedding;
+
+qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefix, int n, int d,
+                              qkv_error *err);
+
+/* The rows of ids (numel(shape) of them, 1 to 3 dimensions): [shape..., d]. */
+qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int *ids, int ndim,
+                                  const int *shape);
+
+/* ---- layer norm --------------------------------------------------------- */
+
+/* Layer norm over the last dimension with a gain γ (1 at the start) and a
+ * bias β (0). Parameters: PREFIX.weight (γ), PREFIX.bias (β). */
+typedef struct qkv_norm {
+    qkv_tensor *gamma, *beta; /* (d) */
+    double eps;               /* 1e-5 */
+} qkv_norm;
+
+qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, qkv_error *err);
+qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x);
+
+/* ---- multi-head attention ----------------------------------------------- */
+
+/* Multi-head self-attention over x [B,T,D]: one [D,3D] projection makes
+ * Q, K and V together (PREFIX.qkv), each is split into H heads of width
+ * d_h = D/H, [B,H,T,d_h]; softmax(Q·Kᵀ/√d_h + mask)·V runs for every head at
+ * once (qkv_attention); the heads are merged back to [B,T,D] and projected
+ * (PREFIX.proj). With causal set, position i sees positions j <= i only. */
+typedef struct qkv_mha {
+    qkv_linear qkv;  /* (D, 3D): Q, K, V side by side */
+    qkv_linear proj; /* (D, D) */
+    int d_model, heads, causal;
+} qkv_mha;
+
+qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_model, int heads,
+                        int causal, qkv_error *err);
+
+/* The attention weights of every head, as the fused op returns them. */
+typedef struct qkv_mha_parts {
+    qkv_tensor *attn;   /* [B,H,T,T]: row i is where position i looks */
+    qkv_tensor *scores; /* [B,H,T,T]: Q·Kᵀ/√d_h before the mask */
+} qkv_mha_parts;
+
+/* x [B,T,D] -> [B,T,D]. pad is NULL or [B,T] of 0 (a real token) and
+ * -INFINITY (padding, which no position may look at); it is combined with
+ * the causal mask. parts may be NULL. */
+qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const qkv_tensor *pad,
+                            qkv_mha_parts *parts);
+
+/* ---- feed-forward ------------------------------------------------------- */
+
+/* linear (D -> hidden), GELU, linear (hidden -> D): PREFIX.up, PREFIX.down. */
+typedef struct qkv_ffn {
+    qkv_linear up, down;
+} qkv_ffn;
+
+qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_model, int hidden,
+                        qkv_error *err);
+qkv_tensor *qkv_ffn_forward(qkv_tape *t, const qkv_ffn *f, qkv_tensor *x);
+
+/* ---- the Transformer block ---------------------------------------------- */
+
+/* Pre-norm, as GPT-2: x + MHA(LN(x)), then x + FFN(LN(x)). Parameters under
+ * PREFIX.ln1, PREFIX.attn, PREFIX.ln2, PREFIX.ffn. */
+typedef struct qkv_block {
+    qkv_norm ln1, ln2;
+    qkv_mha attn;
+    qkv_ffn ffn;
+} qkv_block;
+
+qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d_model, int heads,
+                          int hidden, int causal, qkv_error *err);
+
+/* x [B,T,D] -> [B,T,D]; pad and parts as for qkv_mha_forward. */
+qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, const qkv_tensor *pad,
+                              qkv_mha_parts *parts);
+
+/* ---- positional encodings ----------------------------------------------- */
+
+/* The sinusoidal table of "Attention Is All You Need" into pe [T, D]:
+ *   pe[pos, 2i] = sin(pos / 10000^(2i/D)),  pe[pos, 2i+1] = cos(pos / 10000^(2i/D)).
+ * Computed in double. QKV_ERR_SHAPE unless pe is 2-D. */
+qkv_status qkv_sinusoidal_positions(qkv_tensor *pe, qkv_error *err);
+
+/* Learned positions: a [max_len, D] parameter PREFIX.weight drawn from
+ * N(0, 0.02²), as GPT-2 starts its position table. */
+qkv_status qkv_positions_init(qkv_embedding *e, qkv_params *p, const char *prefix, int max_len,
+                              int d, qkv_error *err);
+
+/* x [..., T, D] plus the first T rows of a position table [max_len, D]:
+ * a learned one (its gradient flows) or a fixed sinusoidal one. */
+qkv_tensor *qkv_add_positions(qkv_tape *t, qkv_tensor *x, qkv_tensor *table);
+
+/* Learned positions are an embedding of the positions 0..T-1: a table
+ * [T_max, D] added to the token embeddings (qkv_embedding_init, and
+ * qkv_add of its rows, or of its first T rows by qkv_slice). */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

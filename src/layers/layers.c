@@ -1,0 +1,291 @@
+/*
+ * layers.c - linear, embedding, layer norm, multi-head attention, the
+ * feed-forward network, the pre-norm Transformer block and the sinusoidal
+ * positions: each an init that adds its parameters to a list and a
+ * forward that records ops.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "qkv/layers.h"
+
+/* PREFIX.suffix into buf; QKV_ERR_ARG when it does not fit a name. */
+static qkv_status name_of(char *buf, size_t len, const char *prefix, const char *suffix,
+                          qkv_error *err)
+{
+    if (prefix == NULL || snprintf(buf, len, "%s.%s", prefix, suffix) >= (int)len)
+        return qkv_error_set(err, QKV_ERR_ARG, "layers: the name prefix is missing or too long");
+    return QKV_OK;
+}
+
+/* Adds PREFIX.suffix with this shape and init; QKV_OK or the list's error. */
+static qkv_status add(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
+                      int ndim, const int *shape, qkv_init init, qkv_error *err)
+{
+    char name[128];
+    qkv_status s = name_of(name, sizeof name, prefix, suffix, err);
+    if (s != QKV_OK)
+        return s;
+    qkv_error local = qkv_error_none();
+    *out = qkv_params_add(p, name, ndim, shape, init, &local);
+    if (qkv_tensor_is_nil(*out)) {
+        if (err != NULL)
+            *err = local;
+        return local.status;
+    }
+    return QKV_OK;
+}
+
+/* ---- linear ------------------------------------------------------------- */
+
+qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int in, int out,
+                           int bias, qkv_error *err)
+{
+    if (l == NULL || in < 1 || out < 1)
+        return qkv_error_set(err, QKV_ERR_ARG, "linear: in and out must be at least 1");
+    memset(l, 0, sizeof *l);
+    l->in = in;
+    l->out = out;
+    const double bound = 1 / sqrt((double)in);
+    qkv_status s = add(&l->weight, p, prefix, "weight", 2, (const int[]){in, out},
+                       (qkv_init){QKV_INIT_UNIFORM, -bound, bound}, err);
+    if (s == QKV_OK && bias)
+        s = add(&l->bias, p, prefix, "bias", 1, (const int[]){out},
+                (qkv_init){QKV_INIT_ZEROS, 0, 0}, err);
+    return s;
+}
+
+qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x)
+{
+    if (l == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "linear: no layer"), qkv_nil();
+    qkv_tensor *y = qkv_matmul(t, x, l->weight);
+    return l->bias != NULL ? qkv_add(t, y, l->bias) : y;
+}
+
+/* ---- embedding ---------------------------------------------------------- */
+
+qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefix, int n, int d,
+                              qkv_error *err)
+{
+    if (e == NULL || n < 1 || d < 1)
+        return qkv_error_set(err, QKV_ERR_ARG, "embedding: n and d must be at least 1");
+    return add(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
+               (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
+}
+
+qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int *ids, int ndim,
+                                  const int *shape)
+{
+    if (e == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "embedding: no layer"), qkv_nil();
+    return qkv_gather(t, e->weight, ids, ndim, shape);
+}
+
+/* ---- layer norm --------------------------------------------------------- */
+
+qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, qkv_error *err)
+{
+    if (n == NULL || d < 1)
+        return qkv_error_set(err, QKV_ERR_ARG, "norm: d must be at least 1");
+    n->eps = 1e-5;
+    qkv_status s = add(&n->gamma, p, prefix, "weight", 1, (const int[]){d},
+                       (qkv_init){QKV_INIT_ONES, 0, 0}, err);
+    if (s == QKV_OK)
+        s = add(&n->beta, p, prefix, "bias", 1, (const int[]){d}, (qkv_init){QKV_INIT_ZEROS, 0, 0},
+                err);
+    return s;
+}
+
+qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x)
+{
+    if (n == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "norm: no layer"), qkv_nil();
+    return qkv_layer_norm(t, x, n->gamma, n->beta, n->eps);
+}
+
+/* ---- multi-head attention ----------------------------------------------- */
+
+qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_model, int heads,
+                        int causal, qkv_error *err)
+{
+    if (m == NULL || d_model < 1 || heads < 1 || d_model % heads != 0)
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "mha: d_model %d must be a positive multiple of the heads %d", d_model,
+                             heads);
+    char name[128];
+    m->d_model = d_model;
+    m->heads = heads;
+    m->causal = causal != 0;
+    qkv_status s = name_of(name, sizeof name, prefix, "qkv", err);
+    if (s == QKV_OK)
+        s = qkv_linear_init(&m->qkv, p, name, d_model, 3 * d_model, 1, err);
+    if (s == QKV_OK)
+        s = name_of(name, sizeof name, prefix, "proj", err);
+    if (s == QKV_OK)
+        s = qkv_linear_init(&m->proj, p, name, d_model, d_model, 1, err);
+    return s;
+}
+
+/* Q, K or V (part 0, 1, 2 of the [B,T,3D] projection) as heads [B,H,T,d_h]. */
+static qkv_tensor *heads_of(qkv_tape *t, const qkv_mha *m, qkv_tensor *qkv, int part)
+{
+    const int B = qkv->shape[0], T = qkv->shape[1], D = m->d_model, H = m->heads;
+    qkv_tensor *x = qkv_slice(t, qkv, 2, part * D, D);
+    x = qkv_reshape(t, x, 4, (const int[]){B, T, H, D / H});
+    return qkv_permute(t, x, (const int[]){0, 2, 1, 3});
+}
+
+/* The additive mask for [B,H,T,T] scores: causal [T,T], padding [B,1,1,T],
+ * both [B,1,T,T] (m[b,i,j] = causal[i,j] + pad[b,j]), or NULL for neither. */
+static const qkv_tensor *mask_of(qkv_tape *t, const qkv_mha *m, int B, int T, const qkv_tensor *pad)
+{
+    if (pad != NULL &&
+        (qkv_tensor_is_nil(pad) || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != T)) {
+        char sp[64];
+        qkv_shape_str(pad, sp, sizeof sp);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "mha: the padding mask %s must be [%d,%d]", sp, B, T);
+        return qkv_nil();
+    }
+    if (!m->causal && pad == NULL)
+        return NULL;
+    qkv_tensor *mask = !m->causal    ? qkv_tape_tensor(t, 4, (const int[]){B, 1, 1, T}, 0)
+                       : pad == NULL ? qkv_tape_tensor(t, 2, (const int[]){T, T}, 0)
+                                     : qkv_tape_tensor(t, 4, (const int[]){B, 1, T, T}, 0);
+    if (qkv_tensor_is_nil(mask))
+        return mask;
+    const int rows = m->causal ? T : 1, nb = pad != NULL ? B : 1;
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < rows; i++)
+            for (int j = 0; j < T; j++) {
+                qkv_real v = m->causal && j > i ? -INFINITY : 0;
+                if (pad != NULL)
+                    v += pad->data[(size_t)b * T + j];
+                mask->data[((size_t)b * rows + i) * T + j] = v;
+            }
+    return mask;
+}
+
+qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const qkv_tensor *pad,
+                            qkv_mha_parts *parts)
+{
+    if (parts != NULL)
+        parts->attn = parts->scores = qkv_nil();
+    if (m == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "mha: no layer"), qkv_nil();
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    if (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != m->d_model) {
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "mha: x %s must be [B,T,%d]", sx, m->d_model);
+        return qkv_nil();
+    }
+    const int B = x->shape[0], T = x->shape[1], D = m->d_model, H = m->heads;
+    const qkv_tensor *mask = mask_of(t, m, B, T, pad);
+    qkv_tensor *qkv = qkv_linear_forward(t, &m->qkv, x); /* [B,T,3D] */
+    qkv_attention_parts ap;
+    qkv_tensor *o = qkv_attention(t, heads_of(t, m, qkv, 0), heads_of(t, m, qkv, 1),
+                                  heads_of(t, m, qkv, 2), mask, 1 / sqrt((double)(D / H)), &ap);
+    if (parts != NULL) {
+        parts->attn = ap.attn;
+        parts->scores = ap.scores;
+    }
+    qkv_tensor *merged = qkv_permute(t, o, (const int[]){0, 2, 1, 3}); /* [B,T,H,d_h] */
+    merged = qkv_reshape(t, merged, 3, (const int[]){B, T, D});
+    return qkv_linear_forward(t, &m->proj, merged);
+}
+
+/* ---- feed-forward ------------------------------------------------------- */
+
+qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_model, int hidden,
+                        qkv_error *err)
+{
+    char name[128];
+    if (f == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "ffn: no layer");
+    qkv_status s = name_of(name, sizeof name, prefix, "up", err);
+    if (s == QKV_OK)
+        s = qkv_linear_init(&f->up, p, name, d_model, hidden, 1, err);
+    if (s == QKV_OK)
+        s = name_of(name, sizeof name, prefix, "down", err);
+    if (s == QKV_OK)
+        s = qkv_linear_init(&f->down, p, name, hidden, d_model, 1, err);
+    return s;
+}
+
+qkv_tensor *qkv_ffn_forward(qkv_tape *t, const qkv_ffn *f, qkv_tensor *x)
+{
+    if (f == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "ffn: no layer"), qkv_nil();
+    return qkv_linear_forward(t, &f->down, qkv_gelu(t, qkv_linear_forward(t, &f->up, x)));
+}
+
+/* ---- the Transformer block ---------------------------------------------- */
+
+qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d_model, int heads,
+                          int hidden, int causal, qkv_error *err)
+{
+    char name[128];
+    if (b == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "block: no layer");
+    qkv_status s = name_of(name, sizeof name, prefix, "ln1", err);
+    if (s == QKV_OK)
+        s = qkv_norm_init(&b->ln1, p, name, d_model, err);
+    if (s == QKV_OK && (s = name_of(name, sizeof name, prefix, "attn", err)) == QKV_OK)
+        s = qkv_mha_init(&b->attn, p, name, d_model, heads, causal, err);
+    if (s == QKV_OK && (s = name_of(name, sizeof name, prefix, "ln2", err)) == QKV_OK)
+        s = qkv_norm_init(&b->ln2, p, name, d_model, err);
+    if (s == QKV_OK && (s = name_of(name, sizeof name, prefix, "ffn", err)) == QKV_OK)
+        s = qkv_ffn_init(&b->ffn, p, name, d_model, hidden, err);
+    return s;
+}
+
+qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, const qkv_tensor *pad,
+                              qkv_mha_parts *parts)
+{
+    if (b == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "block: no layer"), qkv_nil();
+    qkv_tensor *h =
+        qkv_add(t, x, qkv_mha_forward(t, &b->attn, qkv_norm_forward(t, &b->ln1, x), pad, parts));
+    return qkv_add(t, h, qkv_ffn_forward(t, &b->ffn, qkv_norm_forward(t, &b->ln2, h)));
+}
+
+/* ---- positional encodings ----------------------------------------------- */
+
+qkv_status qkv_sinusoidal_positions(qkv_tensor *pe, qkv_error *err)
+{
+    if (qkv_tensor_is_nil(pe) || pe->ndim != 2)
+        return qkv_error_set(err, QKV_ERR_SHAPE, "positions: the table must be [T,D]");
+    const int T = pe->shape[0], D = pe->shape[1];
+    for (int pos = 0; pos < T; pos++)
+        for (int c = 0; c < D; c++) {
+            double freq = pow(10000.0, -(double)(c - c % 2) / D); /* 1/10000^(2i/D) */
+            double a = pos * freq;
+            pe->data[(size_t)pos * D + c] = (qkv_real)(c % 2 == 0 ? sin(a) : cos(a));
+        }
+    return QKV_OK;
+}
+
+qkv_status qkv_positions_init(qkv_embedding *e, qkv_params *p, const char *prefix, int max_len,
+                              int d, qkv_error *err)
+{
+    return qkv_embedding_init(e, p, prefix, max_len, d, err);
+}
+
+qkv_tensor *qkv_add_positions(qkv_tape *t, qkv_tensor *x, qkv_tensor *table)
+{
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    if (qkv_tensor_is_nil(x) || qkv_tensor_is_nil(table) || x->ndim < 2 || table->ndim != 2 ||
+        x->shape[x->ndim - 1] != table->shape[1] || x->shape[x->ndim - 2] > table->shape[0]) {
+        char sx[64], st[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_shape_str(table, st, sizeof st);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "positions: x %s needs a table [max_len >= T, D], not %s",
+                      sx, st);
+        return qkv_nil();
+    }
+    return qkv_add(t, x, qkv_slice(t, table, 0, 0, x->shape[x->ndim - 2]));
+}

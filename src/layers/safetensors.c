@@ -1,0 +1,667 @@
+/*
+ * safetensors.c - saving a parameter list as safetensors, and reading and
+ * checking a safetensors file (see safetensors.h for the format and the
+ * checks).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qkv/safetensors.h"
+#include "util/json.h"
+#include "util/util.h"
+
+#ifdef QKV_DOUBLE
+#define DTYPE "F64"
+#else
+#define DTYPE "F32"
+#endif
+
+#define MAX_DIMS_READ 8 /* the most dimensions a tensor of a file may have */
+#define MAX_NAME 1024   /* bytes of a name or a metadata string */
+#define CHUNK 1024      /* values encoded at a time */
+
+/* ------------------------------------------------------------------------ */
+/* writing                                                                  */
+
+/* A growing text buffer; bad after a failed allocation. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+    int bad;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->bad)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = qkv_realloc(b->p, cap);
+        if (p == NULL) {
+            b->bad = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+/* s as a JSON string, quoted, with ", \ and control characters escaped. */
+static void sb_json(sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        char esc[8];
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            snprintf(esc, sizeof esc, "\\%c", c);
+        else if (c < 0x20)
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+        else {
+            sb_put(b, s, 1);
+            continue;
+        }
+        sb_str(b, esc);
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Encodes n values little-endian in the file's dtype into out. */
+static void encode(const qkv_real *v, size_t n, unsigned char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+#ifdef QKV_DOUBLE
+        uint64_t u;
+        memcpy(&u, &v[i], 8);
+        for (int k = 0; k < 8; k++)
+            out[8 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+#else
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int k = 0; k < 4; k++)
+            out[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+#endif
+    }
+}
+
+/* CRC-32 of every parameter's data as the file stores it. */
+static uint32_t data_crc(const qkv_params *p)
+{
+    unsigned char buf[CHUNK * sizeof(qkv_real)];
+    uint32_t crc = 0;
+    for (int i = 0; i < qkv_params_count(p); i++) {
+        const qkv_tensor *t = qkv_params_at(p, i, NULL);
+        for (size_t j = 0; j < t->numel; j += CHUNK) {
+            size_t n = t->numel - j < CHUNK ? t->numel - j : CHUNK;
+            encode(t->data + j, n, buf);
+            crc = qkv_crc32(crc, buf, n * sizeof(qkv_real));
+        }
+    }
+    return crc;
+}
+
+typedef struct writer {
+    const qkv_params *p;
+    const sbuf *header;
+} writer;
+
+static qkv_status write_file(void *ctx, FILE *f, qkv_error *err)
+{
+    const writer *w = ctx;
+    unsigned char len[8], buf[CHUNK * sizeof(qkv_real)];
+    (void)err; /* a failed write shows in ferror, which the caller checks */
+    for (int k = 0; k < 8; k++)
+        len[k] = (unsigned char)((uint64_t)w->header->len >> (8 * k));
+    fwrite(len, 1, 8, f);
+    fwrite(w->header->p, 1, w->header->len, f);
+    for (int i = 0; i < qkv_params_count(w->p); i++) {
+        const qkv_tensor *t = qkv_params_at(w->p, i, NULL);
+        for (size_t j = 0; j < t->numel; j += CHUNK) {
+            size_t n = t->numel - j < CHUNK ? t->numel - j : CHUNK;
+            encode(t->data + j, n, buf);
+            fwrite(buf, sizeof(qkv_real), n, f);
+        }
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv_meta_entry *meta,
+                                int n_meta, qkv_error *err)
+{
+    if (p == NULL || path == NULL || n_meta < 0 || (n_meta > 0 && meta == NULL))
+        return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no parameters, path or metadata");
+    for (int i = 0; i < n_meta; i++)
+        if (meta[i].key == NULL || meta[i].value == NULL || strncmp(meta[i].key, "qkv_", 4) == 0 ||
+            strcmp(meta[i].key, "__metadata__") == 0 ||
+            !qkv_utf8_valid(meta[i].key, strlen(meta[i].key), NULL) ||
+            !qkv_utf8_valid(meta[i].value, strlen(meta[i].value), NULL))
+            return qkv_error_set(err, QKV_ERR_ARG,
+                                 "safetensors: metadata %d must be UTF-8 strings, its key not "
+                                 "starting with qkv_",
+                                 i);
+    for (int i = 0; i < qkv_params_count(p); i++) {
+        const char *name;
+        const qkv_tensor *t = qkv_params_at(p, i, &name);
+        for (size_t j = 0; j < t->numel; j++)
+            if (!isfinite(t->data[j]))
+                return qkv_error_set(err, QKV_ERR_NUMERIC,
+                                     "refusing to save %s: %s[%zu] = %g is not finite; %s was "
+                                     "left untouched",
+                                     path, name, j, (double)t->data[j], path);
+    }
+    sbuf h = {0};
+    char num[64];
+    snprintf(num, sizeof num, "%08" PRIx32, data_crc(p));
+    sb_str(&h, "{\"__metadata__\":{\"qkv_format\":\"1\",\"qkv_crc32\":");
+    sb_json(&h, num);
+    for (int i = 0; i < n_meta; i++) {
+        sb_str(&h, ",");
+        sb_json(&h, meta[i].key);
+        sb_str(&h, ":");
+        sb_json(&h, meta[i].value);
+    }
+    sb_str(&h, "}");
+    uint64_t at = 0;
+    for (int i = 0; i < qkv_params_count(p); i++) {
+        const char *name;
+        const qkv_tensor *t = qkv_params_at(p, i, &name);
+        sb_str(&h, ",");
+        sb_json(&h, name);
+        sb_str(&h, ":{\"dtype\":\"" DTYPE "\",\"shape\":[");
+        for (int d = 0; d < t->ndim; d++) {
+            snprintf(num, sizeof num, d ? ",%d" : "%d", t->shape[d]);
+            sb_str(&h, num);
+        }
+        const uint64_t bytes = (uint64_t)t->numel * sizeof(qkv_real);
+        snprintf(num, sizeof num, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", at, at + bytes);
+        sb_str(&h, num);
+        at += bytes;
+    }
+    sb_str(&h, "}");
+    while (!h.bad && (8 + h.len) % 8 != 0) /* align the data to 8 bytes, as others do */
+        sb_str(&h, " ");
+    qkv_status s = QKV_OK;
+    if (h.bad) {
+        s = qkv_error_set(err, QKV_ERR_NOMEM, "safetensors: out of memory for the header");
+    } else {
+        writer w = {p, &h};
+        s = qkv_save_atomic(path, write_file, &w, err);
+    }
+    free(h.p);
+    return s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* reading                                                                  */
+
+typedef struct entry {
+    char *name;
+    int dtype_size; /* 4 (F32) or 8 (F64) */
+    int ndim;
+    uint64_t shape[MAX_DIMS_READ];
+    uint64_t begin, end; /* into the data */
+} entry;
+
+struct qkv_st {
+    char *label;          /* the path or name, for messages */
+    unsigned char *bytes; /* (len) the whole file */
+    size_t len, data_at;  /* the data starts at bytes + data_at */
+    entry *e;             /* (n) in file order */
+    int n;
+    char **meta; /* (2·n_meta) keys and values */
+    int n_meta;
+};
+
+void qkv_st_close(qkv_st *f)
+{
+    if (f == NULL)
+        return;
+    for (int i = 0; i < f->n; i++)
+        free(f->e[i].name);
+    for (int i = 0; i < 2 * f->n_meta; i++)
+        free(f->meta[i]);
+    free(f->e);
+    free(f->meta);
+    free(f->bytes);
+    free(f->label);
+    free(f);
+}
+
+/* A copy of string token i, or NULL (too long, a NUL, no memory). */
+static char *dup_string(const qkv_json *j, int i)
+{
+    char buf[MAX_NAME + 1];
+    long n = qkv_json_string(j, i, buf, sizeof buf);
+    if (n < 0)
+        return NULL;
+    char *s = qkv_malloc((size_t)n + 1);
+    if (s != NULL)
+        memcpy(s, buf, (size_t)n + 1);
+    return s;
+}
+
+/* Reads the "__metadata__" object at token v. */
+static qkv_status read_meta(qkv_st *f, const qkv_json *j, int v, qkv_error *err)
+{
+    if (j->tok[v].kind != QKV_JSON_OBJECT)
+        return qkv_error_set(err, QKV_ERR_FORMAT, "%s: __metadata__ must be an object", f->label);
+    f->meta = qkv_calloc(2 * (size_t)j->tok[v].size + 1, sizeof *f->meta);
+    if (f->meta == NULL)
+        return qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", f->label);
+    for (int k = v + 1, m = 0; m < j->tok[v].size; m++, k = j->tok[k + 1].next) {
+        if (j->tok[k + 1].kind != QKV_JSON_STRING)
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s: __metadata__ values must be strings (byte %zu)", f->label,
+                                 8 + j->tok[k + 1].start);
+        f->meta[2 * m] = dup_string(j, k);
+        f->meta[2 * m + 1] = dup_string(j, k + 1);
+        f->n_meta = m + 1;
+        if (f->meta[2 * m] == NULL || f->meta[2 * m + 1] == NULL)
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s: a __metadata__ string is too long or holds a NUL (byte %zu)",
+                                 f->label, 8 + j->tok[k].start);
+    }
+    return QKV_OK;
+}
+
+/* Reads the array of unsigned integers at token a into out (at most max);
+ * the count, or -1. */
+static int read_uints(const qkv_json *j, int a, uint64_t *out, int max)
+{
+    if (j->tok[a].kind != QKV_JSON_ARRAY || j->tok[a].size > max)
+        return -1;
+    for (int k = 0; k < j->tok[a].size; k++)
+        if (qkv_json_uint(j, a + 1 + k, &out[k]) != 0)
+            return -1;
+    return j->tok[a].size;
+}
+
+/* Reads tensor entry e (name already set) from the object at token v. */
+static qkv_status read_entry(qkv_st *f, const qkv_json *j, int v, entry *e, qkv_error *err)
+{
+    const char *lab = f->label, *name = e->name;
+    if (j->tok[v].kind != QKV_JSON_OBJECT)
+        return qkv_error_set(err, QKV_ERR_FORMAT, "%s: tensor '%s' must be an object", lab, name);
+    int seen = 0;
+    for (int k = v + 1, m = 0; m < j->tok[v].size; m++, k = j->tok[k + 1].next) {
+        if (qkv_json_string_is(j, k, "dtype")) {
+            seen |= 1;
+            if (qkv_json_string_is(j, k + 1, "F32"))
+                e->dtype_size = 4;
+            else if (qkv_json_string_is(j, k + 1, "F64"))
+                e->dtype_size = 8;
+            else {
+                char d[32];
+                if (qkv_json_string(j, k + 1, d, sizeof d) < 0)
+                    snprintf(d, sizeof d, "?");
+                return qkv_error_set(err, QKV_ERR_FORMAT,
+                                     "%s: tensor '%s' has dtype '%s'; qkv reads F32 and F64", lab,
+                                     name, d);
+            }
+        } else if (qkv_json_string_is(j, k, "shape")) {
+            seen |= 2;
+            e->ndim = read_uints(j, k + 1, e->shape, MAX_DIMS_READ);
+            if (e->ndim < 0)
+                return qkv_error_set(err, QKV_ERR_FORMAT,
+                                     "%s: tensor '%s' needs a shape of at most %d whole numbers",
+                                     lab, name, MAX_DIMS_READ);
+        } else if (qkv_json_string_is(j, k, "data_offsets")) {
+            uint64_t off[2];
+            seen |= 4;
+            if (read_uints(j, k + 1, off, 2) != 2 || off[0] > off[1])
+                return qkv_error_set(err, QKV_ERR_FORMAT,
+                                     "%s: tensor '%s' needs data_offsets [begin, end], begin <= "
+                                     "end",
+                                     lab, name);
+            e->begin = off[0];
+            e->end = off[1];
+        } else {
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s: tensor '%s' has an unknown field "
+                                 "(byte %zu)",
+                                 lab, name, 8 + j->tok[k].start);
+        }
+    }
+    if (seen != 7)
+        return qkv_error_set(err, QKV_ERR_FORMAT,
+                             "%s: tensor '%s' needs dtype, shape and data_offsets", lab, name);
+    uint64_t n = (uint64_t)e->dtype_size;
+    for (int d = 0; d < e->ndim; d++) {
+        if (e->shape[d] != 0 && n > UINT64_MAX / e->shape[d])
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s: tensor '%s': the size of its shape "
+                                 "overflows",
+                                 lab, name);
+        n *= e->shape[d];
+    }
+    if (e->end - e->begin != n)
+        return qkv_error_set(err, QKV_ERR_FORMAT,
+                             "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                             "] hold %" PRIu64 " bytes, its dtype and shape need %" PRIu64,
+                             lab, name, e->begin, e->end, e->end - e->begin, n);
+    return QKV_OK;
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    return (x->begin > y->begin) - (x->begin < y->begin);
+}
+
+/* The tensors must tile the data exactly: from 0, each starting where the
+ * one before ends, the last ending at the end of the file. */
+static qkv_status check_tiling(qkv_st *f, qkv_error *err)
+{
+    const uint64_t data = f->len - f->data_at;
+    entry **order = qkv_malloc(sizeof *order * ((size_t)f->n + 1));
+    if (order == NULL)
+        return qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", f->label);
+    for (int i = 0; i < f->n; i++)
+        order[i] = &f->e[i];
+    qsort(order, (size_t)f->n, sizeof *order, by_begin);
+    uint64_t at = 0;
+    qkv_status s = QKV_OK;
+    for (int i = 0; i < f->n && s == QKV_OK; i++) {
+        const entry *e = order[i];
+        if (e->begin > at)
+            s = qkv_error_set(err, QKV_ERR_FORMAT,
+                              "%s: %" PRIu64 " bytes of the data at byte %" PRIu64
+                              " belong to no tensor (a hole before '%s')",
+                              f->label, e->begin - at, f->data_at + at, e->name);
+        else if (e->begin < at)
+            s = qkv_error_set(
+                err, QKV_ERR_FORMAT,
+                "%s: tensor '%s' overlaps the one before it (its data begins at %" PRIu64
+                ", the previous ends at %" PRIu64 ")",
+                f->label, e->name, e->begin, at);
+        else if (e->end > data)
+            s = qkv_error_set(err, QKV_ERR_FORMAT,
+                              "%s: tensor '%s' ends at data byte %" PRIu64
+                              ", past the end of the file's %" PRIu64 " bytes of data",
+                              f->label, e->name, e->end, data);
+        at = e->end;
+    }
+    if (s == QKV_OK && at != data)
+        s = qkv_error_set(err, QKV_ERR_FORMAT,
+                          "%s: %" PRIu64 " bytes after the last tensor (at byte %" PRIu64 ")",
+                          f->label, data - at, f->data_at + at);
+    free(order);
+    return s;
+}
+
+/* qkv's own metadata: a format this qkv reads, and a matching CRC. */
+static qkv_status check_qkv_meta(qkv_st *f, qkv_error *err)
+{
+    const char *fmt = qkv_st_meta(f, "qkv_format"), *crc = qkv_st_meta(f, "qkv_crc32");
+    if (fmt != NULL) {
+        char *end;
+        long v = strtol(fmt, &end, 10);
+        if (*fmt < '0' || *fmt > '9' || *end != '\0' || v < 1)
+            return qkv_error_set(err, QKV_ERR_FORMAT, "%s: a damaged qkv_format", f->label);
+        if (v > QKV_SAFETENSORS_FORMAT)
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s has qkv format %ld; this qkv reads format %d (upgrade qkv)",
+                                 f->label, v, QKV_SAFETENSORS_FORMAT);
+    }
+    if (crc != NULL) {
+        uint32_t want = 0;
+        size_t k = 0;
+        for (; crc[k] && k < 9; k++) {
+            int h = crc[k] >= '0' && crc[k] <= '9'   ? crc[k] - '0'
+                    : crc[k] >= 'a' && crc[k] <= 'f' ? crc[k] - 'a' + 10
+                                                     : -1;
+            if (h < 0)
+                break;
+            want = want << 4 | (uint32_t)h;
+        }
+        if (k != 8 || crc[k] != '\0')
+            return qkv_error_set(err, QKV_ERR_FORMAT, "%s: a damaged qkv_crc32", f->label);
+        if (qkv_crc32(0, f->bytes + f->data_at, f->len - f->data_at) != want)
+            return qkv_error_set(err, QKV_ERR_FORMAT, "%s is corrupted: checksum mismatch",
+                                 f->label);
+    }
+    return QKV_OK;
+}
+
+/* Checks the header and framing of f->bytes. */
+static qkv_status check_file(qkv_st *f, qkv_error *err)
+{
+    if (f->len < 8)
+        return qkv_error_set(err, QKV_ERR_FORMAT, "%s is not a safetensors file: %zu bytes",
+                             f->label, f->len);
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--)
+        n = n << 8 | f->bytes[k];
+    if (n == 0 || n > f->len - 8)
+        return qkv_error_set(
+            err, QKV_ERR_FORMAT,
+            "%s is not a safetensors file, or is truncated: its header length %" PRIu64
+            " goes past the end of the file (%zu bytes)",
+            f->label, n, f->len);
+    if (n > QKV_SAFETENSORS_MAX_HEADER)
+        return qkv_error_set(err, QKV_ERR_FORMAT,
+                             "%s: a header of %" PRIu64 " bytes is over "
+                             "the limit of %u",
+                             f->label, n, QKV_SAFETENSORS_MAX_HEADER);
+    f->data_at = 8 + (size_t)n;
+    qkv_json j;
+    qkv_error jerr = qkv_error_none();
+    /* a real header has a value per 4 bytes at the most (a tensor's entry is
+     * some 50 bytes for 10 values), so this bounds the parser's memory */
+    if (qkv_json_parse(&j, (const char *)f->bytes + 8, (size_t)n, (int)(n / 3 + 16), &jerr) !=
+        QKV_OK)
+        return qkv_error_set(err, jerr.status, "%s: the header's %s (counting from byte 8)",
+                             f->label, jerr.message);
+    qkv_status s = QKV_OK;
+    if (j.tok[0].kind != QKV_JSON_OBJECT)
+        s = qkv_error_set(err, QKV_ERR_FORMAT, "%s: the header must be a JSON object", f->label);
+    else if ((f->e = qkv_calloc((size_t)j.tok[0].size + 1, sizeof *f->e)) == NULL)
+        s = qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", f->label);
+    for (int k = 1, m = 0; s == QKV_OK && m < j.tok[0].size; m++, k = j.tok[k + 1].next) {
+        if (qkv_json_string_is(&j, k, "__metadata__")) {
+            s = read_meta(f, &j, k + 1, err);
+            continue;
+        }
+        entry *e = &f->e[f->n];
+        if ((e->name = dup_string(&j, k)) == NULL) {
+            s = qkv_error_set(err, QKV_ERR_FORMAT,
+                              "%s: a tensor name is too long or holds a NUL (byte %zu)", f->label,
+                              8 + j.tok[k].start);
+            break;
+        }
+        f->n++;
+        s = read_entry(f, &j, k + 1, e, err);
+    }
+    qkv_json_free(&j);
+    if (s == QKV_OK)
+        s = check_tiling(f, err);
+    if (s == QKV_OK)
+        s = check_qkv_meta(f, err);
+    return s;
+}
+
+/* An st for label owning bytes (freed on failure). */
+static qkv_st *checked(unsigned char *bytes, size_t len, const char *label, qkv_error *err)
+{
+    qkv_st *f = qkv_calloc(1, sizeof *f);
+    size_t ll = strlen(label);
+    char *lab = qkv_malloc(ll + 1);
+    if (f == NULL || lab == NULL) {
+        free(f);
+        free(lab);
+        free(bytes);
+        qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", label);
+        return NULL;
+    }
+    memcpy(lab, label, ll + 1);
+    f->label = lab;
+    f->bytes = bytes;
+    f->len = len;
+    if (check_file(f, err) != QKV_OK) {
+        qkv_st_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+qkv_st *qkv_st_open(const char *path, qkv_error *err)
+{
+    size_t len;
+    if (path == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "safetensors: no path");
+        return NULL;
+    }
+    unsigned char *bytes = qkv_read_file(path, QKV_SAFETENSORS_MAX_FILE, &len, err);
+    return bytes != NULL ? checked(bytes, len, path, err) : NULL;
+}
+
+qkv_st *qkv_st_parse(const void *data, size_t len, const char *name, qkv_error *err)
+{
+    if (data == NULL || name == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "safetensors: no data or no name");
+        return NULL;
+    }
+    unsigned char *copy = qkv_malloc(len ? len : 1);
+    if (copy == NULL) {
+        qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory", name);
+        return NULL;
+    }
+    memcpy(copy, data, len);
+    return checked(copy, len, name, err);
+}
+
+const char *qkv_st_meta(const qkv_st *f, const char *key)
+{
+    for (int i = 0; f != NULL && key != NULL && i < f->n_meta; i++)
+        if (strcmp(f->meta[2 * i], key) == 0)
+            return f->meta[2 * i + 1];
+    return NULL;
+}
+
+int qkv_st_count(const qkv_st *f)
+{
+    return f != NULL ? f->n : 0;
+}
+
+const char *qkv_st_name(const qkv_st *f, int i)
+{
+    return f != NULL && i >= 0 && i < f->n ? f->e[i].name : NULL;
+}
+
+const char *qkv_st_dtype(const qkv_st *f, int i)
+{
+    if (f == NULL || i < 0 || i >= f->n)
+        return NULL;
+    return f->e[i].dtype_size == 4 ? "F32" : "F64";
+}
+
+int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS])
+{
+    if (f == NULL || i < 0 || i >= f->n || f->e[i].ndim > QKV_MAX_DIMS)
+        return -1;
+    for (int d = 0; d < f->e[i].ndim; d++) {
+        if (f->e[i].shape[d] > 0x7fffffff)
+            return -1;
+        shape[d] = (int)f->e[i].shape[d];
+    }
+    return f->e[i].ndim;
+}
+
+/* The entry named name, or NULL. */
+static const entry *find(const qkv_st *f, const char *name)
+{
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->e[i].name, name) == 0)
+            return &f->e[i];
+    return NULL;
+}
+
+/* Value k of entry e, decoded from little-endian F32 or F64. */
+static double value_at(const qkv_st *f, const entry *e, size_t k)
+{
+    const unsigned char *b = f->bytes + f->data_at + e->begin + k * (size_t)e->dtype_size;
+    uint64_t u = 0;
+    for (int i = e->dtype_size - 1; i >= 0; i--)
+        u = u << 8 | b[i];
+    if (e->dtype_size == 4) {
+        uint32_t w = (uint32_t)u;
+        float v;
+        memcpy(&v, &w, 4);
+        return v;
+    }
+    double v;
+    memcpy(&v, &u, 8);
+    return v;
+}
+
+qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
+{
+    if (f == NULL || p == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no file or no parameters");
+    /* first every check, then the copy: an error changes nothing */
+    for (int i = 0; i < qkv_params_count(p); i++) {
+        const char *name;
+        const qkv_tensor *t = qkv_params_at(p, i, &name);
+        const entry *e = find(f, name);
+        if (e == NULL)
+            return qkv_error_set(err, QKV_ERR_FORMAT, "%s has no tensor '%s'", f->label, name);
+        int same = e->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++)
+            same = e->shape[d] == (uint64_t)t->shape[d];
+        if (!same) {
+            char want[64], got[128] = "[";
+            qkv_shape_str(t, want, sizeof want);
+            for (int d = 0; d < e->ndim; d++)
+                snprintf(got + strlen(got), sizeof got - strlen(got), d ? ",%" PRIu64 : "%" PRIu64,
+                         e->shape[d]);
+            snprintf(got + strlen(got), sizeof got - strlen(got), "]");
+            return qkv_error_set(err, QKV_ERR_SHAPE, "%s: tensor '%s' is %s, the model's is %s",
+                                 f->label, name, got, want);
+        }
+        for (size_t k = 0; k < t->numel; k++) {
+            double v = value_at(f, e, k);
+            if (!isfinite(v) ||
+                fabs(v) > (sizeof(qkv_real) == 4 ? 3.4028234663852886e38 : INFINITY))
+                return qkv_error_set(err, QKV_ERR_NUMERIC,
+                                     "%s: tensor '%s' value %zu (%g) is not finite in qkv_real",
+                                     f->label, name, k, v);
+        }
+    }
+    for (int i = 0; i < f->n; i++)
+        if (qkv_params_get(p, f->e[i].name) == NULL)
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s has tensor '%s', which the model does not have", f->label,
+                                 f->e[i].name);
+    for (int i = 0; i < qkv_params_count(p); i++) {
+        const char *name;
+        qkv_tensor *t = qkv_params_at(p, i, &name);
+        const entry *e = find(f, name);
+        for (size_t k = 0; k < t->numel; k++)
+            t->data[k] = (qkv_real)value_at(f, e, k);
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_safetensors_load(qkv_params *p, const char *path, qkv_error *err)
+{
+    qkv_error local = qkv_error_none();
+    qkv_st *f = qkv_st_open(path, &local);
+    qkv_status s = f != NULL ? qkv_st_load(f, p, &local) : local.status;
+    qkv_st_close(f);
+    if (s != QKV_OK && err != NULL)
+        *err = local;
+    return s;
+}

@@ -1,0 +1,580 @@
+/*
+ * test_layers.c - parameter lists and their initialisers (against
+ * CPython's random module), the optimizer's schedule, decay and state (by
+ * hand), and the layers' forward passes against a naive double-precision
+ * reference written here from the formulas, loop by loop.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests.h"
+
+#define PI 3.14159265358979323846
+
+/* Values of order 1 through at most three chained products of length
+ * <= 48 and a softmax: the float build agrees with the double reference to
+ * about 48·3·6e-8·|x| ~ 1e-5; the double build to ~1e-14. */
+#ifdef QKV_DOUBLE
+#define FWD_TOL 1e-12
+#else
+#define FWD_TOL 1e-4
+#endif
+
+static const qkv_init ZEROS = {QKV_INIT_ZEROS, 0, 0};
+
+/* ======================================================================== */
+/* parameter lists                                                          */
+
+START_TEST(test_a_list_holds_named_parameters)
+{
+    qkv_error err = qkv_error_none();
+    qkv_params *p = qkv_params_new(0, &err);
+    ck_assert_ptr_nonnull(p);
+    qkv_tensor *w = qkv_params_add(p, "layer.weight", 2, (const int[]){3, 4}, ZEROS, &err);
+    qkv_tensor *b = qkv_params_add(p, "layer.bias", 1, (const int[]){4}, ZEROS, &err);
+    qkv_tensor *e = qkv_params_add(p, "词表", 2, (const int[]){5, 2}, ZEROS, &err);
+    ck_assert(!qkv_tensor_is_nil(w) && !qkv_tensor_is_nil(b) && !qkv_tensor_is_nil(e));
+    ck_assert_int_eq(qkv_params_count(p), 3);
+    ck_assert_uint_eq(qkv_params_numel(p), 12 + 4 + 10);
+    ck_assert_ptr_eq(qkv_params_get(p, "layer.bias"), b);
+    ck_assert_ptr_eq(qkv_params_get(p, "词表"), e);
+    ck_assert_ptr_null(qkv_params_get(p, "layer"));
+    const char *name;
+    ck_assert_ptr_eq(qkv_params_at(p, 0, &name), w);
+    ck_assert_str_eq(name, "layer.weight");
+    ck_assert_ptr_null(qkv_params_at(p, 3, NULL));
+    ck_assert_ptr_eq(qkv_params_tensors(p)[2], e);
+    /* decay: weights and embeddings yes, biases no (GPT-2's rule) */
+    ck_assert(qkv_params_decay(p, 0) && !qkv_params_decay(p, 1) && qkv_params_decay(p, 2));
+    qkv_params_set_decay(p, 2, 0);
+    ck_assert(!qkv_params_decay(p, 2));
+    /* bad names and duplicates are refused, naming the problem */
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "layer.bias", 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert_str_eq(err.message, "params: 'layer.bias' is already in the list");
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "", 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "\xff", 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "neg", 1, (const int[]){-1}, ZEROS, &err)));
+    ck_assert_int_eq(qkv_params_count(p), 3);
+    /* zero_grad reaches every gradient */
+    w->grad[5] = 1, b->grad[0] = 2, e->grad[9] = 3;
+    qkv_params_zero_grad(p);
+    ck_assert(w->grad[5] == 0 && b->grad[0] == 0 && e->grad[9] == 0);
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_a_list_grows_past_its_first_capacity)
+{
+    qkv_params *p = qkv_params_new(0, NULL);
+    char name[16];
+    for (int i = 0; i < 100; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        qkv_tensor *t = qkv_params_add(p, name, 1, (const int[]){i + 1}, ZEROS, NULL);
+        ck_assert(!qkv_tensor_is_nil(t));
+    }
+    ck_assert_int_eq(qkv_params_count(p), 100);
+    ck_assert_uint_eq(qkv_params_numel(p), 100 * 101 / 2);
+    ck_assert_int_eq(qkv_params_get(p, "p63")->shape[0], 64);
+    qkv_params_free(p);
+}
+END_TEST
+
+/* The first three values of a [3,2] parameter (fan_in 3, fan_out 2)
+ * initialised by init from seed 7, against CPython: random.seed(7), then
+ * the formula of params.h (values printed with %.17g). */
+static void expect_init(qkv_init init, const double want[3])
+{
+    qkv_params *p = qkv_params_new(7, NULL);
+    qkv_tensor *t = qkv_params_add(p, "w", 2, (const int[]){3, 2}, init, NULL);
+    ck_assert(!qkv_tensor_is_nil(t));
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(t->data[i], want[i], 2 * REAL_EPS * fabs(want[i]));
+    qkv_params_free(p);
+}
+
+START_TEST(test_initialisers_match_cpython)
+{
+    /* random.normalvariate(0.5, 2) */
+    expect_init((qkv_init){QKV_INIT_NORMAL, 0.5, 2},
+                (const double[]){-0.21181649902114286, 1.0583061868775747, 0.69408954524000321});
+    /* -1 + 4·random.random() */
+    expect_init((qkv_init){QKV_INIT_UNIFORM, -1, 3},
+                (const double[]){0.29533105933264947, -0.39660330430199231, 1.603737892159415});
+    /* normalvariate(0, √(2/5)) */
+    expect_init((qkv_init){QKV_INIT_XAVIER_NORMAL, 0, 0},
+                (const double[]){-0.22509614129938271, 0.1765519182296747, 0.061376503298470213});
+    /* l = √(6/5): -l + 2l·random() */
+    expect_init((qkv_init){QKV_INIT_XAVIER_UNIFORM, 0, 0},
+                (const double[]){-0.38596307437677735, -0.76495113365245293, 0.33068086235633287});
+    /* gain 0.5: l = 0.5·√(6/5) */
+    expect_init((qkv_init){QKV_INIT_XAVIER_UNIFORM, 0.5, 0},
+                (const double[]){-0.19298153718838867, -0.38247556682622647, 0.16534043117816644});
+    /* normalvariate(0, √2/√3) */
+    expect_init((qkv_init){QKV_INIT_KAIMING_NORMAL, 0, 0},
+                (const double[]){-0.29059786884935362, 0.22792754634816795, 0.079236725041139919});
+    /* l = √2·√(3/3) */
+    expect_init((qkv_init){QKV_INIT_KAIMING_UNIFORM, 0, 0},
+                (const double[]){-0.49827618643742455, -0.98754766709947817, 0.42690715760519482});
+    expect_init((qkv_init){QKV_INIT_CONST, 0.25, 0}, (const double[]){0.25, 0.25, 0.25});
+    expect_init((qkv_init){QKV_INIT_ONES, 0, 0}, (const double[]){1, 1, 1});
+}
+END_TEST
+
+START_TEST(test_initialisers_draw_one_stream_and_refuse_bad_ranges)
+{
+    /* two parameters continue one stream: the second's first value is the
+     * fourth draw (CPython: random.seed(7); the 4th of -1 + 4·random()) */
+    qkv_params *p = qkv_params_new(7, NULL);
+    const qkv_init u = {QKV_INIT_UNIFORM, -1, 3};
+    qkv_params_add(p, "a", 1, (const int[]){3}, u, NULL);
+    qkv_tensor *b = qkv_params_add(p, "b", 1, (const int[]){1}, u, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 7);
+    for (int i = 0; i < 3; i++)
+        qkv_rng_random(&g);
+    ASSERT_NEAR(b->data[0], -1 + 4 * qkv_rng_random(&g), 4 * REAL_EPS);
+    qkv_error err = qkv_error_none();
+    ck_assert(qkv_tensor_is_nil(
+        qkv_params_add(p, "c", 1, (const int[]){1}, (qkv_init){QKV_INIT_UNIFORM, 1, 1}, &err)));
+    ck_assert_ptr_nonnull(strstr(err.message, "range"));
+    ck_assert(qkv_tensor_is_nil(
+        qkv_params_add(p, "d", 1, (const int[]){1}, (qkv_init){QKV_INIT_NORMAL, 0, -1}, &err)));
+    ck_assert_ptr_nonnull(strstr(err.message, "standard deviation"));
+    ck_assert(qkv_tensor_is_nil(
+        qkv_params_add(p, "e", 1, (const int[]){1}, (qkv_init){(qkv_init_kind)99, 0, 0}, &err)));
+    ck_assert_int_eq(qkv_params_count(p), 2);
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_the_optimizer_skips_decay_where_the_list_says)
+{
+    /* AdamW with zero gradients: the moments stay 0, so the only change is
+     * the decoupled decay p -= lr·wd·p, on the weight and not the bias */
+    qkv_params *p = qkv_params_new(0, NULL);
+    qkv_tensor *w =
+        qkv_params_add(p, "w", 2, (const int[]){1, 2}, (qkv_init){QKV_INIT_CONST, 2, 0}, NULL);
+    qkv_tensor *b =
+        qkv_params_add(p, "b", 1, (const int[]){2}, (qkv_init){QKV_INIT_CONST, 2, 0}, NULL);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAMW);
+    c.lr = 0.1;
+    c.weight_decay = 0.5;
+    qkv_optim *o = qkv_params_optim(p, &c, NULL);
+    ck_assert_ptr_nonnull(o);
+    qkv_params_zero_grad(p);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(w->data[0], 2 * (1 - 0.1 * 0.5), 4 * REAL_EPS);
+    ck_assert(b->data[0] == 2 && b->data[1] == 2);
+    qkv_optim_free(o);
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_the_optimizer_state_is_readable)
+{
+    qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){1, -1}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    c.lr = 0.01;
+    qkv_optim *o = qkv_optim_new(&c, &x, 1, NULL);
+    ck_assert_int_eq(qkv_optim_steps(o), 0);
+    x->grad[0] = 2, x->grad[1] = -4;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    size_t n;
+    const double *m = qkv_optim_state(o, 0, 0, &n), *v = qkv_optim_state(o, 0, 1, NULL);
+    ck_assert_uint_eq(n, 2);
+    /* m = (1 - 0.9)·g, v = (1 - 0.999)·g² */
+    ASSERT_NEAR(m[0], 0.2, 1e-15);
+    ASSERT_NEAR(m[1], -0.4, 1e-15);
+    ASSERT_NEAR(v[0], 0.004, 1e-15);
+    ASSERT_NEAR(v[1], 0.016, 1e-15);
+    /* the bias-corrected first step: m̂ = g, v̂ = g², so each value moves
+     * by lr·g/(|g| + eps) */
+    ASSERT_NEAR(x->data[0], 1 - 0.01 * 2 / (2 + 1e-8), 8 * REAL_EPS);
+    ASSERT_NEAR(x->data[1], -1 + 0.01 * 4 / (4 + 1e-8), 8 * REAL_EPS);
+    ck_assert_int_eq(qkv_optim_steps(o), 1);
+    ck_assert_ptr_null(qkv_optim_state(o, 1, 0, NULL));
+    ck_assert_ptr_null(qkv_optim_state(o, 0, 2, NULL));
+    /* the rate reads back, changes between steps, and refuses nonsense */
+    ck_assert(qkv_optim_lr(o) == 0.01);
+    ck_assert_int_eq(qkv_optim_set_lr(o, 0.5), QKV_OK);
+    ck_assert(qkv_optim_lr(o) == 0.5);
+    ck_assert_int_eq(qkv_optim_set_lr(o, -1), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_set_lr(o, NAN), QKV_ERR_ARG);
+    ck_assert(qkv_optim_lr(o) == 0.5);
+    qkv_optim_free(o);
+    /* SGD keeps a velocity and no second moment */
+    c = qkv_optim_defaults(QKV_SGD);
+    c.momentum = 0.9;
+    o = qkv_optim_new(&c, &x, 1, NULL);
+    x->grad[0] = 1, x->grad[1] = 0;
+    qkv_optim_step(o);
+    qkv_optim_step(o);
+    ASSERT_NEAR(qkv_optim_state(o, 0, 0, NULL)[0], 1.9, 1e-15); /* 0.9·1 + 1 */
+    ck_assert_ptr_null(qkv_optim_state(o, 0, 1, NULL));
+    qkv_optim_free(o);
+    qkv_tensor_free(x);
+}
+END_TEST
+
+START_TEST(test_warmup_then_cosine)
+{
+    /* warm-up 10 steps to 1, cosine down to 0.1 at step 110 */
+    ASSERT_NEAR(qkv_lr_warmup_cosine(0, 10, 110, 1, 0.1), 0.1, 1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(4, 10, 110, 1, 0.1), 0.5, 1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(10, 10, 110, 1, 0.1), 1, 1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(60, 10, 110, 1, 0.1), 0.55, 1e-15); /* half way: cos(π/2) */
+    ASSERT_NEAR(qkv_lr_warmup_cosine(35, 10, 110, 1, 0.1), 0.1 + 0.9 * (1 + cos(PI / 4)) / 2,
+                1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(110, 10, 110, 1, 0.1), 0.1, 1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(500, 10, 110, 1, 0.1), 0.1, 1e-15);
+    /* no warm-up */
+    ASSERT_NEAR(qkv_lr_warmup_cosine(0, 0, 100, 2, 0), 2, 1e-15);
+}
+END_TEST
+
+/* ======================================================================== */
+/* layers against a naive reference                                         */
+
+/* Fills every parameter of p with U[-0.5, 0.5) so that gains and biases
+ * are not the trivial ones. */
+static void randomise(qkv_params *p, uint64_t seed)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, seed);
+    for (int i = 0; i < qkv_params_count(p); i++)
+        ck_assert_int_eq(qkv_init_tensor(qkv_params_at(p, i, NULL),
+                                         (qkv_init){QKV_INIT_UNIFORM, -0.5, 0.5}, &g, NULL),
+                         QKV_OK);
+}
+
+/* y[r, :] = x[r, :]·W + b for n rows; W [in, out]. */
+static void ref_linear(const double *x, int n, const qkv_linear *l, double *y)
+{
+    for (int r = 0; r < n; r++)
+        for (int o = 0; o < l->out; o++) {
+            double s = l->bias != NULL ? (double)l->bias->data[o] : 0;
+            for (int i = 0; i < l->in; i++)
+                s += x[r * l->in + i] * (double)l->weight->data[i * l->out + o];
+            y[r * l->out + o] = s;
+        }
+}
+
+/* Layer norm of n rows of width d, biased variance, as PyTorch. */
+static void ref_norm(const double *x, int n, int d, const qkv_norm *ln, double *y)
+{
+    for (int r = 0; r < n; r++) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < d; i++)
+            mean += x[r * d + i] / d;
+        for (int i = 0; i < d; i++)
+            var += (x[r * d + i] - mean) * (x[r * d + i] - mean) / d;
+        for (int i = 0; i < d; i++)
+            y[r * d + i] =
+                (x[r * d + i] - mean) / sqrt(var + ln->eps) * (double)ln->gamma->data[i] +
+                (double)ln->beta->data[i];
+    }
+}
+
+/* Multi-head attention on x [B,T,D]; attn gets [B,H,T,T]. The mask: key j
+ * is hidden from query i when causal and j > i; pad (NULL or [B,T]) adds
+ * to every score of key j. */
+static void ref_mha(const double *x, int B, int T, const qkv_mha *m, const double *pad, double *out,
+                    double *attn)
+{
+    const int D = m->d_model, H = m->heads, dh = D / H;
+    double *qkv = malloc(sizeof *qkv * (size_t)B * T * 3 * D);
+    double *cat = malloc(sizeof *cat * (size_t)B * T * D);
+    ref_linear(x, B * T, &m->qkv, qkv);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < T; i++) {
+                double s[64], mx = -INFINITY, z = 0;
+                for (int j = 0; j < T; j++) {
+                    double dot = 0;
+                    for (int c = 0; c < dh; c++)
+                        dot += qkv[(b * T + i) * 3 * D + h * dh + c] *
+                               qkv[(b * T + j) * 3 * D + D + h * dh + c];
+                    s[j] = dot / sqrt((double)dh) + (pad != NULL ? pad[b * T + j] : 0);
+                    if (m->causal && j > i)
+                        s[j] = -INFINITY;
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j < T; j++)
+                    z += s[j] = exp(s[j] - mx);
+                for (int j = 0; j < T; j++)
+                    attn[((b * H + h) * T + i) * T + j] = s[j] / z;
+                for (int c = 0; c < dh; c++) {
+                    double o = 0;
+                    for (int j = 0; j < T; j++)
+                        o += s[j] / z * qkv[(b * T + j) * 3 * D + 2 * D + h * dh + c];
+                    cat[(b * T + i) * D + h * dh + c] = o;
+                }
+            }
+    ref_linear(cat, B * T, &m->proj, out);
+    free(qkv);
+    free(cat);
+}
+
+/* GPT-2's GELU, from its formula. */
+static double ref_gelu(double x)
+{
+    return 0.5 * x * (1 + tanh(sqrt(2 / PI) * (x + 0.044715 * x * x * x)));
+}
+
+/* The pre-norm block: h = x + MHA(LN1(x)); y = h + FFN(LN2(h)). */
+static void ref_block(const double *x, int B, int T, const qkv_block *blk, int hidden, double *y,
+                      double *attn)
+{
+    const int D = blk->attn.d_model, n = B * T;
+    double *a = malloc(sizeof *a * (size_t)n * D), *h = malloc(sizeof *h * (size_t)n * D);
+    double *u = malloc(sizeof *u * (size_t)n * hidden);
+    ref_norm(x, n, D, &blk->ln1, a);
+    ref_mha(a, B, T, &blk->attn, NULL, h, attn);
+    for (int i = 0; i < n * D; i++)
+        h[i] += x[i];
+    ref_norm(h, n, D, &blk->ln2, a);
+    ref_linear(a, n, &blk->ffn.up, u);
+    for (int i = 0; i < n * hidden; i++)
+        u[i] = ref_gelu(u[i]);
+    ref_linear(u, n, &blk->ffn.down, y);
+    for (int i = 0; i < n * D; i++)
+        y[i] += h[i];
+    free(a);
+    free(h);
+    free(u);
+}
+
+/* A [B,T,D] input with values U[-1, 1) in a heap tensor, and its copy in
+ * double. */
+static qkv_tensor *input(int B, int T, int D, double *copy)
+{
+    qkv_tensor *x = qkv_tensor_new(3, (const int[]){B, T, D}, 1, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 11);
+    for (size_t i = 0; i < x->numel; i++) {
+        x->data[i] = (qkv_real)(2 * qkv_rng_random(&g) - 1);
+        copy[i] = (double)x->data[i];
+    }
+    return x;
+}
+
+static void expect_close(const qkv_tensor *t, const double *want, size_t n)
+{
+    ck_assert_uint_eq(t->numel, n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)t->data[i] - want[i]) <= FWD_TOL,
+                      "value %zu: %.9g, the reference %.9g", i, (double)t->data[i], want[i]);
+}
+
+START_TEST(test_linear_embedding_and_norm_forward)
+{
+    qkv_params *p = qkv_params_new(3, NULL);
+    qkv_linear l;
+    qkv_embedding e;
+    qkv_norm ln;
+    ck_assert_int_eq(qkv_linear_init(&l, p, "lin", 4, 3, 1, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_embedding_init(&e, p, "emb", 6, 4, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_norm_init(&ln, p, "ln", 4, NULL), QKV_OK);
+    /* the names and the default starts of the header */
+    ck_assert_ptr_eq(qkv_params_get(p, "lin.weight"), l.weight);
+    ck_assert_ptr_eq(qkv_params_get(p, "lin.bias"), l.bias);
+    ck_assert_ptr_eq(qkv_params_get(p, "emb.weight"), e.weight);
+    ck_assert_ptr_eq(qkv_params_get(p, "ln.weight"), ln.gamma);
+    ck_assert(ln.gamma->data[3] == 1 && ln.beta->data[3] == 0 && l.bias->data[2] == 0);
+    for (size_t i = 0; i < l.weight->numel; i++) /* U(±1/√in) */
+        ck_assert(fabs((double)l.weight->data[i]) <= 0.5);
+    randomise(p, 5);
+    double x[2 * 5 * 4], want[2 * 5 * 4];
+    qkv_tensor *xt = input(2, 5, 4, x);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *y = qkv_linear_forward(t, &l, xt);
+    ref_linear(x, 10, &l, want);
+    expect_close(y, want, 30);
+    y = qkv_norm_forward(t, &ln, xt);
+    ref_norm(x, 10, 4, &ln, want);
+    expect_close(y, want, 40);
+    const int ids[3] = {5, 0, 5};
+    y = qkv_embedding_forward(t, &e, ids, 1, (const int[]){3});
+    ck_assert_int_eq(y->ndim, 2);
+    ck_assert(y->shape[0] == 3 && y->shape[1] == 4);
+    for (int c = 0; c < 4; c++)
+        ck_assert(y->data[c] == e.weight->data[20 + c] && y->data[4 + c] == e.weight->data[c]);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    qkv_tape_free(t);
+    qkv_tensor_free(xt);
+    qkv_params_free(p);
+}
+END_TEST
+
+/* One MHA configuration against the reference. */
+static void check_mha(int B, int T, int D, int H, int causal, int padded)
+{
+    qkv_params *p = qkv_params_new(1, NULL);
+    qkv_mha m;
+    ck_assert_int_eq(qkv_mha_init(&m, p, "attn", D, H, causal, NULL), QKV_OK);
+    ck_assert_ptr_nonnull(qkv_params_get(p, "attn.qkv.weight"));
+    ck_assert_ptr_nonnull(qkv_params_get(p, "attn.proj.bias"));
+    ck_assert_int_eq(qkv_params_get(p, "attn.qkv.weight")->shape[1], 3 * D);
+    randomise(p, 2);
+    double *x = malloc(sizeof *x * (size_t)B * T * D), *want = malloc(sizeof *want * B * T * D);
+    double *attn = malloc(sizeof *attn * (size_t)B * H * T * T), pad[64];
+    qkv_tensor *xt = input(B, T, D, x), *padt = NULL;
+    if (padded) { /* the last key of item 0 and the last two of item 1 are padding */
+        padt = qkv_tensor_new(2, (const int[]){B, T}, 0, NULL);
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < T; j++)
+                padt->data[b * T + j] = (qkv_real)(pad[b * T + j] = j >= T - 1 - b ? -INFINITY : 0);
+    }
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_mha_parts parts;
+    qkv_tensor *y = qkv_mha_forward(t, &m, xt, padt, &parts);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+    ref_mha(x, B, T, &m, padded ? pad : NULL, want, attn);
+    expect_close(y, want, (size_t)B * T * D);
+    ck_assert_int_eq(parts.attn->ndim, 4);
+    ck_assert(parts.attn->shape[0] == B && parts.attn->shape[1] == H && parts.attn->shape[2] == T);
+    expect_close(parts.attn, attn, (size_t)B * H * T * T);
+    /* hidden keys get exactly zero weight */
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                if ((causal && j > i) || (padded && j >= T - 1 - b))
+                    ck_assert(parts.attn->data[((b * H + H - 1) * T + i) * T + j] == 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(xt);
+    qkv_tensor_free(padt);
+    free(x);
+    free(want);
+    free(attn);
+    qkv_params_free(p);
+}
+
+START_TEST(test_mha_forward_matches_the_reference)
+{
+    check_mha(2, 5, 8, 1, 0, 0);
+    check_mha(2, 5, 8, 2, 0, 0);
+    check_mha(3, 6, 12, 4, 1, 0);
+    check_mha(2, 7, 12, 3, 0, 1);
+    check_mha(2, 7, 16, 4, 1, 1);
+}
+END_TEST
+
+START_TEST(test_block_forward_matches_the_reference)
+{
+    enum { B = 2, T = 6, D = 8, H = 2, HID = 24 };
+    qkv_params *p = qkv_params_new(9, NULL);
+    qkv_block blk;
+    ck_assert_int_eq(qkv_block_init(&blk, p, "h.0", D, H, HID, 1, NULL), QKV_OK);
+    /* ln1, attn.qkv, attn.proj, ln2, ffn.up, ffn.down: weight and bias each */
+    ck_assert_int_eq(qkv_params_count(p), 12);
+    ck_assert_uint_eq(qkv_params_numel(p),
+                      2 * D + D * 3 * D + 3 * D + D * D + D + 2 * D + D * HID + HID + HID * D + D);
+    ck_assert_ptr_nonnull(qkv_params_get(p, "h.0.ffn.down.weight"));
+    ck_assert_ptr_nonnull(qkv_params_get(p, "h.0.ln2.bias"));
+    randomise(p, 4);
+    double x[B * T * D], want[B * T * D], attn[B * H * T * T];
+    qkv_tensor *xt = input(B, T, D, x);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_mha_parts parts;
+    qkv_tensor *y = qkv_block_forward(t, &blk, xt, NULL, &parts);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+    ref_block(x, B, T, &blk, HID, want, attn);
+    expect_close(y, want, B * T * D);
+    expect_close(parts.attn, attn, B * H * T * T);
+    qkv_tape_free(t);
+    qkv_tensor_free(xt);
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_positions)
+{
+    /* the sinusoidal table, from its formula: D = 6, so the frequencies are
+     * 1, 10000^(-2/6) and 10000^(-4/6) */
+    qkv_tensor *pe = qkv_tensor_new(2, (const int[]){4, 6}, 0, NULL);
+    ck_assert_int_eq(qkv_sinusoidal_positions(pe, NULL), QKV_OK);
+    ck_assert(pe->data[0] == 0 && pe->data[1] == 1); /* position 0: sin 0, cos 0 */
+    ASSERT_NEAR(pe->data[6 + 0], sin(1.0), REAL_EPS);
+    ASSERT_NEAR(pe->data[6 + 1], cos(1.0), REAL_EPS);
+    ASSERT_NEAR(pe->data[18 + 2], sin(3 * pow(10000, -2.0 / 6)), REAL_EPS);
+    ASSERT_NEAR(pe->data[18 + 5], cos(3 * pow(10000, -4.0 / 6)), REAL_EPS);
+    /* added to [B,T,D] inputs, row by row; a learned table gets gradients */
+    qkv_params *p = qkv_params_new(0, NULL);
+    qkv_embedding pos;
+    ck_assert_int_eq(qkv_positions_init(&pos, p, "pos", 4, 6, NULL), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 6}, 0);
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = 1;
+    qkv_tensor *y = qkv_add_positions(t, x, pe);
+    ck_assert_int_eq(y->shape[1], 3);
+    ASSERT_NEAR(y->data[18 + 6 + 0], 1 + sin(1.0), 2 * REAL_EPS);
+    y = qkv_sum(t, qkv_add_positions(t, x, pos.weight));
+    ck_assert_int_eq(qkv_backward(t, y), QKV_OK);
+    ck_assert(pos.weight->grad[0] == 2 && pos.weight->grad[17] == 2 && pos.weight->grad[18] == 0);
+    /* a sequence longer than the table is refused */
+    qkv_tape_reset(t);
+    x = qkv_tape_tensor(t, 3, (const int[]){1, 5, 6}, 0);
+    ck_assert(qkv_add_positions(t, x, pe) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "positions: x [1,5,6] needs a table [max_len >= T, D], "
+                                        "not [4,6]");
+    qkv_tape_free(t);
+    qkv_params_free(p);
+    qkv_tensor_free(pe);
+}
+END_TEST
+
+START_TEST(test_layers_refuse_bad_shapes)
+{
+    qkv_params *p = qkv_params_new(0, NULL);
+    qkv_mha m;
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_mha_init(&m, p, "a", 10, 4, 0, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "mha: d_model 10 must be a positive multiple of the heads 4");
+    ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_OK);
+    ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_ERR_ARG); /* names taken */
+    ck_assert_ptr_nonnull(strstr(err.message, "already in the list"));
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
+    qkv_tensor *pad = qkv_tape_tensor(t, 2, (const int[]){3, 2}, 0);
+    ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [3,2] must be [2,3]");
+    qkv_tape_reset(t);
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 6}, 0);
+    qkv_mha_parts parts;
+    ck_assert(qkv_mha_forward(t, &m, x, NULL, &parts) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mha: x [2,3,6] must be [B,T,8]");
+    ck_assert(parts.attn == qkv_nil());
+    qkv_tape_free(t);
+    qkv_params_free(p);
+}
+END_TEST
+
+Suite *params_suite(void)
+{
+    Suite *s = suite_create("params");
+    TCase *tc = tcase_create("params");
+    tcase_add_test(tc, test_a_list_holds_named_parameters);
+    tcase_add_test(tc, test_a_list_grows_past_its_first_capacity);
+    tcase_add_test(tc, test_initialisers_match_cpython);
+    tcase_add_test(tc, test_initialisers_draw_one_stream_and_refuse_bad_ranges);
+    tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
+    tcase_add_test(tc, test_the_optimizer_state_is_readable);
+    tcase_add_test(tc, test_warmup_then_cosine);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+Suite *layers_suite(void)
+{
+    Suite *s = suite_create("layers");
+    TCase *tc = tcase_create("layers");
+    tcase_add_test(tc, test_linear_embedding_and_norm_forward);
+    tcase_add_test(tc, test_mha_forward_matches_the_reference);
+    tcase_add_test(tc, test_block_forward_matches_the_reference);
+    tcase_add_test(tc, test_positions);
+    tcase_add_test(tc, test_layers_refuse_bad_shapes);
+    suite_add_tcase(s, tc);
+    return s;
+}
