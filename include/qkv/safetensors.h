@@ -1,0 +1,88 @@
+/*
+ * safetensors.h - weights in the safetensors format, the field's common
+ * format, so that other tools (numpy, PyTorch, the safetensors library)
+ * read what qkv writes and qkv reads what they write.
+ *
+ * A file is: an 8-byte little-endian header length N; N bytes of JSON, an
+ * object that maps each tensor's name to {"dtype", "shape", "data_offsets":
+ * [begin, end]} (byte offsets into the data that follows) and may hold a
+ * "__metadata__" object of strings; then the raw little-endian data. qkv
+ * writes F32 (F64 from the double build), its format version as
+ * "qkv_format" and a CRC-32 of the data as "qkv_crc32" in the metadata, and
+ * saves atomically (a new temporary file, fsync, rename).
+ *
+ * The reader is strict and safe on hostile files: it checks every size the
+ * header declares against the bytes present before allocating anything,
+ * and refuses a header length beyond the file or above
+ * QKV_SAFETENSORS_MAX_HEADER; JSON that is invalid, nested too deep or
+ * repeats a key; an unknown dtype; a shape whose size overflows; offsets
+ * out of range, overlapping or leaving holes; a CRC mismatch; and, when
+ * loading into a parameter list, a missing or unexpected tensor or a shape
+ * that differs. Each error is one line that names the tensor or the byte
+ * offset.
+ */
+#ifndef QKV_SAFETENSORS_H
+#define QKV_SAFETENSORS_H
+
+#include "qkv/params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QKV_SAFETENSORS_FORMAT 1 /* "qkv_format" this qkv writes */
+/* qkv reads headers of up to 1 MiB (its own are about 100 bytes a tensor;
+ * the format allows 100 MB): with the parser's limit of a JSON value per 3
+ * bytes, a header costs at most about 11 times its size in memory. */
+#define QKV_SAFETENSORS_MAX_HEADER (1u << 20)
+#define QKV_SAFETENSORS_MAX_FILE ((size_t)1 << 34) /* 16 GiB */
+
+/* One metadata entry: both strings, valid UTF-8. */
+typedef struct qkv_meta_entry {
+    const char *key, *value;
+} qkv_meta_entry;
+
+/* Saves every parameter of p, in order, to path, with n_meta entries of
+ * metadata besides qkv's own (keys may not start with "qkv_"). Refuses a
+ * parameter with a value that is not finite (QKV_ERR_NUMERIC) and a path
+ * that exists and is not a regular file, leaving the old file as it was;
+ * QKV_ERR_IO and the reason in err for other failures. */
+qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv_meta_entry *meta,
+                                int n_meta, qkv_error *err);
+
+/* A safetensors file, read and checked. */
+typedef struct qkv_st qkv_st;
+
+/* Reads path and checks its header and framing (everything but the match
+ * with a model). NULL with the reason in err. Close with qkv_st_close. */
+qkv_st *qkv_st_open(const char *path, qkv_error *err);
+
+/* The same from len bytes in memory (copied); name labels the messages. */
+qkv_st *qkv_st_parse(const void *data, size_t len, const char *name, qkv_error *err);
+
+void qkv_st_close(qkv_st *f); /* accepts NULL */
+
+/* The metadata value of key, or NULL. */
+const char *qkv_st_meta(const qkv_st *f, const char *key);
+
+/* The tensors in the file: how many, and tensor i's name, dtype ("F32",
+ * "F64") and shape (up to QKV_MAX_DIMS dimensions into shape; returns the
+ * number of dimensions, or -1 when there are more or i is out of range). */
+int qkv_st_count(const qkv_st *f);
+const char *qkv_st_name(const qkv_st *f, int i);
+const char *qkv_st_dtype(const qkv_st *f, int i);
+int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS]);
+
+/* Copies the file's tensors into p's parameters of the same names: every
+ * parameter must be in the file with its shape, and every tensor of the
+ * file must be a parameter; values must be finite (F64 values are rounded
+ * to float32 in a float build). On an error nothing is changed. */
+qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err);
+
+/* qkv_st_open, qkv_st_load and qkv_st_close in one call. */
+qkv_status qkv_safetensors_load(qkv_params *p, const char *path, qkv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,490 @@
+/*
+ * test_safetensors.c - weights in the safetensors format: the exact bytes
+ * qkv writes, files other writers make, and every rejection of the strict
+ * loader, each from a file written by hand here.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests.h"
+
+static char dir[64];
+static char path[128];
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/qkv_st_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+}
+
+static void teardown(void)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A list with "w" [2,3] = 1..6 and "b" [3] = -1, -2, -3. */
+static qkv_params *two_params(void)
+{
+    qkv_params *p = qkv_params_new(1, NULL);
+    ck_assert_ptr_nonnull(p);
+    const int ws[2] = {2, 3}, bs[1] = {3};
+    qkv_tensor *w = qkv_params_add(p, "w", 2, ws, (qkv_init){QKV_INIT_ZEROS, 0, 0}, NULL);
+    qkv_tensor *b = qkv_params_add(p, "b", 1, bs, (qkv_init){QKV_INIT_ZEROS, 0, 0}, NULL);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < 6; i++)
+        w->data[i] = (qkv_real)(i + 1);
+    for (int i = 0; i < 3; i++)
+        b->data[i] = (qkv_real) - (i + 1);
+    return p;
+}
+
+/* A file in memory: the 8-byte length, the header, then dlen data bytes. */
+typedef struct file {
+    unsigned char *b;
+    size_t n;
+} file;
+
+static file make(const char *header, const void *data, size_t dlen)
+{
+    size_t h = strlen(header);
+    file f = {malloc(8 + h + dlen + 1), 8 + h + dlen};
+    ck_assert_ptr_nonnull(f.b);
+    for (int k = 0; k < 8; k++)
+        f.b[k] = (unsigned char)((uint64_t)h >> (8 * k));
+    memcpy(f.b + 8, header, h);
+    if (dlen)
+        memcpy(f.b + 8 + h, data, dlen);
+    return f;
+}
+
+/* Little-endian float32 bytes of v[0..n). */
+static void f32le(const float *v, int n, unsigned char *out)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &v[i], 4);
+        for (int k = 0; k < 4; k++)
+            out[4 * i + k] = (unsigned char)(u >> (8 * k));
+    }
+}
+
+/* The data of two_params as F32: w then b, 36 bytes. */
+static void wb_data(unsigned char out[36])
+{
+    const float v[9] = {1, 2, 3, 4, 5, 6, -1, -2, -3};
+    f32le(v, 9, out);
+}
+
+/* Parses f and expects failure with this status and a message part; and
+ * then that loading it into two_params changes nothing. */
+static void expect_reject(file f, qkv_status want, const char *part)
+{
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_ptr_null(st);
+    ck_assert_int_eq(err.status, want);
+    ck_assert_msg(strstr(err.message, part) != NULL, "message '%s' lacks '%s'", err.message, part);
+    ck_assert_msg(strchr(err.message, '\n') == NULL, "'%s' is not one line", err.message);
+    free(f.b);
+}
+
+/* Parses f (which must parse), loads it into p and expects this failure,
+ * with p unchanged. */
+static void expect_load_reject(file f, qkv_params *p, qkv_status want, const char *part)
+{
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    const qkv_tensor *w = qkv_params_get(p, "w");
+    qkv_real before = w->data[0];
+    ck_assert_int_eq(qkv_st_load(st, p, &err), want);
+    ck_assert_msg(strstr(err.message, part) != NULL, "message '%s' lacks '%s'", err.message, part);
+    ck_assert(w->data[0] == before);
+    qkv_st_close(st);
+    free(f.b);
+}
+
+#define W_ENTRY "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}"
+#define B_ENTRY "\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[24,36]}"
+
+START_TEST(test_qkv_writes_the_format_byte_for_byte)
+{
+    qkv_params *p = two_params();
+    ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, NULL), QKV_OK);
+    size_t n;
+    unsigned char *b = qkv_read_file(path, 1 << 20, &n, NULL);
+    ck_assert_ptr_nonnull(b);
+    uint64_t h = 0;
+    for (int k = 7; k >= 0; k--)
+        h = h << 8 | b[k];
+    ck_assert_uint_eq((8 + h) % 8, 0); /* the data is 8-byte aligned */
+    const size_t d = sizeof(qkv_real);
+    ck_assert_uint_eq(n, 8 + h + 9 * d);
+    /* the header, as JSON: qkv's metadata first, then the tensors in
+     * order; the CRC is that of the data bytes (checked by zlib's CRC-32
+     * of the F32 data 1..6, -1..-3: 0x51d517f6, computed with CPython's
+     * zlib.crc32) */
+    char want[512];
+#ifdef QKV_DOUBLE
+    snprintf(want, sizeof want,
+             "{\"__metadata__\":{\"qkv_format\":\"1\",\"qkv_crc32\":\"%08x\"},"
+             "\"w\":{\"dtype\":\"F64\",\"shape\":[2,3],\"data_offsets\":[0,48]},"
+             "\"b\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[48,72]}}",
+             (unsigned)qkv_crc32(0, b + 8 + h, 72));
+#else
+    snprintf(want, sizeof want,
+             "{\"__metadata__\":{\"qkv_format\":\"1\",\"qkv_crc32\":\"51d517f6\"}," W_ENTRY
+             "," B_ENTRY "}");
+    unsigned char data[36];
+    wb_data(data);
+    ck_assert(memcmp(b + 8 + h, data, 36) == 0);
+#endif
+    size_t wl = strlen(want);
+    ck_assert_uint_ge(h, wl);
+    ck_assert_msg(memcmp(b + 8, want, wl) == 0, "header '%.*s'", (int)h, (char *)b + 8);
+    for (size_t k = wl; k < h; k++) /* then spaces up to the alignment */
+        ck_assert_int_eq(b[8 + k], ' ');
+    free(b);
+    /* and it loads back exactly */
+    qkv_params *q = two_params();
+    qkv_params_zero_grad(q);
+    qkv_tensor *w = qkv_params_get(q, "w");
+    w->data[0] = 100;
+    ck_assert_int_eq(qkv_safetensors_load(q, path, NULL), QKV_OK);
+    ck_assert(w->data[0] == 1 && w->data[5] == 6 && qkv_params_get(q, "b")->data[2] == -3);
+    qkv_params_free(p);
+    qkv_params_free(q);
+}
+END_TEST
+
+START_TEST(test_files_of_other_writers_load)
+{
+    /* another writer: keys in another order, whitespace, no metadata of
+     * qkv's, other metadata, tensors stored out of order, one of them F64
+     * (rounded to float32 in a float build) */
+    unsigned char data[36 + 12];
+    const float w[6] = {1, 2, 3, 4, 5, 6};
+    f32le(w, 6, data + 24);
+    const double bv[3] = {-1, -2, 0.1};
+    for (int i = 0; i < 3; i++) {
+        uint64_t u;
+        memcpy(&u, &bv[i], 8);
+        for (int k = 0; k < 8; k++)
+            data[8 * i + k] = (unsigned char)(u >> (8 * k));
+    }
+    file f = make("{ \"b\" : {\"data_offsets\":[0,24], \"shape\":[3], \"dtype\":\"F64\"},\n"
+                  "  \"__metadata__\": {\"format\": \"pt\"},\n"
+                  "  \"w\": {\"shape\": [2, 3], \"dtype\": \"F32\", \"data_offsets\": [24, 48]} } ",
+                  data, 48);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "other", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_int_eq(qkv_st_count(st), 2);
+    ck_assert_str_eq(qkv_st_name(st, 0), "b");
+    ck_assert_str_eq(qkv_st_dtype(st, 0), "F64");
+    ck_assert_str_eq(qkv_st_meta(st, "format"), "pt");
+    int shape[QKV_MAX_DIMS];
+    ck_assert_int_eq(qkv_st_shape(st, 1, shape), 2);
+    ck_assert(shape[0] == 2 && shape[1] == 3);
+    qkv_params *p = two_params();
+    ck_assert_int_eq(qkv_st_load(st, p, &err), QKV_OK);
+    const qkv_tensor *b = qkv_params_get(p, "b");
+    ck_assert(b->data[0] == -1 && b->data[1] == -2 && b->data[2] == (qkv_real)0.1);
+    ck_assert(qkv_params_get(p, "w")->data[4] == 5);
+    qkv_st_close(st);
+    qkv_params_free(p);
+    free(f.b);
+}
+END_TEST
+
+START_TEST(test_the_header_length_must_fit_the_file_and_the_cap)
+{
+    unsigned char d[36];
+    wb_data(d);
+    file f = make("{" W_ENTRY "," B_ENTRY "}", d, 36);
+    f.b[0] = 0xff; /* the length, now far past the end */
+    f.b[1] = 0x7f;
+    expect_reject(f, QKV_ERR_FORMAT, "goes past the end of the file");
+    f = make("{}", NULL, 0);
+    f.n = 5;
+    expect_reject(f, QKV_ERR_FORMAT, "not a safetensors file: 5 bytes");
+    f = make("{}", NULL, 0);
+    memset(f.b, 0, 8);
+    expect_reject(f, QKV_ERR_FORMAT, "header length 0");
+    /* a header over the cap (here all spaces after {}) in a file as long */
+    size_t h = QKV_SAFETENSORS_MAX_HEADER + 8;
+    char *big = malloc(h + 1);
+    memset(big, ' ', h);
+    big[0] = '{';
+    big[1] = '}';
+    big[h] = '\0';
+    f = make(big, NULL, 0);
+    free(big);
+    expect_reject(f, QKV_ERR_FORMAT, "is over the limit of 1048576");
+}
+END_TEST
+
+START_TEST(test_the_header_must_be_strict_json)
+{
+    unsigned char d[36];
+    wb_data(d);
+    /* invalid: a missing brace, a trailing comma, a lone surrogate, bad
+     * UTF-8 in a name; each names its byte offset */
+    expect_reject(make("{" W_ENTRY "," B_ENTRY, d, 36), QKV_ERR_FORMAT, "byte");
+    expect_reject(make("{" W_ENTRY "," B_ENTRY ",}", d, 36), QKV_ERR_FORMAT, "byte");
+    expect_reject(make("{\"\\ud800\":{}}", NULL, 0), QKV_ERR_FORMAT,
+                  "bad escape in a string at byte 2");
+    expect_reject(make("{\"\xc3\x28\":{}}", NULL, 0), QKV_ERR_FORMAT, "UTF-8");
+    expect_reject(make("[1,2]", NULL, 0), QKV_ERR_FORMAT, "must be a JSON object");
+    /* nested too deep: 40 arrays inside the metadata */
+    char deep[256] = "{\"__metadata__\":";
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "[");
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "]");
+    strcat(deep, "}");
+    expect_reject(make(deep, NULL, 0), QKV_ERR_FORMAT, "nesting too deep at byte 31");
+    /* a duplicate key: two tensors named w */
+    expect_reject(make("{" W_ENTRY "," W_ENTRY "}", d, 24), QKV_ERR_FORMAT, "repeat");
+    /* a duplicate key inside an entry */
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2,3],"
+                       "\"data_offsets\":[0,24]}}",
+                       d, 24),
+                  QKV_ERR_FORMAT, "repeat");
+    /* metadata that is not strings */
+    expect_reject(make("{\"__metadata__\":{\"a\":1}}", NULL, 0), QKV_ERR_FORMAT,
+                  "__metadata__ values must be strings (byte 29)");
+}
+END_TEST
+
+START_TEST(test_each_entry_is_checked)
+{
+    unsigned char d[36];
+    wb_data(d);
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", d, 12),
+        QKV_ERR_FORMAT, "tensor 'w' has dtype 'BF16'");
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", NULL, 0), QKV_ERR_FORMAT,
+                  "tensor 'w' needs dtype, shape and data_offsets");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,24]}}", d, 24),
+        QKV_ERR_FORMAT, "tensor 'w' needs a shape");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,0]}}", d, 24),
+        QKV_ERR_FORMAT, "begin <= end");
+    /* 2^32 · 2^32 · 2^4 elements: the size overflows 64 bits */
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+                       "\"data_offsets\":[0,24]}}",
+                       d, 24),
+                  QKV_ERR_FORMAT, "tensor 'w': the size of its shape overflows");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", d, 20),
+        QKV_ERR_FORMAT,
+        "tensor 'w': data_offsets [0, 20] hold 20 bytes, its dtype and "
+        "shape need 24");
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24],"
+                       "\"extra\":1}}",
+                       d, 24),
+                  QKV_ERR_FORMAT, "tensor 'w' has an unknown field (byte");
+}
+END_TEST
+
+START_TEST(test_the_tensors_must_tile_the_data)
+{
+    unsigned char d[48] = {0};
+    wb_data(d);
+    /* out of range: b's data ends past the file */
+    expect_reject(make("{" W_ENTRY "," B_ENTRY "}", d, 30), QKV_ERR_FORMAT,
+                  "tensor 'b' ends at data byte 36, past the end of the file's 30 bytes of data");
+    /* overlapping: b begins inside w */
+    expect_reject(make("{" W_ENTRY
+                       ",\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[20,32]}}",
+                       d, 36),
+                  QKV_ERR_FORMAT, "tensor 'b' overlaps the one before it");
+    /* a hole of 4 bytes between w and b (at file byte 8 + header + 24) */
+    const char *holed =
+        "{" W_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[28,40]}}";
+    char want[128];
+    snprintf(want, sizeof want, "4 bytes of the data at byte %zu belong to no tensor",
+             8 + strlen(holed) + 24);
+    expect_reject(make(holed, d, 40), QKV_ERR_FORMAT, want);
+    /* bytes after the last tensor */
+    expect_reject(make("{" W_ENTRY "," B_ENTRY "}", d, 40), QKV_ERR_FORMAT,
+                  "4 bytes after the last tensor");
+    /* a huge tensor declared in a small file is refused before anything
+     * of its size is allocated: 2^20 x 4096 floats, 16 GiB */
+    qkv_alloc_largest(1);
+    file f = make("{\"w\":{\"dtype\":\"F32\",\"shape\":[1048576,4096],"
+                  "\"data_offsets\":[0,17179869184]}}",
+                  d, 48);
+    size_t n = f.n;
+    expect_reject(f, QKV_ERR_FORMAT, "past the end");
+    /* the copy of the file, or the parser's tokens: at most 32 bytes per 3
+     * bytes of header (safetensors.h) */
+    ck_assert_uint_le(qkv_alloc_largest(0), 11 * n + 16 * 32);
+}
+END_TEST
+
+START_TEST(test_qkv_metadata_is_checked)
+{
+    qkv_params *p = two_params();
+    ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, NULL), QKV_OK);
+    size_t n;
+    unsigned char *b = qkv_read_file(path, 1 << 20, &n, NULL);
+    b[n - 1] ^= 0x01; /* one flipped bit in the last value */
+    file f = {b, n};
+    expect_reject(f, QKV_ERR_FORMAT, "corrupted: checksum mismatch");
+    b = qkv_read_file(path, 1 << 20, &n, NULL);
+    char *fmt = strstr((char *)b + 8, "\"qkv_format\":\"1\"");
+    ck_assert_ptr_nonnull(fmt);
+    fmt[14] = '7';
+    expect_reject((file){b, n}, QKV_ERR_FORMAT, "has qkv format 7; this qkv reads format 1");
+    b = qkv_read_file(path, 1 << 20, &n, NULL);
+    char *crc = strstr((char *)b + 8, "\"qkv_crc32\":\"");
+    ck_assert_ptr_nonnull(crc);
+    crc[13] = 'G';
+    expect_reject((file){b, n}, QKV_ERR_FORMAT, "a damaged qkv_crc32");
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_loading_matches_names_and_shapes)
+{
+    unsigned char d[36];
+    wb_data(d);
+    qkv_params *p = two_params();
+    qkv_tensor *w = qkv_params_get(p, "w");
+    w->data[0] = 42;
+    /* a missing tensor */
+    expect_load_reject(make("{" W_ENTRY "}", d, 24), p, QKV_ERR_FORMAT, "has no tensor 'b'");
+    /* an unexpected one */
+    expect_load_reject(make("{" W_ENTRY "," B_ENTRY
+                            ",\"c\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[36,40]}}",
+                            d, 40),
+                       p, QKV_ERR_FORMAT, "has tensor 'c', which the model does not have");
+    /* a shape that differs */
+    expect_load_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[3,2],\"data_offsets\":[0,24]}," B_ENTRY "}", d,
+             36),
+        p, QKV_ERR_SHAPE, "tensor 'w' is [3,2], the model's is [2,3]");
+    /* a value that is not finite */
+    unsigned char nan[36];
+    memcpy(nan, d, 36);
+    nan[26] = 0xc0;
+    nan[27] = 0x7f; /* b[0] = NaN */
+    expect_load_reject(make("{" W_ENTRY "," B_ENTRY "}", nan, 36), p, QKV_ERR_NUMERIC,
+                       "tensor 'b' value 0 (nan) is not finite");
+    ck_assert(w->data[0] == 42); /* no failed load changed anything */
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_saving_refuses_bad_metadata_and_values)
+{
+    qkv_params *p = two_params();
+    qkv_error err = qkv_error_none();
+    const qkv_meta_entry mine[1] = {{"qkv_crc32", "0"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, mine, 1, &err), QKV_ERR_ARG);
+    const qkv_meta_entry bad[1] = {{"note", "\xff"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, bad, 1, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    /* metadata with quotes, backslashes and Chinese survives the trip */
+    const qkv_meta_entry good[2] = {{"task", "他 → \"小明\"\\"}, {"tab", "a\tb"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, good, 2, &err), QKV_OK);
+    qkv_st *st = qkv_st_open(path, &err);
+    ck_assert_ptr_nonnull(st);
+    ck_assert_str_eq(qkv_st_meta(st, "task"), "他 → \"小明\"\\");
+    ck_assert_str_eq(qkv_st_meta(st, "tab"), "a\tb");
+    qkv_st_close(st);
+    qkv_params_get(p, "b")->data[1] = INFINITY;
+    ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_ERR_NUMERIC);
+    ck_assert_msg(strstr(err.message, "b[1] = inf is not finite"), "%s", err.message);
+    qkv_params_free(p);
+}
+END_TEST
+
+/* Runs the numpy script (scripts/st_numpy.py) with these arguments; its
+ * output, which the caller frees. */
+static char *numpy(const char *args)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' '%s/st_numpy.py' %s 2>&1", QKV_PYTHON, QKV_SCRIPTS, args);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t cap = 4096, n = 0;
+    char *out = malloc(cap);
+    for (size_t k; (k = fread(out + n, 1, cap - 1 - n, f)) > 0;)
+        n += k;
+    out[n] = '\0';
+    int rc = pclose(f);
+    ck_assert_msg(rc == 0,
+                  "%s failed (numpy is needed: scripts/deps.sh installs python3-numpy):\n%s", cmd,
+                  out);
+    return out;
+}
+
+START_TEST(test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes)
+{
+    /* qkv -> numpy: the script parses the header with Python's json, the
+     * values with numpy.frombuffer, and checks the CRC with zlib */
+    qkv_params *p = two_params();
+    const qkv_meta_entry meta[1] = {{"note", "他"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, meta, 1, NULL), QKV_OK);
+    char args[256];
+    snprintf(args, sizeof args, "read '%s'", path);
+    char *out = numpy(args);
+#ifdef QKV_DOUBLE
+    const char *want = "meta note = 他\nmeta qkv_crc32 = 21bb8e6f\nmeta qkv_format = 1\n"
+                       "w float64 [2, 3] 1.0 2.0 3.0 4.0 5.0 6.0\n"
+                       "b float64 [3] -1.0 -2.0 -3.0\n";
+#else
+    const char *want = "meta note = 他\nmeta qkv_crc32 = 51d517f6\nmeta qkv_format = 1\n"
+                       "w float32 [2, 3] 1.0 2.0 3.0 4.0 5.0 6.0\n"
+                       "b float32 [3] -1.0 -2.0 -3.0\n";
+#endif
+    ck_assert_str_eq(out, want);
+    free(out);
+    /* numpy -> qkv: w = (1..6)/4 in float32, b = 0.1, -2.5, 0.001 in
+     * float64, stored b first, no padding, metadata of its own */
+    snprintf(args, sizeof args, "write '%s'", path);
+    free(numpy(args));
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_open(path, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_str_eq(qkv_st_meta(st, "writer"), "numpy 他");
+    ck_assert_str_eq(qkv_st_dtype(st, 0), "F64");
+    ck_assert_int_eq(qkv_st_load(st, p, &err), QKV_OK);
+    const qkv_tensor *w = qkv_params_get(p, "w"), *b = qkv_params_get(p, "b");
+    for (int i = 0; i < 6; i++)
+        ck_assert(w->data[i] == (qkv_real)(i + 1) / 4);
+    ck_assert(b->data[0] == (qkv_real)0.1 && b->data[1] == (qkv_real)-2.5 &&
+              b->data[2] == (qkv_real)1e-3);
+    qkv_st_close(st);
+    qkv_params_free(p);
+}
+END_TEST
+
+Suite *safetensors_suite(void)
+{
+    Suite *s = suite_create("safetensors");
+    TCase *tc = tcase_create("safetensors");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_qkv_writes_the_format_byte_for_byte);
+    tcase_add_test(tc, test_files_of_other_writers_load);
+    tcase_add_test(tc, test_the_header_length_must_fit_the_file_and_the_cap);
+    tcase_add_test(tc, test_the_header_must_be_strict_json);
+    tcase_add_test(tc, test_each_entry_is_checked);
+    tcase_add_test(tc, test_the_tensors_must_tile_the_data);
+    tcase_add_test(tc, test_qkv_metadata_is_checked);
+    tcase_add_test(tc, test_loading_matches_names_and_shapes);
+    tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
+    tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
+    suite_add_tcase(s, tc);
+    return s;
+}
