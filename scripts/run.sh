@@ -10,10 +10,10 @@ sentence="小明是个运动达人，他平时很爱打篮球"
 step() { printf '\n== %s\n' "$*"; }
 
 step "1/5 train Wq, Wk, Wv on the coreference task"
-"$qkv" train --log "$out/train.csv" --save "$out/coref.qkv"
+"$qkv" train --log "$out/train.csv" --save "$out/coref.safetensors"
 
 step "2/5 resolve the tutorial's sentence"
-"$qkv" resolve --model "$out/coref.qkv" --csv "$out/heatmap.csv" "$sentence"
+"$qkv" resolve --model "$out/coref.safetensors" --csv "$out/heatmap.csv" "$sentence"
 
 step "3/5 linear vs exponential normalisation"
 "$qkv" softmax --csv "$out/softmax.csv"

@@ -76,7 +76,7 @@ static qkv_status short_run(const char *path, qkv_error *err)
 START_TEST(test_every_allocation_failure_of_a_training_run_is_reported)
 {
     char path[128];
-    snprintf(path, sizeof path, "%s/m.qkv", dir);
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
     qkv_error err = qkv_error_none();
     size_t before = qkv_alloc_count();
     ck_assert_int_eq(short_run(path, &err), QKV_OK);
@@ -163,10 +163,10 @@ static size_t walk(const char *command, const char *keep)
 START_TEST(test_the_program_reports_every_allocation_failure_and_keeps_its_checkpoint)
 {
     char cmd[900];
-    snprintf(cmd, sizeof cmd, "'%s' train --quiet --steps 2 --d-k 4 --save m.qkv --log l.csv",
-             QKV_BIN);
+    snprintf(cmd, sizeof cmd,
+             "'%s' train --quiet --steps 2 --d-k 4 --save m.safetensors --log l.csv", QKV_BIN);
     ck_assert_int_eq(run_failing(cmd, 0), 0); /* the checkpoint to keep */
-    size_t points = walk(cmd, "m.qkv");
+    size_t points = walk(cmd, "m.safetensors");
     ck_assert_uint_gt(points, 20);
 }
 END_TEST

@@ -183,7 +183,7 @@ int cmd_train(int argc, char **argv)
         {"levels", OPT_STR, &o.levels, 0, 0, "LIST: task levels, e.g. 1,2,3 (default) or 2"},
         {"log", OPT_PATH, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
         {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between log rows (default 5)"},
-        {"save", OPT_PATH, &o.save, 0, 0, "FILE: checkpoint (default out/coref.qkv)"},
+        {"save", OPT_PATH, &o.save, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
         {"threads", OPT_INT, &o.threads, 1, 64,
          "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar or messages on stderr"},

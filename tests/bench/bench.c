@@ -468,7 +468,7 @@ static double measure_rss(const char *qkv)
         if (freopen("/dev/null", "w", stdout) == NULL)
             _exit(127);
         execl(qkv, qkv, "train", "--quiet", "--log", "/tmp/qkv_bench_train.csv", "--save",
-              "/tmp/qkv_bench_model.qkv", (char *)NULL);
+              "/tmp/qkv_bench_model.safetensors", (char *)NULL);
         _exit(127);
     }
     int status;

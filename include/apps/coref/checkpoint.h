@@ -1,19 +1,19 @@
 /*
  * checkpoint.h - the coreference model's checkpoint file.
  *
- * It holds the model's hyper-parameters, a vocabulary fingerprint and its
- * four weight tensors, little-endian, with a CRC-32 at the end:
- *
- *   "QKVMODEL" u32 version  u64 file_size  u32 fingerprint
- *   u32 vocab  u32 d_k  u32 classes  u32 scaled  f64 init_std  u64 seed
- *   u32 n_tensors, then per tensor: u32 ndim, u32 dims[ndim], f32 data[]
- *   u32 crc32 (of every byte before it)
+ * A safetensors file (qkv/safetensors.h) of the four weights "wq", "wk",
+ * "wv" [vocab, d_k] and "wo" [d_k, classes], with the model in its
+ * __metadata__: format "qkv-coref", version, vocab, d_k, classes, scaled,
+ * init_std, seed and vocab_fingerprint (8 hex digits), besides qkv's own
+ * format version and CRC-32 of the data. Other tools read it as they
+ * read any safetensors file (scripts/st_numpy.py, with numpy alone).
  *
  * It is written to a new temporary file in PATH's directory (never a file
  * or link someone planted there), fsynced and renamed over PATH, so a crash
  * or a full disk never leaves a half-written checkpoint, and the previous
- * one survives any failure. The loader checks every size the header
- * declares against the bytes present before it allocates anything.
+ * one survives any failure. The loader checks the shapes the metadata
+ * implies against the file's tensors, and every offset against the bytes
+ * present, before it allocates the model.
  */
 #ifndef QKV_COREF_CHECKPOINT_H
 #define QKV_COREF_CHECKPOINT_H
@@ -27,7 +27,7 @@
 extern "C" {
 #endif
 
-#define QKV_COREF_CHECKPOINT_VERSION 1u
+#define QKV_COREF_CHECKPOINT_VERSION 1u /* the "version" metadata written and read */
 
 /* Saves m to path atomically, tagged with the vocabulary fingerprint.
  * Refuses a model with a weight that is not finite (QKV_ERR_NUMERIC) and a
@@ -39,8 +39,9 @@ qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const 
 /* qkv_coref_load(const char *path, uint32_t fingerprint, qkv_error *err)
  * loads a model saved by qkv_coref_save. Returns NULL with the reason in
  * err for: a missing path or a directory (QKV_ERR_IO); an empty, truncated
- * or corrupted file, a wrong magic, a newer format version, or a
- * fingerprint other than `fingerprint` (QKV_ERR_FORMAT); a program built
+ * or corrupted file, one that is not safetensors or not a coreference
+ * checkpoint, a newer version, metadata that disagrees with the tensors,
+ * or a fingerprint other than `fingerprint` (QKV_ERR_FORMAT); a program built
  * for another scalar type (QKV_ERR_ABI). The caller owns the result
  * (qkv_coref_model_free). A macro: it passes QKV_ABI. */
 qkv_coref_model *qkv_coref_load_abi(unsigned abi, const char *path, uint32_t fingerprint,

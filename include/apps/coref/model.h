@@ -14,6 +14,7 @@
 
 #include "qkv/ops.h"
 #include "qkv/optim.h"
+#include "qkv/params.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,6 +58,7 @@ typedef struct qkv_coref_config {
 
 typedef struct qkv_coref_model {
     qkv_coref_config cfg;
+    qkv_params *list;                     /* owns the four tensors: "wq", "wk", "wv", "wo" */
     qkv_tensor *wq, *wk, *wv;             /* (vocab, d_k) */
     qkv_tensor *wo;                       /* (d_k, classes), ~ N(0, 1/d_k) */
     qkv_tensor *params[QKV_COREF_PARAMS]; /* wq, wk, wv, wo */

@@ -104,20 +104,26 @@ qkv_coref_model *qkv_coref_model_alloc(const qkv_coref_config *cfg, qkv_error *e
         return NULL;
     }
     m->cfg = *cfg;
+    static const char *names[QKV_COREF_PARAMS] = {"wq", "wk", "wv", "wo"};
     const int qkv_shape[2] = {cfg->vocab, cfg->d_k}, o_shape[2] = {cfg->d_k, cfg->classes};
-    m->wq = qkv_tensor_new(2, qkv_shape, 1, err);
-    m->wk = qkv_tensor_new(2, qkv_shape, 1, err);
-    m->wv = qkv_tensor_new(2, qkv_shape, 1, err);
-    m->wo = qkv_tensor_new(2, o_shape, 1, err);
-    m->params[0] = m->wq;
-    m->params[1] = m->wk;
-    m->params[2] = m->wv;
-    m->params[3] = m->wo;
-    for (int i = 0; i < QKV_COREF_PARAMS; i++)
+    const qkv_init zeros = {QKV_INIT_ZEROS, 0, 0};
+    m->list = qkv_params_new(cfg->seed, err);
+    for (int i = 0; m->list != NULL && i < QKV_COREF_PARAMS; i++) {
+        m->params[i] =
+            qkv_params_add(m->list, names[i], 2, i < 3 ? qkv_shape : o_shape, zeros, err);
         if (qkv_tensor_is_nil(m->params[i])) {
             qkv_coref_model_free(m);
             return NULL;
         }
+    }
+    if (m->list == NULL) {
+        qkv_coref_model_free(m);
+        return NULL;
+    }
+    m->wq = m->params[0];
+    m->wk = m->params[1];
+    m->wv = m->params[2];
+    m->wo = m->params[3];
     return m;
 }
 
@@ -141,8 +147,7 @@ void qkv_coref_model_free(qkv_coref_model *m)
 {
     if (m == NULL)
         return;
-    for (int i = 0; i < QKV_COREF_PARAMS; i++)
-        qkv_tensor_free(m->params[i]);
+    qkv_params_free(m->list); /* and with it the tensors */
     free(m);
 }
 

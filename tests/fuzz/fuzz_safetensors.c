@@ -1,0 +1,56 @@
+/*
+ * fuzz_safetensors.c - libFuzzer target: the safetensors reader on
+ * arbitrary bytes, then every accessor on what it accepts, and a load into
+ * a small parameter list (w [2,3], b [3]) that must either take every
+ * value or change nothing.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "qkv.h"
+#include "st_mutate.h"
+
+static qkv_params *list(void)
+{
+    static qkv_params *p;
+    if (p == NULL) {
+        p = qkv_params_new(0, NULL);
+        const qkv_init z = {QKV_INIT_ZEROS, 0, 0};
+        qkv_params_add(p, "w", 2, (const int[]){2, 3}, z, NULL);
+        qkv_params_add(p, "b", 1, (const int[]){3}, z, NULL);
+    }
+    return p;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    qkv_error err = qkv_error_none();
+    qkv_st *f = qkv_st_parse(data, size, "fuzz", &err);
+    if (f == NULL) {
+        if (err.status == QKV_OK)
+            abort();
+        return 0;
+    }
+    int shape[QKV_MAX_DIMS];
+    for (int i = 0; i < qkv_st_count(f); i++) {
+        if (qkv_st_name(f, i) == NULL || qkv_st_dtype(f, i) == NULL)
+            abort();
+        qkv_st_shape(f, i, shape);
+    }
+    (void)qkv_st_meta(f, "qkv_format");
+    qkv_params *p = list();
+    qkv_tensor *w = qkv_params_get(p, "w");
+    for (size_t i = 0; i < w->numel; i++)
+        w->data[i] = -7;
+    if (qkv_st_load(f, p, &err) != QKV_OK) {
+        for (size_t i = 0; i < w->numel; i++)
+            if (w->data[i] != -7)
+                abort(); /* a failed load changed the model */
+    } else {
+        for (size_t i = 0; i < w->numel; i++)
+            if (!isfinite(w->data[i]))
+                abort();
+    }
+    qkv_st_close(f);
+    return 0;
+}
