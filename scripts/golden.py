@@ -3,8 +3,9 @@
 
 Writes tests/data/rng_golden.h (CPython's random module: random(),
 normalvariate(), getrandbits(), _randbelow(), shuffle()) and
-tests/data/demo_*.txt (the tutorial's demo at several settings, computed by
-scripts/demo_ref.py). The values are exact: doubles are written in hex.
+tests/data/demo_*.txt (the tutorial's demo at several settings, one head
+and more, computed by scripts/mha_demo.py, whose one-head output must be
+the tutorial's program's). The values are exact: doubles are written in hex.
 
 Run from the repository root:  python3 scripts/golden.py
 """
@@ -60,11 +61,14 @@ def main():
     with open(os.path.join(DATA, "rng_golden.h"), "w") as f:
         f.write("\n".join(out))
 
-    demos = {"demo_default.txt": [],
-             "demo_d10_k16_s7.txt": ["--d-model", "10", "--d-k", "16", "--seed", "7"],
-             "demo_noscale.txt": ["--no-scale"]}
+    demos = {"demo_default.txt": ["--heads", "1"],
+             "demo_d10_k16_s7.txt": ["--heads", "1", "--d-model", "10", "--d-k", "16",
+                                     "--seed", "7"],
+             "demo_noscale.txt": ["--heads", "1", "--no-scale"],
+             "demo_heads2.txt": ["--heads", "2"],
+             "demo_heads3_k12.txt": ["--heads", "3", "--d-k", "12"]}
     for name, args in demos.items():
-        text = subprocess.run([sys.executable, os.path.join(HERE, "demo_ref.py")] + args,
+        text = subprocess.run([sys.executable, os.path.join(HERE, "mha_demo.py")] + args,
                               check=True, capture_output=True, text=True).stdout
         with open(os.path.join(DATA, name), "w") as f:
             f.write(text)
@@ -75,8 +79,8 @@ def main():
                               capture_output=True, text=True).stdout
         with open(os.path.join(DATA, "demo_default.txt")) as f:
             if f.read() != text:
-                sys.exit("demo_ref.py no longer matches the tutorial's program")
-        print("demo_ref.py matches", seed_demo)
+                sys.exit("mha_demo.py --heads 1 no longer matches the tutorial's program")
+        print("mha_demo.py --heads 1 matches", seed_demo)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ int cmd_softmax(int argc, char **argv);
 
 /* ---- shared by several subcommands ---- */
 
-#define CLI_DEFAULT_MODEL "out/coref.qkv"
+#define CLI_DEFAULT_MODEL "out/coref.safetensors"
 
 /* Opens path for writing a CSV log (creating its directory) and writes the
  * header line. Returns NULL with the reason in err on failure. */
@@ -105,8 +105,17 @@ int cli_fclose(FILE *f);
  * default's absence gets a hint to run qkv train. NULL on failure. */
 qkv_coref_model *cli_load_model(const char *path);
 
+/* The demo's settings: the tutorial's are {8, 6, 4, 1, 42, 1}. d_k must be
+ * a multiple of heads, and heads at most QKV_DEMO_MAX_HEADS. */
+#define QKV_DEMO_MAX_HEADS 64
+typedef struct demo_config {
+    int d_model, d_k, seq_len, heads;
+    uint64_t seed;
+    int scaled;
+} demo_config;
+
 /* The demo's whole output for the given settings, written to out. Returns
  * CLI_OK, or CLI_FAIL after printing why. */
-int demo_print(FILE *out, int d_model, int d_k, int seq_len, uint64_t seed, int scaled);
+int demo_print(FILE *out, const demo_config *c);
 
 #endif
