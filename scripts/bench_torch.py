@@ -6,8 +6,9 @@ Same model as qkv: token ids index the rows of Wq, Wk, Wv; scores Q·Kᵀ/√d_k
 with a padding mask; softmax; A·V; the query row; ·Wo; cross-entropy; Adam.
 Needs Debian's PyTorch, which the build never requires:
 
-    apt-get install python3-torch
-    /usr/bin/python3 scripts/bench_torch.py [out/bench_torch.csv]
+    apt-get install python3-torch libopenblas0-pthread
+    /usr/bin/python3 scripts/bench_torch.py [out/bench_torch.csv [ops|block]]
+    /usr/bin/python3 scripts/bench_torch.py --pick-coretype
 
 Prints a table like qkv's and writes section,name,value,unit rows.
 """
@@ -122,7 +123,99 @@ def bench_ops(rows):
     rows.append(("ops", "layer_norm fwd+bwd", us, "us"))
 
 
+def bench_block(rows):
+    """The Transformer block step of `bench block`: B 32, T 64, d_model 128,
+    4 heads, FFN 512, causal, pre-norm, GELU (tanh), MSE against a fixed
+    target, AdamW; forward with autograd recording, as qkv's is."""
+    B, T, D, H, F = 32, 64, 128, 4, 512
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+            self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+            self.up, self.down = nn.Linear(D, F), nn.Linear(F, D)
+            self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1))
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
+            q, k, v = (m.view(B, T, H, D // H).transpose(1, 2) for m in (q, k, v))
+            a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // H) + self.mask, dim=-1)
+            x = x + self.proj((a @ v).transpose(1, 2).reshape(B, T, D))
+            h = nn.functional.gelu(self.up(self.ln2(x)), approximate="tanh")
+            return x + self.down(h)
+
+    g = torch.Generator().manual_seed(3)
+    m = Block()
+    x, target = torch.randn(B, T, D, generator=g), torch.randn(B, T, D, generator=g)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+    def loss():
+        return nn.functional.mse_loss(m(x), target)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss().backward()
+        opt.step()
+
+    def fwd_bwd():
+        opt.zero_grad(set_to_none=False)
+        loss().backward()
+
+    t_step = median_time(step)
+    t_fwd = median_time(loss)
+    t_bwd = median_time(fwd_bwd) - t_fwd
+    core = os.environ.get("OPENBLAS_CORETYPE", "(detected)")
+    print(f"\nTransformer block step (B {B}, T {T}, d_model {D}, {H} heads, FFN {F}, causal; "
+          f"OpenBLAS core {core})")
+    print(f"{'step (ms)':>12} {'fwd (ms)':>12} {'bwd (ms)':>12} {'bwd/fwd':>9}")
+    print(f"{t_step * 1e3:12.2f} {t_fwd * 1e3:12.2f} {t_bwd * 1e3:12.2f} {t_bwd / t_fwd:9.2f}")
+    rows += [("block", "block_step", t_step * 1e6, "us"),
+             ("block", "block_forward", t_fwd * 1e6, "us"),
+             ("block", "block_backward", t_bwd * 1e6, "us"),
+             ("block", "block_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
+
+
+def sgemm_rate():
+    """GFLOP/s of one 512^3 float32 product on one thread (the best of 5)."""
+    torch.set_num_threads(1)
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    best = 0.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        best = max(best, 10 * 2 * 512 ** 3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def pick_coretype():
+    """Debian's OpenBLAS may not recognise a new CPU and fall back to an old
+    kernel, so PyTorch is timed with the OPENBLAS_CORETYPE whose 512^3
+    product is fastest here; each candidate runs in a fresh process, since
+    OpenBLAS reads the variable once, when it loads."""
+    import subprocess
+    best, best_rate = "", 0.0
+    for core in ["", "SkylakeX", "Cooperlake", "Zen", "Haswell", "Sandybridge", "Prescott"]:
+        env = dict(os.environ, OPENBLAS_CORETYPE=core)
+        r = subprocess.run([sys.executable, __file__, "--sgemm-rate"], env=env,
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            rate = float(r.stdout)
+            print(f"  OPENBLAS_CORETYPE={core or '(unset)':<12} {rate:7.1f} GFLOP/s at 512")
+            if rate > best_rate:
+                best, best_rate = core, rate
+    print(best)
+
+
 def main():
+    if sys.argv[1:] == ["--sgemm-rate"]:
+        print(sgemm_rate())
+        return
+    if sys.argv[1:] == ["--pick-coretype"]:
+        pick_coretype()
+        return
     out = sys.argv[1] if len(sys.argv) > 1 else "out/bench_torch.csv"
     torch.set_num_threads(1)
     print(f"PyTorch {torch.__version__} eager, {torch.get_num_threads()} thread")
@@ -130,10 +223,13 @@ def main():
     print(f"{'cfg':<3} {'B':>5} {'T':>4} {'V':>4} {'d_k':>5} {'step (µs)':>12} {'fwd (µs)':>12} "
           f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
     rows = []
-    only_ops = len(sys.argv) > 2 and sys.argv[2] == "ops"
-    for cfg in [] if only_ops else CONFIGS:
+    only = sys.argv[2] if len(sys.argv) > 2 else None
+    for cfg in CONFIGS if only is None else []:
         bench(*cfg, rows)
-    bench_ops(rows)
+    if only in (None, "ops"):
+        bench_ops(rows)
+    if only in (None, "block"):
+        bench_block(rows)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         f.write("section,name,value,unit\n")

@@ -335,6 +335,189 @@ static void bench_threads(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* the machine's peak FLOP rate                                             */
+
+/* Independent FMA chains, 16 of them (more than latency x ports on any
+ * current core), each a register of float32 lanes: the rate no kernel can
+ * beat. Built for each instruction set here with a target attribute and
+ * run only where the CPU has it. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx512f"))) static float fma_chains_512(long n)
+{
+    __m512 a[16], x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 16; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < n; k++)
+        for (int i = 0; i < 16; i++)
+            a[i] = _mm512_fmadd_ps(a[i], x, y);
+    for (int i = 1; i < 16; i++)
+        a[0] = _mm512_add_ps(a[0], a[i]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+__attribute__((target("avx2,fma"))) static float fma_chains_256(long n)
+{
+    __m256 a[16], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 16; i++)
+        a[i] = _mm256_set1_ps((float)i);
+    for (long k = 0; k < n; k++)
+        for (int i = 0; i < 16; i++)
+            a[i] = _mm256_fmadd_ps(a[i], x, y);
+    for (int i = 1; i < 16; i++)
+        a[0] = _mm256_add_ps(a[0], a[i]);
+    float o[8];
+    _mm256_storeu_ps(o, a[0]);
+    return o[0];
+}
+#endif
+
+static volatile float peak_sink;
+
+/* The best FLOP rate (GFLOP/s) of one core over 5 runs of each set the CPU
+ * has; the set's name in *which. */
+static double measure_peak(const char **which)
+{
+    double best = 0;
+    *which = "none";
+#if defined(__x86_64__) && defined(__GNUC__)
+    const long n = 4000000;
+    for (int r = 0; r < 5; r++) {
+        if (__builtin_cpu_supports("avx512f")) {
+            double t0 = now();
+            peak_sink = fma_chains_512(n);
+            double g = 16.0 * 16 * 2 * (double)n / (now() - t0) / 1e9;
+            if (g > best)
+                best = g, *which = "AVX-512 FMA";
+        }
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            double t0 = now();
+            peak_sink = fma_chains_256(n);
+            double g = 16.0 * 8 * 2 * (double)n / (now() - t0) / 1e9;
+            if (g > best)
+                best = g, *which = "AVX2 FMA";
+        }
+    }
+#endif
+    return best;
+}
+
+/* ------------------------------------------------------------------------ */
+/* a Transformer block                                                      */
+
+enum { BLK_B = 32, BLK_T = 64, BLK_D = 128, BLK_H = 4, BLK_F = 512 };
+
+typedef struct block_ctx {
+    qkv_params *p;
+    qkv_block blk;
+    qkv_optim *o;
+    qkv_tape *t;
+    qkv_tensor *x, *target;
+} block_ctx;
+
+static qkv_tensor *block_loss(block_ctx *c)
+{
+    qkv_tensor *y = qkv_block_forward(c->t, &c->blk, c->x, NULL, NULL);
+    return qkv_mse(c->t, y, c->target);
+}
+
+static void run_block_forward(void *p)
+{
+    block_ctx *c = p;
+    qkv_tape_reset(c->t);
+    block_loss(c);
+}
+
+static void run_block_forward_backward(void *p)
+{
+    block_ctx *c = p;
+    qkv_params_zero_grad(c->p);
+    qkv_tape_reset(c->t);
+    qkv_backward(c->t, block_loss(c));
+}
+
+static void run_block_step(void *p)
+{
+    block_ctx *c = p;
+    qkv_params_zero_grad(c->p);
+    qkv_tape_reset(c->t);
+    if (qkv_backward(c->t, block_loss(c)) != QKV_OK || qkv_optim_step(c->o) != QKV_OK) {
+        fprintf(stderr, "bench: block step failed: %s\n", qkv_tape_error(c->t));
+        exit(1);
+    }
+}
+
+/* The multiply-adds of one step, times 2: the forward's matrix products
+ * (QKV, output projection, FFN up and down, and Q·Kᵀ and A·V over every
+ * key, as PyTorch computes them without skipping the causal half), and the
+ * backward's two products (for the input and for the weight) per forward
+ * one. Element-wise work, softmax, norms and AdamW are not counted. */
+static double block_flops(void)
+{
+    const double n = (double)BLK_B * BLK_T, d = BLK_D, f = BLK_F;
+    const double dense = 2 * n * (d * 3 * d + d * d + d * f + f * d);
+    const double attn = 2 * 2 * (double)BLK_B * BLK_H * BLK_T * BLK_T * (d / BLK_H);
+    return 3 * (dense + attn);
+}
+
+static void bench_block(void)
+{
+    block_ctx c = {0};
+    c.p = qkv_params_new(1, NULL);
+    c.t = qkv_tape_new(0, NULL);
+    if (c.p == NULL || c.t == NULL ||
+        qkv_block_init(&c.blk, c.p, "block", BLK_D, BLK_H, BLK_F, 1, NULL) != QKV_OK) {
+        fprintf(stderr, "bench: cannot build the block\n");
+        exit(1);
+    }
+    const int shape[3] = {BLK_B, BLK_T, BLK_D};
+    c.x = qkv_tensor_new(3, shape, 0, NULL);
+    c.target = qkv_tensor_new(3, shape, 0, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 3);
+    for (size_t i = 0; i < c.x->numel; i++) {
+        c.x->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+        c.target->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+    }
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAMW);
+    oc.lr = 1e-3;
+    c.o = qkv_params_optim(c.p, &oc, NULL);
+    run_block_step(&c);
+    run_block_step(&c);
+    const size_t before = qkv_alloc_count();
+    for (int i = 0; i < 3; i++)
+        run_block_step(&c);
+    const size_t allocs = qkv_alloc_count() - before;
+    const char *which;
+    const double peak = measure_peak(&which);
+    const double step = median_time(run_block_step, &c, 7, 0.3);
+    const double fwd = median_time(run_block_forward, &c, 7, 0.3);
+    const double fb = median_time(run_block_forward_backward, &c, 7, 0.3);
+    const double flops = block_flops(), rate = flops / step / 1e9;
+    printf("\nTransformer block step (B %d, T %d, d_model %d, %d heads, FFN %d, causal; "
+           "forward + backward + AdamW; one thread; %s kernels)\n",
+           BLK_B, BLK_T, BLK_D, BLK_H, BLK_F, qkv_kernels_name());
+    printf("%12s %12s %12s %9s %10s %12s %10s %8s\n", "step (ms)", "fwd (ms)", "bwd (ms)",
+           "bwd/fwd", "GFLOP", "GFLOP/s", "% of peak", "allocs");
+    printf("%12.2f %12.2f %12.2f %9.2f %10.3f %12.1f %9.1f%% %8zu\n", step * 1e3, fwd * 1e3,
+           (fb - fwd) * 1e3, (fb - fwd) / fwd, flops / 1e9, rate, 100 * rate / peak, allocs);
+    printf("peak of one core: %.1f GFLOP/s (%s, 16 independent chains)\n", peak, which);
+    record("block", "block_step", step * 1e6, "us");
+    record("block", "block_forward", fwd * 1e6, "us");
+    record("block", "block_backward", (fb - fwd) * 1e6, "us");
+    record("block", "block_bwd_over_fwd", (fb - fwd) / fwd, "ratio");
+    record("block", "block_gflop", flops / 1e9, "GFLOP");
+    record("block", "block_gflops", rate, "GFLOP/s");
+    record("block", "peak_gflops", peak, "GFLOP/s");
+    record("block", "block_fraction_of_peak", rate / peak, "ratio");
+    record("block", "block_allocs_per_3_steps", (double)allocs, "count");
+    qkv_optim_free(c.o);
+    qkv_tensor_free(c.x);
+    qkv_tensor_free(c.target);
+    qkv_tape_free(c.t);
+    qkv_params_free(c.p);
+}
+
+/* ------------------------------------------------------------------------ */
 /* peak RSS                                                                 */
 
 /* Peak RSS of `qkv train` in MB, or -1. A child's ru_maxrss includes what
@@ -504,6 +687,10 @@ int main(int argc, char **argv)
         bench_ops();
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "block") == 0) { /* `bench block`: that table alone */
+        bench_block();
+        return 0;
+    }
     const char *qkv = argc > 1 ? argv[1] : "build/qkv";
     const char *out = argc > 2 ? argv[2] : "out/bench.csv";
     const double rss = measure_rss(qkv); /* first: see measure_rss */
@@ -516,6 +703,7 @@ int main(int argc, char **argv)
     bench_steps(NULL);
     bench_threads();
     bench_ops();
+    bench_block();
     report_rss(qkv, rss);
     if (csv != NULL && fclose(csv) == 0)
         printf("\nwrote %s\n", out);
