@@ -551,6 +551,127 @@ START_TEST(test_layers_refuse_bad_shapes)
 }
 END_TEST
 
+/* ---- recurrent cells against PyTorch's formulas, loop by loop ----------- */
+
+enum { CB = 2, CI = 3, CH = 4, CT = 3 };
+
+static double sigm(double x)
+{
+    return 1 / (1 + exp(-x));
+}
+
+/* w[r, c] of a [rows, cols] parameter, in double. */
+static double at(const qkv_tensor *w, int r, int c)
+{
+    return (double)w->data[(size_t)r * w->shape[1] + c];
+}
+
+/* z[b, j] = Σ_i x[b,i]·wx[i,j] + Σ_i h[b,i]·wh[i,j] (+ b1[j] + b2[j]) for
+ * j in [0, kH); h may be NULL. */
+static void ref_pre(const double *x, const double *h, const qkv_tensor *wx, const qkv_tensor *wh,
+                    const qkv_tensor *b1, int kh, double *z)
+{
+    for (int b = 0; b < CB; b++)
+        for (int j = 0; j < kh; j++) {
+            double s = b1 != NULL ? (double)b1->data[j] : 0;
+            for (int i = 0; i < CI; i++)
+                s += x[b * CI + i] * at(wx, i, j);
+            for (int i = 0; h != NULL && i < CH; i++)
+                s += h[b * CH + i] * at(wh, i, j);
+            z[b * kh + j] = s;
+        }
+}
+
+/* Steps of input: U[-1, 1) values as heap tensors and their doubles. */
+static void cell_inputs(qkv_tensor **x, double (*xd)[CB * CI])
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 21);
+    for (int s = 0; s < CT; s++) {
+        x[s] = qkv_tensor_new(2, (const int[]){CB, CI}, 0, NULL);
+        for (int i = 0; i < CB * CI; i++)
+            x[s]->data[i] = (qkv_real)(xd[s][i] = (double)(qkv_real)(2 * qkv_rng_random(&g) - 1));
+    }
+}
+
+START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
+{
+    qkv_params *p = qkv_params_new(4, NULL);
+    qkv_rnn rnn;
+    qkv_lstm lstm;
+    qkv_gru gru;
+    ck_assert_int_eq(qkv_rnn_init(&rnn, p, "rnn", CI, CH, QKV_RNN_TANH, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_lstm_init(&lstm, p, "lstm", CI, CH, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_gru_init(&gru, p, "gru", CI, CH, NULL), QKV_OK);
+    /* the shapes and PyTorch's U(±1/√H) start */
+    ck_assert_int_eq(lstm.wh->shape[1], 4 * CH);
+    ck_assert_int_eq(gru.bh->shape[0], 3 * CH);
+    for (int i = 0; i < qkv_params_count(p); i++) {
+        const qkv_tensor *w = qkv_params_at(p, i, NULL);
+        for (size_t j = 0; j < w->numel; j++)
+            ck_assert(fabs((double)w->data[j]) <= 0.5); /* 1/√4 */
+    }
+    qkv_tensor *x[CT];
+    double xd[CT][CB * CI];
+    cell_inputs(x, xd);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *hr = NULL, *hg = NULL;
+    qkv_lstm_state ls = {NULL, NULL};
+    double rh[CB * CH], lh[CB * CH], lc[CB * CH], gh[CB * CH];
+    for (int s = 0; s < CT; s++) {
+        hr = qkv_rnn_cell(t, &rnn, x[s], hr);
+        ls = qkv_lstm_cell(t, &lstm, x[s], s ? &ls : NULL);
+        hg = qkv_gru_cell(t, &gru, x[s], hg);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        double z[CB * 4 * CH], u[CB * 3 * CH], a[CB * 3 * CH];
+        /* Elman */
+        ref_pre(xd[s], s ? rh : NULL, rnn.wx, rnn.wh, rnn.b, CH, z);
+        for (int i = 0; i < CB * CH; i++)
+            rh[i] = tanh(z[i]);
+        /* LSTM: i, f, g, o */
+        ref_pre(xd[s], s ? lh : NULL, lstm.wx, lstm.wh, lstm.b, 4 * CH, z);
+        for (int b = 0; b < CB; b++)
+            for (int j = 0; j < CH; j++) {
+                const double *zb = z + b * 4 * CH;
+                double c = sigm(zb[j]) * tanh(zb[2 * CH + j]);
+                if (s)
+                    c += sigm(zb[CH + j]) * lc[b * CH + j];
+                lc[b * CH + j] = c;
+                lh[b * CH + j] = sigm(zb[3 * CH + j]) * tanh(c);
+            }
+        /* GRU: a = x·W_x + b_x, u = h·W_h + b_h; r, z, n */
+        ref_pre(xd[s], NULL, gru.wx, gru.wh, gru.bx, 3 * CH, a);
+        for (int b = 0; b < CB; b++)
+            for (int j = 0; j < 3 * CH; j++) {
+                double v = (double)gru.bh->data[j];
+                for (int i = 0; s && i < CH; i++)
+                    v += gh[b * CH + i] * at(gru.wh, i, j);
+                u[b * 3 * CH + j] = v;
+            }
+        for (int b = 0; b < CB; b++)
+            for (int j = 0; j < CH; j++) {
+                const double *ab = a + b * 3 * CH, *ub = u + b * 3 * CH;
+                double r = sigm(ab[j] + ub[j]), zz = sigm(ab[CH + j] + ub[CH + j]);
+                double n = tanh(ab[2 * CH + j] + r * ub[2 * CH + j]);
+                gh[b * CH + j] = (1 - zz) * n + zz * (s ? gh[b * CH + j] : 0);
+            }
+        expect_close(hr, rh, CB * CH);
+        expect_close(ls.h, lh, CB * CH);
+        expect_close(ls.c, lc, CB * CH);
+        expect_close(hg, gh, CB * CH);
+    }
+    /* a state of the wrong width is refused, naming both shapes */
+    qkv_tape_reset(t);
+    ck_assert(qkv_rnn_cell(t, &rnn, x[0], x[1]) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "rnn: the input projection [2,4] must be [B,4] and the state [2,3] [B,4]");
+    qkv_tape_free(t);
+    for (int s = 0; s < CT; s++)
+        qkv_tensor_free(x[s]);
+    qkv_params_free(p);
+}
+END_TEST
+
 Suite *params_suite(void)
 {
     Suite *s = suite_create("params");
@@ -575,6 +696,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_block_forward_matches_the_reference);
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
+    tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
     suite_add_tcase(s, tc);
     return s;
 }

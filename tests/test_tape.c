@@ -235,6 +235,60 @@ START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
 }
 END_TEST
 
+static size_t critical_path(const qkv_tape *t)
+{
+    size_t n = 99;
+    ck_assert_int_eq(qkv_tape_critical_path(t, &n), QKV_OK);
+    return n;
+}
+
+START_TEST(test_critical_path_counts_the_longest_chain)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    ck_assert_uint_eq(critical_path(t), 0); /* no nodes */
+    /* a chain of three: exp, tanh, sum */
+    qkv_sum(t, qkv_tanh(t, qkv_exp(t, x)));
+    ck_assert_uint_eq(qkv_tape_nodes(t), 3);
+    ck_assert_uint_eq(critical_path(t), 3);
+    /* two branches of 1 and 4 nodes joined by an add: 4 + 1 = 5, though
+     * there are 6 nodes */
+    qkv_tape_reset(t);
+    qkv_tensor *a = qkv_exp(t, x);
+    qkv_tensor *b = qkv_neg(t, qkv_tanh(t, qkv_sigmoid(t, qkv_exp(t, x))));
+    qkv_add(t, a, b);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 6);
+    ck_assert_uint_eq(critical_path(t), 5);
+    /* n independent nodes side by side, then one sum over them: 2,
+     * however wide (here: 8 exps of x, concatenated) */
+    qkv_tape_reset(t);
+    qkv_tensor *e[8];
+    for (int i = 0; i < 8; i++)
+        e[i] = qkv_exp(t, x);
+    qkv_concat(t, 8, e, 0);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 9);
+    ck_assert_uint_eq(critical_path(t), 2);
+    /* a recurrence h = tanh(h·w) over 10 steps: 2 nodes a step */
+    qkv_tape_reset(t);
+    qkv_tensor *w = tensor_of(2, (const int[]){2, 2}, (const double[]){0.5, 0, 0, 0.5}, 1);
+    qkv_tensor *h = qkv_reshape(t, x, 2, (const int[]){1, 2});
+    for (int i = 0; i < 10; i++)
+        h = qkv_tanh(t, qkv_matmul(t, h, w));
+    /* (a reshape is a view that shares x's gradient: no node) */
+    ck_assert_uint_eq(qkv_tape_nodes(t), 2 * 10);
+    ck_assert_uint_eq(critical_path(t), 2 * 10);
+    /* recording off: no nodes, so no path */
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    qkv_exp(t, x);
+    ck_assert_uint_eq(critical_path(t), 0);
+    ck_assert_int_eq(qkv_tape_critical_path(NULL, NULL), QKV_ERR_ARG);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+    qkv_tensor_free(w);
+}
+END_TEST
+
 Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -251,6 +305,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_nil_input_is_an_error_not_a_crash);
     tcase_add_test(tc, test_tape_tensor_and_alloc);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
+    tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,8 @@
 /*
  * layers.h - the layers a Transformer is built from: linear, embedding,
  * layer norm, multi-head attention, the feed-forward network, a pre-norm
- * Transformer block, and positional encodings.
+ * Transformer block, and positional encodings; and the recurrent cells
+ * attention replaced: Elman RNN, LSTM and GRU.
  *
  * Each layer is a small struct that points at parameters in a qkv_params
  * list (params.h): qkv_*_init adds them under a name prefix ("block0.attn"
@@ -137,6 +138,75 @@ qkv_tensor *qkv_add_positions(qkv_tape *t, qkv_tensor *x, qkv_tensor *table);
 /* Learned positions are an embedding of the positions 0..T-1: a table
  * [T_max, D] added to the token embeddings (qkv_embedding_init, and
  * qkv_add of its rows, or of its first T rows by qkv_slice). */
+
+/* ---- recurrent cells ---------------------------------------------------- */
+/*
+ * One time step each; a loop over the steps unrolls the recurrence on the
+ * tape, and qkv_backward is then backpropagation through time. Every
+ * weight and bias starts U(-1/√H, 1/√H), as PyTorch's nn.RNN, nn.LSTM and
+ * nn.GRU do, and the gates follow PyTorch's order and formulas, so weights
+ * move between the two by transposing (qkv stores W_x as [in, kH] and W_h
+ * as [H, kH], the transposes of PyTorch's weight_ih and weight_hh).
+ *
+ * Each cell has two entry points: one takes the input x [B, in], the other
+ * its projection xw = x·W_x [B, kH] (for a one-hot or embedded input that
+ * is a row gather: qkv_gather(cell.wx, ids, ...)). h (and c) NULL means a
+ * zero state, the first step's.
+ */
+
+/* Elman: h' = act(x·W_x + h·W_h + b), act tanh or the identity (a linear
+ * recurrence, whose gradient through time is exactly a power of W_h).
+ * Parameters: PREFIX.wx [in,H], PREFIX.wh [H,H], PREFIX.b [H]. */
+typedef enum qkv_rnn_act { QKV_RNN_TANH, QKV_RNN_LINEAR } qkv_rnn_act;
+
+typedef struct qkv_rnn {
+    qkv_tensor *wx, *wh, *b;
+    int in, hidden;
+    qkv_rnn_act act;
+} qkv_rnn;
+
+qkv_status qkv_rnn_init(qkv_rnn *r, qkv_params *p, const char *prefix, int in, int hidden,
+                        qkv_rnn_act act, qkv_error *err);
+qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h);
+qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, qkv_tensor *h);
+
+/* LSTM: z = x·W_x + h·W_h + b [B,4H], split into the gates i, f, g, o:
+ *   c' = σ(z_f)∘c + σ(z_i)∘tanh(z_g),   h' = σ(z_o)∘tanh(c').
+ * Parameters: PREFIX.wx [in,4H], PREFIX.wh [H,4H], PREFIX.b [4H] (PyTorch's
+ * b_ih + b_hh in one). */
+typedef struct qkv_lstm {
+    qkv_tensor *wx, *wh, *b;
+    int in, hidden;
+} qkv_lstm;
+
+/* The state of an LSTM: both [B,H]. */
+typedef struct qkv_lstm_state {
+    qkv_tensor *h, *c;
+} qkv_lstm_state;
+
+qkv_status qkv_lstm_init(qkv_lstm *l, qkv_params *p, const char *prefix, int in, int hidden,
+                         qkv_error *err);
+/* The next state from x (or its projection) and s (NULL: zeros). Failures
+ * give nil tensors and leave the reason on the tape. */
+qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                             const qkv_lstm_state *s);
+qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw,
+                                       const qkv_lstm_state *s);
+
+/* GRU: with a = x·W_x + b_x and u = h·W_h + b_h [B,3H], split into r, z, n:
+ *   r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r∘u_n),
+ *   h' = (1 - z)∘n + z∘h.
+ * Parameters: PREFIX.wx [in,3H], PREFIX.wh [H,3H], PREFIX.bx [3H],
+ * PREFIX.bh [3H]. */
+typedef struct qkv_gru {
+    qkv_tensor *wx, *wh, *bx, *bh;
+    int in, hidden;
+} qkv_gru;
+
+qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, int hidden,
+                        qkv_error *err);
+qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h);
+qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h);
 
 #ifdef __cplusplus
 }

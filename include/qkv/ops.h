@@ -102,7 +102,9 @@ qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm);
 /* Swaps dimensions d0 and d1 (negative counts from the end): a permute. */
 qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1);
 
-/* Joins n tensors (1 to 64) along dim; all other sizes must agree. */
+/* Joins n tensors (1 to QKV_CONCAT_MAX) along dim; all other sizes must
+ * agree. (An RNN stacks its states with it, one per step.) */
+#define QKV_CONCAT_MAX 65536
 qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
 
 /* The len entries from start along dim: [..., start:start+len, ...]. */

@@ -96,6 +96,16 @@ qkv_status qkv_backward_from(qkv_tape *t, qkv_tensor *y, const qkv_real *dy, siz
 /* Number of nodes recorded since the last reset. */
 size_t qkv_tape_nodes(const qkv_tape *t);
 
+/* The tape's critical path: the number of nodes on its longest chain of
+ * dependent nodes (a node depends on the nodes that made its inputs;
+ * parameters and inputs made by no node start a chain). However many
+ * processors there were, the backward pass needs at least this many steps
+ * one after another: a property of the computation, not of the machine.
+ * An RNN's grows with the sequence length, attention's does not. Sets
+ * *length (0 for an empty tape); QKV_ERR_NOMEM when its scratch table
+ * cannot be allocated. */
+qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length);
+
 /* Arena bytes in use now, and the most ever in use (the high-water mark). */
 size_t qkv_tape_bytes_used(const qkv_tape *t);
 size_t qkv_tape_high_water(const qkv_tape *t);
@@ -129,6 +139,8 @@ typedef struct qkv_op_def {
     const char *name;                    /* the op's name, e.g. "matmul" */
     void (*backward)(const qkv_node *n); /* adds dL/din from dL/dout */
 } qkv_op_def;
+
+#define QKV_NODE_MAX_INPUTS 65536 /* the most inputs a node may have (concat's) */
 
 /* One recorded op. The fields after n_in are the op's to fill in. */
 struct qkv_node {

@@ -201,8 +201,9 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in)
 {
-    if (t == NULL || op == NULL || n_in < 0 || n_in > 64) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "tape: a node needs an op and 0 to 64 inputs");
+    if (t == NULL || op == NULL || n_in < 0 || n_in > QKV_NODE_MAX_INPUTS) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "tape: a node needs an op and 0 to %d inputs",
+                      QKV_NODE_MAX_INPUTS);
         return NULL;
     }
     qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
@@ -291,6 +292,64 @@ qkv_status qkv_backward_from(qkv_tape *t, qkv_tensor *y, const qkv_real *dy, siz
 size_t qkv_tape_nodes(const qkv_tape *t)
 {
     return t != NULL ? t->n_nodes : 0;
+}
+
+/* The depth of the node that made tensor x: 0 for a tensor no node made
+ * (a parameter, an input). An open-addressing table from tensor to depth. */
+typedef struct depth_slot {
+    const qkv_tensor *key;
+    size_t depth;
+} depth_slot;
+
+static size_t slot_of(const qkv_tensor *x, size_t mask)
+{
+    uintptr_t h = (uintptr_t)x;
+    h ^= h >> 17;
+    h *= (uintptr_t)0x9E3779B97F4A7C15u;
+    return (size_t)(h >> 7) & mask;
+}
+
+qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length)
+{
+    if (t == NULL || length == NULL)
+        return QKV_ERR_ARG;
+    *length = 0;
+    if (t->n_nodes == 0)
+        return QKV_OK;
+    size_t cap = 16;
+    while (cap < 2 * t->n_nodes)
+        cap *= 2;
+    const qkv_node **order = qkv_malloc(sizeof *order * t->n_nodes);
+    depth_slot *table = qkv_calloc(cap, sizeof *table);
+    if (order == NULL || table == NULL) {
+        free(order);
+        free(table);
+        return QKV_ERR_NOMEM;
+    }
+    size_t k = t->n_nodes;
+    for (const qkv_node *n = t->last; n != NULL; n = n->prev)
+        order[--k] = n;
+    /* in recording order, each node one deeper than its deepest input */
+    for (size_t i = 0; i < t->n_nodes; i++) {
+        const qkv_node *n = order[i];
+        size_t d = 0;
+        for (int j = 0; j < n->n_in; j++)
+            for (size_t s = slot_of(n->in[j], cap - 1); table[s].key != NULL;
+                 s = (s + 1) & (cap - 1))
+                if (table[s].key == n->in[j]) {
+                    d = table[s].depth > d ? table[s].depth : d;
+                    break;
+                }
+        size_t s = slot_of(n->out, cap - 1);
+        while (table[s].key != NULL && table[s].key != n->out)
+            s = (s + 1) & (cap - 1);
+        table[s].key = n->out;
+        table[s].depth = d + 1;
+        *length = d + 1 > *length ? d + 1 : *length;
+    }
+    free(order);
+    free(table);
+    return QKV_OK;
 }
 
 size_t qkv_tape_bytes_used(const qkv_tape *t)

@@ -25,12 +25,12 @@ typedef struct gc_case {
     double float_tol; /* float32 builds only: a looser tolerance, or 0 for the default */
 } gc_case;
 
-/* The layers compose a dozen ops, layer norm's curvature among them: in
- * float32 the finite differences' truncation error (h² times the third
- * derivative, at h = 1e-2) reaches 3e-2 on the whole block (measured), so
- * float32 judges them at 5e-2, still below the 0.1 or more that a wrong
- * sign or factor gives; the double build holds them to 1e-6 like every
- * op. */
+/* The layers (and the unrolled recurrent cells) compose a dozen ops, layer
+ * norm's curvature among them: in float32 the finite differences'
+ * truncation error (h² times the third derivative, at h = 1e-2) reaches
+ * 3e-2 on the whole block and 2e-2 on the GRU (measured), so float32
+ * judges them at 5e-2, still below the 0.1 or more that a wrong sign or
+ * factor gives; the double build holds them to 1e-6 like every op. */
 #define LAYER_TOL 5e-2
 
 enum { ANY, AWAY, POSITIVE };
@@ -315,6 +315,65 @@ static qkv_tensor *c_block(qkv_tape *t, qkv_tensor **p)
     return qkv_block_forward(t, &b, p[0], pad_mask(t), NULL);
 }
 
+/* ---- recurrent cells: p[0] is x [RT,RB,RI], unrolled over RT steps ------ */
+
+enum { RT = 6, RB = 2, RI = 3, RH = 4 };
+
+/* x's step i as [RB,RI]. */
+static qkv_tensor *step_in(qkv_tape *t, qkv_tensor *x, int i)
+{
+    return qkv_reshape(t, qkv_slice(t, x, 0, i, 1), 2, (const int[]){RB, RI});
+}
+
+/* Every step's state, stacked [RT,RB,RH], so each one reaches the loss. */
+static qkv_tensor *stacked(qkv_tape *t, qkv_tensor **h)
+{
+    for (int i = 0; i < RT; i++)
+        h[i] = qkv_reshape(t, h[i], 3, (const int[]){1, RB, RH});
+    return qkv_concat(t, RT, h, 0);
+}
+
+static qkv_tensor *rnn_unrolled(qkv_tape *t, qkv_tensor **p, qkv_rnn_act act)
+{
+    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, act};
+    qkv_tensor *h[RT];
+    for (int i = 0; i < RT; i++)
+        h[i] = qkv_rnn_cell(t, &r, step_in(t, p[0], i), i ? h[i - 1] : NULL);
+    return stacked(t, h);
+}
+
+static qkv_tensor *c_rnn_tanh(qkv_tape *t, qkv_tensor **p)
+{
+    return rnn_unrolled(t, p, QKV_RNN_TANH);
+}
+
+static qkv_tensor *c_rnn_linear(qkv_tape *t, qkv_tensor **p)
+{
+    return rnn_unrolled(t, p, QKV_RNN_LINEAR);
+}
+
+/* The LSTM's h at every step plus its last c. */
+static qkv_tensor *c_lstm(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
+    qkv_tensor *h[RT];
+    qkv_lstm_state s = {NULL, NULL};
+    for (int i = 0; i < RT; i++) {
+        s = qkv_lstm_cell(t, &l, step_in(t, p[0], i), i ? &s : NULL);
+        h[i] = s.h;
+    }
+    return qkv_add(t, qkv_sum(t, stacked(t, h)), qkv_sum(t, qkv_mul(t, s.c, s.c)));
+}
+
+static qkv_tensor *c_gru(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
+    qkv_tensor *h[RT];
+    for (int i = 0; i < RT; i++)
+        h[i] = qkv_gru_cell(t, &g, step_in(t, p[0], i), i ? h[i - 1] : NULL);
+    return stacked(t, h);
+}
+
 static const gc_case cases[] = {
     {"matmul", c_matmul, 2, {2, 2}, {{3, 4}, {4, 5}}, 0, 0},
     {"matmul batched", c_matmul, 2, {3, 3}, {{2, 3, 4}, {2, 4, 5}}, 0, 0},
@@ -419,6 +478,34 @@ static const gc_case cases[] = {
       {LF},
       {LF, LD},
       {LD}},
+     0,
+     LAYER_TOL},
+    {"layer: rnn, tanh, 6 steps",
+     c_rnn_tanh,
+     4,
+     {3, 2, 2, 1},
+     {{RT, RB, RI}, {RI, RH}, {RH, RH}, {RH}},
+     0,
+     LAYER_TOL},
+    {"layer: rnn, linear, 6 steps",
+     c_rnn_linear,
+     4,
+     {3, 2, 2, 1},
+     {{RT, RB, RI}, {RI, RH}, {RH, RH}, {RH}},
+     0,
+     LAYER_TOL},
+    {"layer: lstm, 6 steps",
+     c_lstm,
+     4,
+     {3, 2, 2, 1},
+     {{RT, RB, RI}, {RI, 4 * RH}, {RH, 4 * RH}, {4 * RH}},
+     0,
+     LAYER_TOL},
+    {"layer: gru, 6 steps",
+     c_gru,
+     5,
+     {3, 2, 2, 1, 1},
+     {{RT, RB, RI}, {RI, 3 * RH}, {RH, 3 * RH}, {3 * RH}, {3 * RH}},
      0,
      LAYER_TOL},
     {"embedded attention classifier",

@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "qkv/layers.h"
+#include "layers/internal.h"
+
+/* ---- shared by the layer files (internal.h) ---------------------------- */
 
 /* PREFIX.suffix into buf; QKV_ERR_ARG when it does not fit a name. */
-static qkv_status name_of(char *buf, size_t len, const char *prefix, const char *suffix,
+qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char *suffix,
                           qkv_error *err)
 {
     if (prefix == NULL || snprintf(buf, len, "%s.%s", prefix, suffix) >= (int)len)
@@ -20,11 +22,11 @@ static qkv_status name_of(char *buf, size_t len, const char *prefix, const char 
 }
 
 /* Adds PREFIX.suffix with this shape and init; QKV_OK or the list's error. */
-static qkv_status add(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
-                      int ndim, const int *shape, qkv_init init, qkv_error *err)
+qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
+                           int ndim, const int *shape, qkv_init init, qkv_error *err)
 {
     char name[128];
-    qkv_status s = name_of(name, sizeof name, prefix, suffix, err);
+    qkv_status s = qkv_layer_name(name, sizeof name, prefix, suffix, err);
     if (s != QKV_OK)
         return s;
     qkv_error local = qkv_error_none();
@@ -48,11 +50,11 @@ qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int
     l->in = in;
     l->out = out;
     const double bound = 1 / sqrt((double)in);
-    qkv_status s = add(&l->weight, p, prefix, "weight", 2, (const int[]){in, out},
-                       (qkv_init){QKV_INIT_UNIFORM, -bound, bound}, err);
+    qkv_status s = qkv_layer_param(&l->weight, p, prefix, "weight", 2, (const int[]){in, out},
+                                   (qkv_init){QKV_INIT_UNIFORM, -bound, bound}, err);
     if (s == QKV_OK && bias)
-        s = add(&l->bias, p, prefix, "bias", 1, (const int[]){out},
-                (qkv_init){QKV_INIT_ZEROS, 0, 0}, err);
+        s = qkv_layer_param(&l->bias, p, prefix, "bias", 1, (const int[]){out},
+                            (qkv_init){QKV_INIT_ZEROS, 0, 0}, err);
     return s;
 }
 
@@ -71,8 +73,8 @@ qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefi
 {
     if (e == NULL || n < 1 || d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "embedding: n and d must be at least 1");
-    return add(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
-               (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
+    return qkv_layer_param(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
+                           (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
 }
 
 qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int *ids, int ndim,
@@ -90,11 +92,11 @@ qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, 
     if (n == NULL || d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "norm: d must be at least 1");
     n->eps = 1e-5;
-    qkv_status s = add(&n->gamma, p, prefix, "weight", 1, (const int[]){d},
-                       (qkv_init){QKV_INIT_ONES, 0, 0}, err);
+    qkv_status s = qkv_layer_param(&n->gamma, p, prefix, "weight", 1, (const int[]){d},
+                                   (qkv_init){QKV_INIT_ONES, 0, 0}, err);
     if (s == QKV_OK)
-        s = add(&n->beta, p, prefix, "bias", 1, (const int[]){d}, (qkv_init){QKV_INIT_ZEROS, 0, 0},
-                err);
+        s = qkv_layer_param(&n->beta, p, prefix, "bias", 1, (const int[]){d},
+                            (qkv_init){QKV_INIT_ZEROS, 0, 0}, err);
     return s;
 }
 
@@ -118,11 +120,11 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
     m->d_model = d_model;
     m->heads = heads;
     m->causal = causal != 0;
-    qkv_status s = name_of(name, sizeof name, prefix, "qkv", err);
+    qkv_status s = qkv_layer_name(name, sizeof name, prefix, "qkv", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&m->qkv, p, name, d_model, 3 * d_model, 1, err);
     if (s == QKV_OK)
-        s = name_of(name, sizeof name, prefix, "proj", err);
+        s = qkv_layer_name(name, sizeof name, prefix, "proj", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&m->proj, p, name, d_model, d_model, 1, err);
     return s;
@@ -205,11 +207,11 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
     char name[128];
     if (f == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "ffn: no layer");
-    qkv_status s = name_of(name, sizeof name, prefix, "up", err);
+    qkv_status s = qkv_layer_name(name, sizeof name, prefix, "up", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&f->up, p, name, d_model, hidden, 1, err);
     if (s == QKV_OK)
-        s = name_of(name, sizeof name, prefix, "down", err);
+        s = qkv_layer_name(name, sizeof name, prefix, "down", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&f->down, p, name, hidden, d_model, 1, err);
     return s;
@@ -230,14 +232,14 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
     char name[128];
     if (b == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "block: no layer");
-    qkv_status s = name_of(name, sizeof name, prefix, "ln1", err);
+    qkv_status s = qkv_layer_name(name, sizeof name, prefix, "ln1", err);
     if (s == QKV_OK)
         s = qkv_norm_init(&b->ln1, p, name, d_model, err);
-    if (s == QKV_OK && (s = name_of(name, sizeof name, prefix, "attn", err)) == QKV_OK)
+    if (s == QKV_OK && (s = qkv_layer_name(name, sizeof name, prefix, "attn", err)) == QKV_OK)
         s = qkv_mha_init(&b->attn, p, name, d_model, heads, causal, err);
-    if (s == QKV_OK && (s = name_of(name, sizeof name, prefix, "ln2", err)) == QKV_OK)
+    if (s == QKV_OK && (s = qkv_layer_name(name, sizeof name, prefix, "ln2", err)) == QKV_OK)
         s = qkv_norm_init(&b->ln2, p, name, d_model, err);
-    if (s == QKV_OK && (s = name_of(name, sizeof name, prefix, "ffn", err)) == QKV_OK)
+    if (s == QKV_OK && (s = qkv_layer_name(name, sizeof name, prefix, "ffn", err)) == QKV_OK)
         s = qkv_ffn_init(&b->ffn, p, name, d_model, hidden, err);
     return s;
 }

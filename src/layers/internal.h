@@ -1,0 +1,22 @@
+/*
+ * internal.h - what the layer files share: parameter names and adding a
+ * parameter under a layer's prefix.
+ */
+#ifndef QKV_LAYERS_INTERNAL_H
+#define QKV_LAYERS_INTERNAL_H
+
+#include <stddef.h>
+
+#include "qkv/layers.h"
+
+/* PREFIX.suffix into buf; QKV_ERR_ARG when it does not fit a name. */
+qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char *suffix,
+                          qkv_error *err);
+
+/* Adds PREFIX.suffix with this shape and init to p; QKV_OK or the list's
+ * error (in err). */
+qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix,
+                           const char *suffix, int ndim, const int *shape, qkv_init init,
+                           qkv_error *err);
+
+#endif
