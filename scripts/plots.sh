@@ -10,6 +10,9 @@
 #   DATA_DIR/saturation/variance.csv   qkv saturation                 -> variance.png
 #   DATA_DIR/heatmap.csv               qkv resolve --csv ... "句子"    -> heatmap.png
 #   DATA_DIR/softmax.csv               qkv softmax --csv ...          -> softmax.png
+#   DATA_DIR/distance/summary.csv      qkv distance                   -> distance.png
+#   DATA_DIR/bptt/grads.csv            qkv bptt                       -> bptt.png
+#   DATA_DIR/parallel/steps.csv        qkv parallel                   -> parallel.png
 # Missing inputs are named, the rest is still drawn, and the exit status is 1.
 set -u
 data=${1:-out}
@@ -86,5 +89,26 @@ if [ -s "$data/softmax.csv" ]; then
     render softmax softmax "$data/softmax.csv" "" "vecs='$(distinct "$data/softmax.csv" vector)'"
 else
     render softmax softmax "$data/softmax.csv" "build/qkv softmax --csv $data/softmax.csv"
+fi
+csv=$data/distance/summary.csv
+if [ -s "$csv" ]; then
+    render distance distance "$csv" "" "models='$(distinct "$csv" model)'"
+else
+    render distance distance "$csv" "build/qkv distance --out $data/distance"
+fi
+csv=$data/bptt/grads.csv
+if [ -s "$csv" ]; then
+    render bptt bptt "$csv" "" "rhos='$(awk -F, 'NR > 1 && $1 == "rnn" && $3 == "linear" &&
+        !seen[$2]++ { printf "%s ", $2 }' "$csv")'"
+else
+    render bptt bptt "$csv" "build/qkv bptt --out $data/bptt"
+fi
+csv=$data/parallel/steps.csv
+if [ -s "$csv" ]; then
+    render parallel parallel "$csv" "" \
+        "models='$(distinct "$csv" model)'; threads=$(awk -F, 'NR > 1 && $3 > m { m = $3 }
+            END { print m + 0 }' "$csv")"
+else
+    render parallel parallel "$csv" "build/qkv parallel --out $data/parallel"
 fi
 exit $status

@@ -23,7 +23,8 @@ int main(void)
                                 rng_suite,        gradcheck_suite,   optim_suite,
                                 params_suite,     layers_suite,      safetensors_suite,
                                 coref_data_suite, coref_model_suite, coref_checkpoint_suite,
-                                demo_suite,       cli_suite,         faults_suite};
+                                coref_seq_suite,  demo_suite,        cli_suite,
+                                faults_suite};
     SRunner *sr = srunner_create(suites[0]());
     for (size_t i = 1; i < sizeof suites / sizeof suites[0]; i++)
         srunner_add_suite(sr, suites[i]());

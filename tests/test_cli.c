@@ -49,6 +49,8 @@ static int sh(const char *command, char **out)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+static char *slurp_path(const char *p);
+
 /* Runs `qkv ARGS` inside tmp, as sh() does. */
 static int run(const char *args, char **out)
 {
@@ -68,8 +70,8 @@ static void expect(const char *args, int code, const char *part)
 
 START_TEST(test_every_command_has_help)
 {
-    static const char *cmds[] = {"demo",    "gradcheck",  "train",  "eval",
-                                 "resolve", "saturation", "softmax"};
+    static const char *cmds[] = {"demo",       "gradcheck", "train",    "eval", "resolve",
+                                 "saturation", "softmax",   "distance", "bptt", "parallel"};
     char args[64], want[64];
     expect("--help", 0, "Usage: qkv <command>");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -90,6 +92,13 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("train --levels 4", 2, "--levels");
     expect("demo --bogus", 2, "unknown option '--bogus'");
     expect("demo --seq-len 9", 2, "exceeds --d-model");
+    expect("distance --models rnn,cnn", 2, "--models: 'rnn,cnn' is not a list");
+    expect("distance --models rnn,rnn", 2, "is not a list of distinct models");
+    expect("distance --distances 4,,8", 2, "--distances: '4,,8' is not a list");
+    expect("distance --forget-bias lots", 2, "--forget-bias: 'lots' is not a number");
+    expect("bptt --rho 0.5,0", 2, "--rho: '0.5,0' is not a list of up to 16 radii in (0, 10]");
+    expect("bptt --length 8", 2, "--length");
+    expect("parallel --lengths 8", 2, "--lengths: '8' is not a list");
 }
 END_TEST
 
@@ -136,6 +145,133 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
            "unknown word \"排球\" at character 15");
     expect("resolve \"$(printf '\\344\\273')\"", 1, "invalid UTF-8 at byte 0");
     expect("resolve --model nowhere.safetensors \"他\"", 1, "cannot open nowhere.safetensors");
+}
+END_TEST
+
+/* Values of the column named col of the CSV text, in the rows whose
+ * column key equals want (all rows for key NULL); the count. */
+static int csv_column(const char *text, const char *key, const char *want, const char *col,
+                      double *out, int max)
+{
+    char *copy = strdup(text), *save = NULL;
+    int ck = -1, cc = -1, n = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line != NULL && n < max;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *fields[16], *fs = NULL;
+        int nf = 0;
+        for (char *f = strtok_r(line, ",", &fs); f != NULL && nf < 16; f = strtok_r(NULL, ",", &fs))
+            fields[nf++] = f;
+        if (cc < 0) { /* the header */
+            for (int i = 0; i < nf; i++) {
+                if (key != NULL && strcmp(fields[i], key) == 0)
+                    ck = i;
+                if (strcmp(fields[i], col) == 0)
+                    cc = i;
+            }
+            ck_assert_msg(cc >= 0 && (key == NULL || ck >= 0), "no column %s", col);
+            continue;
+        }
+        if (key == NULL || strcmp(fields[ck], want) == 0)
+            out[n++] = atof(fields[cc]);
+    }
+    free(copy);
+    return n;
+}
+
+START_TEST(test_distance_rnn_and_attention_resolve_adjacent_pronouns)
+{
+    /* at distance 0 and 3 (an odd one: 小明今天也跑步，他很爱画画), 300 steps */
+    char *out;
+    ck_assert_int_eq(run("distance --quiet --models rnn,attention --distances 0,3 --seeds 1 "
+                         "--steps 300 --out d",
+                         &out),
+                     0);
+    ck_assert_msg(strstr(out, "Test accuracy"), "%s", out);
+    free(out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/d/runs.csv", tmp);
+    char *csv = slurp_path(path);
+    ck_assert_msg(strncmp(csv, "model,distance,seed,test_acc,steps_to_90,seconds\n", 49) == 0, "%s",
+                  csv);
+    double acc[4];
+    ck_assert_int_eq(csv_column(csv, "model", "rnn", "test_acc", acc, 4), 2);
+    ck_assert_msg(acc[0] >= 0.9 && acc[1] >= 0.9, "rnn: %g %g", acc[0], acc[1]);
+    ck_assert_int_eq(csv_column(csv, "model", "attention", "test_acc", acc, 4), 2);
+    ck_assert_msg(acc[0] >= 0.95 && acc[1] >= 0.95, "attention: %g %g", acc[0], acc[1]);
+    free(csv);
+    snprintf(path, sizeof path, "%s/d/summary.csv", tmp);
+    csv = slurp_path(path);
+    ck_assert(strncmp(csv, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached\n", 62) ==
+              0);
+    free(csv);
+}
+END_TEST
+
+/* Least-squares slope of ln y[j] against j, j = 1 .. n-1. */
+static double fitted_slope(const double *y, int n)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int j = 1; j < n; j++) {
+        sx += j, sy += log(y[j]), sxx += (double)j * j, sxy += j * log(y[j]);
+    }
+    const int m = n - 1;
+    return (m * sxy - sx * sy) / (m * sxx - sx * sx);
+}
+
+START_TEST(test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step)
+{
+    char *out;
+    ck_assert_int_eq(
+        run("bptt --quiet --rho 0.5,0.9,1.1,1.5 --length 32 --train-steps 0 --out b", &out), 0);
+    free(out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/b/grads.csv", tmp);
+    char *csv = slurp_path(path);
+    ck_assert(strncmp(csv, "model,rho,activation,steps_back,grad_norm\n", 42) == 0);
+    /* the rows of each linear run, as the CSV gives them, fitted here */
+    static const char *rhos[4] = {"0.5", "0.9", "1.1", "1.5"};
+    char *lines = strdup(csv), *save = NULL;
+    double y[4][64];
+    int n[4] = {0};
+    for (char *l = strtok_r(lines, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save))
+        for (int i = 0; i < 4; i++) {
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "rnn,%s,linear,", rhos[i]);
+            if (strncmp(l, prefix, strlen(prefix)) == 0 && n[i] < 64)
+                y[i][n[i]++] = atof(strrchr(l, ',') + 1);
+        }
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(n[i], 29); /* j = 0 .. 28: the pronoun is at 32 - 4 */
+        const double want = log(atof(rhos[i])), got = fitted_slope(y[i], n[i]);
+        ck_assert_msg(fabs(got - want) <= 0.1 * fabs(want), "rho %s: slope %g, ln rho %g", rhos[i],
+                      got, want);
+    }
+    free(lines);
+    free(csv);
+}
+END_TEST
+
+START_TEST(test_parallel_rnn_paths_grow_with_t_and_attentions_do_not)
+{
+    char *out;
+    ck_assert_int_eq(run("parallel --quiet --models rnn,lstm,attention --lengths 16,32,48 "
+                         "--threads 1 --min-time 0.001 --out p",
+                         &out),
+                     0);
+    free(out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/p/steps.csv", tmp);
+    char *csv = slurp_path(path);
+    double p[3];
+    /* linear in T: equal steps from 16 to 32 to 48, and proportional */
+    ck_assert_int_eq(csv_column(csv, "model", "rnn", "critical_path", p, 3), 3);
+    ck_assert(p[1] - p[0] == p[2] - p[1] && p[1] - p[0] >= 16 && p[0] >= 16);
+    ck_assert_int_eq(csv_column(csv, "model", "lstm", "critical_path", p, 3), 3);
+    ck_assert(p[1] - p[0] == p[2] - p[1] && p[1] - p[0] >= 16);
+    /* attention: the same short path at every length */
+    ck_assert_int_eq(csv_column(csv, "model", "attention", "critical_path", p, 3), 3);
+    ck_assert(p[0] == p[1] && p[1] == p[2] && p[0] <= 8);
+    free(csv);
 }
 END_TEST
 
@@ -222,7 +358,8 @@ END_TEST
 START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
 {
     static const char *pngs[] = {"loss",     "saturation", "saturation_adam",
-                                 "variance", "heatmap",    "softmax"};
+                                 "variance", "heatmap",    "softmax",
+                                 "distance", "bptt",       "parallel"};
     char cmd[512], path[160];
     snprintf(cmd, sizeof cmd, "sh '%s/../../scripts/plots.sh' '%s/plots' '%s/png' >/dev/null 2>&1",
              QKV_TEST_DATA, QKV_TEST_DATA, tmp);
@@ -547,6 +684,9 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
+    tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
+    tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);
+    tcase_add_test(tc, test_parallel_rnn_paths_grow_with_t_and_attentions_do_not);
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed_and_any_thread_count);
     tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);

@@ -16,5 +16,6 @@
 #include "apps/coref/model.h"
 #include "apps/coref/checkpoint.h"
 #include "apps/coref/fit.h"
+#include "apps/coref/seq.h"
 
 #endif

@@ -88,6 +88,9 @@ int cmd_eval(int argc, char **argv);
 int cmd_resolve(int argc, char **argv);
 int cmd_saturation(int argc, char **argv);
 int cmd_softmax(int argc, char **argv);
+int cmd_distance(int argc, char **argv);
+int cmd_bptt(int argc, char **argv);
+int cmd_parallel(int argc, char **argv);
 
 /* ---- shared by several subcommands ---- */
 

@@ -21,6 +21,9 @@ static const command commands[] = {
     {"resolve", cmd_resolve, "show whom each pronoun in a sentence refers to"},
     {"softmax", cmd_softmax, "compare linear and exponential normalisation (the tutorial's table)"},
     {"saturation", cmd_saturation, "measure softmax saturation with and without sqrt(d_k)"},
+    {"distance", cmd_distance, "RNN, LSTM, GRU and attention as the pronoun moves away"},
+    {"bptt", cmd_bptt, "gradient norms through time against the recurrence's radius"},
+    {"parallel", cmd_parallel, "critical path and step time against sequence length"},
 };
 
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))

@@ -1,0 +1,306 @@
+/*
+ * bptt.c - `qkv bptt`: the tutorial's second claim about RNNs (§2), the
+ * gradient that vanishes or explodes through time, measured.
+ *
+ * An Elman RNN reads distance sentences (seq.h) and is trained by
+ * backpropagation through time; after one backward pass every state h_t on
+ * the tape holds ∂L/∂h_t. With W_h = ρ·Q, Q a random orthogonal matrix
+ * (every singular value and every |eigenvalue| of W_h is ρ), a linear
+ * recurrence multiplies the gradient by exactly ρ per step back, which is
+ * the tutorial's "multiplied by a number below or above 1"; tanh multiplies
+ * it by less. The LSTM, and both models after training, are measured too.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define MAX_RHO 16
+
+typedef struct bptt_opts {
+    const char *rhos, *out;
+    int length, batch, train_steps, quiet;
+    uint64_t seed;
+} bptt_opts;
+
+/* W (H×H, row-major) = rho·Q with Q orthogonal: modified Gram-Schmidt on
+ * the rows of a matrix of N(0,1) draws from g. */
+static void scaled_orthogonal(qkv_tensor *w, double rho, qkv_rng *g)
+{
+    const int H = w->shape[0];
+    double *q = malloc(sizeof *q * (size_t)H * H);
+    for (int i = 0; i < H * H; i++)
+        q[i] = qkv_rng_normalvariate(g, 0, 1);
+    for (int i = 0; i < H; i++) {
+        for (int j = 0; j < i; j++) {
+            double d = 0;
+            for (int c = 0; c < H; c++)
+                d += q[i * H + c] * q[j * H + c];
+            for (int c = 0; c < H; c++)
+                q[i * H + c] -= d * q[j * H + c];
+        }
+        double n = 0;
+        for (int c = 0; c < H; c++)
+            n += q[i * H + c] * q[i * H + c];
+        for (int c = 0; c < H; c++)
+            q[i * H + c] /= sqrt(n);
+    }
+    for (int i = 0; i < H * H; i++)
+        w->data[i] = (qkv_real)(rho * q[i]);
+    free(q);
+}
+
+/* The spectral radius of a square W by Gelfand's formula: ‖W^n‖^(1/n) with
+ * n = 512, renormalising as it goes. */
+static double spectral_radius(const qkv_tensor *w)
+{
+    const int H = w->shape[0];
+    double *m = malloc(sizeof *m * (size_t)H * H), *next = malloc(sizeof *m * (size_t)H * H);
+    double log_norm = 0;
+    const int n = 512;
+    for (int i = 0; i < H * H; i++)
+        m[i] = (double)w->data[i];
+    for (int step = 1; step < n; step++) {
+        double norm = 0;
+        for (int i = 0; i < H; i++)
+            for (int j = 0; j < H; j++) {
+                double s = 0;
+                for (int k = 0; k < H; k++)
+                    s += m[i * H + k] * (double)w->data[k * H + j];
+                next[i * H + j] = s;
+                norm += s * s;
+            }
+        norm = sqrt(norm);
+        if (norm == 0)
+            break;
+        log_norm += log(norm);
+        for (int i = 0; i < H * H; i++)
+            m[i] = next[i] / norm;
+    }
+    free(m);
+    free(next);
+    return exp(log_norm / n);
+}
+
+/* Least-squares slope of ln y[j] against j over j = 1 .. n-1 (j = 0, the
+ * pronoun's own step, is left out: the loss reaches it through Wo, not
+ * through W_h). */
+static double log_slope(const double *y, int n)
+{
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int m = 0;
+    for (int j = 1; j < n; j++) {
+        if (!(y[j] > 0))
+            continue;
+        double ly = log(y[j]);
+        sx += j, sy += ly, sxx += (double)j * j, sxy += j * ly;
+        m++;
+    }
+    return m > 1 ? (m * sxy - sx * sy) / (m * sxx - sx * sx) : NAN;
+}
+
+typedef struct bptt_ctx {
+    const bptt_opts *o;
+    qkv_tape *tape;
+    qkv_coref_batch *batch;
+    FILE *csv;
+    int k; /* fillers: the sentence has o->length tokens */
+} bptt_ctx;
+
+/* One backward pass of m on a fixed batch; writes ‖∂L/∂h_{p-j}‖ for j = 0
+ * .. p to the CSV and returns the fitted slope (NAN after an error, with
+ * *rc set). */
+static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const char *rho,
+                      const char *act, double *g0_over_gp, int *rc)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, c->o->seed + 77);
+    qkv_error err = qkv_error_none();
+    qkv_seq_out out;
+    qkv_params_zero_grad(m->list);
+    qkv_tape_reset(c->tape);
+    qkv_tape_set_grad(c->tape, 1);
+    if (qkv_distance_batch(c->batch, c->o->batch, c->k, &g, &err) != QKV_OK ||
+        qkv_seq_forward(m, c->tape, c->batch, &out) != QKV_OK ||
+        qkv_backward(c->tape, out.loss) != QKV_OK) {
+        *rc = cli_fail("bptt: %s", err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+        return NAN;
+    }
+    const int p = c->batch->query[0]; /* every sentence has its pronoun here */
+    double norms[QKV_DISTANCE_MAX + 8] = {0};
+    for (int j = 0; j <= p; j++) {
+        norms[j] = qkv_grad_norm(&out.h[p - j], 1);
+        fprintf(c->csv, "%s,%s,%s,%d,%.6g\n", model, rho, act, j, norms[j]);
+    }
+    *g0_over_gp = norms[p] / norms[1];
+    return log_slope(norms, p + 1);
+}
+
+/* Trains m on distance sentences for o->train_steps steps. */
+static int train(bptt_ctx *c, qkv_seq_model *m)
+{
+    qkv_error err = qkv_error_none();
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    oc.lr = 0.01;
+    oc.clip = 1;
+    qkv_optim *opt = qkv_params_optim(m->list, &oc, &err);
+    if (opt == NULL)
+        return cli_fail("bptt: %s", err.message);
+    qkv_rng g;
+    qkv_rng_seed(&g, c->o->seed + 5);
+    int rc = CLI_OK;
+    for (int s = 0; s < c->o->train_steps && rc == CLI_OK; s++) {
+        qkv_seq_out out;
+        qkv_status st = qkv_distance_batch(c->batch, c->o->batch, c->k, &g, &err);
+        if (st == QKV_OK)
+            st = qkv_seq_train_step(m, opt, c->tape, c->batch, &out);
+        if (st == QKV_ERR_NUMERIC)
+            break;
+        if (st != QKV_OK)
+            rc = cli_fail("bptt: %s",
+                          err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+    }
+    qkv_optim_free(opt);
+    return rc;
+}
+
+static qkv_seq_model *model(const bptt_opts *o, qkv_seq_kind kind, qkv_rnn_act act)
+{
+    qkv_error err = qkv_error_none();
+    qkv_seq_config mc = {kind, qkv_coref_vocab_size(), qkv_coref_classes(),
+                         qkv_seq_default_width(kind), act, o->seed,
+                         QKV_SEQ_FORGET_BIAS};
+    qkv_seq_model *m = qkv_seq_model_new(&mc, &err);
+    if (m == NULL)
+        cli_fail("bptt: %s", err.message);
+    return m;
+}
+
+static int run(bptt_ctx *c, const double *rhos, int nr)
+{
+    const bptt_opts *o = c->o;
+    int rc = CLI_OK, done = 0, total = 2 * nr + 2 + (o->train_steps > 0 ? 2 : 0);
+    printf("\n‖∂L/∂h_{p-j}‖ against the steps back j, for a sentence of %d tokens (the pronoun "
+           "p = %d);\nslope: least squares of ln‖∂L/∂h_{p-j}‖ over j = 1..%d\n\n",
+           o->length, c->k + QKV_DISTANCE_BASE, c->k + QKV_DISTANCE_BASE);
+    printf("%-12s %-7s %8s %12s %12s %10s %16s\n", "model", "act", "rho", "slope", "ln rho",
+           "slope/ln rho", "‖g_p‖/‖g_1‖");
+    static const char *acts[2] = {"linear", "tanh"};
+    for (int a = 0; a < 2 && rc == CLI_OK; a++)
+        for (int i = 0; i < nr && rc == CLI_OK; i++) {
+            char rho[32], status[64];
+            snprintf(rho, sizeof rho, "%g", rhos[i]);
+            snprintf(status, sizeof status, "%s rho=%s", acts[a], rho);
+            cli_progress(o->quiet, done++, total, status, 0);
+            qkv_seq_model *m = model(o, QKV_SEQ_RNN, a == 0 ? QKV_RNN_LINEAR : QKV_RNN_TANH);
+            if (m == NULL)
+                return CLI_FAIL;
+            qkv_rng g;
+            qkv_rng_seed(&g, o->seed + 1000 + (uint64_t)i);
+            scaled_orthogonal(m->rnn.wh, rhos[i], &g);
+            double total_factor, slope = measure(c, m, "rnn", rho, acts[a], &total_factor, &rc);
+            if (rc == CLI_OK)
+                printf("%-12s %-7s %8.2f %12.4f %12.4f %10.3f %16.3g\n", "rnn", acts[a], rhos[i],
+                       slope, log(rhos[i]), rhos[i] != 1 ? slope / log(rhos[i]) : NAN,
+                       total_factor);
+            qkv_seq_model_free(m);
+        }
+    /* the tanh RNN with PyTorch's initialisation and the LSTM, before and
+     * after training (rnn-init, lstm-init, rnn-trained, lstm-trained); the
+     * RNN's rho is its W_h's spectral radius */
+    for (int trained = 0; trained <= (o->train_steps > 0) && rc == CLI_OK; trained++)
+        for (int kind = QKV_SEQ_RNN; kind <= QKV_SEQ_LSTM && rc == CLI_OK; kind++) {
+            char name[32], rho[32] = "";
+            snprintf(name, sizeof name, "%s-%s", qkv_seq_name((qkv_seq_kind)kind),
+                     trained ? "trained" : "init");
+            cli_progress(o->quiet, done++, total, name, 0);
+            qkv_seq_model *m = model(o, (qkv_seq_kind)kind, QKV_RNN_TANH);
+            if (m == NULL)
+                return CLI_FAIL;
+            if (trained)
+                rc = train(c, m);
+            double r = kind == QKV_SEQ_RNN ? spectral_radius(m->rnn.wh) : NAN;
+            if (kind == QKV_SEQ_RNN)
+                snprintf(rho, sizeof rho, "%.4g", r);
+            double total_factor = NAN, slope = NAN;
+            if (rc == CLI_OK)
+                slope = measure(c, m, name, rho, kind == QKV_SEQ_RNN ? "tanh" : "gates",
+                                &total_factor, &rc);
+            if (rc == CLI_OK && kind == QKV_SEQ_RNN)
+                printf("%-12s %-7s %8.4f %12.4f %12.4f %10.3f %16.3g\n", name, "tanh", r, slope,
+                       log(r), slope / log(r), total_factor);
+            else if (rc == CLI_OK)
+                printf("%-12s %-7s %8s %12.4f %12s %10s %16.3g\n", name, "gates", "-", slope, "-",
+                       "-", total_factor);
+            qkv_seq_model_free(m);
+        }
+    if (rc == CLI_OK)
+        cli_progress(o->quiet, total, total, "done", 1);
+    return rc;
+}
+
+int cmd_bptt(int argc, char **argv)
+{
+    bptt_opts o = {"0.5,0.9,1,1.1,1.5", "out/bptt", 64, 32, 400, 0, 1};
+    const cli_opt opts[] = {
+        {"rho", OPT_STR, &o.rhos, 0, 0,
+         "LIST: spectral radii of W_h (default 0.5,0.9,1,1.1,1.5)"},
+        {"length", OPT_INT, &o.length, 9, 1024,
+         "N: tokens per sentence; the pronoun is the 4th from the end (default 64)"},
+        {"batch", OPT_INT, &o.batch, 1, 1024, "N: sentences in the measured batch (default 32)"},
+        {"train-steps", OPT_INT, &o.train_steps, 0, 1e6,
+         "N: steps before the after-training measurement; 0 skips it (default 400)"},
+        {"seed", OPT_U64, &o.seed, 0, 0, "N: seed of weights and sentences (default 1)"},
+        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/bptt)"},
+        {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
+    };
+    int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
+                      "Measures the gradient that flows back through an RNN: for W_h = rho·Q (Q\n"
+                      "random orthogonal), with a linear and a tanh recurrence, and for the LSTM\n"
+                      "and the tanh RNN at PyTorch's initialisation and after training, it\n"
+                      "writes DIR/grads.csv with model,rho,activation,steps_back,grad_norm and\n"
+                      "compares the fitted decay rate with ln rho.",
+                      NULL, 0, NULL);
+    if (r != CLI_OK)
+        return r;
+    double rhos[MAX_RHO];
+    int nr = 0;
+    {
+        char buf[256];
+        if (strlen(o.rhos) >= sizeof buf)
+            nr = -1;
+        else
+            strcpy(buf, o.rhos);
+        for (char *save = NULL, *tok = nr < 0 ? NULL : strtok_r(buf, ",", &save);
+             tok != NULL && nr >= 0; tok = strtok_r(NULL, ",", &save)) {
+            double v;
+            if (nr == MAX_RHO || cli_parse_double(tok, &v) != 0 || !(v > 0) || v > 10)
+                nr = -1;
+            else
+                rhos[nr++] = v;
+        }
+        if (nr <= 0 || o.rhos[0] == ',' || o.rhos[strlen(o.rhos) - 1] == ',')
+            return cli_usage_error("bptt", "--rho: '%s' is not a list of up to %d radii in "
+                                   "(0, 10]", o.rhos, MAX_RHO);
+    }
+    qkv_error err = qkv_error_none();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/grads.csv", o.out);
+    bptt_ctx c = {&o, NULL, NULL, NULL, o.length - 8};
+    c.csv = cli_csv_create(path, "model,rho,activation,steps_back,grad_norm", &err);
+    if (c.csv == NULL)
+        return cli_fail("bptt: %s", err.message);
+    if ((c.tape = qkv_tape_new(0, &err)) == NULL ||
+        (c.batch = qkv_coref_batch_new(o.batch, o.length, &err)) == NULL)
+        r = cli_fail("bptt: %s", err.message);
+    if (r == CLI_OK)
+        r = run(&c, rhos, nr);
+    if (cli_fclose(c.csv) != 0 && r == CLI_OK)
+        r = cli_fail("bptt: cannot write %s", path);
+    if (r == CLI_OK)
+        printf("\nwrote %s\n", path);
+    qkv_coref_batch_free(c.batch);
+    qkv_tape_free(c.tape);
+    return r;
+}

@@ -1,0 +1,204 @@
+/*
+ * parallel.c - `qkv parallel`: the tutorial's third claim about RNNs (§2),
+ * that they must run step after step, measured two ways for each model and
+ * sequence length: the tape's critical path (the longest chain of
+ * dependent ops, a property of the computation) and the wall time of a
+ * training step on one and on two threads (a property of this machine).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define MAX_ITEMS 16
+
+typedef struct par_opts {
+    const char *models, *lengths, *out;
+    int batch, threads, quiet;
+    double min_time;
+    uint64_t seed;
+} par_opts;
+
+typedef struct par_cell {
+    size_t path, nodes;
+    double ms;
+} par_cell;
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median over 5 blocks of the time of one training step, each block
+ * running enough steps to last min_time seconds; -1 after an error. */
+static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref_batch *b,
+                        double min_time)
+{
+    qkv_seq_out out;
+    long reps = 1;
+    if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
+        return -1;
+    for (;;) {
+        double t0 = wall();
+        for (long r = 0; r < reps; r++)
+            if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
+                return -1;
+        double dt = wall() - t0;
+        if (dt >= min_time || reps > 100000)
+            break;
+        reps = dt > 0 ? (long)(reps * fmin(100, 1.5 * min_time / dt)) + 1 : reps * 10;
+    }
+    double times[5];
+    for (int k = 0; k < 5; k++) {
+        double t0 = wall();
+        for (long r = 0; r < reps; r++)
+            if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
+                return -1;
+        times[k] = (wall() - t0) / (double)reps;
+    }
+    qsort(times, 5, sizeof times[0], cmp_double);
+    return times[2];
+}
+
+/* Parses the model list; the count, or -1. */
+static int parse_models(const char *s, qkv_seq_kind *kinds)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf || s[0] == ',' || s[0] == '\0' || s[strlen(s) - 1] == ',')
+        return -1;
+    strcpy(buf, s);
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
+         tok = strtok_r(NULL, ",", &save))
+        if (n == MAX_ITEMS || qkv_seq_parse(tok, &kinds[n++]) != 0)
+            return -1;
+    return n;
+}
+
+int cmd_parallel(int argc, char **argv)
+{
+    par_opts o = {"attention,rnn,lstm,gru", "16,32,64,128,256", "out/parallel", 32, 2, 0, 0.2,
+                  1};
+    const cli_opt opts[] = {
+        {"models", OPT_STR, &o.models, 0, 0, "LIST: of attention, rnn, lstm, gru (default all)"},
+        {"lengths", OPT_STR, &o.lengths, 0, 0,
+         "LIST: sentence lengths T, at least 9 (default 16,32,64,128,256)"},
+        {"batch", OPT_INT, &o.batch, 1, 1024, "N: sentences per step (default 32)"},
+        {"threads", OPT_INT, &o.threads, 1, 64,
+         "N: also time each step on N threads (default 2; 1: one thread only)"},
+        {"min-time", OPT_DOUBLE, &o.min_time, 1e-3, 60,
+         "X: seconds per timed block, 5 blocks per cell (default 0.2)"},
+        {"seed", OPT_U64, &o.seed, 0, 0, "N: seed of weights and sentences (default 1)"},
+        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/parallel)"},
+        {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
+    };
+    int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
+                      "For each model and sentence length T, counts the training step's\n"
+                      "critical path (the longest chain of dependent ops on the tape) and\n"
+                      "times the step on 1 and N threads. Writes DIR/steps.csv with\n"
+                      "model,T,threads,critical_path,nodes,ms_per_step.",
+                      NULL, 0, NULL);
+    if (r != CLI_OK)
+        return r;
+    qkv_seq_kind kinds[MAX_ITEMS];
+    int Ts[MAX_ITEMS], nk = parse_models(o.models, kinds);
+    int nt = cli_int_list(o.lengths, Ts, MAX_ITEMS, 9, QKV_DISTANCE_MAX + 8);
+    if (nk < 0)
+        return cli_usage_error("parallel", "--models: '%s' is not a list of models from "
+                               "attention, rnn, lstm, gru", o.models);
+    if (nt <= 0)
+        return cli_usage_error("parallel", "--lengths: '%s' is not a list of up to %d lengths "
+                               "from 9 to %d", o.lengths, MAX_ITEMS, QKV_DISTANCE_MAX + 8);
+    int tmax = 0;
+    for (int i = 0; i < nt; i++)
+        tmax = Ts[i] > tmax ? Ts[i] : tmax;
+    qkv_error err = qkv_error_none();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/steps.csv", o.out);
+    FILE *csv = cli_csv_create(path, "model,T,threads,critical_path,nodes,ms_per_step", &err);
+    if (csv == NULL)
+        return cli_fail("parallel: %s", err.message);
+    qkv_tape *t = qkv_tape_new(0, &err);
+    qkv_coref_batch *b = t != NULL ? qkv_coref_batch_new(o.batch, tmax, &err) : NULL;
+    if (b == NULL)
+        r = cli_fail("parallel: %s", err.message);
+    const int nthreads = o.threads > 1 ? 2 : 1, total = nk * nt * nthreads;
+    static par_cell cell[MAX_ITEMS][MAX_ITEMS][2];
+    int done = 0;
+    printf("\nOne training step (forward, backward, Adam) on %d sentences of T tokens\n\n",
+           o.batch);
+    printf("%-10s %5s %14s %8s %14s", "model", "T", "critical path", "nodes", "ms (1 thread)");
+    if (nthreads > 1)
+        printf(" %14s %8s", "ms (threads)", "speed-up");
+    printf("\n");
+    for (int i = 0; i < nk && r == CLI_OK; i++)
+        for (int j = 0; j < nt && r == CLI_OK; j++) {
+            qkv_seq_config mc = {kinds[i], qkv_coref_vocab_size(), qkv_coref_classes(),
+                                 qkv_seq_default_width(kinds[i]), QKV_RNN_TANH, o.seed,
+                                 QKV_SEQ_FORGET_BIAS};
+            qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+            oc.lr = 1e-3;
+            qkv_seq_model *m = qkv_seq_model_new(&mc, &err);
+            qkv_optim *opt = m != NULL ? qkv_params_optim(m->list, &oc, &err) : NULL;
+            qkv_rng g;
+            qkv_rng_seed(&g, o.seed);
+            qkv_seq_out out;
+            size_t path_len = 0, nodes = 0;
+            double ms[2] = {0, 0};
+            if (opt == NULL || qkv_distance_batch(b, o.batch, Ts[j] - 8, &g, &err) != QKV_OK)
+                r = cli_fail("parallel: %s", err.message);
+            else if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK ||
+                     qkv_tape_critical_path(t, &path_len) != QKV_OK)
+                r = cli_fail("parallel: %s", qkv_tape_error(t));
+            nodes = qkv_tape_nodes(t);
+            for (int k = 0; k < nthreads && r == CLI_OK; k++) {
+                char status[64];
+                snprintf(status, sizeof status, "%s T=%d, %d thread(s)", qkv_seq_name(kinds[i]),
+                         Ts[j], k ? o.threads : 1);
+                cli_progress(o.quiet, done++, total, status, 0);
+                qkv_threads_use(k ? o.threads : 1, NULL);
+                double s = step_time(m, opt, t, b, o.min_time);
+                if (s < 0)
+                    r = cli_fail("parallel: %s", qkv_tape_error(t));
+                ms[k] = 1e3 * s;
+                cell[i][j][k] = (par_cell){path_len, nodes, ms[k]};
+            }
+            qkv_threads_use(1, NULL);
+            if (r == CLI_OK) {
+                cli_progress(o.quiet, done, total, "", 1);
+                printf("%-10s %5d %14zu %8zu %14.3f", qkv_seq_name(kinds[i]), Ts[j], path_len,
+                       nodes, ms[0]);
+                if (nthreads > 1)
+                    printf(" %14.3f %7.2fx", ms[1], ms[0] / ms[1]);
+                printf("\n");
+            }
+            qkv_optim_free(opt);
+            qkv_seq_model_free(m);
+        }
+    /* grouped by model and thread count, so a plot's lines run through
+     * consecutive rows */
+    for (int i = 0; i < nk && r == CLI_OK; i++)
+        for (int k = 0; k < nthreads; k++)
+            for (int j = 0; j < nt; j++)
+                fprintf(csv, "%s,%d,%d,%zu,%zu,%.4f\n", qkv_seq_name(kinds[i]), Ts[j],
+                        k ? o.threads : 1, cell[i][j][k].path, cell[i][j][k].nodes,
+                        cell[i][j][k].ms);
+    if (cli_fclose(csv) != 0 && r == CLI_OK)
+        r = cli_fail("parallel: cannot write %s", path);
+    if (r == CLI_OK)
+        printf("\n(%ld cores online) wrote %s\n", sysconf(_SC_NPROCESSORS_ONLN), path);
+    qkv_coref_batch_free(b);
+    qkv_tape_free(t);
+    return r;
+}
