@@ -158,6 +158,8 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .norm = qkv_norm_avx2,
+    .norm_backward = qkv_norm_backward_avx2,
 };
 #else
 typedef int qkv_no_avx2_kernels; /* ISO C wants a declaration */

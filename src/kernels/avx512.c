@@ -223,6 +223,8 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .norm = qkv_norm_avx512,
+    .norm_backward = qkv_norm_backward_avx512,
 };
 #else
 typedef int qkv_no_avx512_kernels; /* ISO C wants a declaration */
