@@ -1,8 +1,9 @@
 /*
- * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x).
- * Compiled with -mavx2 -mfma; nothing here runs unless dispatch.c found
- * both on this CPU. Rows and Adam reuse the portable kernels. A float32
- * x86-64 build only: otherwise this file is empty.
+ * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x,
+ * softmax rows). Compiled with -mavx2 -mfma; nothing here runs unless
+ * dispatch.c found both on this CPU. The norms are in avx2_norm.c; rows
+ * and Adam reuse the portable kernels. A float32 x86-64 build only:
+ * otherwise this file is empty.
  */
 #include "kernels/kernels.h"
 
@@ -141,6 +142,129 @@ static double exps_avx2(size_t n, const float *x, float mx, float *y)
     _mm256_store_pd(t, _mm256_add_pd(s0, s1));
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
+
+/* Entries x[0..w) of 8, -inf past them; a plain load when w is 8. */
+QKV_ALWAYS_INLINE __m256 load8_ninf(int w, const float *x)
+{
+    if (w >= 8)
+        return _mm256_loadu_ps(x);
+    const __m256i m = lanes8(w);
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x, m),
+                            _mm256_castsi256_ps(m));
+}
+
+/* y[0..w) = v's first w lanes; a plain store when w is 8 (a masked store
+ * costs many more micro-ops on some CPUs). */
+QKV_ALWAYS_INLINE void store8(float *y, int w, __m256 v)
+{
+    if (w >= 8)
+        _mm256_storeu_ps(y, v);
+    else
+        _mm256_maskstore_ps(y, lanes8(w), v);
+}
+
+/* The largest of the 8 lanes of v, which holds no NaN. */
+static inline float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* The maximum of a row's non-NaN entries, as the generic x[j] > mx loop
+ * finds it (-inf when there is none): max_ps(v, acc) gives acc wherever v
+ * is NaN, so NaNs are skipped and the accumulators never hold one. */
+static float row_max_avx2(size_t n, const float *x)
+{
+    __m256 mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        mx0 = _mm256_max_ps(_mm256_loadu_ps(x + j), mx0);
+        mx1 = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), mx1);
+    }
+    for (; j < n; j += 8)
+        mx0 = _mm256_max_ps(load8_ninf(n - j < 8 ? (int)(n - j) : 8, x + j), mx0);
+    return hmax8(_mm256_max_ps(mx0, mx1));
+}
+
+/* Softmax of one row of n <= 8·NCH entries held in NCH registers (NCH a
+ * constant, at most 8), with the generic path's arithmetic (vec.c): the
+ * row max, then exps_avx2's e^(x - max) and its sum (two accumulators in
+ * double, the same reduction), then one multiply by (float)(1/sum); a row
+ * with no maximum above -inf, or whose sum is 0, gives zeros. */
+QKV_ALWAYS_INLINE void softmax_row_regs(const int NCH, size_t n, const float *x, float *y)
+{
+    const int last = (int)(n - 8 * (size_t)(NCH - 1));
+    __m256 v[8], mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+    for (int q = 0; q < NCH; q++) { /* -inf past the end, as in exps_avx2 */
+        v[q] = load8_ninf(q < NCH - 1 ? 8 : last, x + 8 * q);
+        if (q % 2 == 0) /* NaNs skipped, as in row_max_avx2 */
+            mx0 = _mm256_max_ps(v[q], mx0);
+        else
+            mx1 = _mm256_max_ps(v[q], mx1);
+    }
+    const float mx = hmax8(_mm256_max_ps(mx0, mx1));
+    if (mx == -INFINITY) {
+        for (int q = 0; q < NCH; q++)
+            store8(y + 8 * q, q < NCH - 1 ? 8 : last, _mm256_setzero_ps());
+        return;
+    }
+    const __m256 vmx = _mm256_set1_ps(mx);
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    for (int q = 0; q < NCH; q++) {
+        const __m256 e = exp_avx2(_mm256_sub_ps(v[q], vmx));
+        v[q] = e;
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    _Alignas(32) double t[4];
+    _mm256_store_pd(t, _mm256_add_pd(s0, s1));
+    const double sum = (t[0] + t[1]) + (t[2] + t[3]);
+    /* a sum of 0 leaves the exponentials, all 0, as the generic path does */
+    const __m256 inv = _mm256_set1_ps(sum == 0 ? 1.0f : (float)(1 / sum));
+    for (int q = 0; q < NCH; q++)
+        store8(y + 8 * q, q < NCH - 1 ? 8 : last, _mm256_mul_ps(v[q], inv));
+}
+
+/* The same for a row too long for the registers: exps_avx2 itself into y,
+ * then the scaling in place. */
+static void softmax_row_long(size_t n, const float *x, float *y)
+{
+    const float mx = row_max_avx2(n, x);
+    if (mx == -INFINITY) {
+        for (size_t j = 0; j < n; j += 8)
+            store8(y + j, n - j < 8 ? (int)(n - j) : 8, _mm256_setzero_ps());
+        return;
+    }
+    const double sum = exps_avx2(n, x, mx, y);
+    if (sum == 0)
+        return;
+    const __m256 inv = _mm256_set1_ps((float)(1 / sum));
+    for (size_t j = 0; j < n; j += 8) {
+        const int w = n - j < 8 ? (int)(n - j) : 8;
+        store8(y + j, w,
+               _mm256_mul_ps(w >= 8 ? _mm256_loadu_ps(y + j) : _mm256_maskload_ps(y + j, lanes8(w)),
+                             inv));
+    }
+}
+
+/* Softmax of rows of n entries (y may be x): the generic path's bits. */
+static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++, x += n, y += n)
+        switch ((n + 7) / 8) { /* constant register counts */
+        case 0: break;
+        case 1: softmax_row_regs(1, n, x, y); break;
+        case 2: softmax_row_regs(2, n, x, y); break;
+        case 3: softmax_row_regs(3, n, x, y); break;
+        case 4: softmax_row_regs(4, n, x, y); break;
+        case 5: softmax_row_regs(5, n, x, y); break;
+        case 6: softmax_row_regs(6, n, x, y); break;
+        case 7: softmax_row_regs(7, n, x, y); break;
+        case 8: softmax_row_regs(8, n, x, y); break;
+        default: softmax_row_long(n, x, y); break;
+        }
+}
 const qkv_kernel_set qkv_kernels_avx2 = {
     .name = "avx2",
     .mr = 6,
@@ -158,6 +282,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .softmax_rows = softmax_rows_avx2,
     .norm = qkv_norm_avx2,
     .norm_backward = qkv_norm_backward_avx2,
 };

@@ -1,8 +1,9 @@
 /*
  * avx512.c - the AVX-512 kernel set (GEMM micro-kernel, direct path, e^x,
- * short softmax rows, rows, Adam). Compiled with -mavx512f; nothing here
- * runs unless dispatch.c found AVX-512F. The fused attention kernels are in
- * avx512_attn.c. A float32 x86-64 build only: otherwise this file is empty.
+ * softmax rows, rows, Adam). Compiled with -mavx512f; nothing here runs
+ * unless dispatch.c found AVX-512F. The fused attention kernels are in
+ * avx512_attn.c, the norms in avx512_norm.c. A float32 x86-64 build only:
+ * otherwise this file is empty.
  */
 #include "kernels/kernels.h"
 
@@ -152,6 +153,99 @@ static void zero_avx512(float *x, size_t n)
         store16(x + i, lanes((int)(n - i < 16 ? n - i : 16)), _mm512_setzero_ps());
 }
 
+/* The maximum of a row's non-NaN entries, as the generic x[j] > mx loop
+ * finds it (-inf when there is none): max_ps(v, acc) gives acc wherever v
+ * is NaN, so NaNs are skipped and the accumulators never hold one. */
+static float row_max_avx512(size_t n, const float *x)
+{
+    __m512 mx0 = _mm512_set1_ps(-INFINITY), mx1 = mx0;
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        mx0 = _mm512_max_ps(_mm512_loadu_ps(x + j), mx0);
+        mx1 = _mm512_max_ps(_mm512_loadu_ps(x + j + 16), mx1);
+    }
+    for (; j < n; j += 16)
+        mx0 = _mm512_max_ps(load16(lanes((int)(n - j < 16 ? n - j : 16)), x + j), mx0);
+    return _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+}
+
+/* Softmax of one row of n <= 16·NCH entries held in NCH registers (NCH a
+ * constant, at most 8), with the generic path's arithmetic (vec.c): the
+ * row max, then exps_avx512's e^(x - max) and its sum (two accumulators in
+ * double, the same reduction), then one multiply by (float)(1/sum); a row
+ * with no maximum above -inf, or whose sum is 0, gives zeros. */
+QKV_ALWAYS_INLINE void softmax_row_regs(const int NCH, size_t n, const float *x, float *y)
+{
+    const __mmask16 last = lanes((int)(n - 16 * (size_t)(NCH - 1)));
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 v[8], mx0 = ninf, mx1 = ninf;
+    for (int q = 0; q < NCH; q++) { /* -inf past the end, as in exps_avx512 */
+        v[q] = q < NCH - 1 ? _mm512_loadu_ps(x + 16 * q)
+                           : _mm512_mask_loadu_ps(ninf, last, x + 16 * q);
+        if (q % 2 == 0) /* NaNs skipped, as in row_max_avx512 */
+            mx0 = _mm512_max_ps(v[q], mx0);
+        else
+            mx1 = _mm512_max_ps(v[q], mx1);
+    }
+    const float mx = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+    if (mx == -INFINITY) {
+        for (int q = 0; q < NCH; q++)
+            store16(y + 16 * q, q < NCH - 1 ? 0xFFFF : last, _mm512_setzero_ps());
+        return;
+    }
+    const __m512 vmx = _mm512_set1_ps(mx);
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (int q = 0; q < NCH; q++) {
+        const __m512 e = exp_avx512(_mm512_sub_ps(v[q], vmx));
+        v[q] = e;
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(
+            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    /* a sum of 0 leaves the exponentials, all 0, as the generic path does */
+    const __m512 inv = _mm512_set1_ps(sum == 0 ? 1.0f : (float)(1 / sum));
+    for (int q = 0; q < NCH; q++)
+        store16(y + 16 * q, q < NCH - 1 ? 0xFFFF : last, _mm512_mul_ps(v[q], inv));
+}
+
+/* The same for a row too long for the registers: exps_avx512 itself into
+ * y, then the scaling in place. */
+static void softmax_row_long(size_t n, const float *x, float *y)
+{
+    const float mx = row_max_avx512(n, x);
+    if (mx == -INFINITY) {
+        zero_avx512(y, n);
+        return;
+    }
+    const double sum = exps_avx512(n, x, mx, y);
+    if (sum == 0)
+        return;
+    const __m512 inv = _mm512_set1_ps((float)(1 / sum));
+    for (size_t j = 0; j < n; j += 16) {
+        __mmask16 m = lanes((int)(n - j < 16 ? n - j : 16));
+        store16(y + j, m, _mm512_mul_ps(load16(m, y + j), inv));
+    }
+}
+
+/* Softmax of rows of n entries (y may be x): the generic path's bits. */
+static void softmax_rows_avx512(float *y, const float *x, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++, x += n, y += n)
+        switch ((n + 15) / 16) { /* constant register counts */
+        case 0: break;
+        case 1: softmax_row_regs(1, n, x, y); break;
+        case 2: softmax_row_regs(2, n, x, y); break;
+        case 3: softmax_row_regs(3, n, x, y); break;
+        case 4: softmax_row_regs(4, n, x, y); break;
+        case 5: softmax_row_regs(5, n, x, y); break;
+        case 6: softmax_row_regs(6, n, x, y); break;
+        case 7: softmax_row_regs(7, n, x, y); break;
+        case 8: softmax_row_regs(8, n, x, y); break;
+        default: softmax_row_long(n, x, y); break;
+        }
+}
+
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
 static void gather_avx512(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
@@ -223,6 +317,7 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .softmax_rows = softmax_rows_avx512,
     .norm = qkv_norm_avx512,
     .norm_backward = qkv_norm_backward_avx512,
 };

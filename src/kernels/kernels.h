@@ -190,6 +190,11 @@ typedef void (*qkv_map_bwd_fn)(qkv_real *dx, const qkv_real *x, const qkv_real *
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
 
+/* Softmax of rows rows of n entries (y may be x), giving exactly the bits
+ * of the generic path: the row maximum, the set's exps, one float multiply
+ * by (float)(1/sum); zeros for a row with no maximum above -inf. */
+typedef void (*qkv_softmax_rows_fn)(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
+
 /* qkv_norm_rows and qkv_norm_rows_backward, in the order norm.c defines. */
 typedef void (*qkv_norm_fn)(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
                             const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d,
@@ -215,7 +220,8 @@ typedef struct qkv_kernel_set {
     qkv_zero_fn zero;
     qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */
     qkv_map_bwd_fn gelu_backward;
-    qkv_norm_fn norm; /* layer norm and RMS norm */
+    qkv_softmax_rows_fn softmax_rows; /* optional: rows longer than softmax16's */
+    qkv_norm_fn norm;                 /* layer norm and RMS norm */
     qkv_norm_bwd_fn norm_backward;
 } qkv_kernel_set;
 
