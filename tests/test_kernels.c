@@ -222,8 +222,9 @@ START_TEST(test_softmax_rows_keep_their_bits_on_every_path)
                 ref_softmax_rows(k, 0, want, x, ROWS, n);
                 k->softmax_rows(y, x, ROWS, n);
                 for (size_t i = 0; i < ROWS * n; i++)
-                    ck_assert_msg(same_bits(y[i], want[i]), "%s kernel n=%zu row %zu entry %zu",
-                                  impls[im], n, i / n, i % n);
+                    ck_assert_msg(same_bits(y[i], want[i]),
+                                  "%s kernel n=%zu row %zu entry %zu: %a, not %a (x %a)", impls[im],
+                                  n, i / n, i % n, (double)y[i], (double)want[i], (double)x[i]);
             }
             ref_softmax_rows(k, 1, want, x, ROWS, n);
             qkv_softmax_rows(y, x, ROWS, n);

@@ -125,6 +125,45 @@ static inline __m256 exp_avx2(__m256 v)
     return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
+/* exp_avx2 of v[0..K) in place (K a constant, at most 4), each step for
+ * all K registers before the next, so that K independent chains are in
+ * flight where one alone waits on each step's latency. The same bits as
+ * exp_avx2 on every input: the lanes it keeps (v >= QKV_EXP_MIN) go
+ * through the same operations (its clamp leaves them as they are), and
+ * the others are 0 in both, whatever the exponent bits built for them. */
+QKV_ALWAYS_INLINE void exp_avx2_k(const int K, __m256 *v)
+{
+    __m256 live[4], t[4], r[4], p[4];
+    for (int k = 0; k < K; k++)
+        live[k] = _mm256_cmp_ps(v[k], _mm256_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
+    for (int k = 0; k < K; k++)
+        t[k] = _mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    for (int k = 0; k < K; k++)
+        r[k] = _mm256_fnmadd_ps(t[k], _mm256_set1_ps(QKV_EXP_LN2_HI), v[k]);
+    for (int k = 0; k < K; k++)
+        r[k] = _mm256_fnmadd_ps(t[k], _mm256_set1_ps(QKV_EXP_LN2_LO), r[k]);
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040), r[k], _mm256_set1_ps(1.0f / 720));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 120));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 24));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 6));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(0.5f));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
+    for (int k = 0; k < K; k++) {
+        const __m256i bits = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(t[k]), _mm256_set1_epi32(127)), 23);
+        v[k] = _mm256_and_ps(live[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(bits)));
+    }
+}
+
 static double exps_avx2(size_t n, const float *x, float mx, float *y)
 {
     __m256 vmx = _mm256_set1_ps(mx);
@@ -187,84 +226,83 @@ static float row_max_avx2(size_t n, const float *x)
     return hmax8(_mm256_max_ps(mx0, mx1));
 }
 
-/* Softmax of one row of n <= 8·NCH entries held in NCH registers (NCH a
- * constant, at most 8), with the generic path's arithmetic (vec.c): the
- * row max, then exps_avx2's e^(x - max) and its sum (two accumulators in
- * double, the same reduction), then one multiply by (float)(1/sum); a row
- * with no maximum above -inf, or whose sum is 0, gives zeros. */
-QKV_ALWAYS_INLINE void softmax_row_regs(const int NCH, size_t n, const float *x, float *y)
-{
-    const int last = (int)(n - 8 * (size_t)(NCH - 1));
-    __m256 v[8], mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
-    for (int q = 0; q < NCH; q++) { /* -inf past the end, as in exps_avx2 */
-        v[q] = load8_ninf(q < NCH - 1 ? 8 : last, x + 8 * q);
-        if (q % 2 == 0) /* NaNs skipped, as in row_max_avx2 */
-            mx0 = _mm256_max_ps(v[q], mx0);
-        else
-            mx1 = _mm256_max_ps(v[q], mx1);
-    }
-    const float mx = hmax8(_mm256_max_ps(mx0, mx1));
-    if (mx == -INFINITY) {
-        for (int q = 0; q < NCH; q++)
-            store8(y + 8 * q, q < NCH - 1 ? 8 : last, _mm256_setzero_ps());
-        return;
-    }
-    const __m256 vmx = _mm256_set1_ps(mx);
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
-    for (int q = 0; q < NCH; q++) {
-        const __m256 e = exp_avx2(_mm256_sub_ps(v[q], vmx));
-        v[q] = e;
-        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    _Alignas(32) double t[4];
-    _mm256_store_pd(t, _mm256_add_pd(s0, s1));
-    const double sum = (t[0] + t[1]) + (t[2] + t[3]);
-    /* a sum of 0 leaves the exponentials, all 0, as the generic path does */
-    const __m256 inv = _mm256_set1_ps(sum == 0 ? 1.0f : (float)(1 / sum));
-    for (int q = 0; q < NCH; q++)
-        store8(y + 8 * q, q < NCH - 1 ? 8 : last, _mm256_mul_ps(v[q], inv));
-}
-
-/* The same for a row too long for the registers: exps_avx2 itself into y,
- * then the scaling in place. */
-static void softmax_row_long(size_t n, const float *x, float *y)
-{
-    const float mx = row_max_avx2(n, x);
-    if (mx == -INFINITY) {
-        for (size_t j = 0; j < n; j += 8)
-            store8(y + j, n - j < 8 ? (int)(n - j) : 8, _mm256_setzero_ps());
-        return;
-    }
-    const double sum = exps_avx2(n, x, mx, y);
-    if (sum == 0)
-        return;
-    const __m256 inv = _mm256_set1_ps((float)(1 / sum));
-    for (size_t j = 0; j < n; j += 8) {
-        const int w = n - j < 8 ? (int)(n - j) : 8;
-        store8(y + j, w,
-               _mm256_mul_ps(w >= 8 ? _mm256_loadu_ps(y + j) : _mm256_maskload_ps(y + j, lanes8(w)),
-                             inv));
-    }
-}
-
-/* Softmax of rows of n entries (y may be x): the generic path's bits. */
+/* Softmax of rows of n entries (y may be x), with the generic path's
+ * arithmetic (vec.c): the row max, then e^(x - max) by exp_avx2 with the
+ * lanes past the end -inf (so 0), the sum of the e^x in two double
+ * accumulators over the 8-lane chunks and exps_avx2's reduction, then one
+ * multiply by (float)(1/sum); zeros for a row with no maximum above -inf,
+ * and the exponentials (all 0) for a row whose sum is 0. Rows go in
+ * blocks of about 64 chunks, each step for the whole block before the
+ * next: the maxima; e^(x - max) into y, four chunks at a time through
+ * exp_avx2_k; then row by row the sum of the e^x read back from y (the
+ * lanes past the end 0) and the scaling. */
 static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
 {
-    for (size_t r = 0; r < rows; r++, x += n, y += n)
-        switch ((n + 7) / 8) { /* constant register counts */
-        case 0: break;
-        case 1: softmax_row_regs(1, n, x, y); break;
-        case 2: softmax_row_regs(2, n, x, y); break;
-        case 3: softmax_row_regs(3, n, x, y); break;
-        case 4: softmax_row_regs(4, n, x, y); break;
-        case 5: softmax_row_regs(5, n, x, y); break;
-        case 6: softmax_row_regs(6, n, x, y); break;
-        case 7: softmax_row_regs(7, n, x, y); break;
-        case 8: softmax_row_regs(8, n, x, y); break;
-        default: softmax_row_long(n, x, y); break;
+    enum { CHUNKS = 64 };
+    if (n == 0)
+        return;
+    const size_t c = (n + 7) / 8, nb_max = c >= CHUNKS ? 1 : CHUNKS / c;
+    const int last = (int)(n - 8 * (c - 1));
+    float mx[CHUNKS];
+    for (size_t r0 = 0; r0 < rows; r0 += nb_max, x += nb_max * n, y += nb_max * n) {
+        const size_t nb = rows - r0 < nb_max ? rows - r0 : nb_max, total = nb * c;
+        for (size_t i = 0; i < nb; i++)
+            mx[i] = row_max_avx2(n, x + i * n);
+        size_t i = 0, row = 0, q = 0; /* chunk i is chunk q of row row */
+        for (; i < total; i += 4) {
+            const int K = total - i >= 4 ? 4 : (int)(total - i);
+            __m256 v[4];
+            size_t off[4];
+            int w[4];
+            for (int k = 0; k < 4; k++) {
+                off[k] = row * n + 8 * q;
+                w[k] = q == c - 1 ? last : 8;
+                v[k] = k < K ? _mm256_sub_ps(load8_ninf(w[k], x + off[k]), _mm256_set1_ps(mx[row]))
+                             : _mm256_setzero_ps();
+                if (k < K && ++q == c) {
+                    q = 0;
+                    row++;
+                }
+            }
+            exp_avx2_k(4, v);
+            for (int k = 0; k < K; k++)
+                store8(y + off[k], w[k], v[k]);
         }
+        for (size_t r = 0; r < nb; r++) {
+            float *yr = y + r * n;
+            if (mx[r] == -INFINITY) {
+                for (size_t j = 0; j < n; j += 8)
+                    store8(yr + j, n - j < 8 ? (int)(n - j) : 8, _mm256_setzero_ps());
+                continue;
+            }
+            __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+            for (size_t j = 0; j < n; j += 8) {
+                if (n - j >= 8) {
+                    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm_loadu_ps(yr + j)));
+                    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm_loadu_ps(yr + j + 4)));
+                } else {
+                    const __m256 e = _mm256_maskload_ps(yr + j, lanes8(last));
+                    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+                    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+                }
+            }
+            _Alignas(32) double t[4];
+            _mm256_store_pd(t, _mm256_add_pd(s0, s1));
+            const double sum = (t[0] + t[1]) + (t[2] + t[3]);
+            if (sum == 0)
+                continue;
+            const __m256 inv = _mm256_set1_ps((float)(1 / sum));
+            for (size_t j = 0; j < n; j += 8) {
+                const int wj = n - j < 8 ? (int)(n - j) : 8;
+                store8(yr + j, wj,
+                       _mm256_mul_ps(wj >= 8 ? _mm256_loadu_ps(yr + j)
+                                             : _mm256_maskload_ps(yr + j, lanes8(wj)),
+                                     inv));
+            }
+        }
+    }
 }
+
 const qkv_kernel_set qkv_kernels_avx2 = {
     .name = "avx2",
     .mr = 6,

@@ -105,7 +105,7 @@ static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, c
     }
 }
 /* y[j] = e^(x[j] - mx); returns Σ y[j], accumulated in double. */
-static double exps_avx512(size_t n, const float *x, float mx, float *y)
+QKV_ALWAYS_INLINE double exps_row(size_t n, const float *x, float mx, float *y)
 {
     __m512 vmx = _mm512_set1_ps(mx);
     __m512d s0 = _mm512_setzero_pd(), s1 = s0;
@@ -119,6 +119,12 @@ static double exps_avx512(size_t n, const float *x, float mx, float *y)
             s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
+/* The set's exps: exps_row, which the softmax rows below share. */
+static double exps_avx512(size_t n, const float *x, float mx, float *y)
+{
+    return exps_row(n, x, mx, y);
 }
 /* Softmax of the first lanes (m) of v in the register: the max, the
  * exponentials, their sum (in double) and the scaling without touching
@@ -156,61 +162,90 @@ static void zero_avx512(float *x, size_t n)
 /* The maximum of a row's non-NaN entries, as the generic x[j] > mx loop
  * finds it (-inf when there is none): max_ps(v, acc) gives acc wherever v
  * is NaN, so NaNs are skipped and the accumulators never hold one. */
-static float row_max_avx512(size_t n, const float *x)
+QKV_ALWAYS_INLINE float row_max_avx512(size_t n, const float *x)
 {
-    __m512 mx0 = _mm512_set1_ps(-INFINITY), mx1 = mx0;
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx0 = ninf, mx1 = ninf;
     size_t j = 0;
     for (; j + 32 <= n; j += 32) {
         mx0 = _mm512_max_ps(_mm512_loadu_ps(x + j), mx0);
         mx1 = _mm512_max_ps(_mm512_loadu_ps(x + j + 16), mx1);
     }
-    for (; j < n; j += 16)
-        mx0 = _mm512_max_ps(load16(lanes((int)(n - j < 16 ? n - j : 16)), x + j), mx0);
+    for (; j < n; j += 16) /* -inf past the end */
+        mx0 = _mm512_max_ps(
+            _mm512_mask_loadu_ps(ninf, lanes((int)(n - j < 16 ? n - j : 16)), x + j), mx0);
     return _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
 }
 
-/* Softmax of one row of n <= 16·NCH entries held in NCH registers (NCH a
- * constant, at most 8), with the generic path's arithmetic (vec.c): the
- * row max, then exps_avx512's e^(x - max) and its sum (two accumulators in
- * double, the same reduction), then one multiply by (float)(1/sum); a row
- * with no maximum above -inf, or whose sum is 0, gives zeros. */
-QKV_ALWAYS_INLINE void softmax_row_regs(const int NCH, size_t n, const float *x, float *y)
+/* The generic path's softmax (vec.c), step by step: the row max, then
+ * e^(x - max) by exp_avx512 with the lanes past the end -inf (so 0), the
+ * sum of the e^x in two double accumulators over the 16-lane chunks and
+ * the same reduction as exps_row, then one multiply by (float)(1/sum);
+ * zeros for a row with no maximum above -inf, and the exponentials (all
+ * 0) for a row whose sum is 0. These helpers do it for rows of n entries
+ * in c chunks, the last one masked by last. */
+
+/* Sums the e^x of one row's c chunks e[0..c) and writes the row's softmax
+ * to y (mx is its maximum). */
+QKV_ALWAYS_INLINE void softmax_finish(const int C, const __m512 *e, float mx, __mmask16 last,
+                                      float *y)
 {
-    const __mmask16 last = lanes((int)(n - 16 * (size_t)(NCH - 1)));
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 v[8], mx0 = ninf, mx1 = ninf;
-    for (int q = 0; q < NCH; q++) { /* -inf past the end, as in exps_avx512 */
-        v[q] = q < NCH - 1 ? _mm512_loadu_ps(x + 16 * q)
-                           : _mm512_mask_loadu_ps(ninf, last, x + 16 * q);
-        if (q % 2 == 0) /* NaNs skipped, as in row_max_avx512 */
-            mx0 = _mm512_max_ps(v[q], mx0);
-        else
-            mx1 = _mm512_max_ps(v[q], mx1);
-    }
-    const float mx = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
-    if (mx == -INFINITY) {
-        for (int q = 0; q < NCH; q++)
-            store16(y + 16 * q, q < NCH - 1 ? 0xFFFF : last, _mm512_setzero_ps());
-        return;
-    }
-    const __m512 vmx = _mm512_set1_ps(mx);
     __m512d s0 = _mm512_setzero_pd(), s1 = s0;
-    for (int q = 0; q < NCH; q++) {
-        const __m512 e = exp_avx512(_mm512_sub_ps(v[q], vmx));
-        v[q] = e;
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-        s1 = _mm512_add_pd(
-            s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    for (int q = 0; q < C; q++) {
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e[q])));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                   _mm512_extractf64x4_pd(_mm512_castps_pd(e[q]), 1))));
     }
     const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    /* a sum of 0 leaves the exponentials, all 0, as the generic path does */
-    const __m512 inv = _mm512_set1_ps(sum == 0 ? 1.0f : (float)(1 / sum));
-    for (int q = 0; q < NCH; q++)
-        store16(y + 16 * q, q < NCH - 1 ? 0xFFFF : last, _mm512_mul_ps(v[q], inv));
+    /* no maximum: zeros; a sum of 0: the e^x as they are (all 0) */
+    const __m512 inv = mx == -INFINITY ? _mm512_setzero_ps()
+                       : sum == 0      ? _mm512_set1_ps(1.0f)
+                                       : _mm512_set1_ps((float)(1 / sum));
+    for (int q = 0; q < C; q++)
+        store16(y + 16 * q, q < C - 1 ? 0xFFFF : last, _mm512_mul_ps(e[q], inv));
 }
 
-/* The same for a row too long for the registers: exps_avx512 itself into
- * y, then the scaling in place. */
+/* G rows of C chunks (G·C <= 8) in registers: loads, e^(x - max) for all
+ * of them at once through exp_avx512_k, then each row's sum and scaling. */
+QKV_ALWAYS_INLINE void softmax_group(const int C, const int G, size_t n, const float *mx,
+                                     __mmask16 last, const float *x, float *y)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 v[8];
+    for (int g = 0; g < G; g++)
+        for (int q = 0; q < C; q++)
+            v[g * C + q] = _mm512_sub_ps(
+                _mm512_mask_loadu_ps(ninf, q < C - 1 ? 0xFFFF : last, x + g * n + 16 * q),
+                _mm512_set1_ps(mx[g]));
+    exp_avx512_k(G * C, v);
+    for (int g = 0; g < G; g++)
+        softmax_finish(C, v + g * C, mx[g], last, y + g * n);
+}
+
+/* Rows of C <= 8 chunks, in blocks: the maxima of the block's rows, then
+ * the rows G = 8/C at a time. */
+QKV_ALWAYS_INLINE void softmax_rows_regs(const int C, float *y, const float *x, size_t rows,
+                                         size_t n)
+{
+    enum { B = 32 };
+    const int G = 8 / C;
+    const __mmask16 last = lanes((int)(n - 16 * (size_t)(C - 1)));
+    float mx[B];
+    for (size_t r0 = 0; r0 < rows; r0 += B, x += B * n, y += B * n) {
+        const size_t nb = rows - r0 < B ? rows - r0 : B;
+        for (size_t i = 0; i < nb; i++)
+            mx[i] = row_max_avx512(n, x + i * n);
+        size_t i = 0;
+        for (; i + (size_t)G <= nb; i += (size_t)G)
+            softmax_group(C, G, n, mx + i, last, x + i * n, y + i * n);
+        for (; i < nb; i++)
+            softmax_group(C, 1, n, mx + i, last, x + i * n, y + i * n);
+    }
+}
+
+/* Rows of more than 8 chunks, one at a time: the max, e^(x - max) into y
+ * eight chunks at a time, then the sum of the e^x read back from y (the
+ * lanes past the end 0, as in exps_row) and the scaling. */
 static void softmax_row_long(size_t n, const float *x, float *y)
 {
     const float mx = row_max_avx512(n, x);
@@ -218,12 +253,38 @@ static void softmax_row_long(size_t n, const float *x, float *y)
         zero_avx512(y, n);
         return;
     }
-    const double sum = exps_avx512(n, x, mx, y);
+    const __m512 vmx = _mm512_set1_ps(mx), ninf = _mm512_set1_ps(-INFINITY);
+    size_t j = 0;
+    for (; j + 128 <= n; j += 128) {
+        __m512 v[8];
+        for (int k = 0; k < 8; k++)
+            v[k] = _mm512_sub_ps(_mm512_loadu_ps(x + j + 16 * k), vmx);
+        exp_avx512_k(8, v);
+        for (int k = 0; k < 8; k++)
+            _mm512_storeu_ps(y + j + 16 * k, v[k]);
+    }
+    for (; j < n; j += 16) {
+        const __mmask16 m = lanes((int)(n - j < 16 ? n - j : 16));
+        store16(y + j, m, exp_avx512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, m, x + j), vmx)));
+    }
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (j = 0; j < n; j += 16) {
+        if (n - j >= 16) {
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm256_loadu_ps(y + j)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_loadu_ps(y + j + 8)));
+        } else {
+            const __m512 e = _mm512_maskz_loadu_ps(lanes((int)(n - j)), y + j);
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
     if (sum == 0)
         return;
     const __m512 inv = _mm512_set1_ps((float)(1 / sum));
-    for (size_t j = 0; j < n; j += 16) {
-        __mmask16 m = lanes((int)(n - j < 16 ? n - j : 16));
+    for (j = 0; j < n; j += 16) {
+        const __mmask16 m = lanes((int)(n - j < 16 ? n - j : 16));
         store16(y + j, m, _mm512_mul_ps(load16(m, y + j), inv));
     }
 }
@@ -231,19 +292,21 @@ static void softmax_row_long(size_t n, const float *x, float *y)
 /* Softmax of rows of n entries (y may be x): the generic path's bits. */
 static void softmax_rows_avx512(float *y, const float *x, size_t rows, size_t n)
 {
-    for (size_t r = 0; r < rows; r++, x += n, y += n)
-        switch ((n + 15) / 16) { /* constant register counts */
-        case 0: break;
-        case 1: softmax_row_regs(1, n, x, y); break;
-        case 2: softmax_row_regs(2, n, x, y); break;
-        case 3: softmax_row_regs(3, n, x, y); break;
-        case 4: softmax_row_regs(4, n, x, y); break;
-        case 5: softmax_row_regs(5, n, x, y); break;
-        case 6: softmax_row_regs(6, n, x, y); break;
-        case 7: softmax_row_regs(7, n, x, y); break;
-        case 8: softmax_row_regs(8, n, x, y); break;
-        default: softmax_row_long(n, x, y); break;
-        }
+    switch ((n + 15) / 16) { /* constant chunk counts, so v[] stays in registers */
+    case 0: break;
+    case 1: softmax_rows_regs(1, y, x, rows, n); break;
+    case 2: softmax_rows_regs(2, y, x, rows, n); break;
+    case 3: softmax_rows_regs(3, y, x, rows, n); break;
+    case 4: softmax_rows_regs(4, y, x, rows, n); break;
+    case 5: softmax_rows_regs(5, y, x, rows, n); break;
+    case 6: softmax_rows_regs(6, y, x, rows, n); break;
+    case 7: softmax_rows_regs(7, y, x, rows, n); break;
+    case 8: softmax_rows_regs(8, y, x, rows, n); break;
+    default:
+        for (size_t r = 0; r < rows; r++)
+            softmax_row_long(n, x + r * n, y + r * n);
+        break;
+    }
 }
 
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
