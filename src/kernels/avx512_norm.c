@@ -46,51 +46,139 @@ QKV_ALWAYS_INLINE __m512d fwd_add(__m512d a, const float *x, int w, int sq, __m5
     return _mm512_add_pd(a, v);
 }
 
-/* Σ x[j] (sq = 0) or Σ (x[j] - mu)² (sq = 1) over a row of d, in norm.c's
- * order: partial j mod 32 in lane j mod 8 of accumulator (j mod 32) / 8. */
-QKV_ALWAYS_INLINE double fwd_sum(const float *x, size_t d, double mu, int sq)
+/* Σ x[j] (sq = 0) or Σ (x[j] - mu[i])² (sq = 1) over each of R rows of d
+ * (row i at x + i·d) into out[i], in norm.c's order: partial j mod 32 in
+ * lane j mod 8 of accumulator (j mod 32) / 8. The R rows' independent
+ * chains are interleaved, so that the adds' latency overlaps. */
+QKV_ALWAYS_INLINE void fwd_sums(const int R, const float *x, size_t d, const double *mu, int sq,
+                                double *out)
 {
-    const __m512d vmu = _mm512_set1_pd(mu);
-    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    __m512d a[4][4], vmu[4];
+    for (int i = 0; i < R; i++) {
+        vmu[i] = _mm512_set1_pd(sq ? mu[i] : 0);
+        for (int q = 0; q < 4; q++)
+            a[i][q] = _mm512_setzero_pd();
+    }
     size_t j = 0;
-    for (; j + 32 <= d; j += 32) {
-        a0 = fwd_add(a0, x + j, 8, sq, vmu);
-        a1 = fwd_add(a1, x + j + 8, 8, sq, vmu);
-        a2 = fwd_add(a2, x + j + 16, 8, sq, vmu);
-        a3 = fwd_add(a3, x + j + 24, 8, sq, vmu);
-    }
-    if (j < d) {
-        const int w = (int)(d - j);
-        a0 = fwd_add(a0, x + j, w, sq, vmu);
-        if (w > 8)
-            a1 = fwd_add(a1, x + j + 8, w - 8, sq, vmu);
-        if (w > 16)
-            a2 = fwd_add(a2, x + j + 16, w - 16, sq, vmu);
-        if (w > 24)
-            a3 = fwd_add(a3, x + j + 24, w - 24, sq, vmu);
-    }
+    for (; j + 32 <= d; j += 32)
+        for (int q = 0; q < 4; q++)
+            for (int i = 0; i < R; i++)
+                a[i][q] = fwd_add(a[i][q], x + i * d + j + 8 * q, 8, sq, vmu[i]);
+    if (j < d)
+        for (int q = 0; q < 4 && 8 * (size_t)q < d - j; q++)
+            for (int i = 0; i < R; i++)
+                a[i][q] = fwd_add(a[i][q], x + i * d + j + 8 * q, (int)(d - j) - 8 * q, sq, vmu[i]);
     /* h = 16: partial l + partial l+16; h = 8: then l + l+8 */
-    return halve8(_mm512_add_pd(_mm512_add_pd(a0, a2), _mm512_add_pd(a1, a3)));
+    for (int i = 0; i < R; i++)
+        out[i] =
+            halve8(_mm512_add_pd(_mm512_add_pd(a[i][0], a[i][2]), _mm512_add_pd(a[i][1], a[i][3])));
+}
+
+/* The forward of R rows. */
+QKV_ALWAYS_INLINE void norm_rows_r(const int R, float *y, float *mean, float *rstd, const float *x,
+                                   const float *gamma, const float *beta, size_t d, double eps,
+                                   int center)
+{
+    double mu[4] = {0, 0, 0, 0}, var[4];
+    if (center) {
+        fwd_sums(R, x, d, mu, 0, mu);
+        for (int i = 0; i < R; i++)
+            mu[i] /= (double)d;
+    }
+    fwd_sums(R, x, d, mu, 1, var);
+    __m512 vm[4], vs[4];
+    for (int i = 0; i < R; i++) {
+        const double rs = 1 / sqrt(var[i] / (double)d + eps);
+        mean[i] = (float)mu[i];
+        rstd[i] = (float)rs;
+        vm[i] = _mm512_set1_ps((float)mu[i]);
+        vs[i] = _mm512_set1_ps((float)rs);
+    }
+    for (size_t j = 0; j < d; j += 16) {
+        const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
+        const __m512 gv = gamma != NULL ? load16(mk, gamma + j) : _mm512_setzero_ps();
+        const __m512 bv = beta != NULL ? load16(mk, beta + j) : _mm512_setzero_ps();
+        for (int i = 0; i < R; i++) {
+            __m512 v = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + i * d + j), vm[i]), vs[i]);
+            if (gamma != NULL)
+                v = _mm512_mul_ps(v, gv);
+            if (beta != NULL)
+                v = _mm512_add_ps(v, bv);
+            store16(y + i * d + j, mk, v);
+        }
+    }
 }
 
 void qkv_norm_avx512(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                      const float *beta, size_t rows, size_t d, double eps, int center)
 {
-    for (size_t r = 0; r < rows; r++, x += d, y += d) {
-        const double mu = center ? fwd_sum(x, d, 0, 0) / (double)d : 0;
-        const double var = fwd_sum(x, d, mu, 1) / (double)d;
-        const double rs = 1 / sqrt(var + eps);
-        mean[r] = (float)mu;
-        rstd[r] = (float)rs;
-        const __m512 vm = _mm512_set1_ps((float)mu), vs = _mm512_set1_ps((float)rs);
-        for (size_t j = 0; j < d; j += 16) {
-            const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
-            __m512 v = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + j), vm), vs);
-            if (gamma != NULL)
-                v = _mm512_mul_ps(v, load16(mk, gamma + j));
-            if (beta != NULL)
-                v = _mm512_add_ps(v, load16(mk, beta + j));
-            store16(y + j, mk, v);
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+        norm_rows_r(4, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center);
+    for (; r < rows; r++)
+        norm_rows_r(1, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center);
+}
+
+/* The backward of R rows: first their sums, with dγ and dβ updated in row
+ * order (each chunk of them loaded once for the R rows), then dx. */
+QKV_ALWAYS_INLINE void norm_backward_r(const int R, float *dx, float *dgamma, float *dbeta,
+                                       const float *dy, const float *x, const float *mean,
+                                       const float *rstd, const float *gamma, size_t d, int center)
+{
+    __m512 vm[4], vs[4];
+    /* partial j mod 16 in lane j mod 8 of the accumulator for half (j mod 16) / 8 */
+    __m512d sg[4][2], sx[4][2];
+    for (int i = 0; i < R; i++) {
+        vm[i] = _mm512_set1_ps(mean[i]);
+        vs[i] = _mm512_set1_ps(rstd[i]);
+        sg[i][0] = sg[i][1] = sx[i][0] = sx[i][1] = _mm512_setzero_pd();
+    }
+    for (size_t j = 0; j < d; j += 16) {
+        const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
+        const __m512 gv = gamma != NULL ? load16(mk, gamma + j) : _mm512_setzero_ps();
+        __m512 dg = dgamma != NULL ? load16(mk, dgamma + j) : _mm512_setzero_ps();
+        __m512 db = dbeta != NULL ? load16(mk, dbeta + j) : _mm512_setzero_ps();
+        for (int i = 0; i < R; i++) {
+            const __m512 dyv = load16(mk, dy + i * d + j); /* 0 past the end, and so is g */
+            const __m512 xhat =
+                _mm512_maskz_mul_ps(mk, _mm512_sub_ps(load16(mk, x + i * d + j), vm[i]), vs[i]);
+            const __m512 g = gamma != NULL ? _mm512_mul_ps(dyv, gv) : dyv;
+            const __m512d g0 = cvt_half(g, 0), g1 = cvt_half(g, 1);
+            if (center) {
+                sg[i][0] = _mm512_add_pd(sg[i][0], g0);
+                sg[i][1] = _mm512_add_pd(sg[i][1], g1);
+            }
+            sx[i][0] = _mm512_add_pd(sx[i][0], _mm512_mul_pd(g0, cvt_half(xhat, 0)));
+            sx[i][1] = _mm512_add_pd(sx[i][1], _mm512_mul_pd(g1, cvt_half(xhat, 1)));
+            dg = _mm512_add_ps(dg, _mm512_mul_ps(dyv, xhat));
+            db = _mm512_add_ps(db, dyv);
+        }
+        if (dgamma != NULL)
+            store16(dgamma + j, mk, dg);
+        if (dbeta != NULL)
+            store16(dbeta + j, mk, db);
+    }
+    if (dx == NULL)
+        return;
+    __m512 fm[4], fx[4];
+    for (int i = 0; i < R; i++) {
+        /* h = 8: partial l + partial l+8, then the last three levels */
+        const double mg = center ? halve8(_mm512_add_pd(sg[i][0], sg[i][1])) / (double)d : 0;
+        const double mgx = halve8(_mm512_add_pd(sx[i][0], sx[i][1])) / (double)d;
+        fm[i] = _mm512_set1_ps((float)mg);
+        fx[i] = _mm512_set1_ps((float)mgx);
+    }
+    for (size_t j = 0; j < d; j += 16) {
+        const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
+        const __m512 gv = gamma != NULL ? load16(mk, gamma + j) : _mm512_setzero_ps();
+        for (int i = 0; i < R; i++) {
+            const __m512 dyv = load16(mk, dy + i * d + j);
+            const __m512 xhat =
+                _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + i * d + j), vm[i]), vs[i]);
+            const __m512 g = gamma != NULL ? _mm512_mul_ps(dyv, gv) : dyv;
+            const __m512 t = _mm512_sub_ps(_mm512_sub_ps(g, fm[i]), _mm512_mul_ps(xhat, fx[i]));
+            float *dxr = dx + i * d + j;
+            store16(dxr, mk, _mm512_add_ps(load16(mk, dxr), _mm512_mul_ps(vs[i], t)));
         }
     }
 }
@@ -99,44 +187,13 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
                               const float *x, const float *mean, const float *rstd,
                               const float *gamma, size_t rows, size_t d, int center)
 {
-    for (size_t r = 0; r < rows; r++, x += d, dy += d) {
-        const __m512 vm = _mm512_set1_ps(mean[r]), vs = _mm512_set1_ps(rstd[r]);
-        /* partial j mod 16 in lane j mod 8 of the accumulator for half (j mod 16) / 8 */
-        __m512d sg0 = _mm512_setzero_pd(), sg1 = sg0, sx0 = sg0, sx1 = sg0;
-        for (size_t j = 0; j < d; j += 16) {
-            const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
-            const __m512 dyv = load16(mk, dy + j); /* 0 past the end, and so is g */
-            const __m512 xhat = _mm512_maskz_mul_ps(mk, _mm512_sub_ps(load16(mk, x + j), vm), vs);
-            const __m512 g = gamma != NULL ? _mm512_mul_ps(dyv, load16(mk, gamma + j)) : dyv;
-            const __m512d g0 = cvt_half(g, 0), g1 = cvt_half(g, 1);
-            if (center) {
-                sg0 = _mm512_add_pd(sg0, g0);
-                sg1 = _mm512_add_pd(sg1, g1);
-            }
-            sx0 = _mm512_add_pd(sx0, _mm512_mul_pd(g0, cvt_half(xhat, 0)));
-            sx1 = _mm512_add_pd(sx1, _mm512_mul_pd(g1, cvt_half(xhat, 1)));
-            if (dgamma != NULL)
-                store16(dgamma + j, mk,
-                        _mm512_add_ps(load16(mk, dgamma + j), _mm512_mul_ps(dyv, xhat)));
-            if (dbeta != NULL)
-                store16(dbeta + j, mk, _mm512_add_ps(load16(mk, dbeta + j), dyv));
-        }
-        if (dx == NULL)
-            continue;
-        /* h = 8: partial l + partial l+8, then the last three levels */
-        const double mg = center ? halve8(_mm512_add_pd(sg0, sg1)) / (double)d : 0;
-        const double mgx = halve8(_mm512_add_pd(sx0, sx1)) / (double)d;
-        const __m512 fm = _mm512_set1_ps((float)mg), fx = _mm512_set1_ps((float)mgx);
-        float *dxr = dx + r * d;
-        for (size_t j = 0; j < d; j += 16) {
-            const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
-            const __m512 dyv = load16(mk, dy + j);
-            const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + j), vm), vs);
-            const __m512 g = gamma != NULL ? _mm512_mul_ps(dyv, load16(mk, gamma + j)) : dyv;
-            const __m512 t = _mm512_sub_ps(_mm512_sub_ps(g, fm), _mm512_mul_ps(xhat, fx));
-            store16(dxr + j, mk, _mm512_add_ps(load16(mk, dxr + j), _mm512_mul_ps(vs, t)));
-        }
-    }
+    size_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+        norm_backward_r(4, dx != NULL ? dx + r * d : NULL, dgamma, dbeta, dy + r * d, x + r * d,
+                        mean + r, rstd + r, gamma, d, center);
+    for (; r < rows; r++)
+        norm_backward_r(1, dx != NULL ? dx + r * d : NULL, dgamma, dbeta, dy + r * d, x + r * d,
+                        mean + r, rstd + r, gamma, d, center);
 }
 #else
 typedef int qkv_no_avx512_norm; /* ISO C wants a declaration */
