@@ -74,6 +74,66 @@ QKV_ALWAYS_INLINE void fwd_sums(const int R, const float *x, size_t d, const dou
             halve8(_mm512_add_pd(_mm512_add_pd(a[i][0], a[i][2]), _mm512_add_pd(a[i][1], a[i][3])));
 }
 
+/* The output of one row: y = (x - m)·s [·γ] [+ β] in float. */
+QKV_ALWAYS_INLINE void norm_out(float *y, const float *x, const float *gamma, const float *beta,
+                                size_t d, float m, float s)
+{
+    const __m512 vm = _mm512_set1_ps(m), vs = _mm512_set1_ps(s);
+    for (size_t j = 0; j < d; j += 16) {
+        const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
+        __m512 v = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + j), vm), vs);
+        if (gamma != NULL)
+            v = _mm512_mul_ps(v, load16(mk, gamma + j));
+        if (beta != NULL)
+            v = _mm512_add_ps(v, load16(mk, beta + j));
+        store16(y + j, mk, v);
+    }
+}
+
+/* The forward of one row of d <= 16·C entries (C <= 8 a constant), its
+ * values as doubles held in registers between the two sums. */
+QKV_ALWAYS_INLINE void norm_row_regs(const int C, float *y, float *mean, float *rstd,
+                                     const float *x, const float *gamma, const float *beta,
+                                     size_t d, double eps, int center)
+{
+    __m512d v[16], a[4];
+    __mmask8 m8[16];
+    for (int q = 0; q < C; q++) {
+        const int w = d - 16 * (size_t)q < 16 ? (int)(d - 16 * (size_t)q) : 16;
+        const __m512 f = load16(lanes(w), x + 16 * q); /* 0 past the end */
+        v[2 * q] = cvt_half(f, 0);
+        v[2 * q + 1] = cvt_half(f, 1);
+        m8[2 * q] = (__mmask8)(w >= 8 ? 0xFF : (1u << w) - 1);
+        m8[2 * q + 1] = (__mmask8)(w >= 16 ? 0xFF : w <= 8 ? 0 : (1u << (w - 8)) - 1);
+    }
+    /* chunk q holds partials 16·(q mod 2) .. +15: accumulators 2·(q mod 2), +1 */
+    const __m512d one = _mm512_set1_pd(1);
+    double mu = 0;
+    if (center) {
+        for (int k = 0; k < 4; k++)
+            a[k] = _mm512_setzero_pd();
+        for (int q = 0; q < C; q++) /* x·1 + a: the add, on the multiply units */
+            for (int h = 0; h < 2; h++)
+                a[2 * (q % 2) + h] = _mm512_fmadd_pd(v[2 * q + h], one, a[2 * (q % 2) + h]);
+        mu =
+            halve8(_mm512_add_pd(_mm512_add_pd(a[0], a[2]), _mm512_add_pd(a[1], a[3]))) / (double)d;
+    }
+    const __m512d vmu = _mm512_set1_pd(mu);
+    for (int k = 0; k < 4; k++)
+        a[k] = _mm512_setzero_pd();
+    for (int q = 0; q < C; q++)
+        for (int h = 0; h < 2; h++) {
+            const __m512d t = _mm512_maskz_sub_pd(m8[2 * q + h], v[2 * q + h], vmu);
+            a[2 * (q % 2) + h] = _mm512_add_pd(a[2 * (q % 2) + h], _mm512_mul_pd(t, t));
+        }
+    const double var =
+        halve8(_mm512_add_pd(_mm512_add_pd(a[0], a[2]), _mm512_add_pd(a[1], a[3]))) / (double)d;
+    const double rs = 1 / sqrt(var + eps);
+    *mean = (float)mu;
+    *rstd = (float)rs;
+    norm_out(y, x, gamma, beta, d, (float)mu, (float)rs);
+}
+
 /* The forward of R rows. */
 QKV_ALWAYS_INLINE void norm_rows_r(const int R, float *y, float *mean, float *rstd, const float *x,
                                    const float *gamma, const float *beta, size_t d, double eps,
@@ -86,37 +146,40 @@ QKV_ALWAYS_INLINE void norm_rows_r(const int R, float *y, float *mean, float *rs
             mu[i] /= (double)d;
     }
     fwd_sums(R, x, d, mu, 1, var);
-    __m512 vm[4], vs[4];
     for (int i = 0; i < R; i++) {
         const double rs = 1 / sqrt(var[i] / (double)d + eps);
         mean[i] = (float)mu[i];
         rstd[i] = (float)rs;
-        vm[i] = _mm512_set1_ps((float)mu[i]);
-        vs[i] = _mm512_set1_ps((float)rs);
-    }
-    for (size_t j = 0; j < d; j += 16) {
-        const __mmask16 mk = lanes(d - j < 16 ? (int)(d - j) : 16);
-        const __m512 gv = gamma != NULL ? load16(mk, gamma + j) : _mm512_setzero_ps();
-        const __m512 bv = beta != NULL ? load16(mk, beta + j) : _mm512_setzero_ps();
-        for (int i = 0; i < R; i++) {
-            __m512 v = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + i * d + j), vm[i]), vs[i]);
-            if (gamma != NULL)
-                v = _mm512_mul_ps(v, gv);
-            if (beta != NULL)
-                v = _mm512_add_ps(v, bv);
-            store16(y + i * d + j, mk, v);
-        }
+        norm_out(y + i * d, x + i * d, gamma, beta, d, (float)mu[i], (float)rs);
     }
 }
+
+#define NORM_REGS(C)                                                                             \
+    for (size_t r = 0; r < rows; r++)                                                            \
+        norm_row_regs(C, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center); \
+    break
 
 void qkv_norm_avx512(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                      const float *beta, size_t rows, size_t d, double eps, int center)
 {
-    size_t r = 0;
-    for (; r + 4 <= rows; r += 4)
-        norm_rows_r(4, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center);
-    for (; r < rows; r++)
-        norm_rows_r(1, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center);
+    switch ((d + 15) / 16) {
+    case 0: return;
+    case 1: NORM_REGS(1);
+    case 2: NORM_REGS(2);
+    case 3: NORM_REGS(3);
+    case 4: NORM_REGS(4);
+    case 5: NORM_REGS(5);
+    case 6: NORM_REGS(6);
+    case 7: NORM_REGS(7);
+    case 8: NORM_REGS(8);
+    default: {
+        size_t r = 0;
+        for (; r + 4 <= rows; r += 4)
+            norm_rows_r(4, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center);
+        for (; r < rows; r++)
+            norm_rows_r(1, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center);
+    }
+    }
 }
 
 /* The backward of R rows: first their sums, with dγ and dβ updated in row
