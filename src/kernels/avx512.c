@@ -185,28 +185,8 @@ QKV_ALWAYS_INLINE float row_max_avx512(size_t n, const float *x)
  * 0) for a row whose sum is 0. These helpers do it for rows of n entries
  * in c chunks, the last one masked by last. */
 
-/* Sums the e^x of one row's c chunks e[0..c) and writes the row's softmax
- * to y (mx is its maximum). */
-QKV_ALWAYS_INLINE void softmax_finish(const int C, const __m512 *e, float mx, __mmask16 last,
-                                      float *y)
-{
-    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
-    for (int q = 0; q < C; q++) {
-        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e[q])));
-        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
-                                   _mm512_extractf64x4_pd(_mm512_castps_pd(e[q]), 1))));
-    }
-    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    /* no maximum: zeros; a sum of 0: the e^x as they are (all 0) */
-    const __m512 inv = mx == -INFINITY ? _mm512_setzero_ps()
-                       : sum == 0      ? _mm512_set1_ps(1.0f)
-                                       : _mm512_set1_ps((float)(1 / sum));
-    for (int q = 0; q < C; q++)
-        store16(y + 16 * q, q < C - 1 ? 0xFFFF : last, _mm512_mul_ps(e[q], inv));
-}
-
 /* G rows of C chunks (G·C <= 8) in registers: loads, e^(x - max) for all
- * of them at once through exp_avx512_k, then each row's sum and scaling. */
+ * of them at once through exp_avx512_k, stored to y. */
 QKV_ALWAYS_INLINE void softmax_group(const int C, const int G, size_t n, const float *mx,
                                      __mmask16 last, const float *x, float *y)
 {
@@ -219,11 +199,40 @@ QKV_ALWAYS_INLINE void softmax_group(const int C, const int G, size_t n, const f
                 _mm512_set1_ps(mx[g]));
     exp_avx512_k(G * C, v);
     for (int g = 0; g < G; g++)
-        softmax_finish(C, v + g * C, mx[g], last, y + g * n);
+        for (int q = 0; q < C; q++)
+            store16(y + g * n + 16 * q, q < C - 1 ? 0xFFFF : last, v[g * C + q]);
 }
 
-/* Rows of C <= 8 chunks, in blocks: the maxima of the block's rows, then
- * the rows G = 8/C at a time. */
+/* The sum of a row's e^x, read back from y: exps_row's accumulators (the
+ * lanes past the end 0) and reduction; then the scaling. */
+QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, float mx, __mmask16 last)
+{
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (int q = 0; q < C; q++) {
+        if (q < C - 1 || last == 0xFFFF) {
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm256_loadu_ps(y + 16 * q)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_loadu_ps(y + 16 * q + 8)));
+        } else {
+            const __m512 e = _mm512_maskz_loadu_ps(last, y + 16 * q);
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    /* no maximum: zeros; a sum of 0: the e^x as they are (all 0) */
+    const __m512 inv = mx == -INFINITY ? _mm512_setzero_ps()
+                       : sum == 0      ? _mm512_set1_ps(1.0f)
+                                       : _mm512_set1_ps((float)(1 / sum));
+    for (int q = 0; q < C; q++) {
+        const __mmask16 m = q < C - 1 ? 0xFFFF : last;
+        store16(y + 16 * q, m, _mm512_mul_ps(load16(m, y + 16 * q), inv));
+    }
+}
+
+/* Rows of C <= 8 chunks, in blocks of B rows, each step for the block
+ * before the next: the maxima; e^(x - max) into y, G = 8/C rows at a
+ * time; the sums and the scaling, row by row. */
 QKV_ALWAYS_INLINE void softmax_rows_regs(const int C, float *y, const float *x, size_t rows,
                                          size_t n)
 {
@@ -240,6 +249,8 @@ QKV_ALWAYS_INLINE void softmax_rows_regs(const int C, float *y, const float *x, 
             softmax_group(C, G, n, mx + i, last, x + i * n, y + i * n);
         for (; i < nb; i++)
             softmax_group(C, 1, n, mx + i, last, x + i * n, y + i * n);
+        for (i = 0; i < nb; i++)
+            softmax_finish(C, y + i * n, mx[i], last);
     }
 }
 
