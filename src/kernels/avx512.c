@@ -105,7 +105,7 @@ static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, c
     }
 }
 /* y[j] = e^(x[j] - mx); returns Σ y[j], accumulated in double. */
-QKV_ALWAYS_INLINE double exps_row(size_t n, const float *x, float mx, float *y)
+static double exps_avx512(size_t n, const float *x, float mx, float *y)
 {
     __m512 vmx = _mm512_set1_ps(mx);
     __m512d s0 = _mm512_setzero_pd(), s1 = s0;
@@ -119,12 +119,6 @@ QKV_ALWAYS_INLINE double exps_row(size_t n, const float *x, float mx, float *y)
             s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
     }
     return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-}
-
-/* The set's exps: exps_row, which the softmax rows below share. */
-static double exps_avx512(size_t n, const float *x, float mx, float *y)
-{
-    return exps_row(n, x, mx, y);
 }
 /* Softmax of the first lanes (m) of v in the register: the max, the
  * exponentials, their sum (in double) and the scaling without touching
@@ -180,7 +174,7 @@ QKV_ALWAYS_INLINE float row_max_avx512(size_t n, const float *x)
 /* The generic path's softmax (vec.c), step by step: the row max, then
  * e^(x - max) by exp_avx512 with the lanes past the end -inf (so 0), the
  * sum of the e^x in two double accumulators over the 16-lane chunks and
- * the same reduction as exps_row, then one multiply by (float)(1/sum);
+ * the same reduction as exps_avx512, then one multiply by (float)(1/sum);
  * zeros for a row with no maximum above -inf, and the exponentials (all
  * 0) for a row whose sum is 0. These helpers do it for rows of n entries
  * in c chunks, the last one masked by last. */
@@ -203,7 +197,7 @@ QKV_ALWAYS_INLINE void softmax_group(const int C, const int G, size_t n, const f
             store16(y + g * n + 16 * q, q < C - 1 ? 0xFFFF : last, v[g * C + q]);
 }
 
-/* The sum of a row's e^x, read back from y: exps_row's accumulators (the
+/* The sum of a row's e^x, read back from y: exps_avx512's accumulators (the
  * lanes past the end 0) and reduction; then the scaling. */
 QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, float mx, __mmask16 last)
 {
@@ -256,7 +250,7 @@ QKV_ALWAYS_INLINE void softmax_rows_regs(const int C, float *y, const float *x, 
 
 /* Rows of more than 8 chunks, one at a time: the max, e^(x - max) into y
  * eight chunks at a time, then the sum of the e^x read back from y (the
- * lanes past the end 0, as in exps_row) and the scaling. */
+ * lanes past the end 0, as in exps_avx512) and the scaling. */
 static void softmax_row_long(size_t n, const float *x, float *y)
 {
     const float mx = row_max_avx512(n, x);
