@@ -91,6 +91,7 @@ QKV_ALWAYS_INLINE double fwd_sum(const float *x, size_t d, double mu, int sq)
     return halve4(_mm256_add_pd(b[0], b[1]));
 }
 
+/* qkv_norm_rows on AVX2, a row at a time. */
 void qkv_norm_avx2(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                    const float *beta, size_t rows, size_t d, double eps, int center)
 {
@@ -113,6 +114,8 @@ void qkv_norm_avx2(float *y, float *mean, float *rstd, const float *x, const flo
     }
 }
 
+/* qkv_norm_rows_backward on AVX2, a row at a time: the sums with dγ and
+ * dβ, then dx. */
 void qkv_norm_backward_avx2(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                             const float *mean, const float *rstd, const float *gamma, size_t rows,
                             size_t d, int center)

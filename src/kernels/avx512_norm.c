@@ -154,11 +154,14 @@ QKV_ALWAYS_INLINE void norm_rows_r(const int R, float *y, float *mean, float *rs
     }
 }
 
+/* Every row by norm_row_regs with C chunks (a case of the switch below). */
 #define NORM_REGS(C)                                                                             \
     for (size_t r = 0; r < rows; r++)                                                            \
         norm_row_regs(C, y + r * d, mean + r, rstd + r, x + r * d, gamma, beta, d, eps, center); \
     break
 
+/* qkv_norm_rows on AVX-512: rows of up to 128 in registers, longer ones
+ * four at a time. */
 void qkv_norm_avx512(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                      const float *beta, size_t rows, size_t d, double eps, int center)
 {
@@ -246,6 +249,7 @@ QKV_ALWAYS_INLINE void norm_backward_r(const int R, float *dx, float *dgamma, fl
     }
 }
 
+/* qkv_norm_rows_backward on AVX-512: four rows at a time. */
 void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const float *dy,
                               const float *x, const float *mean, const float *rstd,
                               const float *gamma, size_t rows, size_t d, int center)
