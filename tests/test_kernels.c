@@ -1,6 +1,7 @@
 /*
  * test_kernels.c - matmul variants against a double-precision triple loop,
- * softmax rows, rows gathered and scatter-added.
+ * softmax rows (against libm, and bit for bit against the generic path on
+ * every kernel set), rows gathered and scatter-added.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,100 @@ START_TEST(test_softmax_paths_agree_with_libm)
 }
 END_TEST
 
+/* The softmax rows as the generic path computed them before the sets had
+ * whole-row kernels, spelled out with the set's own pieces: softmax16 for
+ * short rows when the set has one; else the row maximum (NaNs skipped), the
+ * set's exps, and one multiply by (qkv_real)(1/sum). */
+static void ref_softmax_rows(const qkv_kernel_set *k, int short_rows, qkv_real *y,
+                             const qkv_real *x, size_t rows, size_t n)
+{
+    for (size_t r = 0; r < rows; r++, x += n, y += n) {
+        if (short_rows && k->softmax16 != NULL && n <= 16) {
+            k->softmax16(n, x, y);
+            continue;
+        }
+        double mx = -INFINITY;
+        for (size_t j = 0; j < n; j++)
+            if (x[j] > mx)
+                mx = x[j];
+        if (mx == -INFINITY) {
+            for (size_t j = 0; j < n; j++)
+                y[j] = 0;
+            continue;
+        }
+        double sum = k->exps(n, x, (qkv_real)mx, y);
+        if (sum == 0)
+            continue;
+        qkv_real inv = (qkv_real)(1 / sum);
+        for (size_t j = 0; j < n; j++)
+            y[j] *= inv;
+    }
+}
+
+/* Nonzero when a and b hold the same bits. */
+static int same_bits(qkv_real a, qkv_real b)
+{
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+/* qkv_softmax_rows on every kernel set gives exactly the reference's bits,
+ * out of place and in place, on rows of every length from 1 to 200 with
+ * spreads small and large, scattered -inf entries, fully masked rows, and
+ * rows with NaN and +inf entries. */
+START_TEST(test_softmax_rows_keep_their_bits_on_every_path)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    enum { ROWS = 7, NMAX = 200 };
+    qkv_real *x = malloc(sizeof *x * ROWS * NMAX), *y = malloc(sizeof *y * ROWS * NMAX);
+    qkv_real *want = malloc(sizeof *want * ROWS * NMAX);
+    qkv_rng g;
+    qkv_rng_seed(&g, 21);
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        const qkv_kernel_set *k = qkv_kernels();
+        for (size_t n = 1; n <= NMAX; n++) {
+            for (size_t r = 0; r < ROWS; r++) {
+                const double spread = r % 2 ? 80 : 4;
+                for (size_t j = 0; j < n; j++) {
+                    qkv_real *v = &x[r * n + j];
+                    *v = (qkv_real)(spread * qkv_rng_random(&g) - spread / 2);
+                    if (r == 2 && qkv_rng_random(&g) < 0.3)
+                        *v = -INFINITY; /* some masked */
+                    if (r == 3)
+                        *v = -INFINITY; /* all masked */
+                    if (r == 4 && j == n / 2)
+                        *v = NAN;
+                    if (r == 5 && j == n / 3)
+                        *v = INFINITY;
+                }
+            }
+            if (k->softmax_rows != NULL) { /* the set's own kernel, on short rows too */
+                ref_softmax_rows(k, 0, want, x, ROWS, n);
+                k->softmax_rows(y, x, ROWS, n);
+                for (size_t i = 0; i < ROWS * n; i++)
+                    ck_assert_msg(same_bits(y[i], want[i]),
+                                  "%s kernel n=%zu row %zu entry %zu: %a, not %a (x %a)", impls[im],
+                                  n, i / n, i % n, (double)y[i], (double)want[i], (double)x[i]);
+            }
+            ref_softmax_rows(k, 1, want, x, ROWS, n);
+            qkv_softmax_rows(y, x, ROWS, n);
+            for (size_t i = 0; i < ROWS * n; i++)
+                ck_assert_msg(same_bits(y[i], want[i]), "%s n=%zu row %zu entry %zu: %a, not %a",
+                              impls[im], n, i / n, i % n, (double)y[i], (double)want[i]);
+            qkv_softmax_rows(x, x, ROWS, n); /* in place */
+            for (size_t i = 0; i < ROWS * n; i++)
+                ck_assert_msg(same_bits(x[i], want[i]), "%s in place n=%zu row %zu entry %zu",
+                              impls[im], n, i / n, i % n);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+    free(x);
+    free(y);
+    free(want);
+}
+END_TEST
+
 START_TEST(test_softmax_rows_are_shift_invariant_and_sum_to_one)
 {
     const qkv_real x[4] = {1, 2, 3, 4}, xs[4] = {1001, 1002, 1003, 1004};
@@ -212,6 +307,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_rows_match_the_tutorial);
     tcase_add_test(tc, test_softmax_rows_are_shift_invariant_and_sum_to_one);
     tcase_add_test(tc, test_softmax_paths_agree_with_libm);
+    tcase_add_test(tc, test_softmax_rows_keep_their_bits_on_every_path);
     tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
     suite_add_tcase(s, tc);
     return s;

@@ -4,6 +4,7 @@
  * (tests/data/ops_golden.h, from scripts/golden_ops.py), edges, shape
  * errors, and the gradients that have closed forms.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests.h"
@@ -66,6 +67,95 @@ START_TEST(test_a_constant_row_normalises_to_beta)
     qkv_tensor_free(x);
     qkv_tensor_free(b);
     qkv_tape_free(t);
+}
+END_TEST
+
+/* Every kernel set's layer norm and RMS norm, forward and backward, give
+ * the portable set's bits: rows of widths 1 to 300 (full vectors and
+ * tails), with and without γ and β, centred or not, and the backward with
+ * each of its outputs present or not, accumulating into nonzero values. */
+START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
+{
+    static const char *impls[] = {"avx2", "avx512"};
+    static const size_t widths[] = {1,  2,  3,  5,  7,  8,  9,  15,  16,  17,  23,  24,  31,
+                                    32, 33, 40, 47, 63, 64, 65, 100, 127, 128, 129, 200, 300};
+    enum { ROWS = 5, DMAX = 300 };
+    const qkv_kernel_set *p = &qkv_kernels_portable;
+    qkv_real *buf = malloc(sizeof *buf * (18 * ROWS * DMAX + 8 * ROWS));
+    ck_assert_ptr_nonnull(buf);
+    qkv_real *x = buf, *dy = x + ROWS * DMAX, *gamma = dy + ROWS * DMAX, *beta = gamma + DMAX;
+    qkv_real *y[2] = {beta + DMAX, beta + DMAX + ROWS * DMAX};
+    qkv_real *dx[2] = {y[1] + ROWS * DMAX, y[1] + 2 * ROWS * DMAX};
+    qkv_real *dg[2] = {dx[1] + ROWS * DMAX, dx[1] + ROWS * DMAX + DMAX};
+    qkv_real *db[2] = {dg[1] + DMAX, dg[1] + 2 * DMAX};
+    qkv_real *st[2] = {db[1] + DMAX, db[1] + DMAX + 2 * ROWS};
+    qkv_rng g;
+    qkv_rng_seed(&g, 17);
+    int tested = 0;
+    for (int im = 0; im < 2; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        tested++;
+        const qkv_kernel_set *k = qkv_kernels();
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            const size_t d = widths[wi], n = ROWS * d;
+            for (size_t i = 0; i < n; i++) {
+                /* an offset, so the mean matters; row 3 constant */
+                x[i] = (qkv_real)(i / d == 3 ? 2.5 : 3 + qkv_rng_normalvariate(&g, 0, 2));
+                dy[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+            }
+            /* row 4: ±2^40 at two places among small values, in x and in dy:
+             * the sums cancel, and the small values that the partial sums
+             * holding 2^40 round away depend on the order of the sums */
+            for (int k = 0; k < 2 && d > 1; k++) {
+                qkv_real *v = k == 0 ? x + 4 * d : dy + 4 * d;
+                size_t a = (size_t)(qkv_rng_random(&g) * (double)d), b = (a + 1 + d / 2) % d;
+                for (size_t j = 0; j < d; j++)
+                    v[j] = (qkv_real)(qkv_rng_random(&g) - 0.5);
+                v[a] = (qkv_real)ldexp(1, 40);
+                v[b] = -v[a];
+            }
+            for (size_t j = 0; j < d; j++) {
+                gamma[j] = (qkv_real)qkv_rng_normalvariate(&g, 1, 0.5);
+                beta[j] = (qkv_real)qkv_rng_normalvariate(&g, 0, 0.5);
+            }
+            for (int c = 0; c < 16; c++) {
+                const int center = c & 1, with_g = c >> 1 & 1, with_b = c >> 2 & 1;
+                const qkv_real *ga = with_g ? gamma : NULL, *be = with_b ? beta : NULL;
+                const qkv_kernel_set *sets[2] = {p, k};
+                for (int s = 0; s < 2; s++) {
+                    sets[s]->norm(y[s], st[s], st[s] + ROWS, x, ga, be, ROWS, d, 1e-5, center);
+                    for (size_t i = 0; i < n; i++)
+                        dx[s][i] = (qkv_real)(0.25 * (double)(i % 7) - 0.5);
+                    for (size_t j = 0; j < d; j++)
+                        dg[s][j] = db[s][j] = (qkv_real)(0.125 * (double)(j % 5));
+                    /* c >> 3: the backward without dx, or without dγ and dβ */
+                    sets[s]->norm_backward(c >> 3 && center ? NULL : dx[s],
+                                           c >> 3 && !center ? NULL : dg[s],
+                                           c >> 3 && !center ? NULL : db[s], dy, x, st[s],
+                                           st[s] + ROWS, ga, ROWS, d, center);
+                }
+                const char *what = impls[im];
+                ck_assert_msg(memcmp(y[0], y[1], sizeof(qkv_real) * n) == 0,
+                              "%s forward d=%zu case %d", what, d, c);
+                ck_assert_msg(memcmp(st[0], st[1], sizeof(qkv_real) * 2 * ROWS) == 0,
+                              "%s mean, rstd d=%zu case %d", what, d, c);
+                ck_assert_msg(memcmp(dx[0], dx[1], sizeof(qkv_real) * n) == 0,
+                              "%s dx d=%zu case %d", what, d, c);
+                ck_assert_msg(memcmp(dg[0], dg[1], sizeof(qkv_real) * d) == 0,
+                              "%s dgamma d=%zu case %d", what, d, c);
+                ck_assert_msg(memcmp(db[0], db[1], sizeof(qkv_real) * d) == 0,
+                              "%s dbeta d=%zu case %d", what, d, c);
+            }
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+    free(buf);
+#ifdef QKV_HAVE_X86_KERNELS
+    ck_assert_int_ge(tested, __builtin_cpu_supports("avx2") ? 1 : 0);
+#else
+    (void)tested;
+#endif
 }
 END_TEST
 
@@ -168,6 +258,7 @@ Suite *norm_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_layer_norm_and_rms_norm_match_cpython);
     tcase_add_test(tc, test_a_constant_row_normalises_to_beta);
+    tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
     tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
     tcase_add_test(tc, test_backward_from_any_tensor_seeds_its_gradient);

@@ -1,8 +1,9 @@
 /*
- * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x).
- * Compiled with -mavx2 -mfma; nothing here runs unless dispatch.c found
- * both on this CPU. Rows and Adam reuse the portable kernels. A float32
- * x86-64 build only: otherwise this file is empty.
+ * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x,
+ * softmax rows). Compiled with -mavx2 -mfma; nothing here runs unless
+ * dispatch.c found both on this CPU. The norms are in avx2_norm.c; rows
+ * and Adam reuse the portable kernels. A float32 x86-64 build only:
+ * otherwise this file is empty.
  */
 #include "kernels/kernels.h"
 
@@ -124,6 +125,45 @@ static inline __m256 exp_avx2(__m256 v)
     return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
+/* exp_avx2 of v[0..K) in place (K a constant, at most 4), each step for
+ * all K registers before the next, so that K independent chains are in
+ * flight where one alone waits on each step's latency. The same bits as
+ * exp_avx2 on every input: the lanes it keeps (v >= QKV_EXP_MIN) go
+ * through the same operations (its clamp leaves them as they are), and
+ * the others are 0 in both, whatever the exponent bits built for them. */
+QKV_ALWAYS_INLINE void exp_avx2_k(const int K, __m256 *v)
+{
+    __m256 live[4], t[4], r[4], p[4];
+    for (int k = 0; k < K; k++)
+        live[k] = _mm256_cmp_ps(v[k], _mm256_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
+    for (int k = 0; k < K; k++)
+        t[k] = _mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    for (int k = 0; k < K; k++)
+        r[k] = _mm256_fnmadd_ps(t[k], _mm256_set1_ps(QKV_EXP_LN2_HI), v[k]);
+    for (int k = 0; k < K; k++)
+        r[k] = _mm256_fnmadd_ps(t[k], _mm256_set1_ps(QKV_EXP_LN2_LO), r[k]);
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040), r[k], _mm256_set1_ps(1.0f / 720));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 120));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 24));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 6));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(0.5f));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
+    for (int k = 0; k < K; k++) {
+        const __m256i bits = _mm256_slli_epi32(
+            _mm256_add_epi32(_mm256_cvtps_epi32(t[k]), _mm256_set1_epi32(127)), 23);
+        v[k] = _mm256_and_ps(live[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(bits)));
+    }
+}
+
 static double exps_avx2(size_t n, const float *x, float mx, float *y)
 {
     __m256 vmx = _mm256_set1_ps(mx);
@@ -141,6 +181,128 @@ static double exps_avx2(size_t n, const float *x, float mx, float *y)
     _mm256_store_pd(t, _mm256_add_pd(s0, s1));
     return (t[0] + t[1]) + (t[2] + t[3]);
 }
+
+/* Entries x[0..w) of 8, -inf past them; a plain load when w is 8. */
+QKV_ALWAYS_INLINE __m256 load8_ninf(int w, const float *x)
+{
+    if (w >= 8)
+        return _mm256_loadu_ps(x);
+    const __m256i m = lanes8(w);
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x, m),
+                            _mm256_castsi256_ps(m));
+}
+
+/* y[0..w) = v's first w lanes; a plain store when w is 8 (a masked store
+ * costs many more micro-ops on some CPUs). */
+QKV_ALWAYS_INLINE void store8(float *y, int w, __m256 v)
+{
+    if (w >= 8)
+        _mm256_storeu_ps(y, v);
+    else
+        _mm256_maskstore_ps(y, lanes8(w), v);
+}
+
+/* The largest of the 8 lanes of v, which holds no NaN. */
+static inline float hmax8(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* The maximum of a row's non-NaN entries, as the generic x[j] > mx loop
+ * finds it (-inf when there is none): max_ps(v, acc) gives acc wherever v
+ * is NaN, so NaNs are skipped and the accumulators never hold one. */
+static float row_max_avx2(size_t n, const float *x)
+{
+    __m256 mx0 = _mm256_set1_ps(-INFINITY), mx1 = mx0;
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        mx0 = _mm256_max_ps(_mm256_loadu_ps(x + j), mx0);
+        mx1 = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), mx1);
+    }
+    for (; j < n; j += 8)
+        mx0 = _mm256_max_ps(load8_ninf(n - j < 8 ? (int)(n - j) : 8, x + j), mx0);
+    return hmax8(_mm256_max_ps(mx0, mx1));
+}
+
+/* Softmax of rows of n entries (y may be x), with the generic path's
+ * arithmetic (vec.c): the row max, then e^(x - max) by exp_avx2 with the
+ * lanes past the end -inf (so 0), the sum of the e^x in two double
+ * accumulators over the 8-lane chunks and exps_avx2's reduction, then one
+ * multiply by (float)(1/sum); zeros for a row with no maximum above -inf,
+ * and the exponentials (all 0) for a row whose sum is 0. Rows go in
+ * blocks of about 64 chunks, each step for the whole block before the
+ * next: the maxima; e^(x - max) into y, four chunks at a time through
+ * exp_avx2_k; then row by row the sum of the e^x read back from y (the
+ * lanes past the end 0) and the scaling. */
+static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
+{
+    enum { CHUNKS = 64 };
+    if (n == 0)
+        return;
+    const size_t c = (n + 7) / 8, nb_max = c >= CHUNKS ? 1 : CHUNKS / c;
+    const int last = (int)(n - 8 * (c - 1));
+    float mx[CHUNKS];
+    for (size_t r0 = 0; r0 < rows; r0 += nb_max, x += nb_max * n, y += nb_max * n) {
+        const size_t nb = rows - r0 < nb_max ? rows - r0 : nb_max, total = nb * c;
+        for (size_t i = 0; i < nb; i++)
+            mx[i] = row_max_avx2(n, x + i * n);
+        size_t i = 0, row = 0, q = 0; /* chunk i is chunk q of row row */
+        for (; i < total; i += 4) {
+            const int K = total - i >= 4 ? 4 : (int)(total - i);
+            __m256 v[4];
+            size_t off[4];
+            int w[4];
+            for (int k = 0; k < 4; k++) {
+                off[k] = row * n + 8 * q;
+                w[k] = q == c - 1 ? last : 8;
+                v[k] = k < K ? _mm256_sub_ps(load8_ninf(w[k], x + off[k]), _mm256_set1_ps(mx[row]))
+                             : _mm256_setzero_ps();
+                if (k < K && ++q == c) {
+                    q = 0;
+                    row++;
+                }
+            }
+            exp_avx2_k(4, v);
+            for (int k = 0; k < K; k++)
+                store8(y + off[k], w[k], v[k]);
+        }
+        for (size_t r = 0; r < nb; r++) {
+            float *yr = y + r * n;
+            if (mx[r] == -INFINITY) {
+                for (size_t j = 0; j < n; j += 8)
+                    store8(yr + j, n - j < 8 ? (int)(n - j) : 8, _mm256_setzero_ps());
+                continue;
+            }
+            __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+            for (size_t j = 0; j < n; j += 8) {
+                if (n - j >= 8) {
+                    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm_loadu_ps(yr + j)));
+                    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm_loadu_ps(yr + j + 4)));
+                } else {
+                    const __m256 e = _mm256_maskload_ps(yr + j, lanes8(last));
+                    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+                    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+                }
+            }
+            _Alignas(32) double t[4];
+            _mm256_store_pd(t, _mm256_add_pd(s0, s1));
+            const double sum = (t[0] + t[1]) + (t[2] + t[3]);
+            if (sum == 0)
+                continue;
+            const __m256 inv = _mm256_set1_ps((float)(1 / sum));
+            for (size_t j = 0; j < n; j += 8) {
+                const int wj = n - j < 8 ? (int)(n - j) : 8;
+                store8(yr + j, wj,
+                       _mm256_mul_ps(wj >= 8 ? _mm256_loadu_ps(yr + j)
+                                             : _mm256_maskload_ps(yr + j, lanes8(wj)),
+                                     inv));
+            }
+        }
+    }
+}
+
 const qkv_kernel_set qkv_kernels_avx2 = {
     .name = "avx2",
     .mr = 6,
@@ -158,6 +320,9 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .softmax_rows = softmax_rows_avx2,
+    .norm = qkv_norm_avx2,
+    .norm_backward = qkv_norm_backward_avx2,
 };
 #else
 typedef int qkv_no_avx2_kernels; /* ISO C wants a declaration */

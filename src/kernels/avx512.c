@@ -1,8 +1,9 @@
 /*
  * avx512.c - the AVX-512 kernel set (GEMM micro-kernel, direct path, e^x,
- * short softmax rows, rows, Adam). Compiled with -mavx512f; nothing here
- * runs unless dispatch.c found AVX-512F. The fused attention kernels are in
- * avx512_attn.c. A float32 x86-64 build only: otherwise this file is empty.
+ * softmax rows, rows, Adam). Compiled with -mavx512f; nothing here runs
+ * unless dispatch.c found AVX-512F. The fused attention kernels are in
+ * avx512_attn.c, the norms in avx512_norm.c. A float32 x86-64 build only:
+ * otherwise this file is empty.
  */
 #include "kernels/kernels.h"
 
@@ -152,6 +153,167 @@ static void zero_avx512(float *x, size_t n)
         store16(x + i, lanes((int)(n - i < 16 ? n - i : 16)), _mm512_setzero_ps());
 }
 
+/* The maximum of a row's non-NaN entries, as the generic x[j] > mx loop
+ * finds it (-inf when there is none): max_ps(v, acc) gives acc wherever v
+ * is NaN, so NaNs are skipped and the accumulators never hold one. */
+QKV_ALWAYS_INLINE float row_max_avx512(size_t n, const float *x)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx0 = ninf, mx1 = ninf;
+    size_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        mx0 = _mm512_max_ps(_mm512_loadu_ps(x + j), mx0);
+        mx1 = _mm512_max_ps(_mm512_loadu_ps(x + j + 16), mx1);
+    }
+    for (; j < n; j += 16) /* -inf past the end */
+        mx0 = _mm512_max_ps(
+            _mm512_mask_loadu_ps(ninf, lanes((int)(n - j < 16 ? n - j : 16)), x + j), mx0);
+    return _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+}
+
+/* The generic path's softmax (vec.c), step by step: the row max, then
+ * e^(x - max) by exp_avx512 with the lanes past the end -inf (so 0), the
+ * sum of the e^x in two double accumulators over the 16-lane chunks and
+ * the same reduction as exps_avx512, then one multiply by (float)(1/sum);
+ * zeros for a row with no maximum above -inf, and the exponentials (all
+ * 0) for a row whose sum is 0. These helpers do it for rows of n entries
+ * in c chunks, the last one masked by last. */
+
+/* G rows of C chunks (G·C <= 8) in registers: loads, e^(x - max) for all
+ * of them at once through exp_avx512_k, stored to y. */
+QKV_ALWAYS_INLINE void softmax_group(const int C, const int G, size_t n, const float *mx,
+                                     __mmask16 last, const float *x, float *y)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 v[8];
+    for (int g = 0; g < G; g++)
+        for (int q = 0; q < C; q++)
+            v[g * C + q] = _mm512_sub_ps(
+                _mm512_mask_loadu_ps(ninf, q < C - 1 ? 0xFFFF : last, x + g * n + 16 * q),
+                _mm512_set1_ps(mx[g]));
+    exp_avx512_k(G * C, v);
+    for (int g = 0; g < G; g++)
+        for (int q = 0; q < C; q++)
+            store16(y + g * n + 16 * q, q < C - 1 ? 0xFFFF : last, v[g * C + q]);
+}
+
+/* The sum of a row's e^x, read back from y: exps_avx512's accumulators (the
+ * lanes past the end 0) and reduction; then the scaling. */
+QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, float mx, __mmask16 last)
+{
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (int q = 0; q < C; q++) {
+        if (q < C - 1 || last == 0xFFFF) {
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm256_loadu_ps(y + 16 * q)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_loadu_ps(y + 16 * q + 8)));
+        } else {
+            const __m512 e = _mm512_maskz_loadu_ps(last, y + 16 * q);
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    /* no maximum: zeros; a sum of 0: the e^x as they are (all 0) */
+    const __m512 inv = mx == -INFINITY ? _mm512_setzero_ps()
+                       : sum == 0      ? _mm512_set1_ps(1.0f)
+                                       : _mm512_set1_ps((float)(1 / sum));
+    for (int q = 0; q < C; q++) {
+        const __mmask16 m = q < C - 1 ? 0xFFFF : last;
+        store16(y + 16 * q, m, _mm512_mul_ps(load16(m, y + 16 * q), inv));
+    }
+}
+
+/* Rows of C <= 8 chunks, in blocks of B rows, each step for the block
+ * before the next: the maxima; e^(x - max) into y, G = 8/C rows at a
+ * time; the sums and the scaling, row by row. */
+QKV_ALWAYS_INLINE void softmax_rows_regs(const int C, float *y, const float *x, size_t rows,
+                                         size_t n)
+{
+    enum { B = 32 };
+    const int G = 8 / C;
+    const __mmask16 last = lanes((int)(n - 16 * (size_t)(C - 1)));
+    float mx[B];
+    for (size_t r0 = 0; r0 < rows; r0 += B, x += B * n, y += B * n) {
+        const size_t nb = rows - r0 < B ? rows - r0 : B;
+        for (size_t i = 0; i < nb; i++)
+            mx[i] = row_max_avx512(n, x + i * n);
+        size_t i = 0;
+        for (; i + (size_t)G <= nb; i += (size_t)G)
+            softmax_group(C, G, n, mx + i, last, x + i * n, y + i * n);
+        for (; i < nb; i++)
+            softmax_group(C, 1, n, mx + i, last, x + i * n, y + i * n);
+        for (i = 0; i < nb; i++)
+            softmax_finish(C, y + i * n, mx[i], last);
+    }
+}
+
+/* Rows of more than 8 chunks, one at a time: the max, e^(x - max) into y
+ * eight chunks at a time, then the sum of the e^x read back from y (the
+ * lanes past the end 0, as in exps_avx512) and the scaling. */
+static void softmax_row_long(size_t n, const float *x, float *y)
+{
+    const float mx = row_max_avx512(n, x);
+    if (mx == -INFINITY) {
+        zero_avx512(y, n);
+        return;
+    }
+    const __m512 vmx = _mm512_set1_ps(mx), ninf = _mm512_set1_ps(-INFINITY);
+    size_t j = 0;
+    for (; j + 128 <= n; j += 128) {
+        __m512 v[8];
+        for (int k = 0; k < 8; k++)
+            v[k] = _mm512_sub_ps(_mm512_loadu_ps(x + j + 16 * k), vmx);
+        exp_avx512_k(8, v);
+        for (int k = 0; k < 8; k++)
+            _mm512_storeu_ps(y + j + 16 * k, v[k]);
+    }
+    for (; j < n; j += 16) {
+        const __mmask16 m = lanes((int)(n - j < 16 ? n - j : 16));
+        store16(y + j, m, exp_avx512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, m, x + j), vmx)));
+    }
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (j = 0; j < n; j += 16) {
+        if (n - j >= 16) {
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm256_loadu_ps(y + j)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_loadu_ps(y + j + 8)));
+        } else {
+            const __m512 e = _mm512_maskz_loadu_ps(lanes((int)(n - j)), y + j);
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    if (sum == 0)
+        return;
+    const __m512 inv = _mm512_set1_ps((float)(1 / sum));
+    for (j = 0; j < n; j += 16) {
+        const __mmask16 m = lanes((int)(n - j < 16 ? n - j : 16));
+        store16(y + j, m, _mm512_mul_ps(load16(m, y + j), inv));
+    }
+}
+
+/* Softmax of rows of n entries (y may be x): the generic path's bits. */
+static void softmax_rows_avx512(float *y, const float *x, size_t rows, size_t n)
+{
+    switch ((n + 15) / 16) { /* constant chunk counts, so v[] stays in registers */
+    case 0: break;
+    case 1: softmax_rows_regs(1, y, x, rows, n); break;
+    case 2: softmax_rows_regs(2, y, x, rows, n); break;
+    case 3: softmax_rows_regs(3, y, x, rows, n); break;
+    case 4: softmax_rows_regs(4, y, x, rows, n); break;
+    case 5: softmax_rows_regs(5, y, x, rows, n); break;
+    case 6: softmax_rows_regs(6, y, x, rows, n); break;
+    case 7: softmax_rows_regs(7, y, x, rows, n); break;
+    case 8: softmax_rows_regs(8, y, x, rows, n); break;
+    default:
+        for (size_t r = 0; r < rows; r++)
+            softmax_row_long(n, x + r * n, y + r * n);
+        break;
+    }
+}
+
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
 static void gather_avx512(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
@@ -223,6 +385,9 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .softmax_rows = softmax_rows_avx512,
+    .norm = qkv_norm_avx512,
+    .norm_backward = qkv_norm_backward_avx512,
 };
 #else
 typedef int qkv_no_avx512_kernels; /* ISO C wants a declaration */

@@ -92,6 +92,43 @@ static inline __m512 exp_avx512(__m512 v)
     return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, t));
 }
 
+/* exp_avx512 of v[0..K) in place (K a constant, at most 8), each step for
+ * all K registers before the next, so that K independent chains are in
+ * flight where one alone waits on each step's latency. The same bits as
+ * exp_avx512 on every input: the lanes it keeps (v >= QKV_EXP_MIN) go
+ * through the same operations (its clamp leaves them as they are), and
+ * the others are 0 in both; the zeroing is folded into the scaling. */
+QKV_ALWAYS_INLINE void exp_avx512_k(const int K, __m512 *v)
+{
+    __mmask16 live[8];
+    __m512 t[8], r[8], p[8];
+    for (int k = 0; k < K; k++)
+        live[k] = _mm512_cmp_ps_mask(v[k], _mm512_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
+    for (int k = 0; k < K; k++)
+        t[k] = _mm512_roundscale_ps(_mm512_mul_ps(v[k], _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    for (int k = 0; k < K; k++)
+        r[k] = _mm512_fnmadd_ps(t[k], _mm512_set1_ps(QKV_EXP_LN2_HI), v[k]);
+    for (int k = 0; k < K; k++)
+        r[k] = _mm512_fnmadd_ps(t[k], _mm512_set1_ps(QKV_EXP_LN2_LO), r[k]);
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 5040), r[k], _mm512_set1_ps(1.0f / 720));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.0f / 120));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.0f / 24));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.0f / 6));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(0.5f));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.0f));
+    for (int k = 0; k < K; k++)
+        p[k] = _mm512_fmadd_ps(p[k], r[k], _mm512_set1_ps(1.0f));
+    for (int k = 0; k < K; k++)
+        v[k] = _mm512_maskz_scalef_ps(live[k], p[k], t[k]);
+}
+
 /* Nonzero when any of x[0..n) is nonzero (or NaN). */
 static inline int row_live(const float *x, int n)
 {

@@ -97,7 +97,8 @@ void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
 
 /* Layer norm of rows rows of d values: for each row, mean μ and rstd
- * r = 1/√(var + eps) (biased variance; both in double, two passes), then
+ * r = 1/√(var + eps) (biased variance; both in double, two passes, summed
+ * in the order norm.c defines, so every kernel set gives the same bits), then
  * y = (x - μ)·r·γ + β, with γ and β of d values (either may be NULL:
  * 1 and 0). mean and rstd (rows values each) keep μ and r for backward.
  * With center = 0 it is RMS norm: μ = 0, var = mean(x²), no β. */
@@ -108,7 +109,8 @@ void qkv_norm_rows(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *
 /* Its backward, fused (llm.c's closed form): with x̂ = (x - μ)·r and
  * g = dy·γ, dx += r·(g - mean(g) - x̂·mean(g·x̂)) (without the mean(g) term
  * when center = 0); dgamma += Σ_rows dy·x̂ and dbeta += Σ_rows dy. Any of
- * dx, dgamma and dbeta may be NULL. The means accumulate in double. */
+ * dx, dgamma and dbeta may be NULL. The means accumulate in double, in
+ * norm.c's order. */
 void qkv_norm_rows_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                             const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
                             const qkv_real *gamma, size_t rows, size_t d, int center);
@@ -188,6 +190,19 @@ typedef void (*qkv_map_bwd_fn)(qkv_real *dx, const qkv_real *x, const qkv_real *
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
 
+/* Softmax of rows rows of n entries (y may be x), giving exactly the bits
+ * of the generic path: the row maximum, the set's exps, one float multiply
+ * by (float)(1/sum); zeros for a row with no maximum above -inf. */
+typedef void (*qkv_softmax_rows_fn)(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
+
+/* qkv_norm_rows and qkv_norm_rows_backward, in the order norm.c defines. */
+typedef void (*qkv_norm_fn)(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
+                            const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d,
+                            double eps, int center);
+typedef void (*qkv_norm_bwd_fn)(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
+                                const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
+                                const qkv_real *gamma, size_t rows, size_t d, int center);
+
 /* One instruction set's kernels. Optional fields are NULL where the set
  * has no version of its own and the generic path runs. */
 typedef struct qkv_kernel_set {
@@ -205,6 +220,9 @@ typedef struct qkv_kernel_set {
     qkv_zero_fn zero;
     qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */
     qkv_map_bwd_fn gelu_backward;
+    qkv_softmax_rows_fn softmax_rows; /* optional: rows longer than softmax16's */
+    qkv_norm_fn norm;                 /* layer norm and RMS norm */
+    qkv_norm_bwd_fn norm_backward;
 } qkv_kernel_set;
 
 /* The sets this build has (portable always; the others on x86-64 float32
@@ -231,6 +249,26 @@ void qkv_portable_tanh(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_sigmoid(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
+void qkv_portable_norm(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
+                       const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d,
+                       double eps, int center);
+void qkv_portable_norm_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
+                                const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
+                                const qkv_real *gamma, size_t rows, size_t d, int center);
+
+#ifdef QKV_HAVE_X86_KERNELS
+/* The vector sets' norms (avx2_norm.c, avx512_norm.c). */
+void qkv_norm_avx2(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                   const float *beta, size_t rows, size_t d, double eps, int center);
+void qkv_norm_backward_avx2(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                            const float *mean, const float *rstd, const float *gamma, size_t rows,
+                            size_t d, int center);
+void qkv_norm_avx512(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                     const float *beta, size_t rows, size_t d, double eps, int center);
+void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const float *x, const float *mean, const float *rstd,
+                              const float *gamma, size_t rows, size_t d, int center);
+#endif
 
 /* The direct paths' helpers (gemm.c): a per-thread scratch for a copied
  * Bᵀ, op(B) as a row-major k×n matrix (NULL if it does not fit the

@@ -186,4 +186,6 @@ const qkv_kernel_set qkv_kernels_portable = {
     .sigmoid = qkv_portable_sigmoid,
     .gelu = qkv_portable_gelu,
     .gelu_backward = qkv_portable_gelu_backward,
+    .norm = qkv_portable_norm,
+    .norm_backward = qkv_portable_norm_backward,
 };

@@ -29,7 +29,12 @@ double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max)
 
 void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
-    qkv_softmax16_fn short_row = qkv_kernels()->softmax16;
+    const qkv_kernel_set *k = qkv_kernels();
+    qkv_softmax16_fn short_row = k->softmax16;
+    if (k->softmax_rows != NULL && (short_row == NULL || n > 16)) {
+        k->softmax_rows(y, x, rows, n); /* the same bits as the loop below */
+        return;
+    }
     for (size_t r = 0; r < rows; r++, x += n, y += n) {
         if (short_row != NULL && n <= 16) {
             short_row(n, x, y);
