@@ -76,8 +76,9 @@ TESTS  := $(BUILD)/qkv_tests
 # The per-instruction-set kernel files are compiled for their instruction
 # set; dispatch.c runs them only on a CPU that has it (x86-64 only).
 ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
-$(BUILD)/obj/kernels/avx2.o: ISA := -mavx2 -mfma
+$(BUILD)/obj/kernels/avx2.o $(BUILD)/obj/kernels/avx2_math.o: ISA := -mavx2 -mfma
 $(BUILD)/obj/kernels/avx512.o $(BUILD)/obj/kernels/avx512_attn.o: ISA := -mavx512f
+$(BUILD)/obj/kernels/avx512_math.o: ISA := -mavx512f
 endif
 
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
