@@ -1,14 +1,17 @@
 /*
- * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x).
- * Compiled with -mavx2 -mfma; nothing here runs unless dispatch.c found
- * both on this CPU. Rows and Adam reuse the portable kernels. A float32
- * x86-64 build only: otherwise this file is empty.
+ * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x;
+ * the element-wise maths are in avx2_math.c). Compiled with -mavx2 -mfma;
+ * nothing here runs unless dispatch.c found both on this CPU. Rows and
+ * Adam reuse the portable kernels. A float32 x86-64 build only: otherwise
+ * this file is empty.
  */
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
 #include <math.h>
 #include <immintrin.h>
+
+#include "kernels/vmath.h"
 
 /* AVX2+FMA micro-kernel: a 6×16 tile in 12 ymm accumulators. */
 static void ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
@@ -152,12 +155,12 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .scatter_add = qkv_portable_scatter_add,
     .adam = qkv_portable_adam,
     .zero = qkv_portable_zero,
-    .exp = qkv_portable_exp,
-    .log = qkv_portable_log,
-    .tanh = qkv_portable_tanh,
-    .sigmoid = qkv_portable_sigmoid,
-    .gelu = qkv_portable_gelu,
-    .gelu_backward = qkv_portable_gelu_backward,
+    .exp = qkv_avx2_exp,
+    .log = qkv_avx2_log,
+    .tanh = qkv_avx2_tanh,
+    .sigmoid = qkv_avx2_sigmoid,
+    .gelu = qkv_avx2_gelu,
+    .gelu_backward = qkv_avx2_gelu_backward,
 };
 #else
 typedef int qkv_no_avx2_kernels; /* ISO C wants a declaration */
