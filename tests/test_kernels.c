@@ -1,8 +1,11 @@
 /*
  * test_kernels.c - matmul variants against a double-precision triple loop,
  * softmax rows (against libm, and bit for bit against the generic path on
- * every kernel set), rows gathered and scatter-added.
+ * every kernel set), rows gathered and scatter-added, and the element-wise
+ * maths (exp, log, tanh, sigmoid, GELU) against libm in double.
  */
+#include <float.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,6 +301,408 @@ START_TEST(test_gather_scatter_zero_on_every_path)
 }
 END_TEST
 
+/* ---- element-wise maths ------------------------------------------------ */
+
+#ifdef QKV_DOUBLE
+#define REAL_MANT DBL_MANT_DIG
+#define REAL_MIN DBL_MIN
+#define REAL_TRUE_MIN DBL_TRUE_MIN
+#else
+#define REAL_MANT FLT_MANT_DIG
+#define REAL_MIN FLT_MIN
+#define REAL_TRUE_MIN FLT_TRUE_MIN
+#endif
+
+/* Bounds, in ulp of qkv_real: the spacing of qkv_real values at the exact
+ * result (the smallest subnormal below REAL_MIN, so subnormal results are
+ * held to them too). The vector sets' worst cases, measured over all 2^32
+ * floats against these references: exp 0.65 (0.76 where the result is
+ * subnormal, rounded twice), log 0.85, tanh 0.83, sigmoid 0.66 (0.76
+ * subnormal), gelu 0.68 (0.80 subnormal); the portable set rounds once,
+ * 0.5. The bounds add margin to the worst, 0.85. */
+#define EXP_ULP 1.5
+#define LOG_ULP 1.5
+#define TANH_ULP 1.5
+#define SIGMOID_ULP 1.5
+#define GELU_ULP 1.5
+
+/* gelu'(x) = σ(v) + x·σ(v)·σ(-v)·K2·(1 + 3c·x²) comes near 0 at x = -0.75
+ * by cancellation, so its bound is relative to the size of its two terms,
+ * M = |σ(v)| + |x·σ(v)·σ(-v)·K2·(1 + 3c·x²)|: |g̃ - g| <= GELU_GRAD_EPS·ε·M
+ * (which is relative error where gelu' is not near its zero). Measured
+ * worst over all floats: 4.7·ε·M, and 1.7 times the smallest subnormal
+ * where M is below FLT_MIN. Then dx + dy·g adds one rounding. */
+#define GELU_GRAD_EPS 8.0
+
+#define GELU_K2 1.5957691216057308 /* 2√(2/π) */
+#define GELU_C 0.044715
+
+/* The references: libm in double, the same expressions portable.c rounds
+ * once (so in a double build that set matches them exactly). */
+static double ref_exp(double x)
+{
+    return exp(x);
+}
+
+static double ref_log(double x)
+{
+    return log(x);
+}
+
+static double ref_tanh(double x)
+{
+    return tanh(x);
+}
+
+static double ref_sigmoid(double x)
+{
+    return 1 / (1 + exp(-x));
+}
+
+static double ref_gelu(double u)
+{
+    if (fabs(u) > 1e30)
+        return u > 0 ? u : 0;
+    return u / (1 + exp(-(u * GELU_K2 * (1 + GELU_C * u * u))));
+}
+
+/* gelu'(u), and in *mag the size M of its two terms. */
+static double ref_gelu_grad(double u, double *mag)
+{
+    if (fabs(u) > 1e30) {
+        *mag = 1;
+        return u > 0 ? 1 : 0;
+    }
+    double v = u * GELU_K2 * (1 + GELU_C * u * u), e = exp(-fabs(v));
+    double big = 1 / (1 + e), small = e / (1 + e);
+    double s = v >= 0 ? big : small, sc = v >= 0 ? small : big;
+    double t = u * s * sc * GELU_K2 * (1 + 3 * GELU_C * u * u);
+    *mag = fabs(s) + fabs(t);
+    return s + t;
+}
+
+/* The spacing of qkv_real values at r. */
+static double ulp_at(double r)
+{
+    int e;
+    if (fabs(r) < REAL_MIN)
+        return REAL_TRUE_MIN;
+    frexp(r, &e);
+    return ldexp(1, e - REAL_MANT);
+}
+
+/* The error of y against the exact value r in ulp; 0 when r rounds to an
+ * infinity or NaN that y is exactly, infinite when it is not. */
+static double ulp_error(qkv_real y, double r)
+{
+    qkv_real rr = (qkv_real)r;
+    if (isnan(rr))
+        return isnan(y) ? 0 : INFINITY;
+    if (isinf(rr))
+        return y == rr ? 0 : INFINITY;
+    return fabs(y - r) / ulp_at(r);
+}
+
+/* The inputs of a sweep, up to about 1M: every float of magnitude up to
+ * max(|lo|, |hi|) at a fixed step of bit patterns (log-spaced, subnormals
+ * included; both signs when lo < 0), a uniform grid on [lo, hi], and the
+ * given extras. Returns the count. */
+#define SWEEP_MAX 1100000
+static size_t sweep(qkv_real *x, float lo, float hi, const float *extra, size_t nextra)
+{
+    float top = fmaxf(fabsf(lo), fabsf(hi));
+    uint32_t end;
+    memcpy(&end, &top, sizeof end);
+    uint32_t step = end / 300000 + 1;
+    size_t n = 0;
+    for (uint32_t u = 0; u <= end - step; u += step) {
+        float f;
+        memcpy(&f, &u, sizeof f);
+        x[n++] = f;
+        if (lo < 0)
+            x[n++] = -f;
+    }
+    for (int i = 0; i <= 400000; i++)
+        x[n++] = (qkv_real)(lo + (hi - lo) * (i / 400000.0));
+    for (size_t i = 0; i < nextra; i++)
+        x[n++] = extra[i];
+    return n;
+}
+
+/* One element-wise map of the kernel sets with its reference, its sweep
+ * and its bound in ulp. */
+typedef struct map_case {
+    const char *name;
+    void (*fn)(qkv_real *y, const qkv_real *x, size_t n);
+    double (*ref)(double x);
+    float lo, hi;
+    double bound;
+} map_case;
+
+static const map_case maps[5] = {
+    {"exp", qkv_vexp, ref_exp, -105, 89, EXP_ULP},
+    {"log", qkv_vlog, ref_log, 0, FLT_MAX, LOG_ULP},
+    {"tanh", qkv_vtanh, ref_tanh, -10, 10, TANH_ULP},
+    {"sigmoid", qkv_vsigmoid, ref_sigmoid, -105, 30, SIGMOID_ULP},
+    {"gelu", qkv_vgelu, ref_gelu, -13, 13, GELU_ULP},
+};
+
+static const char *const sets[3] = {"portable", "avx2", "avx512"};
+
+/* Every kernel set this CPU has, each map over its sweep (with the
+ * thresholds where a result overflows, goes subnormal or saturates, and
+ * each branch's edge), against libm: the largest error is within the
+ * bound. */
+START_TEST(test_vector_maths_are_within_their_ulp_bounds_of_libm)
+{
+    static const float extra[] = {88.72283172607421875f,
+                                  88.72283935546875f,
+                                  88.7f,
+                                  -87.33f,
+                                  -103.97f,
+                                  -103.98f,
+                                  0.75f,
+                                  -0.75f,
+                                  0.7499999f,
+                                  9.01f,
+                                  -9.01f,
+                                  -10.1f,
+                                  -10.4f,
+                                  1.17549435e-38f,
+                                  1.40129846e-45f,
+                                  1,
+                                  -1,
+                                  0.5f};
+    size_t ne = sizeof extra / sizeof extra[0];
+    qkv_real *x = malloc(sizeof *x * SWEEP_MAX), *y = malloc(sizeof *y * SWEEP_MAX);
+    double *ref = malloc(sizeof *ref * SWEEP_MAX);
+    for (int f = 0; f < 5; f++) {
+        const map_case *c = &maps[f];
+        size_t n = sweep(x, c->lo, c->hi, extra, ne);
+        ck_assert_uint_le(n, SWEEP_MAX);
+        for (size_t i = 0; i < n; i++)
+            ref[i] = c->ref(x[i]);
+        for (int im = 0; im < 3; im++) {
+            if (qkv_kernels_use(sets[im], NULL) != 0)
+                continue;
+            c->fn(y, x, n);
+            double worst = 0, at = 0;
+            for (size_t i = 0; i < n; i++) {
+                double e = ulp_error(y[i], ref[i]);
+                if (!(e <= worst)) {
+                    worst = e;
+                    at = x[i];
+                }
+            }
+            ck_assert_msg(worst <= c->bound, "%s %s: %.3g ulp at x = %.9g (bound %g)", sets[im],
+                          c->name, worst, at, c->bound);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+    free(x);
+    free(y);
+    free(ref);
+}
+END_TEST
+
+/* GELU's backward on every kernel set over its sweep: with dx = 0 and dy =
+ * 1 it gives gelu'(x), and with other dx and dy it adds dy·gelu'(x), each
+ * within GELU_GRAD_EPS of the size of the terms (plus one rounding for
+ * the sum, and twice the smallest subnormal, times |dy|, where gelu' is
+ * below FLT_MIN). */
+START_TEST(test_gelu_backward_is_within_its_error_bound)
+{
+    static const float extra[] = {-0.7518f, -0.75f, -10.1f, -10.4f, -11, 11, 0.75f};
+    qkv_real *x = malloc(sizeof *x * SWEEP_MAX), *dx = malloc(sizeof *dx * SWEEP_MAX);
+    qkv_real *dy = malloc(sizeof *dy * SWEEP_MAX), *dx0 = malloc(sizeof *dx0 * SWEEP_MAX);
+    double *g = malloc(sizeof *g * SWEEP_MAX), *mag = malloc(sizeof *mag * SWEEP_MAX);
+    size_t n = sweep(x, -13, 13, extra, sizeof extra / sizeof extra[0]);
+    qkv_rng r;
+    qkv_rng_seed(&r, 17);
+    for (size_t i = 0; i < n; i++) {
+        g[i] = ref_gelu_grad(x[i], &mag[i]);
+        int plain = i % 2 == 0; /* half the points give g itself */
+        dx0[i] = plain ? 0 : (qkv_real)(4 * qkv_rng_random(&r) - 2);
+        dy[i] = plain ? 1 : (qkv_real)(4 * qkv_rng_random(&r) - 2);
+    }
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != 0)
+            continue;
+        memcpy(dx, dx0, sizeof *dx * n);
+        qkv_vgelu_backward(dx, x, dy, n);
+        double worst = 0, at = 0;
+        for (size_t i = 0; i < n; i++) {
+            double want = dx0[i] + (double)dy[i] * g[i];
+            double tol = GELU_GRAD_EPS * REAL_EPS * fabs(dy[i]) * mag[i] + REAL_EPS * fabs(want) +
+                         (1 + 2 * fabs(dy[i])) * REAL_TRUE_MIN;
+            double e = fabs(dx[i] - want) / tol;
+            if (!(e <= worst)) {
+                worst = e;
+                at = x[i];
+            }
+        }
+        ck_assert_msg(worst <= 1, "%s gelu backward: %.3g times the bound at x = %.9g", sets[im],
+                      worst, at);
+    }
+    qkv_kernels_use("auto", NULL);
+    free(x);
+    free(dx);
+    free(dy);
+    free(dx0);
+    free(g);
+    free(mag);
+}
+END_TEST
+
+/* y is want exactly: the same value (NaN for NaN), and the same sign for a
+ * zero when sign is set. */
+static int same(qkv_real y, float want, int sign)
+{
+    if (isnan(want))
+        return isnan(y);
+    return y == want && (!sign || !signbit(y) == !signbit(want));
+}
+
+/* The edges that kernels.h promises, on every kernel set, exactly:
+ * overflow to inf and underflow to 0, log's domain, saturation to ±1, 0
+ * and 1 (and to x and 0 for GELU, gradients 1 and 0), the sign of -0 for
+ * the odd functions, and NaN in, NaN out. */
+START_TEST(test_vector_maths_give_the_edge_values_exactly)
+{
+    static const struct {
+        int f;
+        float x, want;
+        int sign, f32; /* f32: a float threshold, not one of a double build */
+    } edges[] = {
+        {0, -INFINITY, 0, 1, 0},
+        {0, INFINITY, INFINITY, 0, 0},
+        {0, NAN, NAN, 0, 0},
+        {0, 0, 1, 0, 0},
+        {0, -0.0f, 1, 0, 0},
+        {0, 88.72283935546875f, INFINITY, 0, 1},
+        {0, 89, INFINITY, 0, 1},
+        {0, 1e4f, INFINITY, 0, 0},
+        {0, FLT_MAX, INFINITY, 0, 0},
+        {0, -104, 0, 1, 1},
+        {0, -1e4f, 0, 1, 0},
+        {0, -FLT_MAX, 0, 1, 0},
+        {1, 0, -INFINITY, 0, 0},
+        {1, -0.0f, -INFINITY, 0, 0},
+        {1, -1, NAN, 0, 0},
+        {1, -1.40129846e-45f, NAN, 0, 0},
+        {1, -INFINITY, NAN, 0, 0},
+        {1, INFINITY, INFINITY, 0, 0},
+        {1, NAN, NAN, 0, 0},
+        {1, 1, 0, 1, 0},
+        {2, INFINITY, 1, 0, 0},
+        {2, -INFINITY, -1, 0, 0},
+        {2, 1e4f, 1, 0, 0},
+        {2, -1e4f, -1, 0, 0},
+        {2, 10, 1, 0, 1},
+        {2, -10, -1, 0, 1},
+        {2, 0, 0, 1, 0},
+        {2, -0.0f, -0.0f, 1, 0},
+        {2, NAN, NAN, 0, 0},
+        {3, -1e4f, 0, 1, 0},
+        {3, 1e4f, 1, 0, 0},
+        {3, -200, 0, 1, 1},
+        {3, 200, 1, 0, 0},
+        {3, -INFINITY, 0, 1, 0},
+        {3, INFINITY, 1, 0, 0},
+        {3, 0, 0.5f, 0, 0},
+        {3, -0.0f, 0.5f, 0, 0},
+        {3, NAN, NAN, 0, 0},
+        {4, 1e4f, 1e4f, 0, 0},
+        {4, -1e4f, 0, 0, 0},
+        {4, 20, 20, 0, 0},
+        {4, -20, 0, 0, 1},
+        {4, FLT_MAX, FLT_MAX, 0, 0},
+        {4, -FLT_MAX, 0, 0, 0},
+        {4, INFINITY, INFINITY, 0, 0},
+        {4, -INFINITY, 0, 0, 0},
+        {4, 0, 0, 1, 0},
+        {4, -0.0f, -0.0f, 1, 0},
+        {4, NAN, NAN, 0, 0},
+    };
+    /* GELU's backward: dx = 0.5 and dy = 3 take 0.5 + 3·gelu'(x) */
+    static const float gx[] = {1e4f,     -1e4f,    20,        -20, FLT_MAX,
+                               -FLT_MAX, INFINITY, -INFINITY, 0,   NAN};
+    static const float gwant[] = {3.5f, 0.5f, 3.5f, 0.5f, 3.5f, 0.5f, 3.5f, 0.5f, 2, NAN};
+    size_t ne = sizeof edges / sizeof edges[0], ng = sizeof gx / sizeof gx[0];
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != 0)
+            continue;
+        for (size_t i = 0; i < ne; i++) {
+            if (edges[i].f32 && sizeof(qkv_real) != sizeof(float))
+                continue;
+            qkv_real x = edges[i].x, y;
+            maps[edges[i].f].fn(&y, &x, 1);
+            ck_assert_msg(same(y, edges[i].want, edges[i].sign), "%s %s(%g) = %g, expected %g",
+                          sets[im], maps[edges[i].f].name, (double)x, (double)y,
+                          (double)edges[i].want);
+        }
+        for (size_t i = 0; i < ng; i++) {
+            qkv_real x = gx[i], dx = 0.5f, dy = 3;
+            qkv_vgelu_backward(&dx, &x, &dy, 1);
+            ck_assert_msg(same(dx, gwant[i], 0), "%s gelu backward at %g: %g, expected %g",
+                          sets[im], (double)x, (double)dx, (double)gwant[i]);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* Each map on every length from 0 to 40 (whole vectors and ragged tails)
+ * gives the bits it gives inside a long array, in place as well, and
+ * writes nothing past n. */
+START_TEST(test_vector_maths_match_at_every_length_and_in_place)
+{
+    enum { N = 40 };
+    qkv_rng r;
+    qkv_rng_seed(&r, 23);
+    qkv_real x[N], dy[N], dx0[N], full[N], y[N + 1];
+    for (int i = 0; i < N; i++) {
+        x[i] = (qkv_real)(24 * qkv_rng_random(&r) - 12);
+        dy[i] = (qkv_real)(2 * qkv_rng_random(&r) - 1);
+        dx0[i] = (qkv_real)(2 * qkv_rng_random(&r) - 1);
+    }
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != 0)
+            continue;
+        for (int f = 0; f < 6; f++) {
+            if (f < 5)
+                maps[f].fn(full, x, N);
+            else {
+                memcpy(full, dx0, sizeof full);
+                qkv_vgelu_backward(full, x, dy, N);
+            }
+            const char *name = f < 5 ? maps[f].name : "gelu backward";
+            for (size_t n = 0; n <= N; n++) {
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    for (int i = 0; i <= N; i++)
+                        y[i] = -42;
+                    if (f == 5) {
+                        memcpy(y, dx0, sizeof *y * n);
+                        qkv_vgelu_backward(y, x, dy, n);
+                    } else if (in_place) {
+                        memcpy(y, x, sizeof *y * n);
+                        maps[f].fn(y, y, n);
+                    } else {
+                        maps[f].fn(y, x, n);
+                    }
+                    ck_assert_msg(memcmp(y, full, sizeof *y * n) == 0, "%s %s n=%zu in place %d",
+                                  sets[im], name, n, in_place);
+                    for (size_t i = n; i <= N; i++)
+                        ck_assert_msg(y[i] == -42, "%s %s n=%zu wrote entry %zu", sets[im], name, n,
+                                      i);
+                }
+            }
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 Suite *kernels_suite(void)
 {
     Suite *s = suite_create("kernels");
@@ -309,6 +714,10 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_paths_agree_with_libm);
     tcase_add_test(tc, test_softmax_rows_keep_their_bits_on_every_path);
     tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
+    tcase_add_test(tc, test_vector_maths_are_within_their_ulp_bounds_of_libm);
+    tcase_add_test(tc, test_gelu_backward_is_within_its_error_bound);
+    tcase_add_test(tc, test_vector_maths_give_the_edge_values_exactly);
+    tcase_add_test(tc, test_vector_maths_match_at_every_length_and_in_place);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,15 +1,17 @@
 /*
  * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x,
  * softmax rows). Compiled with -mavx2 -mfma; nothing here runs unless
- * dispatch.c found both on this CPU. The norms are in avx2_norm.c; rows
- * and Adam reuse the portable kernels. A float32 x86-64 build only:
- * otherwise this file is empty.
+ * dispatch.c found both on this CPU. The norms are in avx2_norm.c, the
+ * element-wise maths in avx2_math.c; rows and Adam reuse the portable
+ * kernels. A float32 x86-64 build only: otherwise this file is empty.
  */
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
 #include <math.h>
 #include <immintrin.h>
+
+#include "kernels/vmath.h"
 
 /* AVX2+FMA micro-kernel: a 6×16 tile in 12 ymm accumulators. */
 static void ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
@@ -314,12 +316,12 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .scatter_add = qkv_portable_scatter_add,
     .adam = qkv_portable_adam,
     .zero = qkv_portable_zero,
-    .exp = qkv_portable_exp,
-    .log = qkv_portable_log,
-    .tanh = qkv_portable_tanh,
-    .sigmoid = qkv_portable_sigmoid,
-    .gelu = qkv_portable_gelu,
-    .gelu_backward = qkv_portable_gelu_backward,
+    .exp = qkv_avx2_exp,
+    .log = qkv_avx2_log,
+    .tanh = qkv_avx2_tanh,
+    .sigmoid = qkv_avx2_sigmoid,
+    .gelu = qkv_avx2_gelu,
+    .gelu_backward = qkv_avx2_gelu_backward,
     .softmax_rows = softmax_rows_avx2,
     .norm = qkv_norm_avx2,
     .norm_backward = qkv_norm_backward_avx2,

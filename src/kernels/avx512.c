@@ -2,14 +2,15 @@
  * avx512.c - the AVX-512 kernel set (GEMM micro-kernel, direct path, e^x,
  * softmax rows, rows, Adam). Compiled with -mavx512f; nothing here runs
  * unless dispatch.c found AVX-512F. The fused attention kernels are in
- * avx512_attn.c, the norms in avx512_norm.c. A float32 x86-64 build only:
- * otherwise this file is empty.
+ * avx512_attn.c, the norms in avx512_norm.c, the element-wise maths in
+ * avx512_math.c. A float32 x86-64 build only: otherwise this file is empty.
  */
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
 #include <math.h>
 #include "kernels/avx512.h"
+#include "kernels/vmath.h"
 
 /* AVX-512 micro-kernel: a 12×32 tile in 24 zmm accumulators. */
 static void ukernel_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
@@ -379,12 +380,12 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .scatter_add = scatter_add_avx512,
     .adam = adam_avx512,
     .zero = zero_avx512,
-    .exp = qkv_portable_exp,
-    .log = qkv_portable_log,
-    .tanh = qkv_portable_tanh,
-    .sigmoid = qkv_portable_sigmoid,
-    .gelu = qkv_portable_gelu,
-    .gelu_backward = qkv_portable_gelu_backward,
+    .exp = qkv_avx512_exp,
+    .log = qkv_avx512_log,
+    .tanh = qkv_avx512_tanh,
+    .sigmoid = qkv_avx512_sigmoid,
+    .gelu = qkv_avx512_gelu,
+    .gelu_backward = qkv_avx512_gelu_backward,
     .softmax_rows = softmax_rows_avx512,
     .norm = qkv_norm_avx512,
     .norm_backward = qkv_norm_backward_avx512,

@@ -139,31 +139,36 @@ void qkv_portable_sigmoid(qkv_real *y, const qkv_real *x, size_t n)
         y[i] = (qkv_real)(1 / (1 + exp(-(double)x[i])));
 }
 
-#define GELU_K 0.7978845608028654 /* √(2/π) */
+/* GELU in its sigmoid form: with v = 2√(2/π)·(x + 0.044715·x³),
+ * (1 + tanh(v/2))/2 = σ(v) and (1 - tanh²(v/2))/4 = σ(v)·σ(-v), which keep
+ * their precision where 1 + tanh(v/2) would cancel (x below about -5). */
+#define GELU_K2 1.5957691216057308 /* 2√(2/π) */
 #define GELU_C 0.044715
 #define GELU_BIG 1e30 /* beyond this, x³ could overflow a double: saturated */
 
 void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        double v = x[i];
-        if (fabs(v) > GELU_BIG)
-            y[i] = (qkv_real)(v > 0 ? v : 0);
-        else
-            y[i] = (qkv_real)(0.5 * v * (1 + tanh(GELU_K * (v + GELU_C * v * v * v))));
+        double u = x[i];
+        if (fabs(u) > GELU_BIG)
+            y[i] = (qkv_real)(u > 0 ? u : 0);
+        else /* x·σ(v); e^-v may overflow to inf, which gives the limit ±0 */
+            y[i] = (qkv_real)(u / (1 + exp(-(u * GELU_K2 * (1 + GELU_C * u * u)))));
     }
 }
 
 void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n)
 {
-    /* gelu'(x) = (1 + t)/2 + x/2 · (1 - t²) · k·(1 + 3c·x²), t = tanh(k(x + c·x³)) */
+    /* gelu'(x) = σ(v) + x·σ(v)·σ(-v)·K2·(1 + 3c·x²), σ(±v) from e^-|v| */
     for (size_t i = 0; i < n; i++) {
-        double v = x[i], g;
-        if (fabs(v) > GELU_BIG) {
-            g = v > 0 ? 1 : 0;
+        double u = x[i], g;
+        if (fabs(u) > GELU_BIG) {
+            g = u > 0 ? 1 : 0;
         } else {
-            double t = tanh(GELU_K * (v + GELU_C * v * v * v));
-            g = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * GELU_K * (1 + 3 * GELU_C * v * v);
+            double v = u * GELU_K2 * (1 + GELU_C * u * u), e = exp(-fabs(v));
+            double big = 1 / (1 + e), small = e / (1 + e); /* σ(|v|), σ(-|v|) */
+            double s = v >= 0 ? big : small, sc = v >= 0 ? small : big;
+            g = s + u * s * sc * GELU_K2 * (1 + 3 * GELU_C * u * u);
         }
         dx[i] += (qkv_real)(dy[i] * g);
     }

@@ -1,0 +1,319 @@
+/*
+ * avx2_math.c - the AVX2 set's element-wise maths: exp, log, tanh, sigmoid,
+ * GELU and GELU's backward, 8 floats at a time, a ragged tail in masked
+ * loads and stores. The same methods and constants as the AVX-512 ones
+ * (vmath.h); where those scale by 2^t in one instruction, these multiply
+ * by two powers of two, the second rounding once. Compiled with -mavx2
+ * -mfma; runs only after dispatch.c has seen both. A float32 x86-64 build
+ * only: otherwise this file is empty.
+ */
+#include "kernels/kernels.h"
+
+#ifdef QKV_HAVE_X86_KERNELS
+#include <immintrin.h>
+#include <math.h>
+
+#include "kernels/vmath.h"
+
+#define SET1 _mm256_set1_ps
+
+/* The lanes left from i on in a loop over n, as a mask of whole lanes. */
+QKV_ALWAYS_INLINE __m256i tail8(size_t i, size_t n)
+{
+    int w = n - i >= 8 ? 8 : (int)(n - i);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Load and store the lanes of mask m, with the plain instructions for a
+ * whole vector (full says which). */
+QKV_ALWAYS_INLINE __m256 load8(int full, __m256i m, const float *p)
+{
+    return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
+}
+
+QKV_ALWAYS_INLINE void store8(float *p, int full, __m256i m, __m256 x)
+{
+    if (full)
+        _mm256_storeu_ps(p, x);
+    else
+        _mm256_maskstore_ps(p, m, x);
+}
+
+/* The sign bit of every lane. */
+QKV_ALWAYS_INLINE __m256 sign8(void)
+{
+    return _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+}
+
+/* |x|. */
+QKV_ALWAYS_INLINE __m256 abs8(__m256 x)
+{
+    return _mm256_andnot_ps(sign8(), x);
+}
+
+/* x with its sign flipped in the lanes of mask. */
+QKV_ALWAYS_INLINE __m256 flip8(__m256 mask, __m256 x)
+{
+    return _mm256_xor_ps(x, _mm256_and_ps(mask, sign8()));
+}
+
+/* Where mask is set, b; elsewhere a. */
+QKV_ALWAYS_INLINE __m256 pick8(__m256 mask, __m256 a, __m256 b)
+{
+    return _mm256_blendv_ps(a, b, mask);
+}
+
+/* p·2^t for |p| < 2^10 and a whole t in [-252, 254]: 2^t in two normal
+ * halves, so a result below FLT_MIN is rounded once (the first product is
+ * exact). For t <= -160 the result is ±0, given without a multiplication
+ * that would underflow: those take a slow path on some CPUs. */
+QKV_ALWAYS_INLINE __m256 scale8(__m256 p, __m256 t)
+{
+    __m256 zero = _mm256_cmp_ps(t, SET1(-160.0f), _CMP_LE_OQ);
+    __m256i k = _mm256_cvtps_epi32(_mm256_andnot_ps(zero, t));
+    __m256i k1 = _mm256_srai_epi32(k, 1), k2 = _mm256_sub_epi32(k, k1);
+    __m256i bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, bias), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return pick8(zero, y, _mm256_and_ps(p, sign8()));
+}
+
+/* e^(x + lo) = (p + *pl)·2^t for x in [-150, 89] (or NaN) and |lo| <=
+ * ulp(x)/2: returns p, in [0.65, 1.42], with *pl below ulp(p), the two
+ * together within about 2^-29 relative; sets *t, a whole number. */
+QKV_ALWAYS_INLINE __m256 exp_parts8(__m256 x, __m256 lo, __m256 *pl, __m256 *t)
+{
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, SET1(VM_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r1 = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
+    __m256 c = _mm256_fnmadd_ps(k, SET1(VM_LN2_LO), lo);
+    __m256 r = _mm256_add_ps(r1, c);
+    __m256 rl = _mm256_sub_ps(c, _mm256_sub_ps(r, r1)); /* r + rl = r1 + c */
+    __m256 q = _mm256_fmadd_ps(SET1(VM_EXP_Q5), r, SET1(VM_EXP_Q4));
+    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q3));
+    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q2));
+    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q1));
+    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q0));
+    /* 1 + r + r²·Q(r) + rl, with 1 + r split exactly into p + its error */
+    __m256 p = _mm256_add_ps(SET1(1.0f), r);
+    __m256 sl = _mm256_add_ps(_mm256_sub_ps(SET1(1.0f), p), r);
+    *pl = _mm256_add_ps(sl, _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), rl));
+    *t = k;
+    return p;
+}
+
+/* e^x, with the edges of qkv_vexp. */
+QKV_ALWAYS_INLINE __m256 exp8(__m256 x)
+{
+    /* max and min return their second operand for a NaN: x stays NaN */
+    x = _mm256_min_ps(SET1(VM_EXP_HI), _mm256_max_ps(SET1(VM_EXP_LO), x));
+    __m256 t, pl, p = exp_parts8(x, _mm256_setzero_ps(), &pl, &t);
+    return scale8(_mm256_add_ps(p, pl), t);
+}
+
+/* e^(x + lo) as (p + *pl)·2^t, with p + *pl rounded to p (so *pl is its
+ * error), and as *z + *zl, *z the float nearest it; then 1 + *z as *d +
+ * *dl. Returns p and sets *t. Below 2^VM_EXP_SUM_MIN, *z and *zl are
+ * those of 2^VM_EXP_SUM_MIN·(p + *pl) instead: as small beside 1, and no
+ * subnormal on the way. */
+QKV_ALWAYS_INLINE __m256 exp_sum8(__m256 x, __m256 lo, __m256 *pl, __m256 *t, __m256 *z, __m256 *zl,
+                                  __m256 *d, __m256 *dl)
+{
+    __m256 ph, p = exp_parts8(x, lo, &ph, t);
+    __m256 pf = _mm256_add_ps(p, ph);
+    *pl = _mm256_add_ps(_mm256_sub_ps(p, pf), ph);
+    __m256 tz = _mm256_max_ps(SET1(VM_EXP_SUM_MIN), *t);
+    *z = scale8(pf, tz);
+    *zl = scale8(*pl, tz);
+    *d = _mm256_add_ps(SET1(1.0f), *z);
+    *dl = _mm256_add_ps(_mm256_add_ps(_mm256_sub_ps(SET1(1.0f), *d), *z), *zl);
+    return pf;
+}
+
+/* (n + nl)/(d + dl) for |nl|, |dl| below about ulp(n) and ulp(d): n/d,
+ * corrected by its remainder (exact by one FMA), so within about 0.5 ulp. */
+QKV_ALWAYS_INLINE __m256 div_exact8(__m256 n, __m256 nl, __m256 d, __m256 dl)
+{
+    __m256 q = _mm256_div_ps(n, d);
+    __m256 e = _mm256_fnmadd_ps(q, d, n);
+    e = _mm256_fnmadd_ps(q, dl, _mm256_add_ps(e, nl));
+    return _mm256_fmadd_ps(e, _mm256_rcp_ps(d), q);
+}
+
+/* log x, with the edges of qkv_vlog. */
+QKV_ALWAYS_INLINE __m256 log8(__m256 x)
+{
+    __m256 sub = _mm256_cmp_ps(x, SET1(1.17549435e-38f), _CMP_LT_OQ);
+    __m256 xs = pick8(sub, x, _mm256_mul_ps(x, SET1(33554432.0f))); /* 2^25 */
+    /* x = 2^k·m with m in [√½, √2): k from the bits of x less those of √½ */
+    __m256i ix = _mm256_sub_epi32(_mm256_castps_si256(xs), _mm256_set1_epi32(VM_SQRT_HALF_BITS));
+    __m256 k = _mm256_cvtepi32_ps(_mm256_srai_epi32(ix, 23));
+    k = _mm256_sub_ps(k, _mm256_and_ps(sub, SET1(25.0f)));
+    __m256i mi = _mm256_add_epi32(_mm256_and_si256(ix, _mm256_set1_epi32(0x007fffff)),
+                                  _mm256_set1_epi32(VM_SQRT_HALF_BITS));
+    __m256 f = _mm256_sub_ps(_mm256_castsi256_ps(mi), SET1(1.0f)); /* exact */
+    __m256 s = _mm256_div_ps(f, _mm256_add_ps(SET1(2.0f), f));
+    __m256 z = _mm256_mul_ps(s, s);
+    __m256 r = _mm256_fmadd_ps(SET1(VM_LOG_R4), z, SET1(VM_LOG_R3));
+    r = _mm256_fmadd_ps(r, z, SET1(VM_LOG_R2));
+    r = _mm256_fmadd_ps(r, z, SET1(VM_LOG_R1));
+    r = _mm256_mul_ps(r, z);
+    __m256 hfsq = _mm256_mul_ps(_mm256_mul_ps(SET1(0.5f), f), f);
+    __m256 lo = _mm256_fmadd_ps(s, _mm256_add_ps(hfsq, r), _mm256_mul_ps(k, SET1(VM_LOG_LN2_LO)));
+    __m256 y = _mm256_fmadd_ps(k, SET1(VM_LOG_LN2_HI), _mm256_sub_ps(f, _mm256_sub_ps(hfsq, lo)));
+    /* log 0 = -inf, log(x < 0) = NaN (and NaN stays NaN), log inf = inf */
+    y = pick8(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ), y, SET1(-INFINITY));
+    y = pick8(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ), y, SET1(NAN));
+    return pick8(_mm256_cmp_ps(x, SET1(INFINITY), _CMP_EQ_OQ), y, x);
+}
+
+/* tanh x, with the edges of qkv_vtanh. */
+QKV_ALWAYS_INLINE __m256 tanh8(__m256 x)
+{
+    __m256 ax = abs8(x), s = _mm256_mul_ps(ax, ax);
+    __m256 p = _mm256_fmadd_ps(SET1(VM_TANH_P6), s, SET1(VM_TANH_P5));
+    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P4));
+    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P3));
+    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P2));
+    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P1));
+    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P0));
+    __m256 small = _mm256_fmadd_ps(ax, _mm256_mul_ps(p, s), ax);
+    /* 1 - 2z/(1 + z), z = e^(-2|x|) */
+    __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), _mm256_mul_ps(ax, SET1(-2.0f)));
+    __m256 t, pl, z, zl, d, dl;
+    exp_sum8(w, _mm256_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
+    __m256 q = div_exact8(_mm256_add_ps(z, z), _mm256_add_ps(zl, zl), d, dl);
+    __m256 y = _mm256_sub_ps(SET1(1.0f), q);
+    y = pick8(_mm256_cmp_ps(ax, SET1(VM_TANH_SMALL), _CMP_LT_OQ), y, small);
+    return _mm256_or_ps(y, _mm256_and_ps(x, sign8()));
+}
+
+/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid. With z = e^-|x|
+ * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, rounded once at
+ * the end (so subnormal results too). */
+QKV_ALWAYS_INLINE __m256 sigmoid8(__m256 x)
+{
+    __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), _mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
+    __m256 pl, t, z, zl, d, dl, p = exp_sum8(w, _mm256_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
+    __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
+    __m256 q = div_exact8(pick8(neg, SET1(1.0f), p), _mm256_and_ps(neg, pl), d, dl);
+    return scale8(q, _mm256_and_ps(neg, t));
+}
+
+/* v = x·K2·(1 + C·x²) in double for 4 floats, rounded to *hi + *lo. */
+QKV_ALWAYS_INLINE void gelu_arg4(__m128 x, __m128 *hi, __m128 *lo)
+{
+    __m256d a = _mm256_cvtps_pd(x);
+    __m256d u =
+        _mm256_fmadd_pd(_mm256_mul_pd(a, a), _mm256_set1_pd(VM_GELU_C), _mm256_set1_pd(1.0));
+    __m256d v = _mm256_mul_pd(_mm256_mul_pd(a, _mm256_set1_pd(VM_GELU_K2)), u);
+    *hi = _mm256_cvtpd_ps(v);
+    *lo = _mm256_cvtpd_ps(_mm256_sub_pd(v, _mm256_cvtps_pd(*hi)));
+}
+
+/* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
+ * C·x²) in double, carried as two floats into e^(-|v|) = (p + *pl)·2^t =
+ * *z + *zl, and 1 + that as *d + *dl. Sets *pos (lanes where v >= 0);
+ * returns p. */
+QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *pl, __m256 *t,
+                                     __m256 *z, __m256 *zl, __m256 *d, __m256 *dl)
+{
+    __m256 c = _mm256_min_ps(SET1(VM_GELU_BIG), _mm256_max_ps(SET1(-VM_GELU_BIG), x));
+    __m128 h0, l0, h1, l1;
+    gelu_arg4(_mm256_castps256_ps128(c), &h0, &l0);
+    gelu_arg4(_mm256_extractf128_ps(c, 1), &h1, &l1);
+    __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(h0), h1, 1);
+    __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(l0), l1, 1);
+    *pos = _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GE_OQ);
+    *xc = c;
+    return exp_sum8(flip8(*pos, hi), flip8(*pos, lo), pl, t, z, zl, d, dl);
+}
+
+/* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below; and x
+ * itself beyond VM_GELU_BIG (where σ(v) = 1 in float, and x may be inf). */
+QKV_ALWAYS_INLINE __m256 gelu8(__m256 x)
+{
+    __m256 xc, pos, pl, t, z, zl, d, dl;
+    __m256 p = gelu_parts8(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
+    __m256 n = _mm256_mul_ps(xc, p);
+    __m256 nl = _mm256_fmadd_ps(xc, pl, _mm256_fmsub_ps(xc, p, n)); /* xc·(p + pl) - n */
+    __m256 q = div_exact8(pick8(pos, n, x), _mm256_andnot_ps(pos, nl), d, dl);
+    __m256 y = scale8(q, _mm256_andnot_ps(pos, t));
+    /* the sign of x, which the correction of a zero quotient may lose (-0) */
+    y = _mm256_or_ps(abs8(y), _mm256_and_ps(x, sign8()));
+    return pick8(_mm256_cmp_ps(x, SET1(VM_GELU_BIG), _CMP_GT_OQ), y, x);
+}
+
+/* gelu'(x) = σ(v)·(1 + x·(1 - σ(v))·K2·(1 + 3C·x²)), with σ(v) as m·2^t
+ * (t = 0 for v >= 0), so a σ below FLT_MIN keeps its precision. */
+QKV_ALWAYS_INLINE __m256 gelu_grad8(__m256 x)
+{
+    __m256 xc, pos, pl, t, z, zl, d, dl;
+    __m256 p = gelu_parts8(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
+    __m256 m = div_exact8(pick8(pos, p, SET1(1.0f)), _mm256_andnot_ps(pos, pl), d, dl);
+    __m256 rd = _mm256_div_ps(SET1(1.0f), d);
+    __m256 sc = pick8(pos, rd, _mm256_mul_ps(z, rd)); /* 1 - σ(v) */
+    __m256 k = _mm256_fmadd_ps(_mm256_mul_ps(xc, xc), SET1(VM_GELU_K2C3F), SET1(VM_GELU_K2F));
+    __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(xc, sc), k, SET1(1.0f));
+    return scale8(_mm256_mul_ps(m, inner), _mm256_andnot_ps(pos, t));
+}
+
+void qkv_avx2_exp(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        int full = n - i >= 8;
+        __m256i m = tail8(i, n);
+        store8(y + i, full, m, exp8(load8(full, m, x + i)));
+    }
+}
+
+void qkv_avx2_log(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        int full = n - i >= 8;
+        __m256i m = tail8(i, n);
+        store8(y + i, full, m, log8(load8(full, m, x + i)));
+    }
+}
+
+void qkv_avx2_tanh(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        int full = n - i >= 8;
+        __m256i m = tail8(i, n);
+        store8(y + i, full, m, tanh8(load8(full, m, x + i)));
+    }
+}
+
+void qkv_avx2_sigmoid(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        int full = n - i >= 8;
+        __m256i m = tail8(i, n);
+        store8(y + i, full, m, sigmoid8(load8(full, m, x + i)));
+    }
+}
+
+void qkv_avx2_gelu(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        int full = n - i >= 8;
+        __m256i m = tail8(i, n);
+        store8(y + i, full, m, gelu8(load8(full, m, x + i)));
+    }
+}
+
+void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        int full = n - i >= 8;
+        __m256i m = tail8(i, n);
+        __m256 g = gelu_grad8(load8(full, m, x + i));
+        __m256 r = _mm256_fmadd_ps(load8(full, m, dy + i), g, load8(full, m, dx + i));
+        store8(dx + i, full, m, r);
+    }
+}
+#else
+typedef int qkv_no_avx2_math; /* ISO C wants a declaration */
+#endif

@@ -1,0 +1,286 @@
+/*
+ * avx512_math.c - the AVX-512 set's element-wise maths: exp, log, tanh,
+ * sigmoid, GELU and GELU's backward, 16 floats at a time, a ragged tail in
+ * masked loads and stores. The methods and constants are in vmath.h.
+ * Compiled with -mavx512f; runs only after dispatch.c has seen AVX-512F.
+ * A float32 x86-64 build only: otherwise this file is empty.
+ */
+#include "kernels/kernels.h"
+
+#ifdef QKV_HAVE_X86_KERNELS
+#include <math.h>
+
+#include "kernels/avx512.h"
+#include "kernels/vmath.h"
+
+#define SET1 _mm512_set1_ps
+
+/* The mask of the lanes left from i on, for a loop over n. */
+QKV_ALWAYS_INLINE __mmask16 tail16(size_t i, size_t n)
+{
+    return n - i >= 16 ? (__mmask16)0xFFFF : lanes((int)(n - i));
+}
+
+/* |x|. */
+QKV_ALWAYS_INLINE __m512 abs16(__m512 x)
+{
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
+}
+
+/* x with its sign bit flipped in the lanes of mask. */
+QKV_ALWAYS_INLINE __m512 flip16(__mmask16 mask, __m512 x)
+{
+    __m512i s = _mm512_maskz_mov_epi32(mask, _mm512_set1_epi32((int)0x80000000u));
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), s));
+}
+
+/* y (whose sign bit is clear) with the sign of x. */
+QKV_ALWAYS_INLINE __m512 with_sign16(__m512 y, __m512 x)
+{
+    __m512i s = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), s));
+}
+
+/* e^(x + lo) = (p + *pl)·2^t for x in [-150, 89] (or NaN) and |lo| <=
+ * ulp(x)/2: returns p, in [0.65, 1.42], with *pl below ulp(p), the two
+ * together within about 2^-29 relative; sets *t, a whole number. */
+QKV_ALWAYS_INLINE __m512 exp_parts16(__m512 x, __m512 lo, __m512 *pl, __m512 *t)
+{
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, SET1(VM_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r1 = _mm512_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
+    __m512 c = _mm512_fnmadd_ps(k, SET1(VM_LN2_LO), lo);
+    __m512 r = _mm512_add_ps(r1, c);
+    __m512 rl = _mm512_sub_ps(c, _mm512_sub_ps(r, r1)); /* r + rl = r1 + c */
+    __m512 q = _mm512_fmadd_ps(SET1(VM_EXP_Q5), r, SET1(VM_EXP_Q4));
+    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q3));
+    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q2));
+    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q1));
+    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q0));
+    /* 1 + r + r²·Q(r) + rl, with 1 + r split exactly into p + its error */
+    __m512 p = _mm512_add_ps(SET1(1.0f), r);
+    __m512 sl = _mm512_add_ps(_mm512_sub_ps(SET1(1.0f), p), r);
+    *pl = _mm512_add_ps(sl, _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), rl));
+    *t = k;
+    return p;
+}
+
+/* e^x, with the edges of qkv_vexp. */
+QKV_ALWAYS_INLINE __m512 exp16(__m512 x)
+{
+    /* max and min return their second operand for a NaN: x stays NaN */
+    x = _mm512_min_ps(SET1(VM_EXP_HI), _mm512_max_ps(SET1(VM_EXP_LO), x));
+    __m512 t, pl, p = exp_parts16(x, _mm512_setzero_ps(), &pl, &t);
+    return _mm512_scalef_ps(_mm512_add_ps(p, pl), t);
+}
+
+/* e^(x + lo) as (p + *pl)·2^t, with p + *pl rounded to p (so *pl is its
+ * error), and as *z + *zl, *z the float nearest it; then 1 + *z as *d +
+ * *dl. Returns p and sets *t. Below 2^VM_EXP_SUM_MIN, *z and *zl are
+ * those of 2^VM_EXP_SUM_MIN·(p + *pl) instead: as small beside 1, and no
+ * subnormal on the way. */
+QKV_ALWAYS_INLINE __m512 exp_sum16(__m512 x, __m512 lo, __m512 *pl, __m512 *t, __m512 *z,
+                                   __m512 *zl, __m512 *d, __m512 *dl)
+{
+    __m512 ph, p = exp_parts16(x, lo, &ph, t);
+    __m512 pf = _mm512_add_ps(p, ph);
+    *pl = _mm512_add_ps(_mm512_sub_ps(p, pf), ph);
+    __m512 tz = _mm512_max_ps(SET1(VM_EXP_SUM_MIN), *t);
+    *z = _mm512_scalef_ps(pf, tz);
+    *zl = _mm512_scalef_ps(*pl, tz);
+    *d = _mm512_add_ps(SET1(1.0f), *z);
+    *dl = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(SET1(1.0f), *d), *z), *zl);
+    return pf;
+}
+
+/* (n + nl)/(d + dl) for |nl|, |dl| below about ulp(n) and ulp(d): n/d,
+ * corrected by its remainder (exact by one FMA), so within about 0.5 ulp. */
+QKV_ALWAYS_INLINE __m512 div_exact16(__m512 n, __m512 nl, __m512 d, __m512 dl)
+{
+    __m512 q = _mm512_div_ps(n, d);
+    __m512 e = _mm512_fnmadd_ps(q, d, n);
+    e = _mm512_fnmadd_ps(q, dl, _mm512_add_ps(e, nl));
+    return _mm512_fmadd_ps(e, _mm512_rcp14_ps(d), q);
+}
+
+/* log x, with the edges of qkv_vlog. */
+QKV_ALWAYS_INLINE __m512 log16(__m512 x)
+{
+    __mmask16 sub = _mm512_cmp_ps_mask(x, SET1(1.17549435e-38f), _CMP_LT_OQ);
+    __m512 xs = _mm512_mask_mul_ps(x, sub, x, SET1(33554432.0f)); /* 2^25 */
+    /* x = 2^k·m with m in [√½, √2): k from the bits of x less those of √½ */
+    __m512i ix = _mm512_sub_epi32(_mm512_castps_si512(xs), _mm512_set1_epi32(VM_SQRT_HALF_BITS));
+    __m512 k = _mm512_cvtepi32_ps(_mm512_srai_epi32(ix, 23));
+    k = _mm512_mask_sub_ps(k, sub, k, SET1(25.0f));
+    __m512i mi = _mm512_add_epi32(_mm512_and_si512(ix, _mm512_set1_epi32(0x007fffff)),
+                                  _mm512_set1_epi32(VM_SQRT_HALF_BITS));
+    __m512 f = _mm512_sub_ps(_mm512_castsi512_ps(mi), SET1(1.0f)); /* exact */
+    __m512 s = _mm512_div_ps(f, _mm512_add_ps(SET1(2.0f), f));
+    __m512 z = _mm512_mul_ps(s, s);
+    __m512 r = _mm512_fmadd_ps(SET1(VM_LOG_R4), z, SET1(VM_LOG_R3));
+    r = _mm512_fmadd_ps(r, z, SET1(VM_LOG_R2));
+    r = _mm512_fmadd_ps(r, z, SET1(VM_LOG_R1));
+    r = _mm512_mul_ps(r, z);
+    __m512 hfsq = _mm512_mul_ps(_mm512_mul_ps(SET1(0.5f), f), f);
+    __m512 lo = _mm512_fmadd_ps(s, _mm512_add_ps(hfsq, r), _mm512_mul_ps(k, SET1(VM_LOG_LN2_LO)));
+    __m512 y = _mm512_fmadd_ps(k, SET1(VM_LOG_LN2_HI), _mm512_sub_ps(f, _mm512_sub_ps(hfsq, lo)));
+    /* log 0 = -inf, log(x < 0) = NaN (and NaN stays NaN), log inf = inf */
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ),
+                           SET1(-INFINITY));
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ), SET1(NAN));
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SET1(INFINITY), _CMP_EQ_OQ), x);
+}
+
+/* tanh x, with the edges of qkv_vtanh. */
+QKV_ALWAYS_INLINE __m512 tanh16(__m512 x)
+{
+    __m512 ax = abs16(x), s = _mm512_mul_ps(ax, ax);
+    __m512 p = _mm512_fmadd_ps(SET1(VM_TANH_P6), s, SET1(VM_TANH_P5));
+    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P4));
+    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P3));
+    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P2));
+    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P1));
+    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P0));
+    __m512 small = _mm512_fmadd_ps(ax, _mm512_mul_ps(p, s), ax);
+    /* 1 - 2z/(1 + z), z = e^(-2|x|) */
+    __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), _mm512_mul_ps(ax, SET1(-2.0f)));
+    __m512 t, pl, z, zl, d, dl;
+    exp_sum16(w, _mm512_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
+    __m512 q = div_exact16(_mm512_add_ps(z, z), _mm512_add_ps(zl, zl), d, dl);
+    __m512 y = _mm512_sub_ps(SET1(1.0f), q);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(ax, SET1(VM_TANH_SMALL), _CMP_LT_OQ), small);
+    return with_sign16(y, x);
+}
+
+/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid. With z = e^-|x|
+ * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, rounded once at
+ * the end (so subnormal results too). */
+QKV_ALWAYS_INLINE __m512 sigmoid16(__m512 x)
+{
+    __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), _mm512_sub_ps(_mm512_setzero_ps(), abs16(x)));
+    __m512 pl, t, z, zl, d, dl, p = exp_sum16(w, _mm512_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
+    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
+    __m512 q =
+        div_exact16(_mm512_mask_mov_ps(SET1(1.0f), neg, p), _mm512_maskz_mov_ps(neg, pl), d, dl);
+    return _mm512_scalef_ps(q, _mm512_maskz_mov_ps(neg, t));
+}
+
+/* v = x·K2·(1 + C·x²) in double for 8 floats, rounded to *hi + *lo. */
+QKV_ALWAYS_INLINE void gelu_arg8(__m256 x, __m256 *hi, __m256 *lo)
+{
+    __m512d a = _mm512_cvtps_pd(x);
+    __m512d u =
+        _mm512_fmadd_pd(_mm512_mul_pd(a, a), _mm512_set1_pd(VM_GELU_C), _mm512_set1_pd(1.0));
+    __m512d v = _mm512_mul_pd(_mm512_mul_pd(a, _mm512_set1_pd(VM_GELU_K2)), u);
+    *hi = _mm512_cvtpd_ps(v);
+    *lo = _mm512_cvtpd_ps(_mm512_sub_pd(v, _mm512_cvtps_pd(*hi)));
+}
+
+/* The 16 floats of a (low half) and b. */
+QKV_ALWAYS_INLINE __m512 join16(__m256 a, __m256 b)
+{
+    __m512d w = _mm512_castps_pd(_mm512_castps256_ps512(a));
+    return _mm512_castpd_ps(_mm512_insertf64x4(w, _mm256_castps_pd(b), 1));
+}
+
+/* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
+ * C·x²) in double, carried as two floats into e^(-|v|) = (p + *pl)·2^t =
+ * *z + *zl, and 1 + that as *d + *dl. Sets *pos where v >= 0; returns p. */
+QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m512 *pl, __m512 *t,
+                                      __m512 *z, __m512 *zl, __m512 *d, __m512 *dl)
+{
+    __m512 c = _mm512_min_ps(SET1(VM_GELU_BIG), _mm512_max_ps(SET1(-VM_GELU_BIG), x));
+    __m256 h0, l0, h1, l1;
+    gelu_arg8(_mm512_castps512_ps256(c), &h0, &l0);
+    gelu_arg8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)), &h1, &l1);
+    __m512 hi = join16(h0, h1), lo = join16(l0, l1);
+    *pos = _mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GE_OQ);
+    *xc = c;
+    return exp_sum16(flip16(*pos, hi), flip16(*pos, lo), pl, t, z, zl, d, dl);
+}
+
+/* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below; and x
+ * itself beyond VM_GELU_BIG (where σ(v) = 1 in float, and x may be inf). */
+QKV_ALWAYS_INLINE __m512 gelu16(__m512 x)
+{
+    __m512 xc, pl, t, z, zl, d, dl;
+    __mmask16 pos;
+    __m512 p = gelu_parts16(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
+    __m512 n = _mm512_mul_ps(xc, p);
+    __m512 nl = _mm512_fmadd_ps(xc, pl, _mm512_fmsub_ps(xc, p, n)); /* xc·(p + pl) - n */
+    __m512 q = div_exact16(_mm512_mask_mov_ps(n, pos, x),
+                           _mm512_mask_mov_ps(nl, pos, _mm512_setzero_ps()), d, dl);
+    __m512 y = _mm512_scalef_ps(q, _mm512_maskz_mov_ps((__mmask16)~pos, t));
+    /* the sign of x, which the correction of a zero quotient may lose (-0) */
+    y = with_sign16(abs16(y), x);
+    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SET1(VM_GELU_BIG), _CMP_GT_OQ), x);
+}
+
+/* gelu'(x) = σ(v)·(1 + x·(1 - σ(v))·K2·(1 + 3C·x²)), with σ(v) as m·2^t
+ * (t = 0 for v >= 0), so a σ below FLT_MIN keeps its precision. */
+QKV_ALWAYS_INLINE __m512 gelu_grad16(__m512 x)
+{
+    __m512 xc, pl, t, z, zl, d, dl;
+    __mmask16 pos;
+    __m512 p = gelu_parts16(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
+    __m512 m = div_exact16(_mm512_mask_mov_ps(p, pos, SET1(1.0f)),
+                           _mm512_mask_mov_ps(pl, pos, _mm512_setzero_ps()), d, dl);
+    __m512 rd = _mm512_div_ps(SET1(1.0f), d);
+    __m512 sc = _mm512_mask_mov_ps(rd, pos, _mm512_mul_ps(z, rd)); /* 1 - σ(v) */
+    __m512 k = _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), SET1(VM_GELU_K2C3F), SET1(VM_GELU_K2F));
+    __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(xc, sc), k, SET1(1.0f));
+    return _mm512_scalef_ps(_mm512_mul_ps(m, inner), _mm512_maskz_mov_ps((__mmask16)~pos, t));
+}
+
+void qkv_avx512_exp(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(i, n);
+        store16(y + i, m, exp16(load16(m, x + i)));
+    }
+}
+
+void qkv_avx512_log(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(i, n);
+        store16(y + i, m, log16(load16(m, x + i)));
+    }
+}
+
+void qkv_avx512_tanh(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(i, n);
+        store16(y + i, m, tanh16(load16(m, x + i)));
+    }
+}
+
+void qkv_avx512_sigmoid(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(i, n);
+        store16(y + i, m, sigmoid16(load16(m, x + i)));
+    }
+}
+
+void qkv_avx512_gelu(float *y, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(i, n);
+        store16(y + i, m, gelu16(load16(m, x + i)));
+    }
+}
+
+void qkv_avx512_gelu_backward(float *dx, const float *x, const float *dy, size_t n)
+{
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = tail16(i, n);
+        __m512 g = gelu_grad16(load16(m, x + i));
+        store16(dx + i, m, _mm512_fmadd_ps(load16(m, dy + i), g, load16(m, dx + i)));
+    }
+}
+#else
+typedef int qkv_no_avx512_math; /* ISO C wants a declaration */
+#endif

@@ -1,0 +1,114 @@
+/*
+ * vmath.h - the vectorised element-wise maths of the AVX2 and AVX-512 sets
+ * (avx2_math.c, avx512_math.c): the constants both share, so that the two
+ * compute the same approximations, and their entry points. Private to
+ * src/kernels; a float32 x86-64 build only.
+ *
+ * The methods, in float with fused multiply-adds (but GELU's argument):
+ *   exp    x = t·ln2 + r, |r| <= ln2/2 (t·ln2 in two parts, so r is exact
+ *          before the last part), e^r = 1 + r + r²·Q(r) carried as a float
+ *          and its error, then scaled by 2^t in one rounding (subnormal
+ *          results included).
+ *   log    x = 2^k·m with m in [√½, √2), f = m - 1, s = f/(2 + f):
+ *          log(1 + f) = f - (f²/2 - s·(f²/2 + R(s²))), R the atanh series;
+ *          subnormal x scaled by 2^25 first.
+ *   tanh   |x| < VM_TANH_SMALL: |x| + |x|³·P(x²); beyond, 1 - 2z/(1 + z)
+ *          with z = e^(-2|x|); the sign of x copied back (-0 stays -0).
+ *   sigmoid  z = e^(-|x|) = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t
+ *          below, rounded once at the end.
+ *   gelu   x·σ(v) with v = 2√(2/π)·(x + 0.044715·x³), which is the tanh form
+ *          without its cancellation (1 + tanh(v/2) = 2σ(v)). v is computed
+ *          in double and carried into e^(-|v|) as two floats: σ(v) is e^v
+ *          for v << 0, and an error in v is an error in e^v. Its
+ *          derivative is σ(v)·(1 + x·σ(-v)·K2·(1 + 3C·x²)) from the same σ.
+ * The quotients carry e^x and 1 + e^x as a float and its error each, and
+ * correct the rounded quotient by its remainder: each result is then
+ * rounded about once (measured within 0.9 ulp; tests/test_kernels.c holds
+ * them to their bounds).
+ * Q and P are fits (Chebyshev interpolation, coefficients rounded to
+ * float) whose own error is below 1e-8 relative.
+ */
+#ifndef QKV_VMATH_H
+#define QKV_VMATH_H
+
+#include "kernels/kernels.h"
+
+#ifdef QKV_HAVE_X86_KERNELS
+
+/* ln 2 = VM_LN2_HI + VM_LN2_LO, the first part a float (so t·VM_LN2_HI
+ * subtracted from x by one FMA is exact for |t| <= 255), and 1/ln 2. */
+#define VM_LN2_HI 6.931471825e-01f
+#define VM_LN2_LO (-1.904654323e-09f)
+#define VM_LOG2E 1.442695022e+00f
+
+/* exp's inputs are clamped to [VM_EXP_LO, VM_EXP_HI]: below -103.98,
+ * e^x < 2^-150 rounds to 0, and from -112 on the exponent t is at most
+ * -160, which the AVX2 scaling turns into 0 without an underflowing
+ * multiplication (slow on some CPUs); above ln FLT_MAX = 88.7228, e^x
+ * overflows to inf. */
+#define VM_EXP_LO (-112.0f)
+#define VM_EXP_HI 89.0f
+
+/* Where e^x only serves in 1 + e^x (or beside 1), its exponent is raised
+ * to at least this: no subnormals, and no change to 1 + e^x. */
+#define VM_EXP_SUM_MIN (-80.0f)
+
+/* e^r = 1 + r + r²·(Q0 + Q1·r + ... + Q5·r⁵) on |r| <= ln2/2. */
+#define VM_EXP_Q0 5.000000000e-01f
+#define VM_EXP_Q1 1.666666716e-01f
+#define VM_EXP_Q2 4.166645557e-02f
+#define VM_EXP_Q3 8.333310485e-03f
+#define VM_EXP_Q4 1.393454149e-03f
+#define VM_EXP_Q5 1.989198063e-04f
+
+/* log: bits of √½, and log(1 + f) = 2·atanh(s): R(z) = z·(R1 + z·(R2 +
+ * z·(R3 + z·R4))) with z = s² <= 0.0295 (the series 2/3, 2/5, 2/7, 2/9;
+ * the next term is below 3e-9 relative). ln 2 split for k·ln 2 with k up
+ * to 8 bits: VM_LOG_LN2_HI has its low 9 bits zero. */
+#define VM_SQRT_HALF_BITS 0x3f3504f3
+#define VM_LOG_R1 6.666666865e-01f
+#define VM_LOG_R2 4.000000060e-01f
+#define VM_LOG_R3 2.857142985e-01f
+#define VM_LOG_R4 2.222222239e-01f
+#define VM_LOG_LN2_HI 0.693145751953125f
+#define VM_LOG_LN2_LO 1.428606765330187e-06f
+
+/* tanh(x) = x + x³·(P0 + P1·s + ... + P6·s⁶), s = x², for |x| < 0.75. */
+#define VM_TANH_SMALL 0.75f
+#define VM_TANH_P0 (-3.333333433e-01f)
+#define VM_TANH_P1 1.333332211e-01f
+#define VM_TANH_P2 (-5.396503210e-02f)
+#define VM_TANH_P3 2.183463797e-02f
+#define VM_TANH_P4 (-8.680413477e-03f)
+#define VM_TANH_P5 3.082525451e-03f
+#define VM_TANH_P6 (-6.917945575e-04f)
+
+/* GELU: v = x·K2·(1 + C·x²) with K2 = 2√(2/π) and C = 0.044715; its
+ * derivative's factor K2·(1 + 3C·x²). x is clamped to ±VM_GELU_BIG for v:
+ * from there on σ(v) is 0 or 1 in float (e^-142 underflows), and the
+ * results are x and 0 (gradients 1 and 0). */
+#define VM_GELU_K2 1.5957691216057308
+#define VM_GELU_C 0.044715
+#define VM_GELU_K2F 1.595769167e+00f
+#define VM_GELU_K2C3F 2.140644491e-01f
+#define VM_GELU_BIG 12.0f
+
+/* The AVX2+FMA versions (avx2_math.c) and the AVX-512F ones
+ * (avx512_math.c) of the kernel set's exp, log, tanh, sigmoid, gelu and
+ * gelu_backward fields: the contracts of qkv_vexp and the others in
+ * kernels.h, over any n; y may be x. */
+void qkv_avx2_exp(float *y, const float *x, size_t n);
+void qkv_avx2_log(float *y, const float *x, size_t n);
+void qkv_avx2_tanh(float *y, const float *x, size_t n);
+void qkv_avx2_sigmoid(float *y, const float *x, size_t n);
+void qkv_avx2_gelu(float *y, const float *x, size_t n);
+void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n);
+void qkv_avx512_exp(float *y, const float *x, size_t n);
+void qkv_avx512_log(float *y, const float *x, size_t n);
+void qkv_avx512_tanh(float *y, const float *x, size_t n);
+void qkv_avx512_sigmoid(float *y, const float *x, size_t n);
+void qkv_avx512_gelu(float *y, const float *x, size_t n);
+void qkv_avx512_gelu_backward(float *dx, const float *x, const float *dy, size_t n);
+
+#endif
+#endif
