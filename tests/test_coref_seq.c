@@ -99,8 +99,13 @@ static void ref_rnn_logits(const qkv_seq_model *m, const qkv_coref_batch *b, dou
 
 START_TEST(test_the_rnn_model_reads_the_state_at_each_pronoun)
 {
-    qkv_seq_config c = {QKV_SEQ_RNN, qkv_coref_vocab_size(), qkv_coref_classes(),
-                        qkv_seq_default_width(QKV_SEQ_RNN), QKV_RNN_TANH, 5, NAN};
+    qkv_seq_config c = {QKV_SEQ_RNN,
+                        qkv_coref_vocab_size(),
+                        qkv_coref_classes(),
+                        qkv_seq_default_width(QKV_SEQ_RNN),
+                        QKV_RNN_TANH,
+                        5,
+                        NAN};
     qkv_seq_model *m = qkv_seq_model_new(&c, NULL);
     ck_assert_ptr_nonnull(m);
     ck_assert_uint_eq(qkv_params_numel(m->list), 2520); /* 49·28 + 28² + 28 + 28·12 */
@@ -141,8 +146,13 @@ START_TEST(test_every_kind_trains_on_one_batch_and_attention_is_the_coref_model)
     ck_assert_int_eq(qkv_distance_batch(b, 16, 2, &g, NULL), QKV_OK);
     qkv_tape *t = qkv_tape_new(0, NULL);
     for (int k = QKV_SEQ_ATTENTION; k <= QKV_SEQ_GRU; k++) {
-        qkv_seq_config c = {(qkv_seq_kind)k, qkv_coref_vocab_size(), qkv_coref_classes(),
-                            qkv_seq_default_width((qkv_seq_kind)k), QKV_RNN_TANH, 9, 1.0};
+        qkv_seq_config c = {(qkv_seq_kind)k,
+                            qkv_coref_vocab_size(),
+                            qkv_coref_classes(),
+                            qkv_seq_default_width((qkv_seq_kind)k),
+                            QKV_RNN_TANH,
+                            9,
+                            1.0};
         qkv_seq_model *m = qkv_seq_model_new(&c, NULL);
         ck_assert_ptr_nonnull(m);
         /* about 2.5k parameters each, as seq.h says */

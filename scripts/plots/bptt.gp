@@ -12,7 +12,8 @@ set logscale y
 set format y "10^{%L}"
 set key bottom left box opaque font ",10"
 colr(i) = word("#1f77b4 #2ca02c #7f7f7f #ff7f0e #d62728 #9467bd #8c564b", i)
-sel(m, a, r, v) = (strcol("model") eq m && strcol("activation") eq a && strcol("rho") eq r) ? v : 1/0
+sel(m, a, r, v) = (strcol("model") eq m && strcol("activation") eq a \
+                   && strcol("rho") eq r) ? v : 1/0
 set title "线性递归 h_t = x_tW_x + h_{t−1}W_h：恰好每步乘 ρ"
 plot for [i=1:words(rhos)] infile using "steps_back":(sel("rnn", "linear", word(rhos, i), \
          column("grad_norm"))) with lines lw 2 lc rgb colr(i) title "ρ = ".word(rhos, i)

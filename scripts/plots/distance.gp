@@ -15,11 +15,14 @@ set xrange [-0.3:*]
 set yrange [0:1.05]
 set key bottom left box opaque
 chance = 1.0 / 6 # the pronoun's gender leaves 6 of the 12 names
-color(m) = m eq "attention" ? c_scaled : m eq "rnn" ? c_unscaled : m eq "lstm" ? "#2ca02c" : "#9467bd"
-label(m) = m eq "attention" ? "自注意力 attention" : m eq "rnn" ? "RNN (tanh)" : m eq "lstm" ? "LSTM" : "GRU"
+color(m) = m eq "attention" ? c_scaled : m eq "rnn" ? c_unscaled \
+           : m eq "lstm" ? "#2ca02c" : "#9467bd"
+label(m) = m eq "attention" ? "自注意力 attention" : m eq "rnn" ? "RNN (tanh)" \
+           : m eq "lstm" ? "LSTM" : "GRU"
 sel(m, v) = strcol("model") eq m ? v : 1/0
 x(k) = log(k + 1) / log(2)
 plot for [i=1:words(models)] infile \
          using (sel(word(models, i), x(column("distance")))):"acc_mean":"acc_sd" \
-         with yerrorlines lw 2 pt 7 ps 0.8 lc rgb color(word(models, i)) title label(word(models, i)), \
+         with yerrorlines lw 2 pt 7 ps 0.8 lc rgb color(word(models, i)) \
+         title label(word(models, i)), \
      chance with lines dt 2 lc rgb "#888888" title "只看代词性别的猜测 (1/6)"

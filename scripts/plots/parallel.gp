@@ -5,7 +5,8 @@ load dir."/common.gp"
 set terminal pngcairo size 1500,650 font "WenQuanYi Zen Hei,12" enhanced
 set output outfile
 set multiplot layout 1,2 title "RNN 只能一步一步算：关键路径与每步耗时随序列长度 T 的变化" font ",16"
-color(m) = m eq "attention" ? c_scaled : m eq "rnn" ? c_unscaled : m eq "lstm" ? "#2ca02c" : "#9467bd"
+color(m) = m eq "attention" ? c_scaled : m eq "rnn" ? c_unscaled \
+           : m eq "lstm" ? "#2ca02c" : "#9467bd"
 label(m) = m eq "attention" ? "自注意力" : m eq "rnn" ? "RNN" : m eq "lstm" ? "LSTM" : "GRU"
 sel(m, th, v) = (strcol("model") eq m && column("threads") == th) ? v : 1/0
 set logscale xy 2
@@ -23,6 +24,7 @@ set logscale y 10
 plot for [i=1:words(models)] infile using "T":(sel(word(models, i), 1, column("ms_per_step"))) \
          with linespoints lw 2 pt 7 lc rgb color(word(models, i)) \
          title label(word(models, i)), \
-     for [i=1:words(models)] infile using "T":(sel(word(models, i), threads, column("ms_per_step"))) \
+     for [i=1:words(models)] infile \
+         using "T":(sel(word(models, i), threads, column("ms_per_step"))) \
          with linespoints lw 1 dt 2 pt 6 lc rgb color(word(models, i)) notitle
 unset multiplot

@@ -158,8 +158,7 @@ static int train(bptt_ctx *c, qkv_seq_model *m)
         if (st == QKV_ERR_NUMERIC)
             break;
         if (st != QKV_OK)
-            rc = cli_fail("bptt: %s",
-                          err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+            rc = cli_fail("bptt: %s", err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
     }
     qkv_optim_free(opt);
     return rc;
@@ -168,9 +167,9 @@ static int train(bptt_ctx *c, qkv_seq_model *m)
 static qkv_seq_model *model(const bptt_opts *o, qkv_seq_kind kind, qkv_rnn_act act)
 {
     qkv_error err = qkv_error_none();
-    qkv_seq_config mc = {kind, qkv_coref_vocab_size(), qkv_coref_classes(),
-                         qkv_seq_default_width(kind), act, o->seed,
-                         QKV_SEQ_FORGET_BIAS};
+    qkv_seq_config mc = {
+        kind,    qkv_coref_vocab_size(), qkv_coref_classes(), qkv_seq_default_width(kind), act,
+        o->seed, QKV_SEQ_FORGET_BIAS};
     qkv_seq_model *m = qkv_seq_model_new(&mc, &err);
     if (m == NULL)
         cli_fail("bptt: %s", err.message);
@@ -244,8 +243,7 @@ int cmd_bptt(int argc, char **argv)
 {
     bptt_opts o = {"0.5,0.9,1,1.1,1.5", "out/bptt", 64, 32, 400, 0, 1};
     const cli_opt opts[] = {
-        {"rho", OPT_STR, &o.rhos, 0, 0,
-         "LIST: spectral radii of W_h (default 0.5,0.9,1,1.1,1.5)"},
+        {"rho", OPT_STR, &o.rhos, 0, 0, "LIST: spectral radii of W_h (default 0.5,0.9,1,1.1,1.5)"},
         {"length", OPT_INT, &o.length, 9, 1024,
          "N: tokens per sentence; the pronoun is the 4th from the end (default 64)"},
         {"batch", OPT_INT, &o.batch, 1, 1024, "N: sentences in the measured batch (default 32)"},
@@ -281,8 +279,10 @@ int cmd_bptt(int argc, char **argv)
                 rhos[nr++] = v;
         }
         if (nr <= 0 || o.rhos[0] == ',' || o.rhos[strlen(o.rhos) - 1] == ',')
-            return cli_usage_error("bptt", "--rho: '%s' is not a list of up to %d radii in "
-                                   "(0, 10]", o.rhos, MAX_RHO);
+            return cli_usage_error("bptt",
+                                   "--rho: '%s' is not a list of up to %d radii in "
+                                   "(0, 10]",
+                                   o.rhos, MAX_RHO);
     }
     qkv_error err = qkv_error_none();
     char path[4096];

@@ -69,8 +69,12 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
                    qkv_coref_batch *b, qkv_coref_batch *eb, dist_result *r)
 {
     qkv_error err = qkv_error_none();
-    qkv_seq_config c = {kind, qkv_coref_vocab_size(), qkv_coref_classes(),
-                        qkv_seq_default_width(kind), QKV_RNN_TANH, seed,
+    qkv_seq_config c = {kind,
+                        qkv_coref_vocab_size(),
+                        qkv_coref_classes(),
+                        qkv_seq_default_width(kind),
+                        QKV_RNN_TANH,
+                        seed,
                         o->forget_bias};
     qkv_seq_model *m = qkv_seq_model_new(&c, &err);
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
@@ -141,8 +145,13 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
         printf(" %11d", ks[d]);
     printf("\n");
     for (int i = 0; i < nk; i++) {
-        qkv_seq_config c = {kinds[i], qkv_coref_vocab_size(), qkv_coref_classes(),
-                            qkv_seq_default_width(kinds[i]), QKV_RNN_TANH, 0, NAN};
+        qkv_seq_config c = {kinds[i],
+                            qkv_coref_vocab_size(),
+                            qkv_coref_classes(),
+                            qkv_seq_default_width(kinds[i]),
+                            QKV_RNN_TANH,
+                            0,
+                            NAN};
         qkv_seq_model *m = qkv_seq_model_new(&c, NULL);
         printf("%-10s %7zu", qkv_seq_name(kinds[i]), m != NULL ? qkv_params_numel(m->list) : 0);
         qkv_seq_model_free(m);
@@ -194,8 +203,8 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
     char path[4096];
     qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/summary.csv", o->out);
-    FILE *f = cli_csv_create(path, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached",
-                             &err);
+    FILE *f =
+        cli_csv_create(path, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached", &err);
     if (f == NULL)
         return cli_fail("distance: %s", err.message);
     for (int i = 0; i < nk; i++)
@@ -238,8 +247,19 @@ static int parse_models(const char *s, qkv_seq_kind *kinds)
 
 int cmd_distance(int argc, char **argv)
 {
-    dist_opts o = {"attention,rnn,lstm,gru", "0,2,4,8,16,32,64,128", "out/distance", 3, 1000, 32,
-                   25, 0, 0, 0.01, 1.0, QKV_SEQ_FORGET_BIAS, 1};
+    dist_opts o = {"attention,rnn,lstm,gru",
+                   "0,2,4,8,16,32,64,128",
+                   "out/distance",
+                   3,
+                   1000,
+                   32,
+                   25,
+                   0,
+                   0,
+                   0.01,
+                   1.0,
+                   QKV_SEQ_FORGET_BIAS,
+                   1};
     const char *fb = NULL;
     const cli_opt opts[] = {
         {"models", OPT_STR, &o.models, 0, 0, "LIST: of attention, rnn, lstm, gru (default all)"},
@@ -259,31 +279,37 @@ int cmd_distance(int argc, char **argv)
         {"threads", OPT_INT, &o.threads, 1, 64, "N: threads (default QKV_THREADS or 1)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
-    int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
-                      "Trains attention, an Elman RNN, an LSTM and a GRU (about 2.5k\n"
-                      "parameters each) on sentences with k neutral filler tokens between a\n"
-                      "name and its pronoun, which follows it (小明今天跑步，看书，……，他很爱画画),\n"
-                      "with the same optimizer, steps and batches. Writes DIR/runs.csv with\n"
-                      "model,distance,seed,test_acc,steps_to_90,seconds (steps_to_90 is -1\n"
-                      "when validation accuracy never reached 0.9) and prints the tables.",
-                      NULL, 0, NULL);
+    int r =
+        cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
+                  "Trains attention, an Elman RNN, an LSTM and a GRU (about 2.5k\n"
+                  "parameters each) on sentences with k neutral filler tokens between a\n"
+                  "name and its pronoun, which follows it (小明今天跑步，看书，……，他很爱画画),\n"
+                  "with the same optimizer, steps and batches. Writes DIR/runs.csv with\n"
+                  "model,distance,seed,test_acc,steps_to_90,seconds (steps_to_90 is -1\n"
+                  "when validation accuracy never reached 0.9) and prints the tables.",
+                  NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
     if (fb != NULL && strcmp(fb, "pytorch") == 0)
         o.forget_bias = NAN;
     else if (fb != NULL && (cli_parse_double(fb, &o.forget_bias) != 0 || fabs(o.forget_bias) > 100))
-        return cli_usage_error("distance", "--forget-bias: '%s' is not a number in [-100, 100] "
-                               "or 'pytorch'", fb);
+        return cli_usage_error("distance",
+                               "--forget-bias: '%s' is not a number in [-100, 100] "
+                               "or 'pytorch'",
+                               fb);
     qkv_seq_kind kinds[MAX_ITEMS];
     int ks[MAX_ITEMS], nk = parse_models(o.models, kinds);
     int nd = cli_int_list(o.distances, ks, MAX_ITEMS, 0, QKV_DISTANCE_MAX);
     if (nk < 0)
-        return cli_usage_error("distance", "--models: '%s' is not a list of distinct models "
-                               "from attention, rnn, lstm, gru", o.models);
+        return cli_usage_error("distance",
+                               "--models: '%s' is not a list of distinct models "
+                               "from attention, rnn, lstm, gru",
+                               o.models);
     if (nd <= 0)
-        return cli_usage_error("distance", "--distances: '%s' is not a list of up to %d "
-                               "distances from 0 to %d", o.distances, MAX_ITEMS,
-                               QKV_DISTANCE_MAX);
+        return cli_usage_error("distance",
+                               "--distances: '%s' is not a list of up to %d "
+                               "distances from 0 to %d",
+                               o.distances, MAX_ITEMS, QKV_DISTANCE_MAX);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL);
     int kmax = 0;

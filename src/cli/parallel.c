@@ -88,8 +88,7 @@ static int parse_models(const char *s, qkv_seq_kind *kinds)
 
 int cmd_parallel(int argc, char **argv)
 {
-    par_opts o = {"attention,rnn,lstm,gru", "16,32,64,128,256", "out/parallel", 32, 2, 0, 0.2,
-                  1};
+    par_opts o = {"attention,rnn,lstm,gru", "16,32,64,128,256", "out/parallel", 32, 2, 0, 0.2, 1};
     const cli_opt opts[] = {
         {"models", OPT_STR, &o.models, 0, 0, "LIST: of attention, rnn, lstm, gru (default all)"},
         {"lengths", OPT_STR, &o.lengths, 0, 0,
@@ -115,11 +114,15 @@ int cmd_parallel(int argc, char **argv)
     int Ts[MAX_ITEMS], nk = parse_models(o.models, kinds);
     int nt = cli_int_list(o.lengths, Ts, MAX_ITEMS, 9, QKV_DISTANCE_MAX + 8);
     if (nk < 0)
-        return cli_usage_error("parallel", "--models: '%s' is not a list of models from "
-                               "attention, rnn, lstm, gru", o.models);
+        return cli_usage_error("parallel",
+                               "--models: '%s' is not a list of models from "
+                               "attention, rnn, lstm, gru",
+                               o.models);
     if (nt <= 0)
-        return cli_usage_error("parallel", "--lengths: '%s' is not a list of up to %d lengths "
-                               "from 9 to %d", o.lengths, MAX_ITEMS, QKV_DISTANCE_MAX + 8);
+        return cli_usage_error("parallel",
+                               "--lengths: '%s' is not a list of up to %d lengths "
+                               "from 9 to %d",
+                               o.lengths, MAX_ITEMS, QKV_DISTANCE_MAX + 8);
     int tmax = 0;
     for (int i = 0; i < nt; i++)
         tmax = Ts[i] > tmax ? Ts[i] : tmax;
@@ -144,8 +147,12 @@ int cmd_parallel(int argc, char **argv)
     printf("\n");
     for (int i = 0; i < nk && r == CLI_OK; i++)
         for (int j = 0; j < nt && r == CLI_OK; j++) {
-            qkv_seq_config mc = {kinds[i], qkv_coref_vocab_size(), qkv_coref_classes(),
-                                 qkv_seq_default_width(kinds[i]), QKV_RNN_TANH, o.seed,
+            qkv_seq_config mc = {kinds[i],
+                                 qkv_coref_vocab_size(),
+                                 qkv_coref_classes(),
+                                 qkv_seq_default_width(kinds[i]),
+                                 QKV_RNN_TANH,
+                                 o.seed,
                                  QKV_SEQ_FORGET_BIAS};
             qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
             oc.lr = 1e-3;

@@ -15,8 +15,7 @@ qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char 
 
 /* Adds PREFIX.suffix with this shape and init to p; QKV_OK or the list's
  * error (in err). */
-qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix,
-                           const char *suffix, int ndim, const int *shape, qkv_init init,
-                           qkv_error *err);
+qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
+                           int ndim, const int *shape, qkv_init init, qkv_error *err);
 
 #endif

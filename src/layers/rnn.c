@@ -145,8 +145,7 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
     return out;
 }
 
-qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
-                             const qkv_lstm_state *s)
+qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, const qkv_lstm_state *s)
 {
     if (l == NULL) {
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
@@ -168,8 +167,7 @@ qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, i
     memset(g, 0, sizeof *g);
     g->in = in;
     g->hidden = hidden;
-    return cell_params(p, prefix, in, hidden, 3, &g->wx, &g->wh, &g->bx, "bx", &g->bh, "bh",
-                       err);
+    return cell_params(p, prefix, in, hidden, 3, &g->wx, &g->wh, &g->bx, "bx", &g->bh, "bh", err);
 }
 
 qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h)

@@ -34,17 +34,22 @@ extern "C" {
 /* One distance sentence of k fillers drawn with g: its ids (k + 8 of them;
  * room for that many in ids), the pronoun's position (k + 4) and the
  * antecedent's class. QKV_ERR_ARG for k out of [0, QKV_DISTANCE_MAX]. */
-qkv_status qkv_distance_sentence(int k, qkv_rng *g, int *ids, int *len, int *pronoun,
-                                 int *target, qkv_error *err);
+qkv_status qkv_distance_sentence(int k, qkv_rng *g, int *ids, int *len, int *pronoun, int *target,
+                                 qkv_error *err);
 
 /* Fills b with n distance sentences of k fillers (cleared first). */
 qkv_status qkv_distance_batch(qkv_coref_batch *b, int n, int k, qkv_rng *g, qkv_error *err);
 
 /* ---- the models --------------------------------------------------------- */
 
-typedef enum qkv_seq_kind { QKV_SEQ_ATTENTION, QKV_SEQ_RNN, QKV_SEQ_LSTM, QKV_SEQ_GRU } qkv_seq_kind;
+typedef enum qkv_seq_kind {
+    QKV_SEQ_ATTENTION,
+    QKV_SEQ_RNN,
+    QKV_SEQ_LSTM,
+    QKV_SEQ_GRU
+} qkv_seq_kind;
 
-const char *qkv_seq_name(qkv_seq_kind k); /* "attention", "rnn", "lstm", "gru" */
+const char *qkv_seq_name(qkv_seq_kind k);          /* "attention", "rnn", "lstm", "gru" */
 int qkv_seq_parse(const char *s, qkv_seq_kind *k); /* 0, or -1 */
 
 typedef struct qkv_seq_config {
@@ -103,8 +108,8 @@ qkv_status qkv_seq_forward(qkv_seq_model *m, qkv_tape *t, const qkv_coref_batch 
 /* Zero the gradients, reset the tape, forward, backward and an optimizer
  * step; QKV_ERR_NUMERIC (weights untouched) when the loss or a gradient is
  * not finite. */
-qkv_status qkv_seq_train_step(qkv_seq_model *m, qkv_optim *o, qkv_tape *t,
-                              const qkv_coref_batch *b, qkv_seq_out *out);
+qkv_status qkv_seq_train_step(qkv_seq_model *m, qkv_optim *o, qkv_tape *t, const qkv_coref_batch *b,
+                              qkv_seq_out *out);
 
 /* Items of b whose argmax logit is their target, without gradients;
  * resets the tape. -1 after a tape error. */

@@ -20,8 +20,8 @@ static int word(const char *w)
     return qkv_coref_word_id(w);
 }
 
-qkv_status qkv_distance_sentence(int k, qkv_rng *g, int *ids, int *len, int *pronoun,
-                                 int *target, qkv_error *err)
+qkv_status qkv_distance_sentence(int k, qkv_rng *g, int *ids, int *len, int *pronoun, int *target,
+                                 qkv_error *err)
 {
     if (k < 0 || k > QKV_DISTANCE_MAX || g == NULL || ids == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "distance: k %d is not in [0, %d]", k,
@@ -159,8 +159,7 @@ qkv_tensor *qkv_seq_recurrent_weight(const qkv_seq_model *m)
 }
 
 /* The projection of step j's tokens: rows of the cell's W_x. */
-static qkv_tensor *step_input(qkv_tape *t, const qkv_seq_model *m, const qkv_coref_batch *b,
-                              int j)
+static qkv_tensor *step_input(qkv_tape *t, const qkv_seq_model *m, const qkv_coref_batch *b, int j)
 {
     int *ids = qkv_tape_alloc(t, sizeof *ids * (size_t)b->B);
     if (ids == NULL)
@@ -215,8 +214,8 @@ qkv_status qkv_seq_forward(qkv_seq_model *m, qkv_tape *t, const qkv_coref_batch 
     return qkv_tape_status(t);
 }
 
-qkv_status qkv_seq_train_step(qkv_seq_model *m, qkv_optim *o, qkv_tape *t,
-                              const qkv_coref_batch *b, qkv_seq_out *out)
+qkv_status qkv_seq_train_step(qkv_seq_model *m, qkv_optim *o, qkv_tape *t, const qkv_coref_batch *b,
+                              qkv_seq_out *out)
 {
     if (m == NULL || o == NULL || t == NULL)
         return t != NULL ? qkv_tape_fail(t, QKV_ERR_ARG, "seq: no model or no optimizer")
