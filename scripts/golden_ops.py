@@ -7,6 +7,7 @@ Doubles are written in hex, so the references are exact.
 
 Run from the repository root:  python3 scripts/golden_ops.py
 """
+import decimal
 import math
 import os
 import sys
@@ -26,8 +27,15 @@ EPS = 1e-5
 
 
 def gelu(x):
-    k = math.sqrt(2 / math.pi)
-    return 0.5 * x * (1 + math.tanh(k * (x + 0.044715 * x ** 3)))
+    """GELU's tanh form, 0.5·x·(1 + tanh(z)) with z = √(2/π)(x + 0.044715x³),
+    evaluated as x/(1 + e^(-2z)) in 50-digit decimal arithmetic: in double,
+    1 + tanh(z) cancels for negative x (at x = -3.5 it keeps 12 of 16
+    digits), so the reference is computed wider and rounded once."""
+    decimal.getcontext().prec = 50
+    pi = decimal.Decimal("3.14159265358979323846264338327950288419716939937510")
+    d = decimal.Decimal(x)
+    z = (2 / pi).sqrt() * (d + decimal.Decimal("0.044715") * d ** 3)
+    return float(d / (1 + (-2 * z).exp()))
 
 
 def sigmoid(x):

@@ -23,8 +23,8 @@ static const double golden_sigmoid[8] = {
 };
 
 static const double golden_gelu[8] = {
-    -0x1.4310a638bbe00p-11, -0x1.0eebdb1fc3514p-3, -0x1.3bfa4b104180ep-3, 0x0.0p+0,
-    0x1.3288fd823fa07p-3, 0x1.aeb0b772a3ae2p-1, 0x1.5f02ed926408bp+1, 0x1.7fffffffe8cd2p+2
+    -0x1.4310a638bbb3ap-11, -0x1.0eebdb1fc3513p-3, -0x1.3bfa4b104180fp-3, 0x0.0p+0,
+    0x1.3288fd823fa07p-3, 0x1.aeb0b772a3ae1p-1, 0x1.5f02ed926408bp+1, 0x1.7fffffffe8cd2p+2
 };
 
 static const double golden_silu[8] = {
