@@ -217,6 +217,32 @@ START_TEST(test_the_optimizer_state_is_readable)
 }
 END_TEST
 
+START_TEST(test_each_parameter_can_have_its_own_rate)
+{
+    /* plain SGD, lr 0.1, gradient 1: a parameter at scale 0.5 moves 0.05,
+     * one at scale 0 stays, the rest move 0.1 */
+    qkv_tensor *p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = tensor_of(1, (const int[]){1}, (const double[]){1}, 1);
+        p[i]->grad[0] = 1;
+    }
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.lr = 0.1;
+    qkv_optim *o = qkv_optim_new(&c, p, 3, NULL);
+    ck_assert_int_eq(qkv_optim_set_lr_scale(o, 0, 0.5), QKV_OK);
+    ck_assert_int_eq(qkv_optim_set_lr_scale(o, 1, 0), QKV_OK);
+    ck_assert_int_eq(qkv_optim_set_lr_scale(o, 3, 1), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_set_lr_scale(o, 2, -1), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p[0]->data[0], 0.95, 2 * REAL_EPS);
+    ck_assert(p[1]->data[0] == 1);
+    ASSERT_NEAR(p[2]->data[0], 0.9, 2 * REAL_EPS);
+    qkv_optim_free(o);
+    for (int i = 0; i < 3; i++)
+        qkv_tensor_free(p[i]);
+}
+END_TEST
+
 START_TEST(test_warmup_then_cosine)
 {
     /* warm-up 10 steps to 1, cosine down to 0.1 at step 110 */
@@ -683,6 +709,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
     tcase_add_test(tc, test_warmup_then_cosine);
+    tcase_add_test(tc, test_each_parameter_can_have_its_own_rate);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -62,6 +62,12 @@ double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm);
 double qkv_optim_lr(const qkv_optim *o);
 qkv_status qkv_optim_set_lr(qkv_optim *o, double lr);
 
+/* Parameter i's learning rate becomes lr·scale (1 by default), as a
+ * PyTorch parameter group with its own rate: a schedule's qkv_optim_set_lr
+ * moves every rate together. QKV_ERR_ARG for an index out of range or a
+ * negative or non-finite scale. */
+qkv_status qkv_optim_set_lr_scale(qkv_optim *o, int i, double scale);
+
 /* Whether parameter i (in the order given to qkv_optim_new) gets weight
  * decay; every parameter does unless switched off here. */
 void qkv_optim_set_decay(qkv_optim *o, int i, int on);

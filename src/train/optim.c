@@ -15,6 +15,7 @@ struct qkv_optim {
     int n;
     double **m, **v;      /* (n) first and second moments; SGD keeps its velocity in m, no v */
     unsigned char *decay; /* (n) 1: this parameter gets weight decay */
+    double *lr_scale;     /* (n) each parameter's rate is lr times this (1 by default) */
     long t;               /* steps taken */
     double last_norm;
 };
@@ -39,6 +40,7 @@ void qkv_optim_free(qkv_optim *o)
     free(o->m);
     free(o->v);
     free(o->decay);
+    free(o->lr_scale);
     free(o->params);
     free(o);
 }
@@ -85,10 +87,13 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     o->m = qkv_calloc((size_t)n, sizeof *o->m);
     o->v = qkv_calloc((size_t)n, sizeof *o->v);
     o->decay = qkv_malloc((size_t)n);
+    o->lr_scale = qkv_malloc(sizeof *o->lr_scale * (size_t)n);
     o->n = n;
-    int ok = o->params && o->m && o->v && o->decay;
+    int ok = o->params && o->m && o->v && o->decay && o->lr_scale;
     if (ok)
         memset(o->decay, 1, (size_t)n);
+    for (int i = 0; ok && i < n; i++)
+        o->lr_scale[i] = 1;
     for (int i = 0; ok && i < n; i++) {
         o->params[i] = params[i];
         o->m[i] = qkv_calloc(params[i]->numel, sizeof(double));
@@ -150,11 +155,11 @@ static void sgd_update(qkv_optim *o, int i)
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
     double *vel = o->m[i];
-    const double wd = o->decay[i] ? c->weight_decay : 0;
+    const double wd = o->decay[i] ? c->weight_decay : 0, lr = c->lr * o->lr_scale[i];
     for (size_t j = 0; j < p->numel; j++) {
         double g = p->grad[j] + wd * p->data[j];
         vel[j] = c->momentum * vel[j] + g;
-        p->data[j] = (qkv_real)(p->data[j] - c->lr * vel[j]);
+        p->data[j] = (qkv_real)(p->data[j] - lr * vel[j]);
     }
 }
 
@@ -162,17 +167,17 @@ static void adam_update(qkv_optim *o, int i)
 {
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
-    const double wd = o->decay[i] ? c->weight_decay : 0;
+    const double wd = o->decay[i] ? c->weight_decay : 0, lr = c->lr * o->lr_scale[i];
     /* p -= lr·m̂/(sqrt(v̂) + eps) with m̂ = m/bc1, v̂ = v/bc2, rearranged to
      * one division: lr/bc1 · m / (sqrt(v)/sqrt(bc2) + eps) */
     const qkv_adam_coef k = {
         c->beta1,
         c->beta2,
-        c->lr / (1 - pow(c->beta1, (double)o->t)),
+        lr / (1 - pow(c->beta1, (double)o->t)),
         1 / sqrt(1 - pow(c->beta2, (double)o->t)),
         c->eps,
         c->kind == QKV_ADAMW ? 0 : wd,
-        c->kind == QKV_ADAMW ? 1 - c->lr * wd : 1,
+        c->kind == QKV_ADAMW ? 1 - lr * wd : 1,
     };
     qkv_adam_update(p->data, p->grad, o->m[i], o->v[i], p->numel, &k);
 }
@@ -225,6 +230,14 @@ qkv_status qkv_optim_set_lr(qkv_optim *o, double lr)
     if (o == NULL || !(lr >= 0) || !isfinite(lr))
         return QKV_ERR_ARG;
     o->cfg.lr = lr;
+    return QKV_OK;
+}
+
+qkv_status qkv_optim_set_lr_scale(qkv_optim *o, int i, double scale)
+{
+    if (o == NULL || i < 0 || i >= o->n || !(scale >= 0) || !isfinite(scale))
+        return QKV_ERR_ARG;
+    o->lr_scale[i] = scale;
     return QKV_OK;
 }
 
