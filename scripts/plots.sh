@@ -13,6 +13,10 @@
 #   DATA_DIR/distance/summary.csv      qkv distance                   -> distance.png
 #   DATA_DIR/bptt/grads.csv            qkv bptt                       -> bptt.png
 #   DATA_DIR/parallel/steps.csv        qkv parallel                   -> parallel.png
+#   DATA_DIR/ablate/summary.csv        qkv ablate                     -> ablate.png
+#   (and DATA_DIR/ablate-roles/summary.csv from qkv ablate --task roles, if there)
+#   DATA_DIR/softmax.csv with base_2,base_e,base_10 columns (qkv softmax --base 2,e,10)
+#   and DATA_DIR/ablate/curves.csv                                    -> softmax_base.png
 # Missing inputs are named, the rest is still drawn, and the exit status is 1.
 set -u
 data=${1:-out}
@@ -110,5 +114,21 @@ if [ -s "$csv" ]; then
             END { print m + 0 }' "$csv")"
 else
     render parallel parallel "$csv" "build/qkv parallel --out $data/parallel"
+fi
+csv=$data/ablate/summary.csv
+roles=$data/ablate-roles/summary.csv
+[ -s "$roles" ] || roles=
+render ablate ablate "$csv" "build/qkv ablate --out $data/ablate" "roles='$roles'"
+curves=$data/ablate/curves.csv
+if [ -s "$curves" ] && head -n 1 "$data/softmax.csv" 2>/dev/null |
+    grep -q 'base_2,base_e,base_10'; then
+    render softmax_base softmax_base "$data/softmax.csv" "" \
+        "vec='$(first_value "$data/softmax.csv" vector)'; curves='$curves';
+         seed='$(first_value "$curves" seed)'"
+else
+    echo "plots: skipped softmax_base.png: missing $data/softmax.csv with bases 2,e,10 or" \
+        "$curves (make them with: build/qkv softmax --base 2,e,10 --csv $data/softmax.csv;" \
+        "build/qkv ablate --out $data/ablate)" >&2
+    status=1
 fi
 exit $status

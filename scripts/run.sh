@@ -2,7 +2,7 @@
 # The main job (`make run`): train the coreference model, resolve the
 # tutorial's sentence, measure √d_k saturation under SGD and Adam, run the
 # RNN chapter's three experiments (short versions: the full sweeps are
-# behind the commands' flags), and draw every plot. Expects `make` to have
+# behind the commands' flags), run the ablations, and draw every plot. Expects `make` to have
 # built build/qkv.
 set -eu
 qkv=${QKV:-build/qkv}
@@ -10,7 +10,7 @@ out=${OUT:-out}
 sentence="小明是个运动达人，他平时很爱打篮球"
 
 n=0
-step() { n=$((n + 1)); printf '\n== %d/8 %s\n' "$n" "$*"; }
+step() { n=$((n + 1)); printf '\n== %d/9 %s\n' "$n" "$*"; }
 
 step "train Wq, Wk, Wv on the coreference task"
 "$qkv" train --log "$out/train.csv" --save "$out/coref.safetensors"
@@ -18,8 +18,8 @@ step "train Wq, Wk, Wv on the coreference task"
 step "resolve the tutorial's sentence"
 "$qkv" resolve --model "$out/coref.safetensors" --csv "$out/heatmap.csv" "$sentence"
 
-step "linear vs exponential normalisation"
-"$qkv" softmax --csv "$out/softmax.csv"
+step "linear vs exponential normalisation, and the softmax's base"
+"$qkv" softmax --base 2,e,10 --csv "$out/softmax.csv"
 
 step "sqrt(d_k) saturation sweep, SGD then Adam"
 "$qkv" saturation --seeds 3 --out "$out/saturation"
@@ -34,7 +34,12 @@ step "the gradient through time (qkv bptt)"
 step "critical path and step time against T (qkv parallel)"
 "$qkv" parallel --min-time 0.02 --out "$out/parallel"
 
+step "ablations: why V, why Q and K, why e (qkv ablate)"
+"$qkv" ablate --out "$out/ablate"
+"$qkv" ablate --task roles --seeds 10 --out "$out/ablate-roles"
+
 step "plots"
 sh "$(dirname "$0")/plots.sh" "$out" "$out/plots"
 printf '\nDone. Plots are in %s/plots/: loss.png saturation.png saturation_adam.png\n' "$out"
 printf 'variance.png heatmap.png softmax.png distance.png bptt.png parallel.png\n'
+printf 'ablate.png softmax_base.png\n'

@@ -17,14 +17,14 @@ qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad
 int main(void)
 {
     /* the library bottom up, then the app, then the program */
-    Suite *(*suites[])(void) = {tensor_suite,     tape_suite,        kernels_suite,
-                                ops_suite,        elementwise_suite, shape_suite,
-                                norm_suite,       attention_suite,   threads_suite,
-                                rng_suite,        gradcheck_suite,   optim_suite,
-                                params_suite,     layers_suite,      safetensors_suite,
-                                coref_data_suite, coref_model_suite, coref_checkpoint_suite,
-                                coref_seq_suite,  demo_suite,        cli_suite,
-                                faults_suite};
+    Suite *(*suites[])(void) = {tensor_suite,     tape_suite,         kernels_suite,
+                                ops_suite,        elementwise_suite,  shape_suite,
+                                norm_suite,       attention_suite,    threads_suite,
+                                rng_suite,        gradcheck_suite,    optim_suite,
+                                params_suite,     layers_suite,       safetensors_suite,
+                                coref_data_suite, coref_model_suite,  coref_checkpoint_suite,
+                                coref_seq_suite,  coref_ablate_suite, demo_suite,
+                                cli_suite,        faults_suite};
     SRunner *sr = srunner_create(suites[0]());
     for (size_t i = 1; i < sizeof suites / sizeof suites[0]; i++)
         srunner_add_suite(sr, suites[i]());

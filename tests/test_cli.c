@@ -70,8 +70,9 @@ static void expect(const char *args, int code, const char *part)
 
 START_TEST(test_every_command_has_help)
 {
-    static const char *cmds[] = {"demo",       "gradcheck", "train",    "eval", "resolve",
-                                 "saturation", "softmax",   "distance", "bptt", "parallel"};
+    static const char *cmds[] = {"demo",    "gradcheck",  "train",   "eval",
+                                 "resolve", "saturation", "softmax", "distance",
+                                 "bptt",    "parallel",   "ablate"};
     char args[64], want[64];
     expect("--help", 0, "Usage: qkv <command>");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -99,6 +100,11 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("bptt --rho 0.5,0", 2, "--rho: '0.5,0' is not a list of up to 16 radii in (0, 10]");
     expect("bptt --length 8", 2, "--length");
     expect("parallel --lengths 8", 2, "--lengths: '8' is not a list");
+    expect("ablate --task poetry", 2, "--task: 'poetry' is neither coref nor roles");
+    expect("ablate --variants full,no-q", 2, "--variants: 'full,no-q' is not a list");
+    expect("ablate --task roles --variants shared-qk", 2, "distinct roles variants");
+    expect("ablate --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
+    expect("softmax --base 1", 2, "--base");
 }
 END_TEST
 
@@ -203,6 +209,69 @@ START_TEST(test_distance_rnn_and_attention_resolve_adjacent_pronouns)
     csv = slurp_path(path);
     ck_assert(strncmp(csv, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached\n", 62) ==
               0);
+    free(csv);
+}
+END_TEST
+
+START_TEST(test_softmax_in_base_b_is_b_to_the_z_over_its_sum)
+{
+    /* by hand: 2^(1,2,3)/14 = (1,2,4)/7 and 10^(1,2,3)/1110 = (1,10,100)/111 */
+    char *out;
+    ck_assert_int_eq(run("softmax --base 2,10,e --csv sb.csv 1,2,3", &out), 0);
+    ck_assert_msg(strstr(out, "2^z/Σ2^z") && strstr(out, "10^z/Σ10^z"), "%s", out);
+    free(out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/sb.csv", tmp);
+    char *csv = slurp_path(path);
+    double p2[3], p10[3], pe[3], soft[3];
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "base_2", p2, 3), 3);
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "base_10", p10, 3), 3);
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "base_e", pe, 3), 3);
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "softmax", soft, 3), 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert(fabs(p2[i] - (double)(1 << i) / 7) < 1e-5);
+        ck_assert(fabs(p10[i] - pow(10, i) / 111) < 1e-5);
+        ck_assert(pe[i] == soft[i]);
+    }
+    free(csv);
+}
+END_TEST
+
+START_TEST(test_ablate_shared_qk_looks_at_itself_and_noself_stops_it)
+{
+    /* With Wk = Wq the score of a token with itself, |q|²/√d_k, is the
+     * largest of its row unless training pushes it down: shared-qk puts
+     * more weight on the pronoun itself than full does, on every seed, and
+     * the mask takes it to 0. base-2-matched follows full's curve. */
+    char *out;
+    ck_assert_int_eq(run("ablate --quiet --variants full,shared-qk,shared-qk-noself,base-2-matched "
+                         "--seeds 3 --steps 100 --out ab",
+                         &out),
+                     0);
+    ck_assert_msg(strstr(out, "attn->self") && strstr(out, "base-2-matched"), "%s", out);
+    free(out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/ab/runs.csv", tmp);
+    char *csv = slurp_path(path);
+    double full[3], shared[3], noself[3], acc[3];
+    ck_assert_int_eq(csv_column(csv, "variant", "full", "attn_self", full, 3), 3);
+    ck_assert_int_eq(csv_column(csv, "variant", "shared-qk", "attn_self", shared, 3), 3);
+    ck_assert_int_eq(csv_column(csv, "variant", "shared-qk-noself", "attn_self", noself, 3), 3);
+    for (int s = 0; s < 3; s++) {
+        ck_assert_msg(shared[s] > full[s] + 0.05, "seed %d: shared %g full %g", s, shared[s],
+                      full[s]);
+        ck_assert(noself[s] == 0);
+    }
+    ck_assert_int_eq(csv_column(csv, "variant", "full", "test_acc", acc, 3), 3);
+    ck_assert(acc[0] >= 0.9 && acc[1] >= 0.9 && acc[2] >= 0.9);
+    free(csv);
+    snprintf(path, sizeof path, "%s/ab/curves.csv", tmp);
+    csv = slurp_path(path);
+    double a[30], b[30];
+    ck_assert_int_eq(csv_column(csv, "variant", "full", "val_loss", a, 30), 30);
+    ck_assert_int_eq(csv_column(csv, "variant", "base-2-matched", "val_loss", b, 30), 30);
+    for (int i = 0; i < 30; i++) /* Adam's ε: a relative 1e-5 */
+        ck_assert_msg(fabs(a[i] - b[i]) <= 1e-3 * a[i], "%d: %g vs %g", i, a[i], b[i]);
     free(csv);
 }
 END_TEST
@@ -357,9 +426,9 @@ END_TEST
 
 START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
 {
-    static const char *pngs[] = {"loss",     "saturation", "saturation_adam",
-                                 "variance", "heatmap",    "softmax",
-                                 "distance", "bptt",       "parallel"};
+    static const char *pngs[] = {"loss",     "saturation", "saturation_adam", "variance",
+                                 "heatmap",  "softmax",    "distance",        "bptt",
+                                 "parallel", "ablate",     "softmax_base"};
     char cmd[512], path[160];
     snprintf(cmd, sizeof cmd, "sh '%s/../../scripts/plots.sh' '%s/plots' '%s/png' >/dev/null 2>&1",
              QKV_TEST_DATA, QKV_TEST_DATA, tmp);
@@ -685,6 +754,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
+    tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
+    tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);
     tcase_add_test(tc, test_parallel_rnn_paths_grow_with_t_and_attentions_do_not);
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);

@@ -62,6 +62,7 @@ Suite *coref_data_suite(void);
 Suite *coref_model_suite(void);
 Suite *coref_checkpoint_suite(void);
 Suite *coref_seq_suite(void);
+Suite *coref_ablate_suite(void);
 /* the program */
 Suite *demo_suite(void);
 Suite *cli_suite(void);

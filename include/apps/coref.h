@@ -17,5 +17,6 @@
 #include "apps/coref/checkpoint.h"
 #include "apps/coref/fit.h"
 #include "apps/coref/seq.h"
+#include "apps/coref/ablate.h"
 
 #endif

@@ -73,6 +73,9 @@ int cli_parse_double(const char *s, double *out);
  * none, a number out of range, or more than max items. */
 int cli_int_list(const char *s, int *out, int max, int lo, int hi);
 
+/* The mean of x[0..n) and its sample standard deviation (0 for n = 1). */
+void cli_mean_sd(const double *x, int n, double *mean, double *sd);
+
 /* Display width of UTF-8 text in terminal columns: CJK ideographs and
  * full-width forms count 2, other characters 1. */
 int cli_text_width(const char *s);
@@ -91,6 +94,7 @@ int cmd_softmax(int argc, char **argv);
 int cmd_distance(int argc, char **argv);
 int cmd_bptt(int argc, char **argv);
 int cmd_parallel(int argc, char **argv);
+int cmd_ablate(int argc, char **argv);
 
 /* ---- shared by several subcommands ---- */
 

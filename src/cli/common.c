@@ -331,3 +331,14 @@ int cli_fclose(FILE *f)
     int bad = ferror(f);
     return fclose(f) != 0 || bad ? -1 : 0;
 }
+
+void cli_mean_sd(const double *x, int n, double *mean, double *sd)
+{
+    double s = 0, ss = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i];
+    *mean = s / n;
+    for (int i = 0; i < n; i++)
+        ss += (x[i] - *mean) * (x[i] - *mean);
+    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}

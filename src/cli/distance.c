@@ -121,17 +121,6 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
     return rc;
 }
 
-static void mean_sd(const double *x, int n, double *mean, double *sd)
-{
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++)
-        s += x[i];
-    *mean = s / n;
-    for (int i = 0; i < n; i++)
-        ss += (x[i] - *mean) * (x[i] - *mean);
-    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
-}
-
 static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, const int *ks,
                         int nd, dist_result (*res)[MAX_ITEMS][MAX_SEEDS])
 {
@@ -159,7 +148,7 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
             double x[MAX_SEEDS], mean, sd;
             for (int s = 0; s < o->seeds; s++)
                 x[s] = res[i][d][s].acc;
-            mean_sd(x, o->seeds, &mean, &sd);
+            cli_mean_sd(x, o->seeds, &mean, &sd);
             if (o->seeds > 1)
                 printf("  %.3f±%.3f", mean, sd);
             else
@@ -216,7 +205,7 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
                 if (res[i][d][s].steps90 >= 0)
                     steps += res[i][d][s].steps90, reached++;
             }
-            mean_sd(x, o->seeds, &mean, &sd);
+            cli_mean_sd(x, o->seeds, &mean, &sd);
             fprintf(f, "%s,%d,%d,%.4f,%.4f,%.1f,%d\n", qkv_seq_name(kinds[i]), ks[d], o->seeds,
                     mean, sd, reached ? steps / reached : -1.0, reached);
         }

@@ -24,6 +24,7 @@ static const command commands[] = {
     {"distance", cmd_distance, "RNN, LSTM, GRU and attention as the pronoun moves away"},
     {"bptt", cmd_bptt, "gradient norms through time against the recurrence's radius"},
     {"parallel", cmd_parallel, "critical path and step time against sequence length"},
+    {"ablate", cmd_ablate, "why V, why Q and K, why e: train without each, compare"},
 };
 
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))

@@ -130,22 +130,11 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     return rc;
 }
 
-static void mean_std(const double *x, int n, double *mean, double *sd)
-{
-    double s = 0, ss = 0;
-    for (int i = 0; i < n; i++)
-        s += x[i];
-    *mean = s / n;
-    for (int i = 0; i < n; i++)
-        ss += (x[i] - *mean) * (x[i] - *mean);
-    *sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
-}
-
 /* "1.23" or "1.23±0.04" */
 static const char *fmt_stat(char *buf, size_t len, const double *x, int n, const char *f)
 {
     double m, sd;
-    mean_std(x, n, &m, &sd);
+    cli_mean_sd(x, n, &m, &sd);
     int used = snprintf(buf, len, f, m);
     if (n > 1 && used > 0 && (size_t)used < len)
         snprintf(buf + used, len - (size_t)used, "±%.2g", sd);

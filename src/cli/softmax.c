@@ -65,28 +65,85 @@ static int parse_vector(const char *s, double *out, int max)
     }
 }
 
+#define MAX_BASES 4
+
+/* Parses "2,e,10" into bases > 1 (at most 1e6; "e" is e) and their
+ * labels: the count, or -1. */
+static int parse_bases(const char *s, double *base, char (*label)[16])
+{
+    char item[16];
+    int n = 0;
+    for (const char *p = s;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || n >= MAX_BASES)
+            return -1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (strcmp(item, "e") == 0)
+            base[n] = QKV_ABLATE_E;
+        else if (cli_parse_double(item, &base[n]) != 0 || !(base[n] > 1) || base[n] > 1e6)
+            return -1;
+        strcpy(label[n++], item);
+        p += len;
+        if (*p == '\0')
+            return n;
+    }
+}
+
+static int argmax(const double *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        best = x[i] > x[best] ? i : best;
+    return best;
+}
+
+static int argmin(const double *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        best = x[i] < x[best] ? i : best;
+    return best;
+}
+
 int cmd_softmax(int argc, char **argv)
 {
-    const char *csv = NULL;
+    const char *csv = NULL, *bases = NULL;
     char *vec[MAX_VEC];
     int nvec = 0;
     const cli_opt opts[] = {
         {"csv", OPT_PATH, &csv, 0, 0,
          "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
+        {"base", OPT_STR, &bases, 0, 0,
+         "LIST: also normalise in these bases, b^z/Σb^z (e.g. 2,e,10; up to 4)"},
     };
-    int r = cli_parse(argc, argv, opts, 1, "[--csv FILE] [VECTOR ...]",
+    int r = cli_parse(argc, argv, opts, 2, "[--csv FILE] [--base LIST] [VECTOR ...]",
                       "Normalises each VECTOR (comma-separated numbers; default 1,2,3 and\n"
                       "-1,2,-0.5, the tutorial's examples) two ways: linearly, z/Σz, and with\n"
-                      "softmax, e^z/Σe^z. Linear weights can be negative or blow up.",
+                      "softmax, e^z/Σe^z. Linear weights can be negative or blow up.\n"
+                      "With --base, also b^z/Σb^z = e^(z·ln b)/Σe^(z·ln b): base b is base e at\n"
+                      "temperature 1/ln b, and its gradient carries the factor ln b. The CSV\n"
+                      "then gets one more column per base, base_<b>.",
                       vec, MAX_VEC, &nvec);
     if (r != CLI_OK)
         return r;
+    double base[MAX_BASES];
+    char blabel[MAX_BASES][16] = {{0}};
+    int nb = 0;
+    if (bases != NULL && (nb = parse_bases(bases, base, blabel)) < 0)
+        return cli_usage_error("softmax",
+                               "--base: '%s' is not a list of up to %d bases, each e or a "
+                               "number in (1, 1e6]",
+                               bases, MAX_BASES);
     char *defaults[2] = {"1,2,3", "-1,2,-0.5"};
     char **use = nvec ? vec : defaults;
     nvec = nvec ? nvec : 2;
     FILE *out = NULL;
     qkv_error err = qkv_error_none();
-    if (csv != NULL && (out = cli_csv_create(csv, "vector,i,z,linear,softmax", &err)) == NULL)
+    char header[256] = "vector,i,z,linear,softmax";
+    for (int k = 0; k < nb; k++)
+        snprintf(header + strlen(header), sizeof header - strlen(header), ",base_%s", blabel[k]);
+    if (csv != NULL && (out = cli_csv_create(csv, header, &err)) == NULL)
         return cli_fail("softmax: %s", err.message);
     for (int v = 0; v < nvec && r == CLI_OK; v++) {
         double z[MAX_LEN], p[MAX_LEN];
@@ -103,20 +160,51 @@ int cmd_softmax(int argc, char **argv)
             used += (size_t)snprintf(label + used, sizeof label - used, i ? ";%g" : "%g", z[i]);
             sum += z[i];
         }
+        double pb[MAX_BASES][MAX_LEN], zb[MAX_LEN];
         if (softmax_of(z, n, p) != QKV_OK) {
             r = CLI_FAIL;
             break;
         }
+        for (int k = 0; k < nb && r == CLI_OK; k++) { /* the library's softmax of z·ln b */
+            for (int i = 0; i < n; i++)
+                zb[i] = z[i] * log(base[k]);
+            if (softmax_of(zb, n, pb[k]) != QKV_OK)
+                r = CLI_FAIL;
+        }
+        if (r != CLI_OK)
+            break;
         printf("z = [%s]   Σz = %g\n", use[v], sum);
-        printf("  %3s %10s %12s %12s\n", "i", "z", "z/Σz", "e^z/Σe^z");
+        printf("  %3s %10s %12s %12s", "i", "z", "z/Σz", "e^z/Σe^z");
+        for (int k = 0; k < nb; k++) {
+            char h[160];
+            snprintf(h, sizeof h, "%s^z/Σ%s^z", blabel[k], blabel[k]);
+            printf(" %*s", 12 + (int)strlen(h) - cli_text_width(h), h);
+        }
+        printf("\n");
         for (int i = 0; i < n; i++) {
             double lin = sum != 0 ? z[i] / sum : NAN;
-            printf("  %3d %10g %12.4f %12.4f%s\n", i, z[i], lin, p[i],
-                   sum == 0             ? "   <- undefined: Σz = 0"
-                   : lin < 0 || lin > 1 ? "   <- not a weight"
-                                        : "");
-            if (out != NULL)
-                fprintf(out, "%s,%d,%g,%.6g,%.6g\n", label, i, z[i], lin, p[i]);
+            printf("  %3d %10g %12.4f %12.4f", i, z[i], lin, p[i]);
+            for (int k = 0; k < nb; k++)
+                printf(" %12.4f", pb[k][i]);
+            printf("%s\n", sum == 0             ? "   <- undefined: Σz = 0"
+                           : lin < 0 || lin > 1 ? "   <- not a weight"
+                                                : "");
+            if (out != NULL) {
+                fprintf(out, "%s,%d,%g,%.6g,%.6g", label, i, z[i], lin, p[i]);
+                for (int k = 0; k < nb; k++)
+                    fprintf(out, ",%.6g", pb[k][i]);
+                fprintf(out, "\n");
+            }
+        }
+        if (nb > 0) {
+            printf("  %3s %10s %12s %12s", "", "ln b", "", "1");
+            for (int k = 0; k < nb; k++)
+                printf(" %12.4f", log(base[k]));
+            printf("\n  %-27s %12s %12.4g", "largest / smallest weight", "",
+                   p[argmax(p, n)] / p[argmin(p, n)]);
+            for (int k = 0; k < nb; k++)
+                printf(" %12.4g", pb[k][argmax(pb[k], n)] / pb[k][argmin(pb[k], n)]);
+            printf("\n");
         }
         printf("\n");
     }

@@ -10,6 +10,7 @@
 
 #include "apps/coref/data.h"
 #include "apps/coref/model.h"
+#include "qkv/rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,6 +19,12 @@ extern "C" {
 /* Appends an example to the batch: the pronoun is the query, the
  * antecedent's class the target and its token the mark. */
 qkv_status qkv_coref_batch_add_example(qkv_coref_batch *b, const qkv_coref_example *ex);
+
+/* Fills b with the next items of ex in the order order[0..n), which g
+ * reshuffles at the start of every epoch (when *pos is 0); the batches
+ * qkv_coref_fit trains on. */
+void qkv_coref_draw_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_example *ex, int *order,
+                          int n, int *pos);
 
 /* Accuracy, loss and attention mass on the antecedent over examples. */
 typedef struct qkv_coref_eval {

@@ -48,10 +48,8 @@ qkv_status qkv_coref_evaluate(qkv_coref_model *m, qkv_tape *t, qkv_coref_batch *
     return s;
 }
 
-/* Fills the batch with the next items of order, reshuffling order by g at
- * the start of every epoch (*pos == 0). */
-static void next_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_example *ex, int *order,
-                       int n, int *pos)
+void qkv_coref_draw_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_example *ex, int *order,
+                          int n, int *pos)
 {
     qkv_coref_batch_clear(b);
     while (b->B < b->cap_b) {
@@ -86,7 +84,7 @@ qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_core
     qkv_status s = QKV_OK;
     for (int step = 1; step <= steps; step++) {
         qkv_coref_out f;
-        next_batch(&g, batch, d->train, order, d->n_train, &pos);
+        qkv_coref_draw_batch(&g, batch, d->train, order, d->n_train, &pos);
         s = qkv_coref_train_step(m, o, t, batch, &f);
         if (s == QKV_ERR_NUMERIC) {
             qkv_error_set(err, s, "diverged at step %d: the loss or a gradient is not finite",
