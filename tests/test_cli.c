@@ -219,6 +219,14 @@ START_TEST(test_softmax_in_base_b_is_b_to_the_z_over_its_sum)
     char *out;
     ck_assert_int_eq(run("softmax --base 2,10,e --csv sb.csv 1,2,3", &out), 0);
     ck_assert_msg(strstr(out, "2^z/Σ2^z") && strstr(out, "10^z/Σ10^z"), "%s", out);
+    /* ∂p₃/∂z₃ = ln b·p₃(1 - p₃): e (e²/(e+e²+e³))(1 - ...) = 0.2227, ln 2·(4/7)(3/7) =
+     * 0.1698, ln 10·(100/111)(11/111) = 0.2056, by the tape and by the formula */
+    const char *grad = strstr(out, "∂p/∂z at the largest z");
+    ck_assert_msg(grad != NULL, "%s", out);
+    char want[96];
+    snprintf(want, sizeof want, "%.4f %12.4f %12.4f %12.4f", 0.2227, log(2) * 12 / 49,
+             log(10) * 1100 / 12321, 0.2227);
+    ck_assert_msg(strstr(grad, want) != NULL, "no '%s' in %s", want, grad);
     free(out);
     char path[160];
     snprintf(path, sizeof path, "%s/sb.csv", tmp);

@@ -67,7 +67,8 @@ START_TEST(test_full_is_the_coreference_model_number_for_number)
     qkv_coref_config c = {qkv_coref_vocab_size(), 8, qkv_coref_classes(), 1, 0.1, 7};
     qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
     ck_assert_ptr_nonnull(m);
-    const qkv_tensor *mine[] = {a->wq, a->wk, a->wv, a->wo}, *theirs[] = {m->wq, m->wk, m->wv, m->wo};
+    const qkv_tensor *mine[] = {a->wq, a->wk, a->wv, a->wo},
+                     *theirs[] = {m->wq, m->wk, m->wv, m->wo};
     for (int p = 0; p < 4; p++)
         ck_assert(memcmp(mine[p]->data, theirs[p]->data, sizeof(qkv_real) * mine[p]->numel) == 0);
     qkv_ablate_out o;
@@ -119,7 +120,8 @@ START_TEST(test_each_variant_computes_what_its_name_says)
                     if (c->kind == QKV_ABLATE_SHARED_QK || c->kind == QKV_ABLATE_SHARED_QK_NOSELF)
                         ck_assert(o.f.scores->data[((size_t)i * T + r) * T + j] ==
                                   o.f.scores->data[((size_t)i * T + j) * T + r]);
-                    want[j] = c->kind == QKV_ABLATE_SHARED_QK_NOSELF && j == r ? 0 : pow(c->base, s);
+                    want[j] =
+                        c->kind == QKV_ABLATE_SHARED_QK_NOSELF && j == r ? 0 : pow(c->base, s);
                     z += want[j];
                 }
                 for (int j = 0; j < T; j++)
@@ -178,7 +180,8 @@ START_TEST(test_a_matched_base_follows_full_with_adam)
         }
         qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
         oc.lr = 0.01;
-        qkv_optim *oe = qkv_params_optim(e->list, &oc, NULL), *om = qkv_params_optim(m->list, &oc, NULL);
+        qkv_optim *oe = qkv_params_optim(e->list, &oc, NULL),
+                  *om = qkv_params_optim(m->list, &oc, NULL);
         for (int i = 0; i < qkv_params_count(m->list); i++) {
             const double want = i < 2 ? f : 1; /* wq, wk, then wv, wo */
             ck_assert(qkv_ablate_lr_scale(m, i) == want);
@@ -266,8 +269,7 @@ static double roles_fit(qkv_roles_kind kind, uint64_t seed, int steps, double *t
     for (int s = 0; s < steps; s++)
         ck_assert_int_eq(qkv_roles_train_step(m, o, t, train, n_train, &loss), QKV_OK);
     ck_assert_int_eq(qkv_roles_accuracy(m, t, train, n_train, NULL, NULL, train_both), QKV_OK);
-    ck_assert_int_eq(qkv_roles_accuracy(m, t, test, QKV_ROLES_HELD_OUT, NULL, NULL, &both),
-                     QKV_OK);
+    ck_assert_int_eq(qkv_roles_accuracy(m, t, test, QKV_ROLES_HELD_OUT, NULL, NULL, &both), QKV_OK);
     qkv_optim_free(o);
     qkv_tape_free(t);
     qkv_roles_model_free(m);

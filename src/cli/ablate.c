@@ -220,7 +220,6 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
 
 /* ---- the report ---------------------------------------------------------- */
 
-
 /* RMS over seeds and evaluation points of the difference between two
  * variants' validation-loss curves; seed_shift pairs seed s of a with seed
  * s + shift of b (0: the same seed). NAN when there is nothing to pair. */
@@ -253,9 +252,8 @@ static void print_report(const ablate_opts *o, int roles, const char *const *nam
                  : "Coreference (他 -> 小明), test split: templates never trained on",
            o->lr, o->steps, o->batch, o->seeds, o->seeds > 1 ? "s" : "",
            (unsigned long long)o->seed, roles ? "" : "; d_k as --d-k");
-    printf("%-18s %7s %15s %9s %10s %10s\n", "variant", "params",
-           roles ? "both right" : "test acc", "to 90%", roles ? "A right" : "attn->name",
-           roles ? "B right" : "attn->self");
+    printf("%-18s %7s %15s %9s %10s %10s\n", "variant", "params", roles ? "both right" : "test acc",
+           "to 90%", roles ? "A right" : "attn->name", roles ? "B right" : "attn->self");
     for (int v = 0; v < nv; v++) {
         double acc[MAX_SEEDS], ante[MAX_SEEDS], self[MAX_SEEDS], m, sd, ma, sa, ms, ss;
         double steps = 0;
@@ -277,8 +275,8 @@ static void print_report(const ablate_opts *o, int roles, const char *const *nam
             snprintf(cell, sizeof cell, "%.0f(%d/%d)", steps / got, got, o->seeds);
         else
             snprintf(cell, sizeof cell, "%.0f", steps / got);
-        printf("%-18s %7zu %9.3f±%.3f %9s %10.3f %10.3f\n", names[v], res[v][0].params, m, sd,
-               cell, ma, ms);
+        printf("%-18s %7zu %9.3f±%.3f %9s %10.3f %10.3f\n", names[v], res[v][0].params, m, sd, cell,
+               ma, ms);
     }
     if (roles)
         return;
@@ -326,26 +324,28 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
     /* summary.csv: per variant, means over the seeds (sd of the accuracy) */
     snprintf(path, sizeof path, "%s/summary.csv", o->out);
     f = cli_csv_create(path,
-                       roles ? "variant,params,seeds,both_mean,both_sd,steps_to_90_mean,reached,"
-                               "a_mean,b_mean"
-                             : "variant,params,seeds,acc_mean,acc_sd,steps_to_90_mean,reached,"
-                               "attn_antecedent_mean,attn_self_mean",
+                       roles ? "variant,params,seeds,both_mean,both_sd,steps_to_90_mean,"
+                               "steps_to_90_sd,reached,a_mean,b_mean"
+                             : "variant,params,seeds,acc_mean,acc_sd,steps_to_90_mean,"
+                               "steps_to_90_sd,reached,attn_antecedent_mean,attn_self_mean",
                        &err);
     if (f == NULL)
         return cli_fail("ablate: %s", err.message);
     for (int v = 0; v < nv; v++) {
-        double acc[MAX_SEEDS], m, sd, a = 0, b = 0, steps = 0;
+        double acc[MAX_SEEDS], steps[MAX_SEEDS], m, sd, sm = -1, ssd = 0, a = 0, b = 0;
         int reached = 0;
         for (int s = 0; s < o->seeds; s++) {
             acc[s] = res[v][s].acc;
             a += res[v][s].antecedent / o->seeds;
             b += res[v][s].self / o->seeds;
             if (res[v][s].steps90 >= 0)
-                steps += res[v][s].steps90, reached++;
+                steps[reached++] = res[v][s].steps90;
         }
         cli_mean_sd(acc, o->seeds, &m, &sd);
-        fprintf(f, "%s,%zu,%d,%.4f,%.4f,%.1f,%d,%.4f,%.4f\n", names[v], res[v][0].params, o->seeds,
-                m, sd, reached ? steps / reached : -1.0, reached, a, b);
+        if (reached > 0)
+            cli_mean_sd(steps, reached, &sm, &ssd);
+        fprintf(f, "%s,%zu,%d,%.4f,%.4f,%.1f,%.1f,%d,%.4f,%.4f\n", names[v], res[v][0].params,
+                o->seeds, m, sd, sm, ssd, reached, a, b);
     }
     if (cli_fclose(f) != 0)
         return cli_fail("ablate: cannot write %s", path);
@@ -378,7 +378,8 @@ int cmd_ablate(int argc, char **argv)
     ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, 16, 10, 0, 0, 0.01, 1};
     const cli_opt opts[] = {
         {"task", OPT_STR, &o.task, 0, 0, "NAME: coref (default) or roles"},
-        {"variants", OPT_STR, &o.variants, 0, 0, "LIST: variants to train (default: all the task's)"},
+        {"variants", OPT_STR, &o.variants, 0, 0,
+         "LIST: variants to train (default: all the task's)"},
         {"seeds", OPT_INT, &o.seeds, 1, MAX_SEEDS, "N: seeds per variant (default 3)"},
         {"steps", OPT_INT, &o.steps, 1, 1e6, "N: steps per run (default 300; roles 600)"},
         {"batch", OPT_INT, &o.batch, 1, 1024, "N: sentences per step (default 32)"},
@@ -391,28 +392,27 @@ int cmd_ablate(int argc, char **argv)
         {"threads", OPT_INT, &o.threads, 1, 64, "N: threads (default QKV_THREADS or 1)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
-    int r = cli_parse(
-        argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
-        "Trains the attention layer with one piece changed at a time, with the\n"
-        "same data, batches, optimizer and steps, and compares them.\n"
-        "coref variants (the tutorial's task, 他 -> 小明):\n"
-        "  full              softmax(Q·Kᵀ/√d_k)·V, as qkv train\n"
-        "  no-v              softmax(Q·Kᵀ/√d_k)·X: no Wv\n"
-        "  shared-qk         Wk = Wq: one matrix, symmetric scores\n"
-        "  shared-qk-noself  the same, each token barred from attending to itself\n"
-        "  bilinear          S = X·M·Xᵀ with one vocab×vocab matrix M\n"
-        "  base-2, base-10   softmax in base b: b^S/Σb^S\n"
-        "  base-2-matched,   the same, with Wq, Wk started and trained at\n"
-        "  base-10-matched   1/√(ln b) of full's size and rate\n"
-        "roles variants (「A喜欢B。」, two heads, d_model 32; name both A and B):\n"
-        "  full              each head's V writes 16 of the 32 output columns\n"
-        "  no-v              each head returns X's rows; the heads are added\n"
-        "  no-v-concat       the same, concatenated: 64 columns\n"
-        "Writes DIR/runs.csv (one row per variant and seed; steps_to_90 is -1\n"
-        "when validation never reached 0.9), DIR/summary.csv (means over the\n"
-        "seeds) and DIR/curves.csv (variant,seed,step,train_loss,val_loss,\n"
-        "val_acc every --eval-every steps; roles: val is the held-out pairs).",
-        NULL, 0, NULL);
+    int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
+                      "Trains the attention layer with one piece changed at a time, with the\n"
+                      "same data, batches, optimizer and steps, and compares them.\n"
+                      "coref variants (the tutorial's task, 他 -> 小明):\n"
+                      "  full              softmax(Q·Kᵀ/√d_k)·V, as qkv train\n"
+                      "  no-v              softmax(Q·Kᵀ/√d_k)·X: no Wv\n"
+                      "  shared-qk         Wk = Wq: one matrix, symmetric scores\n"
+                      "  shared-qk-noself  the same, each token barred from attending to itself\n"
+                      "  bilinear          S = X·M·Xᵀ with one vocab×vocab matrix M\n"
+                      "  base-2, base-10   softmax in base b: b^S/Σb^S\n"
+                      "  base-2-matched,   the same, with Wq, Wk started and trained at\n"
+                      "  base-10-matched   1/√(ln b) of full's size and rate\n"
+                      "roles variants (「A喜欢B。」, two heads, d_model 32; name both A and B):\n"
+                      "  full              each head's V writes 16 of the 32 output columns\n"
+                      "  no-v              each head returns X's rows; the heads are added\n"
+                      "  no-v-concat       the same, concatenated: 64 columns\n"
+                      "Writes DIR/runs.csv (one row per variant and seed; steps_to_90 is -1\n"
+                      "when validation never reached 0.9), DIR/summary.csv (means over the\n"
+                      "seeds) and DIR/curves.csv (variant,seed,step,train_loss,val_loss,\n"
+                      "val_acc every --eval-every steps; roles: val is the held-out pairs).",
+                      NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
     int roles = strcmp(o.task, "roles") == 0;
@@ -438,7 +438,8 @@ int cmd_ablate(int argc, char **argv)
         for (int i = 0; i < n_all; i++)
             snprintf(known + strlen(known), sizeof known - strlen(known), i ? ", %s" : "%s",
                      all[i]);
-        return cli_usage_error("ablate", "--variants: '%s' is not a list of distinct %s variants: %s",
+        return cli_usage_error("ablate",
+                               "--variants: '%s' is not a list of distinct %s variants: %s",
                                o.variants, o.task, known);
     }
     if (o.threads > 0)
@@ -446,12 +447,12 @@ int cmd_ablate(int argc, char **argv)
     qkv_error err = qkv_error_none();
     char path[4096];
     snprintf(path, sizeof path, "%s/curves.csv", o.out);
-    FILE *curves =
-        cli_csv_create(path, "variant,seed,step,train_loss,val_loss,val_acc", &err);
+    FILE *curves = cli_csv_create(path, "variant,seed,step,train_loss,val_loss,val_acc", &err);
     if (curves == NULL)
         return cli_fail("ablate: %s", err.message);
     qkv_tape *t = qkv_tape_new(0, &err);
-    qkv_coref_batch *b = t && !roles ? qkv_coref_batch_new(o.batch, QKV_COREF_MAX_TOKENS, &err) : NULL;
+    qkv_coref_batch *b =
+        t && !roles ? qkv_coref_batch_new(o.batch, QKV_COREF_MAX_TOKENS, &err) : NULL;
     qkv_coref_batch *eb = b ? qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err) : NULL;
     if (t == NULL || (!roles && eb == NULL))
         r = cli_fail("ablate: %s", err.message);

@@ -35,6 +35,33 @@ static qkv_status softmax_of(const double *z, int n, double *p)
     return s;
 }
 
+/* *g = ∂p_k/∂z_k for p = softmax(z·ln_b), by the tape: z → scale by ln b
+ * → softmax → p_k (as Σ p·onehot_k) → backward. */
+static qkv_status self_gradient(const double *z, int n, double ln_b, int k, double *g)
+{
+    qkv_error err = qkv_error_none();
+    qkv_tape *t = qkv_tape_new(0, &err);
+    if (t == NULL) {
+        cli_fail("softmax: %s", err.message);
+        return err.status;
+    }
+    qkv_tensor *x = qkv_tape_tensor(t, 1, &n, 1), *e = qkv_tape_tensor(t, 1, &n, 0);
+    for (int i = 0; !qkv_tensor_is_nil(x) && !qkv_tensor_is_nil(e) && i < n; i++) {
+        x->data[i] = (qkv_real)z[i];
+        e->data[i] = i == k;
+    }
+    qkv_tensor *pk = qkv_sum(t, qkv_mul(t, qkv_softmax(t, qkv_scale(t, x, ln_b)), e));
+    qkv_status s = qkv_tape_status(t);
+    if (s == QKV_OK)
+        s = qkv_backward(t, pk);
+    if (s != QKV_OK)
+        cli_fail("softmax: %s", qkv_tape_error(t));
+    else
+        *g = x->grad[k];
+    qkv_tape_free(t);
+    return s;
+}
+
 /* Parses "1,2,-0.5" into out; returns the count or -1. */
 /* The largest magnitude a qkv_real holds. */
 #ifdef QKV_DOUBLE
@@ -204,6 +231,27 @@ int cmd_softmax(int argc, char **argv)
                    p[argmax(p, n)] / p[argmin(p, n)]);
             for (int k = 0; k < nb; k++)
                 printf(" %12.4g", pb[k][argmax(pb[k], n)] / pb[k][argmin(pb[k], n)]);
+            printf("\n");
+            /* the gradient: ∂p_k/∂z_k = ln b · p_k(1 - p_k), by the tape */
+            const int k = argmax(p, n);
+            double g;
+            if (self_gradient(z, n, 1, k, &g) != QKV_OK) {
+                r = CLI_FAIL;
+                break;
+            }
+            printf("  ");
+            cli_print_padded(stdout, "∂p/∂z at the largest z", 27);
+            printf(" %12s %12.4f", "", g);
+            for (int j = 0; j < nb && r == CLI_OK; j++) {
+                if (self_gradient(z, n, log(base[j]), k, &g) != QKV_OK)
+                    r = CLI_FAIL;
+                printf(" %12.4f", g);
+            }
+            printf("\n  ");
+            cli_print_padded(stdout, "= ln b · p(1 - p)", 27);
+            printf(" %12s %12.4f", "", p[k] * (1 - p[k]));
+            for (int j = 0; j < nb; j++)
+                printf(" %12.4f", log(base[j]) * pb[j][k] * (1 - pb[j][k]));
             printf("\n");
         }
         printf("\n");

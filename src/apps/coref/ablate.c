@@ -12,8 +12,8 @@
 #include "qkv/rng.h"
 
 const char *const qkv_ablate_names[QKV_ABLATE_VARIANTS] = {
-    "full",     "no-v",   "shared-qk",      "shared-qk-noself", "bilinear",
-    "base-2",   "base-10", "base-2-matched", "base-10-matched"};
+    "full",   "no-v",    "shared-qk",      "shared-qk-noself", "bilinear",
+    "base-2", "base-10", "base-2-matched", "base-10-matched"};
 
 int qkv_ablate_parse(const char *name, qkv_ablate_config *cfg)
 {
@@ -21,12 +21,15 @@ int qkv_ablate_parse(const char *name, qkv_ablate_config *cfg)
         qkv_ablate_kind kind;
         double base;
         int matched;
-    } v[QKV_ABLATE_VARIANTS] = {
-        {QKV_ABLATE_FULL, QKV_ABLATE_E, 0},      {QKV_ABLATE_NO_V, QKV_ABLATE_E, 0},
-        {QKV_ABLATE_SHARED_QK, QKV_ABLATE_E, 0}, {QKV_ABLATE_SHARED_QK_NOSELF, QKV_ABLATE_E, 0},
-        {QKV_ABLATE_BILINEAR, QKV_ABLATE_E, 0},  {QKV_ABLATE_BASE, 2, 0},
-        {QKV_ABLATE_BASE, 10, 0},       {QKV_ABLATE_BASE, 2, 1},
-        {QKV_ABLATE_BASE, 10, 1}};
+    } v[QKV_ABLATE_VARIANTS] = {{QKV_ABLATE_FULL, QKV_ABLATE_E, 0},
+                                {QKV_ABLATE_NO_V, QKV_ABLATE_E, 0},
+                                {QKV_ABLATE_SHARED_QK, QKV_ABLATE_E, 0},
+                                {QKV_ABLATE_SHARED_QK_NOSELF, QKV_ABLATE_E, 0},
+                                {QKV_ABLATE_BILINEAR, QKV_ABLATE_E, 0},
+                                {QKV_ABLATE_BASE, 2, 0},
+                                {QKV_ABLATE_BASE, 10, 0},
+                                {QKV_ABLATE_BASE, 2, 1},
+                                {QKV_ABLATE_BASE, 10, 1}};
     for (int i = 0; name != NULL && cfg != NULL && i < QKV_ABLATE_VARIANTS; i++)
         if (strcmp(name, qkv_ablate_names[i]) == 0) {
             cfg->kind = v[i].kind;
@@ -54,8 +57,8 @@ static double matched_factor(const qkv_ablate_config *c)
 qkv_ablate_model *qkv_ablate_model_new(const qkv_ablate_config *cfg, qkv_error *err)
 {
     if (cfg == NULL || cfg->vocab < 1 || cfg->classes < 1 || cfg->d_k < 1 ||
-        cfg->d_k > QKV_COREF_MAX_DK || (unsigned)cfg->kind > QKV_ABLATE_BASE ||
-        !(cfg->base > 1) || !isfinite(cfg->base)) {
+        cfg->d_k > QKV_COREF_MAX_DK || (unsigned)cfg->kind > QKV_ABLATE_BASE || !(cfg->base > 1) ||
+        !isfinite(cfg->base)) {
         qkv_error_set(err, QKV_ERR_ARG, "ablate: a bad variant config");
         return NULL;
     }
