@@ -23,6 +23,7 @@ typedef struct ablate_opts {
 
 typedef struct run_result {
     double acc, antecedent, self, loss;
+    double train; /* accuracy (roles: both right) on the training items */
     int steps90;
     size_t params;
     int n_curve;
@@ -125,6 +126,10 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
             rc = cli_fail("ablate: %s", qkv_tape_error(t));
         r->acc = test.acc;
         r->loss = test.loss;
+        qkv_ablate_eval tr;
+        if (rc == CLI_OK && qkv_ablate_evaluate(m, t, eb, d.train, d.n_train, &tr) != QKV_OK)
+            rc = cli_fail("ablate: %s", qkv_tape_error(t));
+        r->train = tr.acc;
         r->antecedent = test.antecedent;
         r->self = test.self;
     }
@@ -211,7 +216,8 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
     /* the roles task has no attention target: antecedent is the share of
      * held-out sentences whose A is right, self the share whose B is */
     if (rc == CLI_OK &&
-        qkv_roles_accuracy(m, t, test, ROLES_TEST, &r->antecedent, &r->self, &r->acc) != QKV_OK)
+        (qkv_roles_accuracy(m, t, test, ROLES_TEST, &r->antecedent, &r->self, &r->acc) != QKV_OK ||
+         qkv_roles_accuracy(m, t, train, n_train, NULL, NULL, &r->train) != QKV_OK))
         rc = cli_fail("ablate: %s", qkv_tape_error(t));
     qkv_optim_free(opt);
     qkv_roles_model_free(m);
@@ -252,16 +258,18 @@ static void print_report(const ablate_opts *o, int roles, const char *const *nam
                  : "Coreference (他 -> 小明), test split: templates never trained on",
            o->lr, o->steps, o->batch, o->seeds, o->seeds > 1 ? "s" : "",
            (unsigned long long)o->seed, roles ? "" : "; d_k as --d-k");
-    printf("%-18s %7s %15s %9s %10s %10s\n", "variant", "params", roles ? "both right" : "test acc",
-           "to 90%", roles ? "A right" : "attn->name", roles ? "B right" : "attn->self");
+    printf("%-18s %7s %15s %9s %10s %10s %7s\n", "variant", "params",
+           roles ? "both right" : "test acc", "to 90%", roles ? "A right" : "attn->name",
+           roles ? "B right" : "attn->self", "train");
     for (int v = 0; v < nv; v++) {
         double acc[MAX_SEEDS], ante[MAX_SEEDS], self[MAX_SEEDS], m, sd, ma, sa, ms, ss;
-        double steps = 0;
+        double steps = 0, train = 0;
         int got = 0;
         for (int s = 0; s < o->seeds; s++) {
             acc[s] = res[v][s].acc;
             ante[s] = res[v][s].antecedent;
             self[s] = res[v][s].self;
+            train += res[v][s].train / o->seeds;
             if (res[v][s].steps90 >= 0)
                 steps += res[v][s].steps90, got++;
         }
@@ -275,8 +283,8 @@ static void print_report(const ablate_opts *o, int roles, const char *const *nam
             snprintf(cell, sizeof cell, "%.0f(%d/%d)", steps / got, got, o->seeds);
         else
             snprintf(cell, sizeof cell, "%.0f", steps / got);
-        printf("%-18s %7zu %9.3f±%.3f %9s %10.3f %10.3f\n", names[v], res[v][0].params, m, sd, cell,
-               ma, ms);
+        printf("%-18s %7zu %9.3f±%.3f %9s %10.3f %10.3f %7.3f\n", names[v], res[v][0].params, m, sd,
+               cell, ma, ms, train);
     }
     if (roles)
         return;
@@ -303,9 +311,10 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
     qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/runs.csv", o->out);
     FILE *f = cli_csv_create(path,
-                             roles ? "variant,seed,params,test_both,steps_to_90,test_a,test_b"
+                             roles ? "variant,seed,params,test_both,steps_to_90,test_a,test_b,"
+                                     "train_both"
                                    : "variant,seed,params,test_acc,steps_to_90,attn_antecedent,"
-                                     "attn_self,test_loss",
+                                     "attn_self,test_loss,train_acc",
                              &err);
     if (f == NULL)
         return cli_fail("ablate: %s", err.message);
@@ -317,7 +326,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
                     r->antecedent, r->self);
             if (!roles)
                 fprintf(f, ",%.6f", r->loss);
-            fprintf(f, "\n");
+            fprintf(f, ",%.4f\n", r->train);
         }
     if (cli_fclose(f) != 0)
         return cli_fail("ablate: cannot write %s", path);

@@ -62,7 +62,7 @@ extern const char *const qkv_ablate_names[];
 
 typedef struct qkv_ablate_model {
     qkv_ablate_config cfg;
-    qkv_params *list; /* every parameter, in the order below */
+    qkv_params *list;                  /* every parameter, in the order below */
     qkv_tensor *wq, *wk, *wv, *m, *wo; /* those the variant has; wk == wq when shared */
 } qkv_ablate_model;
 
@@ -119,13 +119,17 @@ qkv_status qkv_ablate_evaluate(qkv_ablate_model *m, qkv_tape *t, qkv_coref_batch
  * cross-entropies. Without V the two heads' vectors land in the same 32
  * columns, and a sum cannot say which name was whose.
  */
-typedef enum qkv_roles_kind { QKV_ROLES_FULL, QKV_ROLES_NO_V, QKV_ROLES_NO_V_CONCAT } qkv_roles_kind;
+typedef enum qkv_roles_kind {
+    QKV_ROLES_FULL,
+    QKV_ROLES_NO_V,
+    QKV_ROLES_NO_V_CONCAT
+} qkv_roles_kind;
 
 int qkv_roles_parse(const char *name, qkv_roles_kind *kind); /* 0, or -1 */
 extern const char *const qkv_roles_names[];
 #define QKV_ROLES_VARIANTS 3
-#define QKV_ROLES_T 4      /* 「A 喜欢 B 。」 */
-#define QKV_ROLES_D 32     /* d_model */
+#define QKV_ROLES_T 4  /* 「A 喜欢 B 。」 */
+#define QKV_ROLES_D 32 /* d_model */
 #define QKV_ROLES_HEADS 2
 
 /* A sentence of the task: ids[4], and the classes of A and B. pair is
@@ -141,9 +145,9 @@ void qkv_roles_split(uint64_t seed, int *pairs);
 typedef struct qkv_roles_model {
     qkv_roles_kind kind;
     qkv_params *list;
-    qkv_tensor *emb, *pos;                         /* (V,D) N(0,1), (T,D) N(0,1) */
+    qkv_tensor *emb, *pos; /* (V,D) N(0,1), (T,D) N(0,1) */
     qkv_tensor *wq[QKV_ROLES_HEADS], *wk[QKV_ROLES_HEADS], *wv[QKV_ROLES_HEADS];
-    qkv_tensor *read_a, *read_b;                   /* (width, classes) */
+    qkv_tensor *read_a, *read_b; /* (width, classes) */
 } qkv_roles_model;
 
 qkv_roles_model *qkv_roles_model_new(qkv_roles_kind kind, uint64_t seed, qkv_error *err);
