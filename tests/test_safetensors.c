@@ -356,7 +356,7 @@ END_TEST
 
 START_TEST(test_loading_matches_names_and_shapes)
 {
-    unsigned char d[36];
+    unsigned char d[40] = {0}; /* w, b, and 4 bytes for the unexpected c */
     wb_data(d);
     qkv_params *p = two_params();
     qkv_tensor *w = qkv_params_get(p, "w");
