@@ -139,7 +139,7 @@ test: deps
 	@$(MAKE) --no-print-directory DOUBLE=1 test-float
 
 test-float: $(TESTS) $(QKV) $(EXAMPLES)
-	$(TESTS)
+	@sh scripts/suites.sh $(TESTS)
 
 asan: deps
 	@$(MAKE) --no-print-directory SAN=1 test-float

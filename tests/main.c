@@ -1,7 +1,9 @@
 /*
  * main.c - runs every Check suite and exits non-zero on any failure.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests.h"
 
@@ -14,20 +16,35 @@ qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad
     return t;
 }
 
-int main(void)
+/* A suite's name (as suite_create and CK_RUN_SUITE know it) and maker. */
+#define SUITE(name)         \
+    {                       \
+#name, name##_suite \
+    }
+
+int main(int argc, char **argv)
 {
     /* the library bottom up, then the app, then the program */
-    Suite *(*suites[])(void) = {tensor_suite,     tape_suite,         kernels_suite,
-                                ops_suite,        elementwise_suite,  shape_suite,
-                                norm_suite,       attention_suite,    threads_suite,
-                                rng_suite,        gradcheck_suite,    optim_suite,
-                                params_suite,     layers_suite,       safetensors_suite,
-                                coref_data_suite, coref_model_suite,  coref_checkpoint_suite,
-                                coref_seq_suite,  coref_ablate_suite, demo_suite,
-                                cli_suite,        faults_suite};
-    SRunner *sr = srunner_create(suites[0]());
-    for (size_t i = 1; i < sizeof suites / sizeof suites[0]; i++)
-        srunner_add_suite(sr, suites[i]());
+    static const struct {
+        const char *name;
+        Suite *(*make)(void);
+    } suites[] = {SUITE(tensor),     SUITE(tape),         SUITE(kernels),
+                  SUITE(ops),        SUITE(elementwise),  SUITE(shape),
+                  SUITE(norm),       SUITE(attention),    SUITE(threads),
+                  SUITE(rng),        SUITE(gradcheck),    SUITE(optim),
+                  SUITE(params),     SUITE(layers),       SUITE(safetensors),
+                  SUITE(coref_data), SUITE(coref_model),  SUITE(coref_checkpoint),
+                  SUITE(coref_seq),  SUITE(coref_ablate), SUITE(demo),
+                  SUITE(cli),        SUITE(faults)};
+    const size_t n = sizeof suites / sizeof suites[0];
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) { /* for scripts/suites.sh */
+        for (size_t i = 0; i < n; i++)
+            printf("%s\n", suites[i].name);
+        return EXIT_SUCCESS;
+    }
+    SRunner *sr = srunner_create(suites[0].make());
+    for (size_t i = 1; i < n; i++)
+        srunner_add_suite(sr, suites[i].make());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Runs the Check suites of a test program as separate processes, JOBS at a
+# time (default: the CPUs online), and prints each suite's report as it
+# ends. Exits 1 if any suite fails or runs no checks (a suite name that
+# CK_RUN_SUITE does not know), else 0.
+#
+#   scripts/suites.sh build/qkv_tests [SUITE ...]    (default: every suite)
+#
+# Environment such as QKV_KERNELS or TSAN_OPTIONS passes through.
+set -u
+bin=$1
+shift
+jobs=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+if [ $# -gt 0 ]; then
+    list=$*
+else
+    list=$("$bin" --list) || { echo "suites: $bin --list failed" >&2; exit 1; }
+fi
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+export bin tmp
+# one suite: its report, and its name in $tmp/failed unless it ran checks
+# and all passed
+printf '%s\n' $list | xargs -P "$jobs" -I{} sh -c '
+    CK_RUN_SUITE={} "$bin" >"$tmp/{}.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] || ! grep -q "Checks: [1-9]" "$tmp/{}.log"; then
+        echo "{} (exit $rc)" >>"$tmp/failed"
+    fi
+    cat "$tmp/{}.log"'
+if [ -s "$tmp/failed" ]; then
+    echo "suites: failed:" $(cat "$tmp/failed") >&2
+    exit 1
+fi
+echo "suites: all $(printf '%s\n' $list | wc -l) passed"
