@@ -203,6 +203,137 @@ static void bench_matmul(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* gemm: every kernel set against OpenBLAS, shape by shape                 */
+
+typedef struct gemm_shape {
+    const char *what; /* where the shape comes from */
+    int m, n, k, ta, tb;
+} gemm_shape;
+
+typedef struct gemm_ctx {
+    const gemm_shape *s;
+    float *a, *b, *c;
+    sgemm_fn blas;
+} gemm_ctx;
+
+static void gemm_qkv(void *p)
+{
+    gemm_ctx *x = p;
+    const gemm_shape *s = x->s;
+    qkv_gemm(s->ta, s->tb, s->m, s->n, s->k, x->a, x->b, x->c, 0);
+}
+
+static void gemm_blas(void *p)
+{
+    gemm_ctx *x = p;
+    const gemm_shape *s = x->s;
+    /* CblasRowMajor = 101, CblasNoTrans = 111, CblasTrans = 112 */
+    x->blas(101, s->ta ? 112 : 111, s->tb ? 112 : 111, s->m, s->n, s->k, 1.0f, x->a,
+            s->ta ? s->m : s->k, x->b, s->tb ? s->k : s->n, 0.0f, x->c, s->n);
+}
+
+/* The square sizes of issue 15 in all four transpose variants, its thin
+ * attention shapes, and the products of `bench block` (one Transformer
+ * block's step, as one M = B·T product and as the per-item calls). */
+static const gemm_shape gemm_shapes[] = {
+    {"square", 32, 32, 32, 0, 0},        {"square", 32, 32, 32, 0, 1},
+    {"square", 32, 32, 32, 1, 0},        {"square", 32, 32, 32, 1, 1},
+    {"square", 64, 64, 64, 0, 0},        {"square", 64, 64, 64, 0, 1},
+    {"square", 64, 64, 64, 1, 0},        {"square", 64, 64, 64, 1, 1},
+    {"square", 128, 128, 128, 0, 0},     {"square", 128, 128, 128, 0, 1},
+    {"square", 128, 128, 128, 1, 0},     {"square", 128, 128, 128, 1, 1},
+    {"square", 256, 256, 256, 0, 0},     {"square", 256, 256, 256, 0, 1},
+    {"square", 256, 256, 256, 1, 0},     {"square", 256, 256, 256, 1, 1},
+    {"square", 512, 512, 512, 0, 0},     {"square", 512, 512, 512, 0, 1},
+    {"square", 512, 512, 512, 1, 0},     {"square", 512, 512, 512, 1, 1},
+    {"thin", 16, 512, 16, 0, 1},         {"thin", 32, 4096, 32, 0, 1},
+    {"thin", 32, 4096, 32, 1, 1},        {"thin", 47, 64, 64, 0, 0},
+    {"thin", 48, 64, 64, 0, 0},          {"thin", 47, 64, 64, 0, 1},
+    {"thin", 48, 64, 64, 0, 1},          {"thin", 47, 64, 64, 1, 0},
+    {"thin", 48, 64, 64, 1, 0},          {"thin", 47, 64, 64, 1, 1},
+    {"thin", 48, 64, 64, 1, 1},          {"block fwd", 2048, 384, 128, 0, 0},
+    {"block fwd", 2048, 128, 128, 0, 0}, {"block fwd", 2048, 512, 128, 0, 0},
+    {"block fwd", 2048, 128, 512, 0, 0}, {"block dX", 2048, 128, 384, 0, 1},
+    {"block dX", 2048, 128, 128, 0, 1},  {"block dX", 2048, 128, 512, 0, 1},
+    {"block dX", 2048, 512, 128, 0, 1},  {"block dW", 128, 384, 2048, 1, 0},
+    {"block dW", 128, 128, 2048, 1, 0},  {"block dW", 128, 512, 2048, 1, 0},
+    {"block dW", 512, 128, 2048, 1, 0},  {"item fwd", 64, 384, 128, 0, 0},
+    {"item fwd", 64, 128, 512, 0, 0},    {"item dX", 64, 128, 384, 0, 1},
+    {"item dX", 64, 512, 128, 0, 1},     {"item dW", 128, 384, 64, 1, 0},
+    {"item dW", 512, 128, 64, 1, 0},     {"attn QK", 64, 64, 32, 0, 1},
+    {"attn AV", 64, 32, 64, 0, 0},       {"attn dA", 64, 64, 32, 0, 1},
+    {"attn dV", 64, 32, 64, 1, 0},       {"attn dK", 64, 32, 64, 1, 0},
+};
+
+/* GFLOP/s of fn on x's shape: the median of 5 timed blocks. */
+static double gemm_rate(gemm_ctx *x, void (*fn)(void *))
+{
+    const gemm_shape *s = x->s;
+    double flop = 2.0 * s->m * s->n * s->k;
+    double min_block = flop > 1e8 ? 0.05 : 0.02;
+    return flop / median_time(fn, x, 5, min_block) / 1e9;
+}
+
+static void bench_gemm(void)
+{
+    const char *sets[] = {"portable", "avx2", "avx512"};
+    sgemm_fn blas = load_openblas();
+    printf("GEMM GFLOP/s (float32, one thread, C = op(A)·op(B); OpenBLAS core %s;\n"
+           "t = transposed; ratios are each vector set over OpenBLAS)\n",
+           blas_core);
+    printf("%-10s %5s %5s %5s %2s %9s %8s %8s %9s %8s %8s\n", "shape", "m", "n", "k", "op",
+           "portable", "avx2", "avx512", "openblas", "avx2/ob", "512/ob");
+    for (size_t i = 0; i < sizeof gemm_shapes / sizeof gemm_shapes[0]; i++) {
+        const gemm_shape *s = &gemm_shapes[i];
+        size_t na = (size_t)s->m * s->k, nb = (size_t)s->k * s->n, nc = (size_t)s->m * s->n;
+        gemm_ctx x = {s, malloc(sizeof(float) * na), malloc(sizeof(float) * nb),
+                      malloc(sizeof(float) * nc), blas};
+        float *mine = malloc(sizeof(float) * nc);
+        if (x.a == NULL || x.b == NULL || x.c == NULL || mine == NULL) {
+            fprintf(stderr, "bench: out of memory\n");
+            exit(1);
+        }
+        for (size_t j = 0; j < na; j++)
+            x.a[j] = (float)((int)(j * 7 % 13) - 6) / 7.0f;
+        for (size_t j = 0; j < nb; j++)
+            x.b[j] = (float)((int)(j * 5 % 11) - 5) / 5.0f;
+        char op[3] = {s->ta ? 't' : 'n', s->tb ? 't' : 'n', 0}, name[64];
+        printf("%-10s %5d %5d %5d %2s", s->what, s->m, s->n, s->k, op);
+        double g[3] = {0, 0, 0}, ob = 0;
+        for (int j = 0; j < 3; j++) {
+            if (qkv_kernels_use(sets[j], NULL) != QKV_OK) {
+                printf(" %*s", j == 0 ? 9 : 8, "-");
+                continue;
+            }
+            g[j] = gemm_rate(&x, gemm_qkv);
+            printf(" %*.1f", j == 0 ? 9 : 8, g[j]);
+            snprintf(name, sizeof name, "%dx%dx%d_%s_%s", s->m, s->n, s->k, op, sets[j]);
+            record("gemm", name, g[j], "GFLOP/s");
+        }
+        qkv_kernels_use("auto", NULL);
+        if (blas != NULL) {
+            ob = gemm_rate(&x, gemm_blas);
+            gemm_qkv(&x);
+            memcpy(mine, x.c, sizeof(float) * nc);
+            gemm_blas(&x);
+            double worst = 0;
+            for (size_t j = 0; j < nc; j++)
+                worst = fmax(worst, fabs((double)mine[j] - x.c[j]) / (1 + fabs((double)x.c[j])));
+            snprintf(name, sizeof name, "%dx%dx%d_%s_openblas", s->m, s->n, s->k, op);
+            record("gemm", name, ob, "GFLOP/s");
+            printf(" %9.1f %7.0f%% %7.0f%%%s\n", ob, 100 * g[1] / ob, 100 * g[2] / ob,
+                   worst > 1e-3 ? "  (qkv and OpenBLAS disagree)" : "");
+        } else {
+            printf(" %9s\n", "absent");
+        }
+        free(mine);
+        free(x.a);
+        free(x.b);
+        free(x.c);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* training step                                                            */
 
 typedef struct step_ctx {
@@ -685,6 +816,14 @@ int main(int argc, char **argv)
     }
     if (argc > 1 && strcmp(argv[1], "ops") == 0) { /* `bench ops`: that table alone */
         bench_ops();
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "gemm") == 0) { /* `bench gemm [CSV]`: that table alone */
+        if (argc > 2 && (csv = fopen(argv[2], "w")) != NULL)
+            fprintf(csv, "section,name,value,unit\n");
+        bench_gemm();
+        if (csv != NULL)
+            fclose(csv);
         return 0;
     }
     if (argc > 1 && strcmp(argv[1], "block") == 0) { /* `bench block`: that table alone */
