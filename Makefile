@@ -81,6 +81,7 @@ $(BUILD)/obj/kernels/avx512_norm.o: ISA := -mavx512f
 $(BUILD)/obj/kernels/avx2.o $(BUILD)/obj/kernels/avx2_math.o: ISA := -mavx2 -mfma
 $(BUILD)/obj/kernels/avx512.o $(BUILD)/obj/kernels/avx512_attn.o: ISA := -mavx512f
 $(BUILD)/obj/kernels/avx512_math.o: ISA := -mavx512f
+$(BUILD)/obj/kernels/avx512_gemm.o: ISA := -mavx512f
 endif
 
 # Debian's Python, where python3-numpy goes (the interop test and bench

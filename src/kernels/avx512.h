@@ -146,4 +146,7 @@ int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k
                         const float *a, const float *dout, float *ds, float *da, float *dq,
                         float *dk, float *dv, float *scratch);
 
+/* The set's matrix product (avx512_gemm.c): its gemm. */
+void qkv_gemm_avx512(const qkv_gemm_args *g);
+
 #endif

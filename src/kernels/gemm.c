@@ -13,9 +13,9 @@
 
 #include "kernels/kernels.h"
 
-#define KC 256         /* depth of a packed panel */
+#define KC QKV_GEMM_KC /* depth of a packed panel */
 #define MC 96          /* rows of A packed at once: a multiple of every MR */
-#define NC 512         /* columns of B packed at once: a multiple of every NR */
+#define NC QKV_GEMM_NC /* columns of B packed at once: a multiple of every NR */
 #define BLOCKED_MIN 48 /* both sides of C at least this: the blocked path */
 
 /* ---- the direct path ---------------------------------------------------- */
@@ -61,7 +61,7 @@ const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B)
 /* ---- the blocked path --------------------------------------------------- */
 
 static _Thread_local _Alignas(64) qkv_real pack_a_buf[MC * KC];
-static _Thread_local _Alignas(64) qkv_real pack_b_buf[KC * NC];
+_Thread_local _Alignas(64) qkv_real qkv_gemm_pack_b[KC * NC];
 
 /* Adds the mr×nr corner of an MR×NR tile t (row stride NR) to C. */
 void qkv_gemm_add_tile(const qkv_real *t, int NR, qkv_real *c, int ldc, int mr, int nr)
@@ -115,13 +115,14 @@ static void gemm_blocked(const qkv_kernel_set *im, int ta, int tb, int m, int n,
         int nc = n - jc < NC ? n - jc : NC;
         for (int pc = 0; pc < k; pc += KC) {
             int kc = k - pc < KC ? k - pc : KC;
-            pack_b(NR, kc, nc, B + (size_t)pc * brs + (size_t)jc * bcs, brs, bcs, pack_b_buf);
+            pack_b(NR, kc, nc, B + (size_t)pc * brs + (size_t)jc * bcs, brs, bcs, qkv_gemm_pack_b);
             for (int ic = 0; ic < m; ic += MC) {
                 int mc = m - ic < MC ? m - ic : MC;
                 pack_a(MR, mc, kc, A + (size_t)ic * ars + (size_t)pc * acs, ars, acs, pack_a_buf);
                 for (int jr = 0; jr < nc; jr += NR)
                     for (int ir = 0; ir < mc; ir += MR)
-                        im->ukernel(kc, pack_a_buf + (size_t)ir * kc, pack_b_buf + (size_t)jr * kc,
+                        im->ukernel(kc, pack_a_buf + (size_t)ir * kc,
+                                    qkv_gemm_pack_b + (size_t)jr * kc,
                                     C + (size_t)(ic + ir) * n + jc + jr, n,
                                     mc - ir < MR ? mc - ir : MR, nc - jr < NR ? nc - jr : NR);
             }
@@ -137,8 +138,18 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
     const qkv_kernel_set *im = qkv_kernels();
     if (!accumulate)
         memset(C, 0, (size_t)m * n * sizeof *C);
-    /* packing costs O(mk + kn) per block; it pays off once C is large */
+    /* The order of the additions depends on the shape alone, the same for
+     * every kernel set: blocks where packing once paid off, the direct
+     * paths' chains below, and dot products where the direct paths could
+     * not copy a transposed B. A set's gemm repeats it with any tiling. */
+    qkv_gemm_order order = QKV_GEMM_CHAIN;
     if (m >= BLOCKED_MIN && n >= BLOCKED_MIN && k >= 8)
+        order = QKV_GEMM_BLOCKS;
+    else if (tb && (size_t)k * n > QKV_DIRECT_SCRATCH)
+        order = QKV_GEMM_DOTS;
+    if (im->gemm != NULL)
+        im->gemm(&(qkv_gemm_args){order, ta, tb, m, n, k, A, B, C});
+    else if (order == QKV_GEMM_BLOCKS)
         gemm_blocked(im, ta, tb, m, n, k, A, B, C);
     else
         im->direct(ta, tb, m, n, k, A, B, C);

@@ -161,6 +161,29 @@ typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, q
 typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
                               const qkv_real *B, qkv_real *C);
 
+/* The order in which qkv_gemm adds up each element of C, fixed by the
+ * shape alone (gemm.c), so that every path of a kernel set gives the same
+ * bits. With "multiply-add" the set's own (an FMA in the vector sets; a
+ * rounded product, then a rounded sum, in portable):
+ *   CHAIN   c = C; c = multiply-add(A(i,p), B(p,j), c) for p = 0..k-1
+ *   BLOCKS  for each depth block [QKV_GEMM_KC·b, QKV_GEMM_KC·(b+1)): t = 0,
+ *           the same chain over the block, then C += t
+ *   DOTS    s_l = Σ rounded products for p = l mod 4 in ascending p, the
+ *           last k mod 4 into s_0, as rounded sums; C += (s0 + s1) + (s2 + s3)
+ */
+typedef enum qkv_gemm_order { QKV_GEMM_CHAIN, QKV_GEMM_BLOCKS, QKV_GEMM_DOTS } qkv_gemm_order;
+#define QKV_GEMM_KC 256 /* the depth of a BLOCKS block */
+#define QKV_GEMM_NC 512 /* columns of op(B) packed at once */
+
+/* One product, C (m×n) += op(A)·op(B) in the given order (as qkv_gemm). */
+typedef struct qkv_gemm_args {
+    qkv_gemm_order order;
+    int ta, tb, m, n, k;
+    const qkv_real *A, *B;
+    qkv_real *C;
+} qkv_gemm_args;
+typedef void (*qkv_gemm_fn)(const qkv_gemm_args *g);
+
 /* y[j] = e^(x[j] - mx) for x[j] <= mx; returns Σ y[j] in double. */
 typedef double (*qkv_exps_fn)(size_t n, const qkv_real *x, qkv_real mx, qkv_real *y);
 
@@ -210,6 +233,8 @@ typedef struct qkv_kernel_set {
     int mr, nr;                 /* the micro-kernel's tile */
     qkv_ukernel_fn ukernel;     /* the blocked GEMM's micro-kernel */
     qkv_direct_fn direct;       /* the direct path for small and thin products */
+    qkv_gemm_fn gemm;           /* optional: the whole product (then the three above are unused) */
+    int gemm_pack_b_min;        /* gemm, B stored k×n: packed from this many rows of C on */
     qkv_exps_fn exps;           /* softmax's exponentials */
     qkv_softmax16_fn softmax16; /* optional: short rows in one register */
     qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
@@ -277,6 +302,10 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
 void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C);
+
+/* The packed op(B) of the blocked paths: QKV_GEMM_KC × QKV_GEMM_NC reals
+ * per thread (gemm.c). */
+extern _Thread_local qkv_real qkv_gemm_pack_b[QKV_GEMM_KC * QKV_GEMM_NC];
 
 /* Adds the mr×nr corner of an MR×NR tile t (row stride NR) to C: the
  * micro-kernels' ragged edge. */

@@ -274,7 +274,8 @@ static double gemm_rate(gemm_ctx *x, void (*fn)(void *))
     return flop / median_time(fn, x, 5, min_block) / 1e9;
 }
 
-static void bench_gemm(void)
+/* The table; only the kernel set called only when it is not NULL. */
+static void bench_gemm(const char *only)
 {
     const char *sets[] = {"portable", "avx2", "avx512"};
     sgemm_fn blas = load_openblas();
@@ -301,7 +302,8 @@ static void bench_gemm(void)
         printf("%-10s %5d %5d %5d %2s", s->what, s->m, s->n, s->k, op);
         double g[3] = {0, 0, 0}, ob = 0;
         for (int j = 0; j < 3; j++) {
-            if (qkv_kernels_use(sets[j], NULL) != QKV_OK) {
+            if ((only != NULL && strcmp(only, sets[j]) != 0) ||
+                qkv_kernels_use(sets[j], NULL) != QKV_OK) {
                 printf(" %*s", j == 0 ? 9 : 8, "-");
                 continue;
             }
@@ -818,10 +820,10 @@ int main(int argc, char **argv)
         bench_ops();
         return 0;
     }
-    if (argc > 1 && strcmp(argv[1], "gemm") == 0) { /* `bench gemm [CSV]`: that table alone */
-        if (argc > 2 && (csv = fopen(argv[2], "w")) != NULL)
+    if (argc > 1 && strcmp(argv[1], "gemm") == 0) { /* `bench gemm [CSV|-] [SET]`: that table */
+        if (argc > 2 && strcmp(argv[2], "-") != 0 && (csv = fopen(argv[2], "w")) != NULL)
             fprintf(csv, "section,name,value,unit\n");
-        bench_gemm();
+        bench_gemm(argc > 3 ? argv[3] : NULL);
         if (csv != NULL)
             fclose(csv);
         return 0;
