@@ -113,12 +113,21 @@ typedef void (*tile_fn)(int kc, const float *a, size_t lda, const float *b, size
     {                                                                                              \
         tile(R, NV, TA, ADD, kc, a, lda, b, ldb, c, ldc, last);                                    \
     }
-#define TILE_ROWS(NV, TA, ADD)                                                       \
-    TILE_FN(1, NV, TA, ADD)                                                          \
-    TILE_FN(2, NV, TA, ADD) TILE_FN(3, NV, TA, ADD) TILE_FN(4, NV, TA, ADD)          \
-        TILE_FN(5, NV, TA, ADD) TILE_FN(6, NV, TA, ADD) TILE_FN(7, NV, TA, ADD)      \
-            TILE_FN(8, NV, TA, ADD) TILE_FN(9, NV, TA, ADD) TILE_FN(10, NV, TA, ADD) \
-                TILE_FN(11, NV, TA, ADD) TILE_FN(12, NV, TA, ADD)
+/* clang-format off */
+#define TILE_ROWS(NV, TA, ADD) \
+    TILE_FN(1, NV, TA, ADD)    \
+    TILE_FN(2, NV, TA, ADD)    \
+    TILE_FN(3, NV, TA, ADD)    \
+    TILE_FN(4, NV, TA, ADD)    \
+    TILE_FN(5, NV, TA, ADD)    \
+    TILE_FN(6, NV, TA, ADD)    \
+    TILE_FN(7, NV, TA, ADD)    \
+    TILE_FN(8, NV, TA, ADD)    \
+    TILE_FN(9, NV, TA, ADD)    \
+    TILE_FN(10, NV, TA, ADD)   \
+    TILE_FN(11, NV, TA, ADD)   \
+    TILE_FN(12, NV, TA, ADD)
+/* clang-format on */
 #define TILE_LIST(NV, TA, ADD)                                                                    \
     {                                                                                             \
         tile_1_##NV##_##TA##_##ADD, tile_2_##NV##_##TA##_##ADD, tile_3_##NV##_##TA##_##ADD,       \

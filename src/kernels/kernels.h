@@ -256,6 +256,7 @@ extern const qkv_kernel_set qkv_kernels_portable;
 #ifdef QKV_HAVE_X86_KERNELS
 extern const qkv_kernel_set qkv_kernels_avx2;
 extern const qkv_kernel_set qkv_kernels_avx512;
+void qkv_gemm_avx2(const qkv_gemm_args *g); /* the AVX2 set's gemm (avx2_gemm.c) */
 #endif
 const qkv_kernel_set *qkv_kernels(void);
 

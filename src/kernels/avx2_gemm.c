@@ -1,0 +1,310 @@
+/*
+ * avx2_gemm.c - the AVX2+FMA kernel set's matrix product (its gemm
+ * field), built as avx512_gemm.c is with ymm registers: tiles of up to
+ * 6×16 (12 accumulators of the 16 registers), op(B) packed with vector
+ * moves (8×8 register transposes for a B stored n×k), A read in place,
+ * and each order of qkv_gemm_order kept bit for bit. Compiled with
+ * -mavx2 -mfma; runs only after dispatch.c found both.
+ */
+#include "kernels/kernels.h"
+
+#ifdef QKV_HAVE_X86_KERNELS
+#include <immintrin.h>
+
+#define MR 6   /* rows of the largest register tile */
+#define NR 16  /* its columns: two ymm */
+#define MC 144 /* rows of A per pass over a packed block of B */
+
+/* The lane mask of the first w (clamped to 0..8) of 8 lanes. */
+static inline __m256i lanes8(int w)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* ---- packing op(B) ------------------------------------------------------ */
+
+/* Transposes the 8×8 matrix in r[0..7] (row i in r[i]) in place. */
+static inline void transpose8(__m256 *r)
+{
+    __m256 t[8], u[8];
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) {
+        u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+        u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xEE);
+        u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
+        r[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
+    }
+}
+
+/* Panels of NR columns, depth-major, zero-padded past nc: depth [0,kc) ×
+ * columns [0,nc) of op(B), B stored k×n with row stride ldb (tb = 0) or
+ * n×k (tb = 1). */
+static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp)
+{
+    for (int j0 = 0; j0 < nc; j0 += NR, bp += (size_t)kc * NR) {
+        int w = nc - j0 < NR ? nc - j0 : NR;
+        if (!tb) {
+            const float *src = B + j0;
+            const __m256i m0 = lanes8(w), m1 = lanes8(w - 8);
+            for (int p = 0; p < kc; p++, src += ldb) {
+                _mm256_store_ps(bp + p * NR, _mm256_maskload_ps(src, m0));
+                _mm256_store_ps(bp + p * NR + 8, _mm256_maskload_ps(src + 8, m1));
+            }
+            continue;
+        }
+        for (int h = 0; h < 2; h++) { /* 8 columns (rows of B) at a time */
+            int rows = w - 8 * h;
+            const float *src = B + (size_t)(j0 + 8 * h) * ldb;
+            for (int p0 = 0; p0 < kc; p0 += 8) {
+                int d = kc - p0 < 8 ? kc - p0 : 8;
+                const __m256i dm = lanes8(d);
+                __m256 r[8];
+                for (int j = 0; j < 8; j++)
+                    r[j] = j < rows ? _mm256_maskload_ps(src + (size_t)j * ldb + p0, dm)
+                                    : _mm256_setzero_ps();
+                transpose8(r);
+                for (int p = 0; p < d; p++)
+                    _mm256_store_ps(bp + (size_t)(p0 + p) * NR + 8 * h, r[p]);
+            }
+        }
+    }
+}
+
+/* ---- the register tile (chain and blocks orders) ------------------------ */
+/*
+ * As avx512_gemm.c's tile: C (R×w) from C (add = 0), or from zero and
+ * then added into C (add = 1), with R rows of op(A) (a[r·lda + p] for
+ * ta = 0, a[p·lda + r] for ta = 1) and a strip of op(B) NV ymm wide whose
+ * last vector is masked by last. The loops over r are unrolled early, so
+ * that the accumulators live in registers.
+ */
+static inline __attribute__((always_inline)) void tile(int R, int NV, int ta, int add, int kc,
+                                                       const float *a, size_t lda, const float *b,
+                                                       size_t ldb, float *c, size_t ldc,
+                                                       __m256i last)
+{
+    __m256 acc0[MR], acc1[MR];
+    const __m256i all = _mm256_set1_epi32(-1), bm0 = NV == 1 ? last : all;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        if (add) { /* C is needed only at the end: fetch it meanwhile */
+            _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + r * ldc + 8), _MM_HINT_T0);
+        }
+        acc0[r] = add ? _mm256_setzero_ps() : _mm256_maskload_ps(c + r * ldc, bm0);
+        acc1[r] = add || NV == 1 ? _mm256_setzero_ps() : _mm256_maskload_ps(c + r * ldc + 8, last);
+    }
+    for (int p = 0; p < kc; p++, b += ldb) {
+        __m256 b0 = NV == 1 ? _mm256_maskload_ps(b, last) : _mm256_loadu_ps(b);
+        __m256 b1 = NV == 2 ? _mm256_maskload_ps(b + 8, last) : b0;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256 av = _mm256_broadcast_ss(ta ? a + (size_t)p * lda + r : a + r * lda + p);
+            acc0[r] = _mm256_fmadd_ps(av, b0, acc0[r]);
+            if (NV == 2)
+                acc1[r] = _mm256_fmadd_ps(av, b1, acc1[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float *row = c + r * ldc;
+        __m256 x0 = acc0[r], x1 = acc1[r];
+        if (add)
+            x0 = _mm256_add_ps(_mm256_maskload_ps(row, bm0), x0);
+        _mm256_maskstore_ps(row, bm0, x0);
+        if (NV == 2) {
+            if (add)
+                x1 = _mm256_add_ps(_mm256_maskload_ps(row + 8, last), x1);
+            _mm256_maskstore_ps(row + 8, last, x1);
+        }
+    }
+}
+
+/* Every tile shape as a function of its own, R, NV, ta and add constant. */
+typedef void (*tile_fn)(int kc, const float *a, size_t lda, const float *b, size_t ldb, float *c,
+                        size_t ldc, __m256i last);
+#define TILE_FN(R, NV, TA, ADD)                                                                    \
+    static void tile_##R##_##NV##_##TA##_##ADD(int kc, const float *a, size_t lda, const float *b, \
+                                               size_t ldb, float *c, size_t ldc, __m256i last)     \
+    {                                                                                              \
+        tile(R, NV, TA, ADD, kc, a, lda, b, ldb, c, ldc, last);                                    \
+    }
+/* clang-format off */
+#define TILE_ROWS(NV, TA, ADD) \
+    TILE_FN(1, NV, TA, ADD)    \
+    TILE_FN(2, NV, TA, ADD)    \
+    TILE_FN(3, NV, TA, ADD)    \
+    TILE_FN(4, NV, TA, ADD)    \
+    TILE_FN(5, NV, TA, ADD)    \
+    TILE_FN(6, NV, TA, ADD)
+/* clang-format on */
+#define TILE_LIST(NV, TA, ADD)                                                                 \
+    {                                                                                          \
+        tile_1_##NV##_##TA##_##ADD, tile_2_##NV##_##TA##_##ADD, tile_3_##NV##_##TA##_##ADD,    \
+            tile_4_##NV##_##TA##_##ADD, tile_5_##NV##_##TA##_##ADD, tile_6_##NV##_##TA##_##ADD \
+    }
+
+TILE_ROWS(1, 0, 0)
+TILE_ROWS(1, 0, 1)
+TILE_ROWS(1, 1, 0)
+TILE_ROWS(1, 1, 1)
+TILE_ROWS(2, 0, 0)
+TILE_ROWS(2, 0, 1)
+TILE_ROWS(2, 1, 0)
+TILE_ROWS(2, 1, 1)
+
+/* [NV - 1][ta][add][R - 1] */
+static const tile_fn tiles[2][2][2][MR] = {
+    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1)}, {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1)}},
+    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1)}, {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1)}}};
+
+/* ---- the chain and blocks orders --------------------------------------- */
+
+/* Rows [i0, i0 + mc) of C against one strip of op(B) columns [j, j + w),
+ * depth [p0, p0 + kc): tiles of balanced height (at most MR rows). */
+static void strip(const qkv_gemm_args *g, int add, int i0, int mc, int j, int w, int p0, int kc,
+                  const float *b, size_t ldb)
+{
+    const int nv = w > 8 ? 2 : 1;
+    const __m256i last = lanes8(w - 8 * (nv - 1));
+    const tile_fn *fn = tiles[nv - 1][g->ta][add];
+    const size_t lda = g->ta ? (size_t)g->m : (size_t)g->k;
+    const int nt = (mc + MR - 1) / MR;
+    for (int t = 0, i = i0; t < nt; t++) {
+        int R = mc / nt + (t < mc % nt);
+        const float *a = g->ta ? g->A + (size_t)p0 * lda + i : g->A + (size_t)i * lda + p0;
+        fn[R - 1](kc, a, lda, b, ldb, g->C + (size_t)i * g->n + j, (size_t)g->n, last);
+        i += R;
+    }
+}
+
+static void gemm_tiles(const qkv_gemm_args *g)
+{
+    const int add = g->order == QKV_GEMM_BLOCKS, m = g->m, n = g->n, k = g->k;
+    const int packed = g->tb || m >= qkv_kernels_avx2.gemm_pack_b_min;
+    const size_t ldb = g->tb ? (size_t)k : (size_t)n;
+    for (int jc = 0; jc < n; jc += QKV_GEMM_NC) {
+        int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
+        for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
+            int kc = k - pc < QKV_GEMM_KC ? k - pc : QKV_GEMM_KC;
+            const float *bsrc = g->tb ? g->B + (size_t)jc * ldb + pc : g->B + (size_t)pc * ldb + jc;
+            if (packed)
+                pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);
+            for (int ic = 0; ic < m; ic += MC) {
+                int mc = m - ic < MC ? m - ic : MC;
+                for (int jr = 0; jr < nc; jr += NR) {
+                    int w = nc - jr < NR ? nc - jr : NR;
+                    if (packed)
+                        strip(g, add, ic, mc, jc + jr, w, pc, kc, qkv_gemm_pack_b + (size_t)jr * kc,
+                              NR);
+                    else
+                        strip(g, add, ic, mc, jc + jr, w, pc, kc, bsrc + jr, ldb);
+                }
+            }
+        }
+    }
+}
+
+/* ---- the dots order ----------------------------------------------------- */
+/*
+ * As avx512_gemm.c's: c[i,j] += (s0 + s1) + (s2 + s3), s_l the sum of the
+ * rounded products for p = l mod 4 (the last k mod 4 into s0), lanes over
+ * j; R rows by 8 columns of a k×NR packed op(B) at bp.
+ */
+static inline __attribute__((always_inline)) void dots_step(int R, int ta, int l, int p,
+                                                            const float *a, size_t lda,
+                                                            const float *bp, __m256 s[4][3])
+{
+    __m256 b = _mm256_load_ps(bp + (size_t)p * NR);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        __m256 av = _mm256_broadcast_ss(ta ? a + (size_t)p * lda + r : a + r * lda + p);
+        s[l][r] = _mm256_add_ps(s[l][r], _mm256_mul_ps(av, b));
+    }
+}
+
+static inline __attribute__((always_inline)) void dots_tile(int R, int ta, int k, const float *a,
+                                                            size_t lda, const float *bp, float *c,
+                                                            size_t ldc, __m256i last)
+{
+    __m256 s[4][3];
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; l++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            s[l][r] = _mm256_setzero_ps();
+    int p = 0;
+    for (; p + 4 <= k; p += 4)
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; l++)
+            dots_step(R, ta, l, p + l, a, lda, bp, s);
+    for (; p < k; p++)
+        dots_step(R, ta, 0, p, a, lda, bp, s);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float *dst = c + r * ldc;
+        __m256 sum =
+            _mm256_add_ps(_mm256_add_ps(s[0][r], s[1][r]), _mm256_add_ps(s[2][r], s[3][r]));
+        _mm256_maskstore_ps(dst, last, _mm256_add_ps(_mm256_maskload_ps(dst, last), sum));
+    }
+}
+
+#define DOTS_FN(NAME, TA)                                                                 \
+    static void NAME(int R, int k, const float *a, size_t lda, const float *bp, float *c, \
+                     size_t ldc, __m256i last)                                            \
+    {                                                                                     \
+        switch (R) {                                                                      \
+        case 1: dots_tile(1, TA, k, a, lda, bp, c, ldc, last); return;                    \
+        case 2: dots_tile(2, TA, k, a, lda, bp, c, ldc, last); return;                    \
+        default: dots_tile(3, TA, k, a, lda, bp, c, ldc, last); return;                   \
+        }                                                                                 \
+    }
+
+DOTS_FN(dots_n, 0)
+DOTS_FN(dots_t, 1)
+
+/* The dots order for B stored n×k: op(B) packed NR columns at a time over
+ * the whole depth, then rows of C three at a time, 8 columns at a time;
+ * a depth too large for the scratch takes the scalar loop. */
+static void gemm_dots(const qkv_gemm_args *g)
+{
+    const int m = g->m, n = g->n, k = g->k;
+    if ((size_t)k * NR > QKV_DIRECT_SCRATCH) {
+        qkv_gemm_dots(g->ta, m, n, k, g->A, g->B, g->C);
+        return;
+    }
+    const size_t lda = g->ta ? (size_t)m : (size_t)k;
+    for (int j = 0; j < n; j += NR) {
+        int w = n - j < NR ? n - j : NR;
+        pack_b(1, k, w, g->B + (size_t)j * k, (size_t)k, qkv_direct_scratch);
+        for (int h = 0; h < w; h += 8) {
+            const __m256i last = lanes8(w - h);
+            for (int i = 0; i < m; i += 3) {
+                int R = m - i < 3 ? m - i : 3;
+                const float *a = g->ta ? g->A + i : g->A + (size_t)i * lda;
+                (g->ta ? dots_t : dots_n)(R, k, a, lda, qkv_direct_scratch + h,
+                                          g->C + (size_t)i * n + j + h, (size_t)n, last);
+            }
+        }
+    }
+}
+
+/* ---- the entry point ---------------------------------------------------- */
+
+void qkv_gemm_avx2(const qkv_gemm_args *g)
+{
+    if (g->order == QKV_GEMM_DOTS)
+        gemm_dots(g);
+    else
+        gemm_tiles(g);
+}
+#else
+typedef int qkv_no_avx2_gemm; /* ISO C wants a declaration */
+#endif
