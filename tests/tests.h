@@ -45,6 +45,7 @@ qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad
 Suite *tensor_suite(void);
 Suite *tape_suite(void);
 Suite *kernels_suite(void);
+Suite *gemm_suite(void);
 Suite *ops_suite(void);
 Suite *elementwise_suite(void);
 Suite *shape_suite(void);
