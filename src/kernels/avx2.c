@@ -311,6 +311,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .nr = 16,
     .gemm = qkv_gemm_avx2,
     .gemm_pack_b_min = 48,
+    .gemm_chains = 0, /* the per-sentence products (12×16…) are faster direct */
     .ukernel = ukernel_avx2,
     .direct = direct_avx2,
     .exps = exps_avx2,

@@ -147,7 +147,7 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
         order = QKV_GEMM_BLOCKS;
     else if (tb && (size_t)k * n > QKV_DIRECT_SCRATCH)
         order = QKV_GEMM_DOTS;
-    if (im->gemm != NULL)
+    if (im->gemm != NULL && (order != QKV_GEMM_CHAIN || im->gemm_chains))
         im->gemm(&(qkv_gemm_args){order, ta, tb, m, n, k, A, B, C});
     else if (order == QKV_GEMM_BLOCKS)
         gemm_blocked(im, ta, tb, m, n, k, A, B, C);

@@ -235,6 +235,8 @@ typedef struct qkv_kernel_set {
     qkv_direct_fn direct;       /* the direct path for small and thin products */
     qkv_gemm_fn gemm;           /* optional: the whole product (then the three above are unused) */
     int gemm_pack_b_min;        /* gemm, B stored k×n: packed from this many rows of C on */
+    int gemm_chains;            /* gemm also runs the small (chain-order) products, which
+                                 * otherwise take direct */
     qkv_exps_fn exps;           /* softmax's exponentials */
     qkv_softmax16_fn softmax16; /* optional: short rows in one register */
     qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
