@@ -16,6 +16,17 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
     echo "bench-compare: PyTorch is not installed for $py; apt-get install python3-torch" >&2
     exit 1
 fi
+# PyTorch's OpenBLAS at its fastest kernel for this CPU (Debian's build may
+# detect a new CPU as an old one): the last line of --pick-coretype
+echo "Choosing OPENBLAS_CORETYPE for PyTorch (512^3 sgemm per core type):"
+picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || picked=
+printf '%s\n' "$picked" | sed '$d'
+core=$(printf '%s\n' "$picked" | tail -n 1)
+if [ -n "$core" ]; then
+    export OPENBLAS_CORETYPE="$core"
+else
+    unset OPENBLAS_CORETYPE
+fi
 "$py" "$(dirname "$0")/bench_torch.py" out/bench_torch.csv || exit 1
 echo
 echo "qkv against PyTorch eager (one thread): time per training step"
@@ -33,6 +44,16 @@ awk -F, '
                    torch[c "_step"] / qkv[c "_step"], qkv[c "_bwd_over_fwd"],
                    torch[c "_bwd_over_fwd"]
         }
+        printf "\nops and the Transformer block: time per call, qkv against PyTorch\n"
+        printf "%-20s %14s %14s %10s\n", "op", "qkv (µs)", "torch (µs)", "speed-up"
+        n = split("exp,tanh,sigmoid,gelu,softmax,layer_norm fwd+bwd,block_step", op, ",")
+        for (i = 1; i <= n; i++)
+            if ((op[i] in qkv) && (op[i] in torch))
+                printf "%-20s %14.1f %14.1f %9.1fx\n", op[i], qkv[op[i]], torch[op[i]],
+                       torch[op[i]] / qkv[op[i]]
+        if ("block_fraction_of_peak" in qkv)
+            printf "qkv block: %.1f GFLOP/s, %.0f%% of the measured one-core peak (%.0f GFLOP/s)\n",
+                   qkv["block_gflops"], 100 * qkv["block_fraction_of_peak"], qkv["peak_gflops"]
         if ("ratio_best_over_openblas_512" in qkv)
             printf "\nqkv matmul / OpenBLAS: %.0f%% at 512, %.0f%% at 1024\n",
                    100 * qkv["ratio_best_over_openblas_512"],
