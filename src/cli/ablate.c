@@ -296,10 +296,13 @@ static void print_report(const ablate_opts *o, int roles, const char *const *nam
     for (int v = 0; v < nv; v++) {
         if (strncmp(names[v], "base-", 5) != 0)
             continue;
-        if (!any++)
-            printf("\nValidation-loss curves against full's (base e), same seed: RMS difference"
-                   "\n(seed-to-seed RMS difference of full's own curves: %.4f)\n",
-                   noise);
+        if (!any++) {
+            printf("\nValidation-loss curves against full's (base e), same seed: RMS difference\n");
+            if (isnan(noise))
+                printf("(with one seed there is no seed-to-seed difference to compare with)\n");
+            else
+                printf("(seed-to-seed RMS difference of full's own curves: %.4f)\n", noise);
+        }
         printf("  %-18s %.2e\n", names[v], curve_rms(res[v], res[full], o->seeds, 0));
     }
 }
