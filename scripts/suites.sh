@@ -28,6 +28,10 @@ printf '%s\n' $list | xargs -P "$jobs" -I{} sh -c '
         echo "{} (exit $rc)" >>"$tmp/failed"
     fi
     cat "$tmp/{}.log"'
+# a suite that never ran (xargs stopped early) left no report
+for s in $list; do
+    grep -q "Checks: " "$tmp/$s.log" 2>/dev/null || echo "$s (no report)" >>"$tmp/failed"
+done
 if [ -s "$tmp/failed" ]; then
     echo "suites: failed:" $(cat "$tmp/failed") >&2
     exit 1

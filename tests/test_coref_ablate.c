@@ -196,7 +196,6 @@ START_TEST(test_a_matched_base_follows_full_with_adam)
             ck_assert_msg(fabs((double)c.f.loss->data[0] - le) <= 1e-4 * le, "%s step %d: %g vs %g",
                           names[v], s, (double)c.f.loss->data[0], le);
         }
-        /* an unmatched base does not follow it */
         qkv_optim_free(oe);
         qkv_optim_free(om);
         qkv_ablate_model_free(e);
@@ -210,11 +209,28 @@ END_TEST
 
 START_TEST(test_variant_names_parse_and_bad_ones_do_not)
 {
+    /* every name, with its kind, base and matched flag written out here */
+    static const struct {
+        const char *name;
+        qkv_ablate_kind kind;
+        double base;
+        int matched;
+    } want[] = {{"full", QKV_ABLATE_FULL, 2.718281828459045, 0},
+                {"no-v", QKV_ABLATE_NO_V, 2.718281828459045, 0},
+                {"shared-qk", QKV_ABLATE_SHARED_QK, 2.718281828459045, 0},
+                {"shared-qk-noself", QKV_ABLATE_SHARED_QK_NOSELF, 2.718281828459045, 0},
+                {"bilinear", QKV_ABLATE_BILINEAR, 2.718281828459045, 0},
+                {"base-2", QKV_ABLATE_BASE, 2, 0},
+                {"base-10", QKV_ABLATE_BASE, 10, 0},
+                {"base-2-matched", QKV_ABLATE_BASE, 2, 1},
+                {"base-10-matched", QKV_ABLATE_BASE, 10, 1}};
     qkv_ablate_config c;
-    for (int v = 0; v < QKV_ABLATE_VARIANTS; v++)
-        ck_assert_int_eq(qkv_ablate_parse(qkv_ablate_names[v], &c), 0);
-    ck_assert_int_eq(qkv_ablate_parse("base-10", &c), 0);
-    ck_assert(c.kind == QKV_ABLATE_BASE && c.base == 10 && !c.matched);
+    ck_assert_int_eq(QKV_ABLATE_VARIANTS, (int)(sizeof want / sizeof want[0]));
+    for (int v = 0; v < QKV_ABLATE_VARIANTS; v++) {
+        ck_assert_str_eq(qkv_ablate_names[v], want[v].name);
+        ck_assert_int_eq(qkv_ablate_parse(want[v].name, &c), 0);
+        ck_assert(c.kind == want[v].kind && c.base == want[v].base && c.matched == want[v].matched);
+    }
     ck_assert_int_eq(qkv_ablate_parse("base-3", &c), -1);
     ck_assert_int_eq(qkv_ablate_parse("", &c), -1);
     ck_assert_int_eq(qkv_ablate_parse(NULL, &c), -1);

@@ -121,12 +121,11 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         since = 0;
     }
     if (rc == CLI_OK) {
-        qkv_ablate_eval test;
+        qkv_ablate_eval test = {0}, tr = {0};
         if (qkv_ablate_evaluate(m, t, eb, d.test, d.n_test, &test) != QKV_OK)
             rc = cli_fail("ablate: %s", qkv_tape_error(t));
         r->acc = test.acc;
         r->loss = test.loss;
-        qkv_ablate_eval tr;
         if (rc == CLI_OK && qkv_ablate_evaluate(m, t, eb, d.train, d.n_train, &tr) != QKV_OK)
             rc = cli_fail("ablate: %s", qkv_tape_error(t));
         r->train = tr.acc;
@@ -198,8 +197,9 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         qkv_tensor *la, *lb;
         const int old = qkv_tape_set_grad(t, 0);
         qkv_tape_reset(t);
-        test_loss = qkv_roles_forward(m, t, test, ROLES_TEST, &la, &lb)->data[0];
+        qkv_tensor *tl = qkv_roles_forward(m, t, test, ROLES_TEST, &la, &lb);
         qkv_tape_set_grad(t, old);
+        test_loss = qkv_tape_status(t) == QKV_OK ? (double)tl->data[0] : NAN;
         if (qkv_tape_status(t) != QKV_OK ||
             qkv_roles_accuracy(m, t, test, ROLES_TEST, NULL, NULL, &both) != QKV_OK) {
             rc = cli_fail("ablate: %s", qkv_tape_error(t));
@@ -368,7 +368,8 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
  * -1 for an unknown or repeated name. names point into buf. */
 static int parse_variants(const char *s, int roles, char *buf, size_t len, const char **names)
 {
-    if (strlen(s) >= len || s[0] == ',' || s[0] == '\0' || s[strlen(s) - 1] == ',')
+    if (strlen(s) >= len || s[0] == ',' || s[0] == '\0' || s[strlen(s) - 1] == ',' ||
+        strstr(s, ",,") != NULL)
         return -1;
     strcpy(buf, s);
     int n = 0;

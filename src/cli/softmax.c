@@ -193,8 +193,16 @@ int cmd_softmax(int argc, char **argv)
             break;
         }
         for (int k = 0; k < nb && r == CLI_OK; k++) { /* the library's softmax of z·ln b */
-            for (int i = 0; i < n; i++)
+            for (int i = 0; i < n && r == CLI_OK; i++) {
                 zb[i] = z[i] * log(base[k]);
+                if (fabs(zb[i]) > REAL_MAX)
+                    r = cli_usage_error("softmax",
+                                        "'%s': %g·ln %s is too large for the scalar type "
+                                        "(±%g)",
+                                        use[v], z[i], blabel[k], (double)REAL_MAX);
+            }
+            if (r != CLI_OK)
+                break;
             if (softmax_of(zb, n, pb[k]) != QKV_OK)
                 r = CLI_FAIL;
         }
@@ -245,8 +253,11 @@ int cmd_softmax(int argc, char **argv)
             for (int j = 0; j < nb && r == CLI_OK; j++) {
                 if (self_gradient(z, n, log(base[j]), k, &g) != QKV_OK)
                     r = CLI_FAIL;
-                printf(" %12.4f", g);
+                else
+                    printf(" %12.4f", g);
             }
+            if (r != CLI_OK)
+                break;
             printf("\n  ");
             cli_print_padded(stdout, "= ln b · p(1 - p)", 27);
             printf(" %12s %12.4f", "", p[k] * (1 - p[k]));

@@ -278,11 +278,15 @@ void qkv_roles_model_free(qkv_roles_model *m)
 
 qkv_roles_model *qkv_roles_model_new(qkv_roles_kind kind, uint64_t seed, qkv_error *err)
 {
+    if ((unsigned)kind >= QKV_ROLES_VARIANTS) {
+        qkv_error_set(err, QKV_ERR_ARG, "roles: no variant %d", (int)kind);
+        return NULL;
+    }
     qkv_roles_model *m = calloc(1, sizeof *m);
-    if (m == NULL || (unsigned)kind >= QKV_ROLES_VARIANTS ||
-        (m->list = qkv_params_new(seed, err)) == NULL) {
+    if (m == NULL || (m->list = qkv_params_new(seed, err)) == NULL) {
         free(m);
-        qkv_error_set(err, QKV_ERR_ARG, "roles: a bad variant, or out of memory");
+        if (err != NULL && err->status == QKV_OK)
+            qkv_error_set(err, QKV_ERR_NOMEM, "roles: out of memory");
         return NULL;
     }
     m->kind = kind;
