@@ -100,6 +100,9 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("bptt --rho 0.5,0", 2, "--rho: '0.5,0' is not a list of up to 16 radii in (0, 10]");
     expect("bptt --length 8", 2, "--length");
     expect("parallel --lengths 8", 2, "--lengths: '8' is not a list");
+    expect("distance --models rnn,,lstm", 2, "--models: 'rnn,,lstm' is not a list");
+    expect("parallel --models rnn,,gru", 2, "--models: 'rnn,,gru' is not a list");
+    expect("bptt --rho 0.5,,1", 2, "--rho: '0.5,,1' is not a list");
     expect("ablate --task poetry", 2, "--task: 'poetry' is neither coref nor roles");
     expect("ablate --variants full,no-q", 2, "--variants: 'full,no-q' is not a list");
     expect("ablate --task roles --variants shared-qk", 2, "distinct roles variants");

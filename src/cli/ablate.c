@@ -368,20 +368,15 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
  * -1 for an unknown or repeated name. names point into buf. */
 static int parse_variants(const char *s, int roles, char *buf, size_t len, const char **names)
 {
-    if (strlen(s) >= len || s[0] == ',' || s[0] == '\0' || s[strlen(s) - 1] == ',' ||
-        strstr(s, ",,") != NULL)
-        return -1;
-    strcpy(buf, s);
-    int n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
+    char *item[MAX_VARIANTS];
+    const int n = cli_split_list(s, buf, len, item, MAX_VARIANTS);
+    for (int i = 0; i < n; i++) {
         qkv_ablate_config c;
         qkv_roles_kind k;
-        if (n == MAX_VARIANTS || (roles ? qkv_roles_parse(tok, &k) : qkv_ablate_parse(tok, &c)))
+        if ((roles ? qkv_roles_parse(item[i], &k) : qkv_ablate_parse(item[i], &c)) != 0 ||
+            find(names, i, item[i]) >= 0)
             return -1;
-        if (find(names, n, tok) >= 0)
-            return -1;
-        names[n++] = tok;
+        names[i] = item[i];
     }
     return n;
 }

@@ -265,20 +265,15 @@ int cmd_bptt(int argc, char **argv)
     double rhos[MAX_RHO];
     int nr = 0;
     {
-        char buf[256];
-        if (strlen(o.rhos) >= sizeof buf)
-            nr = -1;
-        else
-            strcpy(buf, o.rhos);
-        for (char *save = NULL, *tok = nr < 0 ? NULL : strtok_r(buf, ",", &save);
-             tok != NULL && nr >= 0; tok = strtok_r(NULL, ",", &save)) {
-            double v;
-            if (nr == MAX_RHO || cli_parse_double(tok, &v) != 0 || !(v > 0) || v > 10)
+        char buf[256], *item[MAX_RHO];
+        const int n = cli_split_list(o.rhos, buf, sizeof buf, item, MAX_RHO);
+        nr = n < 0 ? -1 : 0;
+        for (int k = 0; k < n && nr >= 0; k++)
+            if (cli_parse_double(item[k], &rhos[k]) != 0 || !(rhos[k] > 0) || rhos[k] > 10)
                 nr = -1;
             else
-                rhos[nr++] = v;
-        }
-        if (nr <= 0 || o.rhos[0] == ',' || o.rhos[strlen(o.rhos) - 1] == ',')
+                nr++;
+        if (nr <= 0)
             return cli_usage_error("bptt",
                                    "--rho: '%s' is not a list of up to %d radii in "
                                    "(0, 10]",

@@ -73,6 +73,12 @@ int cli_parse_double(const char *s, double *out);
  * none, a number out of range, or more than max items. */
 int cli_int_list(const char *s, int *out, int max, int lo, int hi);
 
+/* Splits a comma-separated list into buf (len bytes) and items (at most
+ * max), which point into buf. Returns the count, or -1 for an empty list,
+ * an empty item (a leading, trailing or double comma), a list longer than
+ * buf, or more than max items. The items themselves are not checked. */
+int cli_split_list(const char *s, char *buf, size_t len, char **items, int max);
+
 /* The mean of x[0..n) and its sample standard deviation (0 for n = 1). */
 void cli_mean_sd(const double *x, int n, double *mean, double *sd);
 

@@ -243,6 +243,24 @@ int cli_int_list(const char *s, int *out, int max, int lo, int hi)
     }
 }
 
+int cli_split_list(const char *s, char *buf, size_t len, char **items, int max)
+{
+    if (strlen(s) >= len)
+        return -1;
+    strcpy(buf, s);
+    int n = 0;
+    for (char *p = buf;; p++) {
+        size_t k = strcspn(p, ",");
+        if (k == 0 || n >= max)
+            return -1;
+        items[n++] = p;
+        p += k;
+        if (*p == '\0')
+            return n;
+        *p = '\0';
+    }
+}
+
 /* Decodes one UTF-8 sequence at s (assumed valid); returns its length. */
 static int utf8_next(const unsigned char *s, unsigned *cp)
 {

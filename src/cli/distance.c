@@ -217,21 +217,16 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
 /* Parses the model list into kinds; the count, or -1. */
 static int parse_models(const char *s, qkv_seq_kind *kinds)
 {
-    char buf[256];
-    if (strlen(s) >= sizeof buf)
-        return -1;
-    strcpy(buf, s);
-    int n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save)) {
-        if (n == MAX_ITEMS || qkv_seq_parse(tok, &kinds[n]) != 0)
+    char buf[256], *item[MAX_ITEMS];
+    const int n = cli_split_list(s, buf, sizeof buf, item, MAX_ITEMS);
+    for (int k = 0; k < n; k++) {
+        if (qkv_seq_parse(item[k], &kinds[k]) != 0)
             return -1;
-        for (int i = 0; i < n; i++)
-            if (kinds[i] == kinds[n])
+        for (int i = 0; i < k; i++)
+            if (kinds[i] == kinds[k])
                 return -1;
-        n++;
     }
-    return s[0] == ',' || s[strlen(s) - 1] == ',' || n == 0 ? -1 : n;
+    return n;
 }
 
 int cmd_distance(int argc, char **argv)

@@ -74,14 +74,10 @@ static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref
 /* Parses the model list; the count, or -1. */
 static int parse_models(const char *s, qkv_seq_kind *kinds)
 {
-    char buf[256];
-    if (strlen(s) >= sizeof buf || s[0] == ',' || s[0] == '\0' || s[strlen(s) - 1] == ',')
-        return -1;
-    strcpy(buf, s);
-    int n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok != NULL;
-         tok = strtok_r(NULL, ",", &save))
-        if (n == MAX_ITEMS || qkv_seq_parse(tok, &kinds[n++]) != 0)
+    char buf[256], *item[MAX_ITEMS];
+    const int n = cli_split_list(s, buf, sizeof buf, item, MAX_ITEMS);
+    for (int k = 0; k < n; k++)
+        if (qkv_seq_parse(item[k], &kinds[k]) != 0)
             return -1;
     return n;
 }
