@@ -67,7 +67,7 @@ QKV_ALWAYS_INLINE __m256 pick8(__m256 mask, __m256 a, __m256 b)
  * halves, so a result below FLT_MIN is rounded once (the first product is
  * exact). For t <= -160 the result is ±0, given without a multiplication
  * that would underflow: those take a slow path on some CPUs. */
-QKV_ALWAYS_INLINE __m256 scale8(__m256 p, __m256 t)
+QKV_ALWAYS_INLINE __m256 scale8_edges(__m256 p, __m256 t)
 {
     __m256 zero = _mm256_cmp_ps(t, SET1(-160.0f), _CMP_LE_OQ);
     __m256i k = _mm256_cvtps_epi32(_mm256_andnot_ps(zero, t));
@@ -79,28 +79,46 @@ QKV_ALWAYS_INLINE __m256 scale8(__m256 p, __m256 t)
     return pick8(zero, y, _mm256_and_ps(p, sign8()));
 }
 
-/* e^(x + lo) = (p + *pl)·2^t for x in [-150, 89] (or NaN) and |lo| <=
- * ulp(x)/2: returns p, in [0.65, 1.42], with *pl below ulp(p), the two
- * together within about 2^-29 relative; sets *t, a whole number. */
-QKV_ALWAYS_INLINE __m256 exp_parts8(__m256 x, __m256 lo, __m256 *pl, __m256 *t)
+/* 2^t for a whole t in [-126, 127]: built from its bits. */
+QKV_ALWAYS_INLINE __m256 pow2_8(__m256 t)
 {
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, SET1(VM_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r1 = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
-    __m256 c = _mm256_fnmadd_ps(k, SET1(VM_LN2_LO), lo);
-    __m256 r = _mm256_add_ps(r1, c);
-    __m256 rl = _mm256_sub_ps(c, _mm256_sub_ps(r, r1)); /* r + rl = r1 + c */
+    __m256i k = _mm256_add_epi32(_mm256_cvtps_epi32(t), _mm256_set1_epi32(127));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(k, 23));
+}
+
+/* p·2^t as scale8_edges gives it; one multiplication when every t is in
+ * [-125, 127], where p·2^t is a normal float (or 0) for p in [0.5, 2). */
+QKV_ALWAYS_INLINE __m256 scale8(__m256 p, __m256 t)
+{
+    __m256 out = _mm256_or_ps(_mm256_cmp_ps(t, SET1(-125.0f), _CMP_NGE_UQ),
+                              _mm256_cmp_ps(t, SET1(127.0f), _CMP_GT_OQ));
+    if (_mm256_movemask_ps(out) != 0)
+        return scale8_edges(p, t);
+    return _mm256_mul_ps(p, pow2_8(t));
+}
+
+/* e^r - 1 = r + r²·Q(r) for |r| <= ln2/2 (plus a rounding error of lo). */
+QKV_ALWAYS_INLINE __m256 expm1_poly8(__m256 r)
+{
     __m256 q = _mm256_fmadd_ps(SET1(VM_EXP_Q5), r, SET1(VM_EXP_Q4));
     q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q3));
     q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q2));
     q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q1));
     q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q0));
-    /* 1 + r + r²·Q(r) + rl, with 1 + r split exactly into p + its error */
-    __m256 p = _mm256_add_ps(SET1(1.0f), r);
-    __m256 sl = _mm256_add_ps(_mm256_sub_ps(SET1(1.0f), p), r);
-    *pl = _mm256_add_ps(sl, _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), rl));
+    return _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), r);
+}
+
+/* e^(x + lo) = p·2^t for x in [-150, 89] (or NaN) and |lo| well below
+ * ulp(x): returns p, in [0.70, 1.42], within about 0.6 ulp; sets *t, a
+ * whole number. */
+QKV_ALWAYS_INLINE __m256 exp_parts8(__m256 x, __m256 lo, __m256 *t)
+{
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, SET1(VM_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
+    r = _mm256_add_ps(_mm256_fnmadd_ps(k, SET1(VM_LN2_LO), r), lo);
     *t = k;
-    return p;
+    return _mm256_add_ps(SET1(1.0f), expm1_poly8(r));
 }
 
 /* e^x, with the edges of qkv_vexp. */
@@ -108,37 +126,15 @@ QKV_ALWAYS_INLINE __m256 exp8(__m256 x)
 {
     /* max and min return their second operand for a NaN: x stays NaN */
     x = _mm256_min_ps(SET1(VM_EXP_HI), _mm256_max_ps(SET1(VM_EXP_LO), x));
-    __m256 t, pl, p = exp_parts8(x, _mm256_setzero_ps(), &pl, &t);
-    return scale8(_mm256_add_ps(p, pl), t);
+    __m256 t, p = exp_parts8(x, _mm256_setzero_ps(), &t);
+    return scale8(p, t);
 }
 
-/* e^(x + lo) as (p + *pl)·2^t, with p + *pl rounded to p (so *pl is its
- * error), and as *z + *zl, *z the float nearest it; then 1 + *z as *d +
- * *dl. Returns p and sets *t. Below 2^VM_EXP_SUM_MIN, *z and *zl are
- * those of 2^VM_EXP_SUM_MIN·(p + *pl) instead: as small beside 1, and no
- * subnormal on the way. */
-QKV_ALWAYS_INLINE __m256 exp_sum8(__m256 x, __m256 lo, __m256 *pl, __m256 *t, __m256 *z, __m256 *zl,
-                                  __m256 *d, __m256 *dl)
+/* e^(x + lo) = p·2^t (exp_parts8) with its exponent raised to at least
+ * VM_EXP_SUM_MIN (no subnormal; the same beside 1), for t <= 127. */
+QKV_ALWAYS_INLINE __m256 exp_beside1_8(__m256 p, __m256 t)
 {
-    __m256 ph, p = exp_parts8(x, lo, &ph, t);
-    __m256 pf = _mm256_add_ps(p, ph);
-    *pl = _mm256_add_ps(_mm256_sub_ps(p, pf), ph);
-    __m256 tz = _mm256_max_ps(SET1(VM_EXP_SUM_MIN), *t);
-    *z = scale8(pf, tz);
-    *zl = scale8(*pl, tz);
-    *d = _mm256_add_ps(SET1(1.0f), *z);
-    *dl = _mm256_add_ps(_mm256_add_ps(_mm256_sub_ps(SET1(1.0f), *d), *z), *zl);
-    return pf;
-}
-
-/* (n + nl)/(d + dl) for |nl|, |dl| below about ulp(n) and ulp(d): n/d,
- * corrected by its remainder (exact by one FMA), so within about 0.5 ulp. */
-QKV_ALWAYS_INLINE __m256 div_exact8(__m256 n, __m256 nl, __m256 d, __m256 dl)
-{
-    __m256 q = _mm256_div_ps(n, d);
-    __m256 e = _mm256_fnmadd_ps(q, d, n);
-    e = _mm256_fnmadd_ps(q, dl, _mm256_add_ps(e, nl));
-    return _mm256_fmadd_ps(e, _mm256_rcp_ps(d), q);
+    return _mm256_mul_ps(p, pow2_8(_mm256_max_ps(SET1(VM_EXP_SUM_MIN), t)));
 }
 
 /* log x, with the edges of qkv_vlog. */
@@ -168,36 +164,33 @@ QKV_ALWAYS_INLINE __m256 log8(__m256 x)
     return pick8(_mm256_cmp_ps(x, SET1(INFINITY), _CMP_EQ_OQ), y, x);
 }
 
-/* tanh x, with the edges of qkv_vtanh. */
+/* tanh x, with the edges of qkv_vtanh: E/(E + 2) with E = e^(2|x|) - 1
+ * (as 2^t·(e^r - 1) + (2^t - 1), so no cancellation near 0), 2|x| capped
+ * at VM_TANH_CAP; the sign of x copied back (-0 stays -0). */
 QKV_ALWAYS_INLINE __m256 tanh8(__m256 x)
 {
-    __m256 ax = abs8(x), s = _mm256_mul_ps(ax, ax);
-    __m256 p = _mm256_fmadd_ps(SET1(VM_TANH_P6), s, SET1(VM_TANH_P5));
-    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P4));
-    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P3));
-    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P2));
-    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P1));
-    p = _mm256_fmadd_ps(p, s, SET1(VM_TANH_P0));
-    __m256 small = _mm256_fmadd_ps(ax, _mm256_mul_ps(p, s), ax);
-    /* 1 - 2z/(1 + z), z = e^(-2|x|) */
-    __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), _mm256_mul_ps(ax, SET1(-2.0f)));
-    __m256 t, pl, z, zl, d, dl;
-    exp_sum8(w, _mm256_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
-    __m256 q = div_exact8(_mm256_add_ps(z, z), _mm256_add_ps(zl, zl), d, dl);
-    __m256 y = _mm256_sub_ps(SET1(1.0f), q);
-    y = pick8(_mm256_cmp_ps(ax, SET1(VM_TANH_SMALL), _CMP_LT_OQ), y, small);
+    __m256 ax = abs8(x);
+    __m256 w = _mm256_min_ps(SET1(VM_TANH_CAP), _mm256_add_ps(ax, ax)); /* NaN stays */
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(w, SET1(VM_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), w);
+    r = _mm256_fnmadd_ps(k, SET1(VM_LN2_LO), r);
+    __m256 tk = pow2_8(k);
+    __m256 e = _mm256_fmadd_ps(expm1_poly8(r), tk, _mm256_sub_ps(tk, SET1(1.0f)));
+    __m256 y = _mm256_div_ps(e, _mm256_add_ps(e, SET1(2.0f)));
     return _mm256_or_ps(y, _mm256_and_ps(x, sign8()));
 }
 
 /* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid. With z = e^-|x|
- * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, rounded once at
- * the end (so subnormal results too). */
+ * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, so a subnormal
+ * result is rounded once, at the end. */
 QKV_ALWAYS_INLINE __m256 sigmoid8(__m256 x)
 {
     __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), _mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
-    __m256 pl, t, z, zl, d, dl, p = exp_sum8(w, _mm256_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
+    __m256 t, p = exp_parts8(w, _mm256_setzero_ps(), &t);
     __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
-    __m256 q = div_exact8(pick8(neg, SET1(1.0f), p), _mm256_and_ps(neg, pl), d, dl);
+    __m256 d = _mm256_add_ps(SET1(1.0f), exp_beside1_8(p, t));
+    __m256 q = _mm256_div_ps(pick8(neg, SET1(1.0f), p), d);
     return scale8(q, _mm256_and_ps(neg, t));
 }
 
@@ -213,11 +206,11 @@ QKV_ALWAYS_INLINE void gelu_arg4(__m128 x, __m128 *hi, __m128 *lo)
 }
 
 /* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
- * C·x²) in double, carried as two floats into e^(-|v|) = (p + *pl)·2^t =
- * *z + *zl, and 1 + that as *d + *dl. Sets *pos (lanes where v >= 0);
- * returns p. */
-QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *pl, __m256 *t,
-                                     __m256 *z, __m256 *zl, __m256 *d, __m256 *dl)
+ * C·x²) in double, carried as two floats into e^(-|v|) = p·2^t, that as
+ * *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in *d.
+ * Sets *pos (lanes where v >= 0); returns p. */
+QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *t, __m256 *z,
+                                     __m256 *d)
 {
     __m256 c = _mm256_min_ps(SET1(VM_GELU_BIG), _mm256_max_ps(SET1(-VM_GELU_BIG), x));
     __m128 h0, l0, h1, l1;
@@ -227,21 +220,20 @@ QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *
     __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(l0), l1, 1);
     *pos = _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    return exp_sum8(flip8(*pos, hi), flip8(*pos, lo), pl, t, z, zl, d, dl);
+    __m256 p = exp_parts8(flip8(*pos, hi), flip8(*pos, lo), t);
+    *z = exp_beside1_8(p, *t);
+    *d = _mm256_add_ps(SET1(1.0f), *z);
+    return p;
 }
 
 /* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below; and x
  * itself beyond VM_GELU_BIG (where σ(v) = 1 in float, and x may be inf). */
 QKV_ALWAYS_INLINE __m256 gelu8(__m256 x)
 {
-    __m256 xc, pos, pl, t, z, zl, d, dl;
-    __m256 p = gelu_parts8(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
-    __m256 n = _mm256_mul_ps(xc, p);
-    __m256 nl = _mm256_fmadd_ps(xc, pl, _mm256_fmsub_ps(xc, p, n)); /* xc·(p + pl) - n */
-    __m256 q = div_exact8(pick8(pos, n, x), _mm256_andnot_ps(pos, nl), d, dl);
+    __m256 xc, pos, t, z, d;
+    __m256 p = gelu_parts8(x, &xc, &pos, &t, &z, &d);
+    __m256 q = _mm256_div_ps(pick8(pos, _mm256_mul_ps(xc, p), x), d);
     __m256 y = scale8(q, _mm256_andnot_ps(pos, t));
-    /* the sign of x, which the correction of a zero quotient may lose (-0) */
-    y = _mm256_or_ps(abs8(y), _mm256_and_ps(x, sign8()));
     return pick8(_mm256_cmp_ps(x, SET1(VM_GELU_BIG), _CMP_GT_OQ), y, x);
 }
 
@@ -249,10 +241,10 @@ QKV_ALWAYS_INLINE __m256 gelu8(__m256 x)
  * (t = 0 for v >= 0), so a σ below FLT_MIN keeps its precision. */
 QKV_ALWAYS_INLINE __m256 gelu_grad8(__m256 x)
 {
-    __m256 xc, pos, pl, t, z, zl, d, dl;
-    __m256 p = gelu_parts8(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
-    __m256 m = div_exact8(pick8(pos, p, SET1(1.0f)), _mm256_andnot_ps(pos, pl), d, dl);
+    __m256 xc, pos, t, z, d;
+    __m256 p = gelu_parts8(x, &xc, &pos, &t, &z, &d);
     __m256 rd = _mm256_div_ps(SET1(1.0f), d);
+    __m256 m = pick8(pos, _mm256_mul_ps(p, rd), rd);
     __m256 sc = pick8(pos, rd, _mm256_mul_ps(z, rd)); /* 1 - σ(v) */
     __m256 k = _mm256_fmadd_ps(_mm256_mul_ps(xc, xc), SET1(VM_GELU_K2C3F), SET1(VM_GELU_K2F));
     __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(xc, sc), k, SET1(1.0f));

@@ -42,28 +42,28 @@ QKV_ALWAYS_INLINE __m512 with_sign16(__m512 y, __m512 x)
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), s));
 }
 
-/* e^(x + lo) = (p + *pl)·2^t for x in [-150, 89] (or NaN) and |lo| <=
- * ulp(x)/2: returns p, in [0.65, 1.42], with *pl below ulp(p), the two
- * together within about 2^-29 relative; sets *t, a whole number. */
-QKV_ALWAYS_INLINE __m512 exp_parts16(__m512 x, __m512 lo, __m512 *pl, __m512 *t)
+/* e^r - 1 = r + r²·Q(r) for |r| <= ln2/2 (plus a rounding error of lo). */
+QKV_ALWAYS_INLINE __m512 expm1_poly16(__m512 r)
 {
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, SET1(VM_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r1 = _mm512_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
-    __m512 c = _mm512_fnmadd_ps(k, SET1(VM_LN2_LO), lo);
-    __m512 r = _mm512_add_ps(r1, c);
-    __m512 rl = _mm512_sub_ps(c, _mm512_sub_ps(r, r1)); /* r + rl = r1 + c */
     __m512 q = _mm512_fmadd_ps(SET1(VM_EXP_Q5), r, SET1(VM_EXP_Q4));
     q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q3));
     q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q2));
     q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q1));
     q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q0));
-    /* 1 + r + r²·Q(r) + rl, with 1 + r split exactly into p + its error */
-    __m512 p = _mm512_add_ps(SET1(1.0f), r);
-    __m512 sl = _mm512_add_ps(_mm512_sub_ps(SET1(1.0f), p), r);
-    *pl = _mm512_add_ps(sl, _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), rl));
+    return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
+}
+
+/* e^(x + lo) = p·2^t for x in [-150, 89] (or NaN) and |lo| well below
+ * ulp(x): returns p, in [0.70, 1.42], within about 0.6 ulp; sets *t, a
+ * whole number. */
+QKV_ALWAYS_INLINE __m512 exp_parts16(__m512 x, __m512 lo, __m512 *t)
+{
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, SET1(VM_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
+    r = _mm512_add_ps(_mm512_fnmadd_ps(k, SET1(VM_LN2_LO), r), lo);
     *t = k;
-    return p;
+    return _mm512_add_ps(SET1(1.0f), expm1_poly16(r));
 }
 
 /* e^x, with the edges of qkv_vexp. */
@@ -71,37 +71,15 @@ QKV_ALWAYS_INLINE __m512 exp16(__m512 x)
 {
     /* max and min return their second operand for a NaN: x stays NaN */
     x = _mm512_min_ps(SET1(VM_EXP_HI), _mm512_max_ps(SET1(VM_EXP_LO), x));
-    __m512 t, pl, p = exp_parts16(x, _mm512_setzero_ps(), &pl, &t);
-    return _mm512_scalef_ps(_mm512_add_ps(p, pl), t);
+    __m512 t, p = exp_parts16(x, _mm512_setzero_ps(), &t);
+    return _mm512_scalef_ps(p, t);
 }
 
-/* e^(x + lo) as (p + *pl)·2^t, with p + *pl rounded to p (so *pl is its
- * error), and as *z + *zl, *z the float nearest it; then 1 + *z as *d +
- * *dl. Returns p and sets *t. Below 2^VM_EXP_SUM_MIN, *z and *zl are
- * those of 2^VM_EXP_SUM_MIN·(p + *pl) instead: as small beside 1, and no
- * subnormal on the way. */
-QKV_ALWAYS_INLINE __m512 exp_sum16(__m512 x, __m512 lo, __m512 *pl, __m512 *t, __m512 *z,
-                                   __m512 *zl, __m512 *d, __m512 *dl)
+/* 1 + e^(x + lo) for e^(x + lo) = p·2^t (exp_parts16), the exponent
+ * raised to at least VM_EXP_SUM_MIN: no subnormal, and the same sum. */
+QKV_ALWAYS_INLINE __m512 one_plus16(__m512 p, __m512 t)
 {
-    __m512 ph, p = exp_parts16(x, lo, &ph, t);
-    __m512 pf = _mm512_add_ps(p, ph);
-    *pl = _mm512_add_ps(_mm512_sub_ps(p, pf), ph);
-    __m512 tz = _mm512_max_ps(SET1(VM_EXP_SUM_MIN), *t);
-    *z = _mm512_scalef_ps(pf, tz);
-    *zl = _mm512_scalef_ps(*pl, tz);
-    *d = _mm512_add_ps(SET1(1.0f), *z);
-    *dl = _mm512_add_ps(_mm512_add_ps(_mm512_sub_ps(SET1(1.0f), *d), *z), *zl);
-    return pf;
-}
-
-/* (n + nl)/(d + dl) for |nl|, |dl| below about ulp(n) and ulp(d): n/d,
- * corrected by its remainder (exact by one FMA), so within about 0.5 ulp. */
-QKV_ALWAYS_INLINE __m512 div_exact16(__m512 n, __m512 nl, __m512 d, __m512 dl)
-{
-    __m512 q = _mm512_div_ps(n, d);
-    __m512 e = _mm512_fnmadd_ps(q, d, n);
-    e = _mm512_fnmadd_ps(q, dl, _mm512_add_ps(e, nl));
-    return _mm512_fmadd_ps(e, _mm512_rcp14_ps(d), q);
+    return _mm512_add_ps(SET1(1.0f), _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), t)));
 }
 
 /* log x, with the edges of qkv_vlog. */
@@ -132,37 +110,31 @@ QKV_ALWAYS_INLINE __m512 log16(__m512 x)
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SET1(INFINITY), _CMP_EQ_OQ), x);
 }
 
-/* tanh x, with the edges of qkv_vtanh. */
+/* tanh x, with the edges of qkv_vtanh: E/(E + 2) with E = e^(2|x|) - 1
+ * (as 2^t·(e^r - 1) + (2^t - 1), so no cancellation near 0), 2|x| capped
+ * at VM_TANH_CAP; the sign of x copied back (-0 stays -0). */
 QKV_ALWAYS_INLINE __m512 tanh16(__m512 x)
 {
-    __m512 ax = abs16(x), s = _mm512_mul_ps(ax, ax);
-    __m512 p = _mm512_fmadd_ps(SET1(VM_TANH_P6), s, SET1(VM_TANH_P5));
-    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P4));
-    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P3));
-    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P2));
-    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P1));
-    p = _mm512_fmadd_ps(p, s, SET1(VM_TANH_P0));
-    __m512 small = _mm512_fmadd_ps(ax, _mm512_mul_ps(p, s), ax);
-    /* 1 - 2z/(1 + z), z = e^(-2|x|) */
-    __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), _mm512_mul_ps(ax, SET1(-2.0f)));
-    __m512 t, pl, z, zl, d, dl;
-    exp_sum16(w, _mm512_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
-    __m512 q = div_exact16(_mm512_add_ps(z, z), _mm512_add_ps(zl, zl), d, dl);
-    __m512 y = _mm512_sub_ps(SET1(1.0f), q);
-    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(ax, SET1(VM_TANH_SMALL), _CMP_LT_OQ), small);
-    return with_sign16(y, x);
+    __m512 ax = abs16(x);
+    __m512 w = _mm512_min_ps(SET1(VM_TANH_CAP), _mm512_add_ps(ax, ax)); /* NaN stays */
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(w, SET1(VM_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, SET1(VM_LN2_HI), w);
+    r = _mm512_fnmadd_ps(k, SET1(VM_LN2_LO), r);
+    __m512 tk = _mm512_scalef_ps(SET1(1.0f), k);
+    __m512 e = _mm512_fmadd_ps(expm1_poly16(r), tk, _mm512_sub_ps(tk, SET1(1.0f)));
+    return with_sign16(_mm512_div_ps(e, _mm512_add_ps(e, SET1(2.0f))), x);
 }
 
 /* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid. With z = e^-|x|
- * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, rounded once at
- * the end (so subnormal results too). */
+ * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, so a subnormal
+ * result is rounded once, at the end. */
 QKV_ALWAYS_INLINE __m512 sigmoid16(__m512 x)
 {
     __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), _mm512_sub_ps(_mm512_setzero_ps(), abs16(x)));
-    __m512 pl, t, z, zl, d, dl, p = exp_sum16(w, _mm512_setzero_ps(), &pl, &t, &z, &zl, &d, &dl);
+    __m512 t, p = exp_parts16(w, _mm512_setzero_ps(), &t);
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
-    __m512 q =
-        div_exact16(_mm512_mask_mov_ps(SET1(1.0f), neg, p), _mm512_maskz_mov_ps(neg, pl), d, dl);
+    __m512 q = _mm512_div_ps(_mm512_mask_mov_ps(SET1(1.0f), neg, p), one_plus16(p, t));
     return _mm512_scalef_ps(q, _mm512_maskz_mov_ps(neg, t));
 }
 
@@ -185,10 +157,11 @@ QKV_ALWAYS_INLINE __m512 join16(__m256 a, __m256 b)
 }
 
 /* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
- * C·x²) in double, carried as two floats into e^(-|v|) = (p + *pl)·2^t =
- * *z + *zl, and 1 + that as *d + *dl. Sets *pos where v >= 0; returns p. */
-QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m512 *pl, __m512 *t,
-                                      __m512 *z, __m512 *zl, __m512 *d, __m512 *dl)
+ * C·x²) in double, carried as two floats into e^(-|v|) = p·2^t, that
+ * as *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in
+ * *d. Sets *pos where v >= 0; returns p. */
+QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m512 *t, __m512 *z,
+                                      __m512 *d)
 {
     __m512 c = _mm512_min_ps(SET1(VM_GELU_BIG), _mm512_max_ps(SET1(-VM_GELU_BIG), x));
     __m256 h0, l0, h1, l1;
@@ -197,23 +170,21 @@ QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m5
     __m512 hi = join16(h0, h1), lo = join16(l0, l1);
     *pos = _mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    return exp_sum16(flip16(*pos, hi), flip16(*pos, lo), pl, t, z, zl, d, dl);
+    __m512 p = exp_parts16(flip16(*pos, hi), flip16(*pos, lo), t);
+    *z = _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), *t));
+    *d = _mm512_add_ps(SET1(1.0f), *z);
+    return p;
 }
 
 /* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below; and x
  * itself beyond VM_GELU_BIG (where σ(v) = 1 in float, and x may be inf). */
 QKV_ALWAYS_INLINE __m512 gelu16(__m512 x)
 {
-    __m512 xc, pl, t, z, zl, d, dl;
+    __m512 xc, t, z, d;
     __mmask16 pos;
-    __m512 p = gelu_parts16(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
-    __m512 n = _mm512_mul_ps(xc, p);
-    __m512 nl = _mm512_fmadd_ps(xc, pl, _mm512_fmsub_ps(xc, p, n)); /* xc·(p + pl) - n */
-    __m512 q = div_exact16(_mm512_mask_mov_ps(n, pos, x),
-                           _mm512_mask_mov_ps(nl, pos, _mm512_setzero_ps()), d, dl);
+    __m512 p = gelu_parts16(x, &xc, &pos, &t, &z, &d);
+    __m512 q = _mm512_div_ps(_mm512_mask_mov_ps(_mm512_mul_ps(xc, p), pos, x), d);
     __m512 y = _mm512_scalef_ps(q, _mm512_maskz_mov_ps((__mmask16)~pos, t));
-    /* the sign of x, which the correction of a zero quotient may lose (-0) */
-    y = with_sign16(abs16(y), x);
     return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SET1(VM_GELU_BIG), _CMP_GT_OQ), x);
 }
 
@@ -221,13 +192,13 @@ QKV_ALWAYS_INLINE __m512 gelu16(__m512 x)
  * (t = 0 for v >= 0), so a σ below FLT_MIN keeps its precision. */
 QKV_ALWAYS_INLINE __m512 gelu_grad16(__m512 x)
 {
-    __m512 xc, pl, t, z, zl, d, dl;
+    __m512 xc, t, z, d;
     __mmask16 pos;
-    __m512 p = gelu_parts16(x, &xc, &pos, &pl, &t, &z, &zl, &d, &dl);
-    __m512 m = div_exact16(_mm512_mask_mov_ps(p, pos, SET1(1.0f)),
-                           _mm512_mask_mov_ps(pl, pos, _mm512_setzero_ps()), d, dl);
+    __m512 p = gelu_parts16(x, &xc, &pos, &t, &z, &d);
     __m512 rd = _mm512_div_ps(SET1(1.0f), d);
-    __m512 sc = _mm512_mask_mov_ps(rd, pos, _mm512_mul_ps(z, rd)); /* 1 - σ(v) */
+    __m512 m = _mm512_mask_mov_ps(_mm512_mul_ps(p, rd), pos, rd);
+    /* 1 - σ(v): z/(1 + z) for v >= 0, 1/(1 + z) below */
+    __m512 sc = _mm512_mask_mov_ps(rd, pos, _mm512_mul_ps(z, rd));
     __m512 k = _mm512_fmadd_ps(_mm512_mul_ps(xc, xc), SET1(VM_GELU_K2C3F), SET1(VM_GELU_K2F));
     __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(xc, sc), k, SET1(1.0f));
     return _mm512_scalef_ps(_mm512_mul_ps(m, inner), _mm512_maskz_mov_ps((__mmask16)~pos, t));

@@ -6,27 +6,27 @@
  *
  * The methods, in float with fused multiply-adds (but GELU's argument):
  *   exp    x = t·ln2 + r, |r| <= ln2/2 (t·ln2 in two parts, so r is exact
- *          before the last part), e^r = 1 + r + r²·Q(r) carried as a float
- *          and its error, then scaled by 2^t in one rounding (subnormal
- *          results included).
+ *          before the last part), e^r = 1 + (r + r²·Q(r)), then scaled by
+ *          2^t in one rounding (subnormal results included).
  *   log    x = 2^k·m with m in [√½, √2), f = m - 1, s = f/(2 + f):
  *          log(1 + f) = f - (f²/2 - s·(f²/2 + R(s²))), R the atanh series;
  *          subnormal x scaled by 2^25 first.
- *   tanh   |x| < VM_TANH_SMALL: |x| + |x|³·P(x²); beyond, 1 - 2z/(1 + z)
- *          with z = e^(-2|x|); the sign of x copied back (-0 stays -0).
+ *   tanh   E/(E + 2) with E = e^(2|x|) - 1 = 2^t·(r + r²·Q(r)) + (2^t - 1):
+ *          one formula for every x, no cancellation near 0 (where t = 0);
+ *          the sign of x copied back (-0 stays -0).
  *   sigmoid  z = e^(-|x|) = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t
- *          below, rounded once at the end.
+ *          below, rounded once at the end (so subnormal results too).
  *   gelu   x·σ(v) with v = 2√(2/π)·(x + 0.044715·x³), which is the tanh form
  *          without its cancellation (1 + tanh(v/2) = 2σ(v)). v is computed
  *          in double and carried into e^(-|v|) as two floats: σ(v) is e^v
  *          for v << 0, and an error in v is an error in e^v. Its
  *          derivative is σ(v)·(1 + x·σ(-v)·K2·(1 + 3C·x²)) from the same σ.
- * The quotients carry e^x and 1 + e^x as a float and its error each, and
- * correct the rounded quotient by its remainder: each result is then
- * rounded about once (measured within 0.9 ulp; tests/test_kernels.c holds
- * them to their bounds).
- * Q and P are fits (Chebyshev interpolation, coefficients rounded to
- * float) whose own error is below 1e-8 relative.
+ * Each quotient is one division. These maps are bound by arithmetic, not
+ * memory (about 14 vector operations for exp, 20 for tanh and sigmoid),
+ * so they spend no operation on a last half-ulp: tests/test_kernels.c
+ * holds them to a few ulp, the bounds there.
+ * Q is a fit (Chebyshev interpolation, coefficients rounded to float)
+ * whose own error is below 1e-8 relative.
  */
 #ifndef QKV_VMATH_H
 #define QKV_VMATH_H
@@ -73,15 +73,9 @@
 #define VM_LOG_LN2_HI 0.693145751953125f
 #define VM_LOG_LN2_LO 1.428606765330187e-06f
 
-/* tanh(x) = x + x³·(P0 + P1·s + ... + P6·s⁶), s = x², for |x| < 0.75. */
-#define VM_TANH_SMALL 0.75f
-#define VM_TANH_P0 (-3.333333433e-01f)
-#define VM_TANH_P1 1.333332211e-01f
-#define VM_TANH_P2 (-5.396503210e-02f)
-#define VM_TANH_P3 2.183463797e-02f
-#define VM_TANH_P4 (-8.680413477e-03f)
-#define VM_TANH_P5 3.082525451e-03f
-#define VM_TANH_P6 (-6.917945575e-04f)
+/* tanh takes e^(2|x|) - 1 with 2|x| capped here: from |x| = 9.01 on,
+ * tanh x rounds to 1 in float, and 2^29 keeps clear of overflow. */
+#define VM_TANH_CAP 20.0f
 
 /* GELU: v = x·K2·(1 + C·x²) with K2 = 2√(2/π) and C = 0.044715; its
  * derivative's factor K2·(1 + 3C·x²). x is clamped to ±VM_GELU_BIG for v:
