@@ -1,6 +1,8 @@
 #!/bin/sh
-# `make bench-compare`: qkv's benchmark, then PyTorch's on the same three
-# training configurations, then the ratios. PyTorch comes from Debian's
+# `make bench-compare`: qkv's benchmark, then PyTorch's on the same
+# training configurations (R: the batches `qkv train` draws, which the
+# benchmark writes to out/bench_batches.csv; S, M, L: synthetic), then the
+# ratios. PyTorch comes from Debian's
 # python3-torch (apt-get install python3-torch); it is never needed to build
 # or test qkv.
 #   scripts/bench_compare.sh BENCH_BINARY QKV_BINARY
@@ -37,7 +39,7 @@ awk -F, '
     END {
         printf "%-4s %14s %14s %10s %14s %14s\n", "cfg", "qkv (µs)", "torch (µs)", "speed-up",
                "qkv bwd/fwd", "torch bwd/fwd"
-        n = split("S M L", cfg, " ")
+        n = split("R S M L", cfg, " ")
         for (i = 1; i <= n; i++) {
             c = cfg[i]
             printf "%-4s %14.1f %14.1f %9.1fx %14.2f %14.2f\n", c, qkv[c "_step"], torch[c "_step"],

@@ -92,6 +92,82 @@ def bench(name, B, T, V, dk, rows):
              ("train", f"{name}_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
 
 
+def read_batches(path):
+    """The real workload's batches as bench.c wrote them (write_real_batches):
+    (ids [B,T], additive key mask [B,1,T], query [B], target [B]) each, and
+    the model's vocabulary size, d_k and classes; None when absent."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    meta = lines[0].split(",")
+    V, dk, classes = int(meta[1]), int(meta[2]), int(meta[3])
+    items = {}
+    for line in lines[1:]:
+        k, _, n, q, tgt, ids = line.split(",")
+        item = (int(n), int(q), int(tgt), [int(i) for i in ids.split()])
+        items.setdefault(int(k), []).append(item)
+    batches = []
+    for k in sorted(items):
+        rows_ = items[k]
+        ids = torch.tensor([r[3] for r in rows_])
+        lens = torch.tensor([r[0] for r in rows_])
+        T = ids.shape[1]
+        mask = torch.zeros(len(rows_), 1, T)
+        mask[torch.arange(T)[None, None, :] >= lens[:, None, None]] = float("-inf")
+        batches.append((ids, mask, torch.tensor([r[1] for r in rows_]),
+                        torch.tensor([r[2] for r in rows_])))
+    return V, dk, classes, batches
+
+
+def bench_real(rows, path):
+    """The steps `qkv train` runs: its first batches (padded, with a key
+    mask), its model (V x d_k tables, d_k x classes output) and Adam, taken
+    in turn as bench.c takes them."""
+    got = read_batches(path)
+    if got is None:
+        print(f"R   (no {path}: run build/bench first)")
+        return
+    V, dk, classes, batches = got
+    g = torch.Generator().manual_seed(7)
+    params = [torch.randn(V, dk, generator=g).mul_(0.1).requires_grad_() for _ in range(3)]
+    params.append(torch.randn(dk, classes, generator=g).div_(math.sqrt(dk)).requires_grad_())
+    opt = torch.optim.Adam(params, lr=0.05)
+    scale = 1.0 / math.sqrt(dk)
+    turn = [0]
+
+    def forward():
+        ids, mask, query, target = batches[turn[0]]
+        turn[0] = (turn[0] + 1) % len(batches)
+        wq, wk, wv, wo = params
+        q, k, v = wq[ids], wk[ids], wv[ids]
+        a = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * scale + mask, dim=-1)
+        h = torch.bmm(a, v)[torch.arange(ids.shape[0]), query]
+        return torch.nn.functional.cross_entropy(h @ wo, target)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        forward().backward()
+        opt.step()
+
+    def fwd_bwd():
+        opt.zero_grad(set_to_none=False)
+        forward().backward()
+
+    t_step = median_time(step)
+    t_fwd = median_time(forward)
+    t_bwd = median_time(fwd_bwd) - t_fwd
+    T = batches[0][0].shape[1]
+    print(f"{'R':<3} {batches[0][0].shape[0]:5d} {'pad':>4} {V:4d} {dk:5d} {t_step * 1e6:12.1f} "
+          f"{t_fwd * 1e6:12.1f} {t_bwd * 1e6:12.1f} {t_bwd / t_fwd:9.2f}"
+          f"   (T {T}, {len(batches)} batches)")
+    rows += [("train", "R_step", t_step * 1e6, "us"),
+             ("train", "R_forward", t_fwd * 1e6, "us"),
+             ("train", "R_backward", t_bwd * 1e6, "us"),
+             ("train", "R_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
+
+
 def bench_ops(rows):
     """The ops table of `bench ops`: forward maps and softmax under no_grad,
     layer norm forward + backward from a fixed dy (x.grad accumulating)."""
@@ -224,6 +300,8 @@ def main():
           f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
     rows = []
     only = sys.argv[2] if len(sys.argv) > 2 else None
+    if only is None:
+        bench_real(rows, os.path.join(os.path.dirname(out) or ".", "bench_batches.csv"))
     for cfg in CONFIGS if only is None else []:
         bench(*cfg, rows)
     if only in (None, "ops"):

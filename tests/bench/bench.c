@@ -406,6 +406,11 @@ static void free_step_ctx(step_ctx *c)
     qkv_coref_model_free(c->m);
 }
 
+static void bench_real(const char *batches_path);
+
+/* Where the real workload's batches go for scripts/bench_torch.py. */
+static char real_batches_path[4096] = "out/bench_batches.csv";
+
 static void bench_steps(const char *only)
 {
     static const config cfgs[] = {
@@ -413,6 +418,8 @@ static void bench_steps(const char *only)
     printf("\nTraining step (forward + backward + Adam), median of 7 blocks; 12 classes\n");
     printf("%-3s %5s %4s %4s %5s %12s %12s %12s %9s %10s\n", "cfg", "B", "T", "V", "d_k",
            "step (µs)", "fwd (µs)", "bwd (µs)", "bwd/fwd", "tape (KiB)");
+    if (only == NULL || strcmp(only, "R") == 0)
+        bench_real(real_batches_path);
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         const config *g = &cfgs[i];
         if (only != NULL && strcmp(only, g->name) != 0)
@@ -437,6 +444,127 @@ static void bench_steps(const char *only)
         record("train", name, bwd / fwd, "ratio");
         free_step_ctx(&c);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* the real workload: the batches `qkv train` draws                         */
+
+#define REAL_BATCHES 64
+
+/* `qkv train`'s model, optimiser and first REAL_BATCHES batches (its
+ * defaults: levels 1-3, seed 1, d_k 16, init std 0.1, Adam lr 0.05, batch
+ * 32, padded to each batch's longest sentence); a step takes the next. */
+typedef struct real_ctx {
+    step_ctx c;
+    qkv_coref_batch *b[REAL_BATCHES];
+    int next;
+} real_ctx;
+
+static void real_next(real_ctx *r)
+{
+    r->c.b = r->b[r->next];
+    r->next = (r->next + 1) % REAL_BATCHES;
+}
+
+static void run_real_step(void *p)
+{
+    real_ctx *r = p;
+    real_next(r);
+    run_step(&r->c);
+}
+
+static void run_real_forward(void *p)
+{
+    real_ctx *r = p;
+    real_next(r);
+    run_forward(&r->c);
+}
+
+static void run_real_forward_backward(void *p)
+{
+    real_ctx *r = p;
+    real_next(r);
+    run_forward_backward(&r->c);
+}
+
+/* Writes the batches for scripts/bench_torch.py: a line "meta,V,d_k,
+ * classes", then per item "batch,item,len,query,target,ids" with the ids
+ * space-separated, padded with 0 to the batch's T. */
+static void write_real_batches(const real_ctx *r, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "bench: cannot write %s; PyTorch will skip the real workload\n", path);
+        return;
+    }
+    fprintf(f, "meta,%d,%d,%d\n", r->c.m->cfg.vocab, r->c.m->cfg.d_k, r->c.m->cfg.classes);
+    for (int k = 0; k < REAL_BATCHES; k++) {
+        const qkv_coref_batch *b = r->b[k];
+        for (int i = 0; i < b->B; i++) {
+            fprintf(f, "%d,%d,%d,%d,%d,", k, i, b->len[i], b->query[i], b->target[i]);
+            for (int t = 0; t < b->T; t++)
+                fprintf(f, "%s%d", t ? " " : "", b->ids[(size_t)i * b->cap_t + t]);
+            fputc('\n', f);
+        }
+    }
+    fclose(f);
+}
+
+static void bench_real(const char *batches_path)
+{
+    real_ctx r = {0};
+    qkv_coref_data d;
+    qkv_error err;
+    if (qkv_coref_data_build(&d, QKV_COREF_ALL_LEVELS, 1, &err) != QKV_OK) {
+        fprintf(stderr, "bench: %s\n", err.message);
+        exit(1);
+    }
+    qkv_coref_config mc = {qkv_coref_vocab_size(), 16, qkv_coref_classes(), 1, 0.1, 1};
+    r.c.m = qkv_coref_model_new(&mc, NULL);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    oc.lr = 0.05;
+    r.c.o = qkv_optim_new(&oc, r.c.m->params, QKV_COREF_PARAMS, NULL);
+    r.c.t = qkv_tape_new(0, NULL);
+    int *order = malloc(sizeof *order * (size_t)d.n_train), pos = 0, tmin = 1 << 30, tmax = 0;
+    if (r.c.m == NULL || r.c.o == NULL || r.c.t == NULL || order == NULL) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    for (int i = 0; i < d.n_train; i++)
+        order[i] = i;
+    qkv_rng g;
+    qkv_rng_seed(&g, 2); /* qkv_coref_fit's batch seed: train's seed + 1 */
+    double tsum = 0;
+    for (int k = 0; k < REAL_BATCHES; k++) {
+        r.b[k] = qkv_coref_batch_new(32, QKV_COREF_MAX_TOKENS, NULL);
+        if (r.b[k] == NULL) {
+            fprintf(stderr, "bench: out of memory\n");
+            exit(1);
+        }
+        qkv_coref_draw_batch(&g, r.b[k], d.train, order, d.n_train, &pos);
+        tmin = r.b[k]->T < tmin ? r.b[k]->T : tmin;
+        tmax = r.b[k]->T > tmax ? r.b[k]->T : tmax;
+        tsum += r.b[k]->T;
+    }
+    free(order);
+    qkv_coref_data_free(&d);
+    if (batches_path != NULL)
+        write_real_batches(&r, batches_path);
+    double step = median_time(run_real_step, &r, 7, 0.2);
+    double fwd = median_time(run_real_forward, &r, 7, 0.2);
+    double bwd = median_time(run_real_forward_backward, &r, 7, 0.2) - fwd;
+    printf("%-3s %5d %4s %4d %5d %12.1f %12.1f %12.1f %9.2f   (T %d-%d, mean %.1f: the first %d "
+           "batches of qkv train)\n",
+           "R", 32, "pad", mc.vocab, mc.d_k, step * 1e6, fwd * 1e6, bwd * 1e6, bwd / fwd, tmin,
+           tmax, tsum / REAL_BATCHES, REAL_BATCHES);
+    record("train", "R_step", step * 1e6, "us");
+    record("train", "R_forward", fwd * 1e6, "us");
+    record("train", "R_backward", bwd * 1e6, "us");
+    record("train", "R_bwd_over_fwd", bwd / fwd, "ratio");
+    for (int k = 0; k < REAL_BATCHES; k++)
+        qkv_coref_batch_free(r.b[k]);
+    r.c.b = NULL;
+    free_step_ctx(&r.c);
 }
 
 /* The step again with threads (qkv_threads_use): same results, and the
@@ -807,7 +935,7 @@ static void report_rss(const char *qkv, double mb)
 
 int main(int argc, char **argv)
 {
-    /* `bench steps [S|M|L]` runs only the training-step table (profiling) */
+    /* `bench steps [R|S|M|L]` runs only the training-step table (profiling) */
     if (argc > 1 && strcmp(argv[1], "steps") == 0) {
         bench_steps(argc > 2 ? argv[2] : NULL);
         return 0;
@@ -840,6 +968,9 @@ int main(int argc, char **argv)
         fprintf(csv, "section,name,value,unit\n");
     else
         fprintf(stderr, "bench: cannot write %s (continuing without CSV)\n", out);
+    const char *slash = strrchr(out, '/'); /* the batches go beside the CSV */
+    snprintf(real_batches_path, sizeof real_batches_path, "%.*sbench_batches.csv",
+             slash != NULL ? (int)(slash - out + 1) : 0, out);
     bench_matmul();
     bench_steps(NULL);
     bench_threads();
