@@ -240,6 +240,12 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
         check_embed_case(4, 12, 7, 16, 16, 0, 0);
         check_embed_case(4, 12, 7, 16, 16, 1, 1);
         check_embed_case(2, 20, 5, 8, 5, 1, 1);
+        /* past the register path (T > 16), one live row: the generic
+         * path's O(T·d) backward (attention.c), also with d_v past the
+         * direct path's scratch, where dA = dO·Vᵀ takes dot products */
+        check_embed_case(3, 20, 6, 16, 16, 1, 0);
+        check_embed_case(2, 21, 5, 8, 5, 1, 0);
+        check_embed_case(2, 19, 7, 24, 3500, 1, 0);
     }
     qkv_kernels_use("auto", NULL);
 }

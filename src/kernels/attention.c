@@ -29,16 +29,96 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
         return;
     const int tq = sh->tq, tk = sh->tk;
     qkv_gemm(0, 1, tq, tk, sh->dk, q, k, s, 0);
-    for (int i = 0; i < tq; i++)
-        for (int j = 0; j < tk; j++) {
-            size_t e = (size_t)i * tk + j;
-            s[e] = (qkv_real)(sh->scale * s[e]);
-            a[e] = sh->mask != NULL
-                       ? s[e] + sh->mask[(size_t)i * sh->mask_rs + (size_t)j * sh->mask_cs]
-                       : s[e];
-        }
+    const double c = sh->scale;
+    for (int i = 0; i < tq; i++) { /* loops of one shape each, so they vectorise */
+        qkv_real *si = s + (size_t)i * tk, *ai = a + (size_t)i * tk;
+        const qkv_real *mr = sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL;
+        for (int j = 0; j < tk; j++)
+            si[j] = (qkv_real)(c * si[j]);
+        if (mr == NULL)
+            memcpy(ai, si, sizeof *ai * (size_t)tk);
+        else if (sh->mask_cs == 1)
+            for (int j = 0; j < tk; j++)
+                ai[j] = si[j] + mr[j];
+        else
+            for (int j = 0; j < tk; j++)
+                ai[j] = si[j] + mr[(size_t)j * sh->mask_cs];
+    }
     qkv_softmax_rows(a, a, (size_t)tq, (size_t)tk);
     qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
+}
+
+/* Nonzero when any of x[0..n) is not ±0 (NaN counts). */
+static int any_nonzero(const qkv_real *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0)
+            return 1;
+    return 0;
+}
+
+/* y[0..d) += x·row[0..d), each product rounded before its sum. */
+static void add_scaled(qkv_real x, const qkv_real *row, qkv_real *y, int d)
+{
+    for (int p = 0; p < d; p++)
+        y[p] += x * row[p];
+}
+
+/* The scatter backward of an item whose dO has at most one live row r and
+ * into whose A and S nothing else flows (the coreference model: only the
+ * pronoun's output is read), in O(T·d): dV[j] += A[r,j]·dO[r], dA[r] =
+ * dO[r]·Vᵀ, its softmax backward, dS[r], dQ[r] = dS[r]·K and dK[j] +=
+ * dS[r,j]·Q[r], each row added into its table row. Every other row of the
+ * full computation is a chain of multiply-adds by 0, so these are its
+ * bits (only a -0 may come out +0), provided no product would have taken
+ * qkv_gemm's blocked order, whose sums go by depth blocks. Returns
+ * nonzero, having done nothing, when the item does not qualify. */
+static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                            qkv_real *scratch)
+{
+    const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
+    if (qkv_gemm_blocked(tk, d_v, tq) || qkv_gemm_blocked(tq, tk, d_v) ||
+        qkv_gemm_blocked(tq, d_k, tk) || qkv_gemm_blocked(tk, d_k, tq))
+        return -1;
+    int r = -1;
+    for (int i = 0; i < tq; i++)
+        if (any_nonzero(dout + (size_t)i * d_v, (size_t)d_v)) {
+            if (r >= 0)
+                return -1;
+            r = i;
+        }
+    const size_t nt = (size_t)tq * tk;
+    if (da != NULL && (any_nonzero(da, nt) || any_nonzero(ds, nt)))
+        return -1;
+    if (r < 0)
+        return 0;
+    const int *rows = sh->row_index;
+    const qkv_real *go = dout + (size_t)r * d_v, *ar = a + (size_t)r * tk;
+    if (dv != NULL)
+        for (int j = 0; j < tk; j++)
+            add_scaled(ar[j], go, dv + (size_t)rows[j] * d_v, d_v);
+    if (da == NULL)
+        return 0;
+    qkv_real *dar = da + (size_t)r * tk, *dsr = ds + (size_t)r * tk;
+    qkv_real *g = scratch, *gq = scratch + tk;
+    qkv_gemm(0, 1, 1, tk, d_v, go, v, dar, 1); /* dA[r] += dO[r]·Vᵀ */
+    qkv_zero(g, (size_t)tk);
+    qkv_softmax_backward_rows(g, ar, dar, 1, (size_t)tk);
+    for (int j = 0; j < tk; j++) {
+        dsr[j] += attn_dropped(sh, r, j) ? 0 : g[j];
+        g[j] = (qkv_real)(sh->scale * dsr[j]);
+    }
+    if (dq != NULL) { /* dQ[r] = dS[r]·K, from zero, then into its table row */
+        qkv_zero(gq, (size_t)d_k);
+        qkv_gemm(0, 0, 1, d_k, tk, g, k, gq, 1);
+        qkv_scatter_add_rows(dq, gq, rows + r, 1, (size_t)d_k);
+    }
+    if (dk != NULL)
+        for (int j = 0; j < tk; j++)
+            add_scaled(g[j], q + (size_t)r * d_k, dk + (size_t)rows[j] * d_k, d_k);
+    return 0;
 }
 
 void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
@@ -48,6 +128,8 @@ void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q,
 {
     const size_t nq = (size_t)sh->tq * sh->dk, nk = (size_t)sh->tk * sh->dk,
                  nv = (size_t)sh->tk * sh->dv;
+    if (backward_one_row(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch) == 0)
+        return;
     qkv_real *g = scratch + (size_t)sh->tq * sh->tk;
     qkv_attn_shape item = *sh;
     item.row_index = NULL;
@@ -83,12 +165,20 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
     qkv_gemm(0, 1, tq, tk, sh->dv, dout, v, da, 1); /* dA += dO·Vᵀ */
     memset(scratch, 0, sizeof *scratch * (size_t)tq * (size_t)tk);
     qkv_softmax_backward_rows(scratch, a, da, (size_t)tq, (size_t)tk);
-    for (int i = 0; i < tq; i++) /* dSs += kept entries; then dS = scale·dSs */
-        for (int j = 0; j < tk; j++) {
-            size_t e = (size_t)i * tk + j;
-            ds[e] += attn_dropped(sh, i, j) ? 0 : scratch[e];
-            scratch[e] = (qkv_real)(sh->scale * ds[e]);
+    const double c = sh->scale;
+    for (int i = 0; i < tq; i++) { /* dSs += kept entries; then dS = scale·dSs */
+        qkv_real *dsi = ds + (size_t)i * tk, *gi = scratch + (size_t)i * tk;
+        if (sh->mask != NULL && sh->mask_cs == 1) { /* the same, in a loop that vectorises */
+            const qkv_real *mr = sh->mask + (size_t)i * sh->mask_rs;
+            for (int j = 0; j < tk; j++)
+                dsi[j] += mr[j] == -INFINITY ? 0 : gi[j];
+        } else {
+            for (int j = 0; j < tk; j++)
+                dsi[j] += attn_dropped(sh, i, j) ? 0 : gi[j];
         }
+        for (int j = 0; j < tk; j++)
+            gi[j] = (qkv_real)(c * dsi[j]);
+    }
     if (dq != NULL) /* dQ += dS·K */
         qkv_gemm(0, 0, tq, sh->dk, tk, scratch, k, dq, 1);
     if (dk != NULL) /* dK += dSᵀ·Q */

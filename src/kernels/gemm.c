@@ -132,6 +132,11 @@ static void gemm_blocked(const qkv_kernel_set *im, int ta, int tb, int m, int n,
 
 /* ---- the entry point ---------------------------------------------------- */
 
+int qkv_gemm_blocked(int m, int n, int k)
+{
+    return m >= BLOCKED_MIN && n >= BLOCKED_MIN && k >= 8;
+}
+
 void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
               qkv_real *C, int accumulate)
 {
@@ -143,7 +148,7 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
      * paths' chains below, and dot products where the direct paths could
      * not copy a transposed B. A set's gemm repeats it with any tiling. */
     qkv_gemm_order order = QKV_GEMM_CHAIN;
-    if (m >= BLOCKED_MIN && n >= BLOCKED_MIN && k >= 8)
+    if (qkv_gemm_blocked(m, n, k))
         order = QKV_GEMM_BLOCKS;
     else if (tb && (size_t)k * n > QKV_DIRECT_SCRATCH)
         order = QKV_GEMM_DOTS;

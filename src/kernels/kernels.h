@@ -34,6 +34,10 @@
 void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
               qkv_real *C, int accumulate);
 
+/* Nonzero when qkv_gemm gives an m×n C with depth k the BLOCKS order (its
+ * sums by depth blocks, below) rather than a chain or dot products. */
+int qkv_gemm_blocked(int m, int n, int k);
+
 /* dst[i,:] = table[ids[i],:] for n rows of d reals (an embedding lookup). */
 void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d);
 
