@@ -199,8 +199,8 @@ QKV_ALWAYS_INLINE void softmax_group(const int C, const int G, size_t n, const f
 }
 
 /* The sum of a row's e^x, read back from y: exps_avx512's accumulators (the
- * lanes past the end 0) and reduction; then the scaling. */
-QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, float mx, __mmask16 last)
+ * lanes past the end 0) and reduction. */
+QKV_ALWAYS_INLINE double softmax_sum(const int C, const float *y, __mmask16 last)
 {
     __m512d s0 = _mm512_setzero_pd(), s1 = s0;
     for (int q = 0; q < C; q++) {
@@ -214,14 +214,34 @@ QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, float mx, __mmask16
                                        _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
         }
     }
-    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-    /* no maximum: zeros; a sum of 0: the e^x as they are (all 0) */
-    const __m512 inv = mx == -INFINITY ? _mm512_setzero_ps()
-                       : sum == 0      ? _mm512_set1_ps(1.0f)
-                                       : _mm512_set1_ps((float)(1 / sum));
-    for (int q = 0; q < C; q++) {
-        const __mmask16 m = q < C - 1 ? 0xFFFF : last;
-        store16(y + 16 * q, m, _mm512_mul_ps(load16(m, y + 16 * q), inv));
+    return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+}
+
+/* The scaling of nb <= 32 rows whose e^x are in y, with maxima mx: the
+ * sums row by row, (float)(1/sum) eight rows at a time (one vector
+ * division: the same correctly rounded quotients), then the products.
+ * No maximum: zeros; a sum of 0: the e^x as they are (all 0). */
+QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, size_t n, size_t nb, const float *mx,
+                                      __mmask16 last)
+{
+    _Alignas(64) double sum[32];
+    _Alignas(64) float inv[32];
+    for (size_t i = 0; i < nb; i++)
+        sum[i] = softmax_sum(C, y + i * n, last);
+    for (size_t i = 0; i < nb; i += 8) {
+        const __mmask8 m = (__mmask8)(nb - i >= 8 ? 0xFF : (1u << (nb - i)) - 1);
+        const __m512d sv = _mm512_mask_loadu_pd(_mm512_set1_pd(1.0), m, sum + i);
+        _mm256_store_ps(inv + i, _mm512_cvtpd_ps(_mm512_div_pd(_mm512_set1_pd(1.0), sv)));
+    }
+    for (size_t i = 0; i < nb; i++) {
+        const __m512 v = mx[i] == -INFINITY ? _mm512_setzero_ps()
+                         : sum[i] == 0      ? _mm512_set1_ps(1.0f)
+                                            : _mm512_set1_ps(inv[i]);
+        for (int q = 0; q < C; q++) {
+            const __mmask16 m = q < C - 1 ? 0xFFFF : last;
+            float *yq = y + i * n + 16 * (size_t)q;
+            store16(yq, m, _mm512_mul_ps(load16(m, yq), v));
+        }
     }
 }
 
@@ -244,8 +264,7 @@ QKV_ALWAYS_INLINE void softmax_rows_regs(const int C, float *y, const float *x, 
             softmax_group(C, G, n, mx + i, last, x + i * n, y + i * n);
         for (; i < nb; i++)
             softmax_group(C, 1, n, mx + i, last, x + i * n, y + i * n);
-        for (i = 0; i < nb; i++)
-            softmax_finish(C, y + i * n, mx[i], last);
+        softmax_finish(C, y, n, nb, mx, last);
     }
 }
 
