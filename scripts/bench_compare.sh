@@ -19,11 +19,12 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
     exit 1
 fi
 # PyTorch's OpenBLAS at its fastest kernel for this CPU (Debian's build may
-# detect a new CPU as an old one): the last line of --pick-coretype
+# detect a new CPU as an old one): the "pick:" line of --pick-coretype,
+# empty when OpenBLAS's own detection was the fastest
 echo "Choosing OPENBLAS_CORETYPE for PyTorch (512^3 sgemm per core type):"
 picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || picked=
-printf '%s\n' "$picked" | sed '$d'
-core=$(printf '%s\n' "$picked" | tail -n 1)
+printf '%s\n' "$picked" | grep -v '^pick:'
+core=$(printf '%s\n' "$picked" | sed -n 's/^pick://p')
 if [ -n "$core" ]; then
     export OPENBLAS_CORETYPE="$core"
 else
@@ -46,9 +47,25 @@ awk -F, '
                    torch[c "_step"] / qkv[c "_step"], qkv[c "_bwd_over_fwd"],
                    torch[c "_bwd_over_fwd"]
         }
+        printf "\nlength sweep (B 32, d_k 64): time per step, and the exponent of T fitted\n"
+        printf "%-6s %14s %14s %10s\n", "T", "qkv (µs)", "torch (µs)", "speed-up"
+        m = 0; sq = 0; st = 0; sx = 0; sqx = 0; stx = 0; sxx = 0
+        for (T = 16; T <= 256; T *= 2) {
+            k = "T" T "_step"
+            if (!(k in qkv) || !(k in torch))
+                continue
+            printf "%-6d %14.1f %14.1f %9.1fx\n", T, qkv[k], torch[k], torch[k] / qkv[k]
+            x = log(T); m++; sx += x; sxx += x * x
+            sq += log(qkv[k]); sqx += x * log(qkv[k])
+            st += log(torch[k]); stx += x * log(torch[k])
+        }
+        if (m > 1)
+            printf "time grows as T^%.2f (qkv) and T^%.2f (PyTorch)\n",
+                   (m * sqx - sx * sq) / (m * sxx - sx * sx),
+                   (m * stx - sx * st) / (m * sxx - sx * sx)
         printf "\nops and the Transformer block: time per call, qkv against PyTorch\n"
         printf "%-20s %14s %14s %10s\n", "op", "qkv (µs)", "torch (µs)", "speed-up"
-        n = split("exp,tanh,sigmoid,gelu,softmax,layer_norm fwd+bwd,block_step", op, ",")
+        n = split("exp,tanh,sigmoid,gelu,softmax,layer_norm fwd+bwd,block_step,rnn_step", op, ",")
         for (i = 1; i <= n; i++)
             if ((op[i] in qkv) && (op[i] in torch))
                 printf "%-20s %14.1f %14.1f %9.1fx\n", op[i], qkv[op[i]], torch[op[i]],

@@ -25,6 +25,7 @@ except ImportError:
              "and run it with /usr/bin/python3")
 
 CONFIGS = [("S", 32, 12, 48, 16), ("M", 32, 12, 48, 256), ("L", 256, 16, 64, 512)]
+LENGTHS = [16, 32, 64, 128, 256]  # bench.c's length sweep: B 32, d_k 64, V 64
 CLASSES = 12
 
 
@@ -168,6 +169,42 @@ def bench_real(rows, path):
              ("train", "R_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
 
 
+def bench_rnn(rows):
+    """bench.c's tanh RNN step: embedding, nn.RNN over 64 steps, the last
+    state into 12 classes, cross-entropy, Adam."""
+    B, T, E, H, V, C = 32, 64, 128, 128, 64, 12
+    g = torch.Generator().manual_seed(5)
+    emb = torch.nn.Embedding(V, E)
+    rnn = torch.nn.RNN(E, H, nonlinearity="tanh", batch_first=True)
+    out = torch.nn.Linear(H, C)
+    params = list(emb.parameters()) + list(rnn.parameters()) + list(out.parameters())
+    opt = torch.optim.Adam(params, lr=1e-3)
+    ids = torch.randint(0, V, (B, T), generator=g)
+    target = torch.randint(0, C, (B,), generator=g)
+
+    def forward():
+        _, h = rnn(emb(ids))
+        return torch.nn.functional.cross_entropy(out(h[0]), target)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        forward().backward()
+        opt.step()
+
+    def fwd_bwd():
+        opt.zero_grad(set_to_none=False)
+        forward().backward()
+
+    t_step = median_time(step)
+    t_fwd = median_time(forward)
+    t_bwd = median_time(fwd_bwd) - t_fwd
+    print(f"\ntanh RNN step (B {B}, T {T}, embedding {E}, hidden {H}; torch.nn.RNN): "
+          f"{t_step * 1e6:.1f} µs, forward {t_fwd * 1e6:.1f}, backward {t_bwd * 1e6:.1f}")
+    rows += [("rnn", "rnn_step", t_step * 1e6, "us"),
+             ("rnn", "rnn_forward", t_fwd * 1e6, "us"),
+             ("rnn", "rnn_backward", t_bwd * 1e6, "us")]
+
+
 def bench_ops(rows):
     """The ops table of `bench ops`: forward maps and softmax under no_grad,
     layer norm forward + backward from a fixed dy (x.grad accumulating)."""
@@ -282,7 +319,7 @@ def pick_coretype():
             print(f"  OPENBLAS_CORETYPE={core or '(unset)':<12} {rate:7.1f} GFLOP/s at 512")
             if rate > best_rate:
                 best, best_rate = core, rate
-    print(best)
+    print(f"pick:{best}")  # a marker: the best may be the empty string (unset)
 
 
 def main():
@@ -304,10 +341,15 @@ def main():
         bench_real(rows, os.path.join(os.path.dirname(out) or ".", "bench_batches.csv"))
     for cfg in CONFIGS if only is None else []:
         bench(*cfg, rows)
+    if only in (None, "T"):
+        for T in LENGTHS:
+            bench(f"T{T}", 32, T, 64, 64, rows)
     if only in (None, "ops"):
         bench_ops(rows)
     if only in (None, "block"):
         bench_block(rows)
+    if only in (None, "rnn"):
+        bench_rnn(rows)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         f.write("section,name,value,unit\n")

@@ -389,7 +389,7 @@ static void make_step_ctx(step_ctx *c, const config *g)
     c->o = qkv_optim_new(&oc, c->m->params, QKV_COREF_PARAMS, NULL);
     qkv_rng r;
     qkv_rng_seed(&r, 7);
-    int ids[64];
+    int ids[256];
     for (int b = 0; b < g->B; b++) {
         for (int t = 0; t < g->T; t++)
             ids[t] = 1 + (int)qkv_rng_below(&r, (uint64_t)g->V - 1);
@@ -410,6 +410,46 @@ static void bench_real(const char *batches_path);
 
 /* Where the real workload's batches go for scripts/bench_torch.py. */
 static char real_batches_path[4096] = "out/bench_batches.csv";
+
+/* The length sweep: the step at B 32, d_k 64, V 64 for T = 16 to 256, and
+ * the exponent of a least-squares fit of ln(time) against ln T. */
+static void bench_lengths(void)
+{
+    static const int Ts[] = {16, 32, 64, 128, 256};
+    enum { NT = sizeof Ts / sizeof Ts[0] };
+    double lt[NT], ly[NT];
+    printf("\nLength sweep: B 32, d_k 64, V 64, full-length sentences\n");
+    printf("%-5s %12s %12s %12s %9s\n", "T", "step (µs)", "fwd (µs)", "bwd (µs)", "bwd/fwd");
+    for (int i = 0; i < NT; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "T%d", Ts[i]);
+        const config g = {name, 32, Ts[i], 64, 64};
+        step_ctx c;
+        make_step_ctx(&c, &g);
+        double step = median_time(run_step, &c, 7, 0.2);
+        double fwd = median_time(run_forward, &c, 7, 0.2);
+        double bwd = median_time(run_forward_backward, &c, 7, 0.2) - fwd;
+        printf("%-5d %12.1f %12.1f %12.1f %9.2f\n", Ts[i], step * 1e6, fwd * 1e6, bwd * 1e6,
+               bwd / fwd);
+        char key[32];
+        snprintf(key, sizeof key, "%s_step", name);
+        record("train", key, step * 1e6, "us");
+        lt[i] = log(Ts[i]);
+        ly[i] = log(step);
+        free_step_ctx(&c);
+    }
+    double mx = 0, my = 0, sxy = 0, sxx = 0;
+    for (int i = 0; i < NT; i++) {
+        mx += lt[i] / NT;
+        my += ly[i] / NT;
+    }
+    for (int i = 0; i < NT; i++) {
+        sxy += (lt[i] - mx) * (ly[i] - my);
+        sxx += (lt[i] - mx) * (lt[i] - mx);
+    }
+    printf("time grows as T^%.2f (least squares of ln time on ln T)\n", sxy / sxx);
+    record("train", "length_exponent", sxy / sxx, "exponent");
+}
 
 static void bench_steps(const char *only)
 {
@@ -444,6 +484,8 @@ static void bench_steps(const char *only)
         record("train", name, bwd / fwd, "ratio");
         free_step_ctx(&c);
     }
+    if (only == NULL || strcmp(only, "T") == 0)
+        bench_lengths();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -779,6 +821,103 @@ static void bench_block(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* a tanh RNN step, as a user of qkv's layers writes it                     */
+
+enum { RNN_B = 32, RNN_T = 64, RNN_H = 128, RNN_E = 128, RNN_V = 64, RNN_C = 12 };
+
+typedef struct rnn_ctx {
+    qkv_params *p;
+    qkv_embedding emb;
+    qkv_rnn cell;
+    qkv_linear out;
+    qkv_optim *o;
+    qkv_tape *t;
+    int ids[RNN_T * RNN_B]; /* time-major: step s's tokens are ids + s·B */
+    int target[RNN_B];
+} rnn_ctx;
+
+/* Embedding, 64 tanh steps from a zero state, the last state into 12
+ * classes, cross-entropy. */
+static qkv_tensor *rnn_loss(rnn_ctx *c)
+{
+    qkv_tensor *h = NULL;
+    for (int s = 0; s < RNN_T; s++) {
+        qkv_tensor *x =
+            qkv_embedding_forward(c->t, &c->emb, c->ids + s * RNN_B, 1, (const int[]){RNN_B});
+        h = qkv_rnn_cell(c->t, &c->cell, x, h);
+    }
+    return qkv_cross_entropy(c->t, qkv_linear_forward(c->t, &c->out, h), c->target);
+}
+
+static void run_rnn_forward(void *p)
+{
+    rnn_ctx *c = p;
+    qkv_tape_reset(c->t);
+    rnn_loss(c);
+}
+
+static void run_rnn_forward_backward(void *p)
+{
+    rnn_ctx *c = p;
+    qkv_params_zero_grad(c->p);
+    qkv_tape_reset(c->t);
+    qkv_backward(c->t, rnn_loss(c));
+}
+
+static void run_rnn_step(void *p)
+{
+    rnn_ctx *c = p;
+    qkv_params_zero_grad(c->p);
+    qkv_tape_reset(c->t);
+    if (qkv_backward(c->t, rnn_loss(c)) != QKV_OK || qkv_optim_step(c->o) != QKV_OK) {
+        fprintf(stderr, "bench: RNN step failed: %s\n", qkv_tape_error(c->t));
+        exit(1);
+    }
+}
+
+static void bench_rnn(void)
+{
+    rnn_ctx *c = calloc(1, sizeof *c);
+    c->p = qkv_params_new(1, NULL);
+    c->t = qkv_tape_new(0, NULL);
+    if (c->p == NULL || c->t == NULL ||
+        qkv_embedding_init(&c->emb, c->p, "emb", RNN_V, RNN_E, NULL) != QKV_OK ||
+        qkv_rnn_init(&c->cell, c->p, "rnn", RNN_E, RNN_H, QKV_RNN_TANH, NULL) != QKV_OK ||
+        qkv_linear_init(&c->out, c->p, "out", RNN_H, RNN_C, 1, NULL) != QKV_OK) {
+        fprintf(stderr, "bench: cannot build the RNN\n");
+        exit(1);
+    }
+    qkv_rng g;
+    qkv_rng_seed(&g, 5);
+    for (int i = 0; i < RNN_T * RNN_B; i++)
+        c->ids[i] = (int)qkv_rng_below(&g, RNN_V);
+    for (int b = 0; b < RNN_B; b++)
+        c->target[b] = (int)qkv_rng_below(&g, RNN_C);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    oc.lr = 1e-3;
+    c->o = qkv_params_optim(c->p, &oc, NULL);
+    if (c->o == NULL) {
+        fprintf(stderr, "bench: cannot build the optimiser\n");
+        exit(1);
+    }
+    const double step = median_time(run_rnn_step, c, 7, 0.2);
+    const double fwd = median_time(run_rnn_forward, c, 7, 0.2);
+    const double bwd = median_time(run_rnn_forward_backward, c, 7, 0.2) - fwd;
+    printf("\ntanh RNN step (B %d, T %d, embedding %d, hidden %d, %d classes; forward + backward "
+           "+ Adam; one thread)\n",
+           RNN_B, RNN_T, RNN_E, RNN_H, RNN_C);
+    printf("%12s %12s %12s %9s\n", "step (µs)", "fwd (µs)", "bwd (µs)", "bwd/fwd");
+    printf("%12.1f %12.1f %12.1f %9.2f\n", step * 1e6, fwd * 1e6, bwd * 1e6, bwd / fwd);
+    record("rnn", "rnn_step", step * 1e6, "us");
+    record("rnn", "rnn_forward", fwd * 1e6, "us");
+    record("rnn", "rnn_backward", bwd * 1e6, "us");
+    qkv_optim_free(c->o);
+    qkv_tape_free(c->t);
+    qkv_params_free(c->p);
+    free(c);
+}
+
+/* ------------------------------------------------------------------------ */
 /* peak RSS                                                                 */
 
 /* Peak RSS of `qkv train` in MB, or -1. A child's ru_maxrss includes what
@@ -956,6 +1095,10 @@ int main(int argc, char **argv)
             fclose(csv);
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "rnn") == 0) { /* `bench rnn`: that row alone */
+        bench_rnn();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "block") == 0) { /* `bench block`: that table alone */
         bench_block();
         return 0;
@@ -976,6 +1119,7 @@ int main(int argc, char **argv)
     bench_threads();
     bench_ops();
     bench_block();
+    bench_rnn();
     report_rss(qkv, rss);
     if (csv != NULL && fclose(csv) == 0)
         printf("\nwrote %s\n", out);
