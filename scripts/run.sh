@@ -3,10 +3,12 @@
 # tutorial's sentence, measure √d_k saturation under SGD and Adam, run the
 # RNN chapter's three experiments (short versions: the full sweeps are
 # behind the commands' flags), run the ablations, and draw every plot. Expects `make` to have
-# built build/qkv.
+# built build/qkv. The sweeps' runs go to JOBS worker processes (default:
+# the cores online), which changes no number: JOBS=1 gives the same output.
 set -eu
 qkv=${QKV:-build/qkv}
 out=${OUT:-out}
+jobs=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)}
 sentence="小明是个运动达人，他平时很爱打篮球"
 
 n=0
@@ -22,11 +24,12 @@ step "linear vs exponential normalisation, and the softmax's base"
 "$qkv" softmax --base 2,e,10 --csv "$out/softmax.csv"
 
 step "sqrt(d_k) saturation sweep, SGD then Adam"
-"$qkv" saturation --seeds 3 --out "$out/saturation"
-"$qkv" saturation --seeds 3 --optim adam --out "$out/saturation-adam"
+"$qkv" saturation --seeds 3 --jobs "$jobs" --out "$out/saturation"
+"$qkv" saturation --seeds 3 --optim adam --jobs "$jobs" --out "$out/saturation-adam"
 
 step "RNN, LSTM, GRU and attention as the pronoun moves away (qkv distance)"
-"$qkv" distance --seeds 2 --steps 500 --distances 0,4,16,32,64 --out "$out/distance"
+"$qkv" distance --seeds 2 --steps 500 --distances 0,4,16,32,64 --jobs "$jobs" \
+    --out "$out/distance"
 
 step "the gradient through time (qkv bptt)"
 "$qkv" bptt --out "$out/bptt"

@@ -222,6 +222,41 @@ START_TEST(test_distance_rnn_and_attention_resolve_adjacent_pronouns)
 }
 END_TEST
 
+/* The runs in worker processes: the same tables, summary and runs (but
+ * for their wall times) as one after another. */
+START_TEST(test_distance_is_the_same_on_any_number_of_jobs)
+{
+    const char *args = "distance --quiet --models attention,rnn --distances 0,2 --steps 20 "
+                       "--eval-every 5 --seeds 2 --out %s";
+    char cmd[256], path[160], *o[2], *sum[2], *runs[2];
+    for (int j = 0; j < 2; j++) {
+        snprintf(cmd, sizeof cmd, args, j == 0 ? "a" : "b --jobs 2");
+        ck_assert_int_eq(run(cmd, &o[j]), 0);
+        *strstr(o[j], j == 0 ? "wrote a/" : "wrote b/") = '\0';
+        snprintf(path, sizeof path, "%s/%s/summary.csv", tmp, j == 0 ? "a" : "b");
+        sum[j] = slurp_path(path);
+        snprintf(path, sizeof path, "%s/%s/runs.csv", tmp, j == 0 ? "a" : "b");
+        runs[j] = slurp_path(path);
+        for (char *line = runs[j]; (line = strchr(line, '\n')) != NULL; line++) {
+            char *last = line; /* cut each row's last field, its seconds */
+            while (last > runs[j] && last[-1] != ',' && last[-1] != '\n')
+                last--;
+            memmove(last, line, strlen(line) + 1);
+            line = last;
+        }
+    }
+    ck_assert_ptr_nonnull(strstr(o[0], "Test accuracy"));
+    ck_assert_str_eq(o[0], o[1]);
+    ck_assert_str_eq(sum[0], sum[1]);
+    ck_assert_str_eq(runs[0], runs[1]);
+    for (int j = 0; j < 2; j++) {
+        free(o[j]);
+        free(sum[j]);
+        free(runs[j]);
+    }
+}
+END_TEST
+
 START_TEST(test_softmax_in_base_b_is_b_to_the_z_over_its_sum)
 {
     /* by hand: 2^(1,2,3)/14 = (1,2,4)/7 and 10^(1,2,3)/1110 = (1,10,100)/111 */
@@ -437,10 +472,30 @@ START_TEST(test_saturation_is_deterministic_for_a_seed_and_any_thread_count)
                       "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,gnorm_wv,"
                       "gnorm_scores,entropy,max_weight,jacobian,score_var\n",
                       100) == 0);
+    /* the runs and the Var(q·k) table in 3 worker processes: the same */
+    char *o3;
+    snprintf(cmd, sizeof cmd, args, "c --jobs 3");
+    ck_assert_int_eq(run(cmd, &o3), 0);
+    *strstr(o3, "wrote c/") = '\0';
+    ck_assert_str_eq(o1, o3);
+    snprintf(path, sizeof path, "%s/c/runs.csv", tmp);
+    char *c3 = slurp_path(path);
+    ck_assert_str_eq(c1, c3);
+    char *v1, *v3;
+    snprintf(path, sizeof path, "%s/a/variance.csv", tmp);
+    v1 = slurp_path(path);
+    snprintf(path, sizeof path, "%s/c/variance.csv", tmp);
+    v3 = slurp_path(path);
+    ck_assert_str_eq(v1, v3);
     free(o1);
     free(o2);
+    free(o3);
     free(c1);
     free(c2);
+    free(c3);
+    free(v1);
+    free(v3);
+    expect("saturation --jobs 0", 2, "--jobs");
     expect("saturation --dk 4,x", 2, "--dk");
     expect("saturation --optim adamw", 2, "is not sgd or adam");
 }
@@ -776,6 +831,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
+    tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);

@@ -104,6 +104,20 @@ int cmd_ablate(int argc, char **argv);
 
 /* ---- shared by several subcommands ---- */
 
+/* Independent tasks 0..n-1 of an experiment (tasks.c). run writes task's
+ * output (text or bytes) to out and returns CLI_OK or a failure (after
+ * printing why); collect gets each task's bytes in task order and returns
+ * CLI_OK or a failure. With jobs > 1 (and n <= CLI_TASKS_MAX) the tasks
+ * run in that many forked worker processes, so run must depend only on
+ * the task number and what ctx held before: the output is then the same
+ * as with one job. A progress bar counts the tasks (cli_progress). Returns
+ * CLI_OK or the first failure. */
+#define CLI_TASKS_MAX 1024
+typedef int (*cli_task_fn)(void *ctx, int task, FILE *out);
+typedef int (*cli_collect_fn)(void *ctx, int task, const char *bytes, size_t len);
+int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void *ctx, int quiet,
+                  const char *what);
+
 #define CLI_DEFAULT_MODEL "out/coref.safetensors"
 
 /* Opens path for writing a CSV log (creating its directory) and writes the

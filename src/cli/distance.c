@@ -19,7 +19,7 @@
 
 typedef struct dist_opts {
     const char *models, *distances, *out;
-    int seeds, steps, batch, eval_every, quiet, threads;
+    int seeds, steps, batch, eval_every, quiet, threads, jobs;
     double lr, clip, forget_bias;
     uint64_t seed;
 } dist_opts;
@@ -229,6 +229,43 @@ static int parse_models(const char *s, qkv_seq_kind *kinds)
     return n;
 }
 
+/* The runs as tasks (cli_run_tasks), in the serial order: seeds, then
+ * distances, then models; each gives its dist_result. */
+typedef struct dist_tasks {
+    const dist_opts *o;
+    const qkv_seq_kind *kinds;
+    const int *ks;
+    int nk, nd;
+    qkv_tape *t;
+    qkv_coref_batch *b, *eb;
+    FILE *csv;
+    dist_result (*res)[MAX_ITEMS][MAX_SEEDS];
+} dist_tasks;
+
+static int dist_run(void *ctx, int task, FILE *out)
+{
+    const dist_tasks *w = ctx;
+    const int i = task % w->nk, d = task / w->nk % w->nd, s = task / (w->nk * w->nd);
+    dist_result x;
+    int r = run_one(w->o, w->kinds[i], w->ks[d], w->o->seed + (uint64_t)s, w->t, w->b, w->eb, &x);
+    if (r == CLI_OK && fwrite(&x, sizeof x, 1, out) != 1)
+        r = cli_fail("distance: out of memory");
+    return r;
+}
+
+static int dist_collect(void *ctx, int task, const char *bytes, size_t len)
+{
+    const dist_tasks *w = ctx;
+    const int i = task % w->nk, d = task / w->nk % w->nd, s = task / (w->nk * w->nd);
+    dist_result *x = &w->res[i][d][s];
+    if (len != sizeof *x)
+        return cli_fail("distance: run %d gave no result", task);
+    memcpy(x, bytes, sizeof *x);
+    fprintf(w->csv, "%s,%d,%llu,%.4f,%d,%.3f\n", qkv_seq_name(w->kinds[i]), w->ks[d],
+            (unsigned long long)(w->o->seed + (uint64_t)s), x->acc, x->steps90, x->seconds);
+    return CLI_OK;
+}
+
 int cmd_distance(int argc, char **argv)
 {
     dist_opts o = {"attention,rnn,lstm,gru",
@@ -240,6 +277,7 @@ int cmd_distance(int argc, char **argv)
                    25,
                    0,
                    0,
+                   1,
                    0.01,
                    1.0,
                    QKV_SEQ_FORGET_BIAS,
@@ -261,6 +299,8 @@ int cmd_distance(int argc, char **argv)
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/distance)"},
         {"threads", OPT_INT, &o.threads, 1, 64, "N: threads (default QKV_THREADS or 1)"},
+        {"jobs", OPT_INT, &o.jobs, 1, 64,
+         "N: worker processes for the runs (default 1; the same results on any N)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r =
@@ -311,24 +351,9 @@ int cmd_distance(int argc, char **argv)
     static dist_result res[MAX_ITEMS][MAX_ITEMS][MAX_SEEDS];
     if (eb == NULL)
         r = cli_fail("distance: %s", err.message);
-    const int total = nk * nd * o.seeds;
-    int done = 0;
-    for (int s = 0; s < o.seeds && r == CLI_OK; s++)
-        for (int d = 0; d < nd && r == CLI_OK; d++)
-            for (int i = 0; i < nk && r == CLI_OK; i++) {
-                char status[64];
-                snprintf(status, sizeof status, "%s k=%d seed %d", qkv_seq_name(kinds[i]), ks[d],
-                         s);
-                cli_progress(o.quiet, done++, total, status, 0);
-                dist_result *x = &res[i][d][s];
-                r = run_one(&o, kinds[i], ks[d], o.seed + (uint64_t)s, t, b, eb, x);
-                if (r == CLI_OK)
-                    fprintf(csv, "%s,%d,%llu,%.4f,%d,%.3f\n", qkv_seq_name(kinds[i]), ks[d],
-                            (unsigned long long)(o.seed + (uint64_t)s), x->acc, x->steps90,
-                            x->seconds);
-            }
+    dist_tasks w = {&o, kinds, ks, nk, nd, t, b, eb, csv, res};
     if (r == CLI_OK)
-        cli_progress(o.quiet, total, total, "done", 1);
+        r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, &w, o.quiet, "runs");
     if (cli_fclose(csv) != 0 && r == CLI_OK)
         r = cli_fail("distance: cannot write %s", path);
     if (r == CLI_OK)

@@ -24,6 +24,7 @@ typedef struct sat_opts {
     double lr, init_std;
     uint64_t seed;
     int threads; /* 0: QKV_THREADS or 1 */
+    int jobs;    /* worker processes for the runs */
 } sat_opts;
 
 /* What one run contributes to the summary table. */
@@ -197,7 +198,7 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
 }
 
 /* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k. */
-static int variance_table(const sat_opts *o, const int *dks, int ndk)
+static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
 {
     char path[4096];
     qkv_error err = qkv_error_none();
@@ -208,8 +209,8 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk)
         return cli_fail("saturation: %s", err.message);
     qkv_rng g;
     qkv_rng_seed(&g, o->seed);
-    printf("\nVar(q·k) for q, k with N(0,1) entries, %d samples per d_k\n\n", VAR_SAMPLES);
-    printf("%5s %12s %8s %16s %8s\n", "d_k", "Var(q·k)", "theory", "Var(q·k/√d_k)", "theory");
+    fprintf(out, "\nVar(q·k) for q, k with N(0,1) entries, %d samples per d_k\n\n", VAR_SAMPLES);
+    fprintf(out, "%5s %12s %8s %16s %8s\n", "d_k", "Var(q·k)", "theory", "Var(q·k/√d_k)", "theory");
     for (int d = 0; d < ndk; d++) {
         double s = 0, ss = 0;
         for (int n = 0; n < VAR_SAMPLES; n++) {
@@ -220,7 +221,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk)
             ss += dot * dot;
         }
         double mean = s / VAR_SAMPLES, var = (ss - VAR_SAMPLES * mean * mean) / (VAR_SAMPLES - 1);
-        printf("%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
+        fprintf(out, "%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
         fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], var, var / dks[d], dks[d]);
     }
     if (cli_fclose(f) != 0)
@@ -228,30 +229,61 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk)
     return CLI_OK;
 }
 
+/* The sweep as tasks (cli_run_tasks): the runs in the serial order (seeds,
+ * then d_k, then scaled before unscaled), each giving its CSV rows and
+ * then its run_result; and last the Var(q·k) table, which is printed
+ * after the summary. */
+typedef struct sweep_tasks {
+    sat_ctx *c;
+    const int *dks;
+    int ndk, runs;
+    FILE *csv; /* the real runs.csv */
+    run_result (*res)[2][MAX_SEEDS];
+} sweep_tasks;
+
+static int sweep_run(void *ctx, int task, FILE *out)
+{
+    sweep_tasks *w = ctx;
+    if (task == w->runs)
+        return variance_table(w->c->o, w->dks, w->ndk, out);
+    const int s = task / (2 * w->ndk), d = task / 2 % w->ndk, scaled = task % 2 == 0;
+    run_result r;
+    w->c->csv = out; /* log_step's rows */
+    int rc = run_one(w->c, w->dks[d], scaled, w->c->o->seed + (uint64_t)s, &r);
+    if (rc == CLI_OK && fwrite(&r, sizeof r, 1, out) != 1)
+        rc = cli_fail("saturation: out of memory");
+    return rc;
+}
+
+static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
+{
+    sweep_tasks *w = ctx;
+    if (task == w->runs) {
+        print_summary(w->c->o, w->dks, w->ndk, w->res);
+        fwrite(bytes, 1, len, stdout);
+        return CLI_OK;
+    }
+    if (len < sizeof(run_result))
+        return cli_fail("saturation: run %d gave no result", task);
+    const int s = task / (2 * w->ndk), d = task / 2 % w->ndk, scaled = task % 2 == 0;
+    memcpy(&w->res[d][scaled][s], bytes + len - sizeof(run_result), sizeof(run_result));
+    fwrite(bytes, 1, len - sizeof(run_result), w->csv);
+    return CLI_OK;
+}
+
 static int sweep(sat_ctx *c, const int *dks, int ndk)
 {
-    const sat_opts *o = c->o;
     static run_result res[MAX_DK][2][MAX_SEEDS];
-    int total = ndk * 2 * o->seeds, done = 0;
-    char status[64];
-    for (int s = 0; s < o->seeds; s++)
-        for (int d = 0; d < ndk; d++)
-            for (int scaled = 1; scaled >= 0; scaled--) {
-                snprintf(status, sizeof status, "d_k=%d %s seed %d", dks[d],
-                         scaled ? "scaled" : "unscaled", s);
-                cli_progress(o->quiet, done, total, status, 0);
-                if (run_one(c, dks[d], scaled, o->seed + (uint64_t)s, &res[d][scaled][s]) != CLI_OK)
-                    return CLI_FAIL;
-                done++;
-            }
-    cli_progress(o->quiet, total, total, "done", 1);
-    print_summary(o, dks, ndk, res);
-    return CLI_OK;
+    const int runs = ndk * 2 * c->o->seeds;
+    sweep_tasks w = {c, dks, ndk, runs, c->csv, res};
+    int r = cli_run_tasks(runs + 1, c->o->jobs, sweep_run, sweep_collect, &w, c->o->quiet, "runs");
+    c->csv = w.csv;
+    return r;
 }
 
 int cmd_saturation(int argc, char **argv)
 {
-    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0, -1, 1.0, 1, 0};
+    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0, -1, 1.0, 1, 0, 1};
     const cli_opt opts[] = {
         {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: training steps per run (default 300)"},
@@ -266,6 +298,8 @@ int cmd_saturation(int argc, char **argv)
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
         {"threads", OPT_INT, &o.threads, 1, 64,
          "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
+        {"jobs", OPT_INT, &o.jobs, 1, 64,
+         "N: worker processes for the runs (default 1; the same output on any N)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
@@ -307,8 +341,6 @@ int cmd_saturation(int argc, char **argv)
         r = sweep(&c, dks, ndk);
     if (cli_fclose(c.csv) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s", path);
-    if (r == CLI_OK)
-        r = variance_table(&o, dks, ndk);
     if (r == CLI_OK)
         printf("\nwrote %s/runs.csv and %s/variance.csv\n", o.out, o.out);
     qkv_coref_batch_free(c.batch);
