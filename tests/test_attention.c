@@ -246,6 +246,11 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
         check_embed_case(3, 20, 6, 16, 16, 1, 0);
         check_embed_case(2, 21, 5, 8, 5, 1, 0);
         check_embed_case(2, 19, 7, 24, 3500, 1, 0);
+        /* T >= 48, where qkv_gemm blocks the full products by depth: the
+         * one-row path while a depth fits one block, else the full one */
+        check_embed_case(2, 50, 7, 16, 16, 1, 0);
+        check_embed_case(2, 50, 7, 64, 48, 1, 0);
+        check_embed_case(2, 48, 5, 8, 300, 1, 0);
     }
     qkv_kernels_use("auto", NULL);
 }

@@ -70,17 +70,23 @@ static void add_scaled(qkv_real x, const qkv_real *row, qkv_real *y, int d)
  * dO[r]·Vᵀ, its softmax backward, dS[r], dQ[r] = dS[r]·K and dK[j] +=
  * dS[r,j]·Q[r], each row added into its table row. Every other row of the
  * full computation is a chain of multiply-adds by 0, so these are its
- * bits (only a -0 may come out +0), provided no product would have taken
- * qkv_gemm's blocked order, whose sums go by depth blocks. Returns
- * nonzero, having done nothing, when the item does not qualify. */
+ * bits (only a -0 may come out +0). In qkv_gemm's orders (kernels.h), from
+ * a zero C: dV's and dK's elements are one rounded product in every order;
+ * row r of dA and dQ is a chain from zero in the CHAIN order, and in the
+ * BLOCKS order too while the depth fits one block, which the one-row
+ * products below (CHAIN, or DOTS where the full product took DOTS) then
+ * repeat. Returns nonzero, having done nothing, when the item does not
+ * qualify. */
 static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                             qkv_real *scratch)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
-    if (qkv_gemm_blocked(tk, d_v, tq) || qkv_gemm_blocked(tq, tk, d_v) ||
-        qkv_gemm_blocked(tq, d_k, tk) || qkv_gemm_blocked(tk, d_k, tq))
+    if (qkv_gemm_blocked(tq, tk, d_v) && /* dA = dO·Vᵀ: the one-row product is a chain */
+        (d_v > QKV_GEMM_KC || (size_t)d_v * tk > QKV_DIRECT_SCRATCH))
+        return -1;
+    if (qkv_gemm_blocked(tq, d_k, tk) && tk > QKV_GEMM_KC) /* dQ = dS·K */
         return -1;
     int r = -1;
     for (int i = 0; i < tq; i++)
