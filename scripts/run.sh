@@ -38,8 +38,8 @@ step "critical path and step time against T (qkv parallel)"
 "$qkv" parallel --min-time 0.02 --out "$out/parallel"
 
 step "ablations: why V, why Q and K, why e (qkv ablate)"
-"$qkv" ablate --out "$out/ablate"
-"$qkv" ablate --task roles --seeds 10 --out "$out/ablate-roles"
+"$qkv" ablate --jobs "$jobs" --out "$out/ablate"
+"$qkv" ablate --task roles --seeds 10 --jobs "$jobs" --out "$out/ablate-roles"
 
 step "plots"
 sh "$(dirname "$0")/plots.sh" "$out" "$out/plots"

@@ -257,6 +257,34 @@ START_TEST(test_distance_is_the_same_on_any_number_of_jobs)
 }
 END_TEST
 
+/* ablate's runs in worker processes: the same report and files, curves
+ * included (each run's curve travels back with its result). */
+START_TEST(test_ablate_is_the_same_on_any_number_of_jobs)
+{
+    const char *args = "ablate --quiet --variants full,no-v,bilinear --seeds 2 --steps 20 "
+                       "--eval-every 5 --out %s";
+    static const char *files[3] = {"runs.csv", "summary.csv", "curves.csv"};
+    char cmd[256], path[160], *o[2], *f[2][3];
+    for (int j = 0; j < 2; j++) {
+        snprintf(cmd, sizeof cmd, args, j == 0 ? "a" : "b --jobs 2");
+        ck_assert_int_eq(run(cmd, &o[j]), 0);
+        *strstr(o[j], j == 0 ? "wrote a/" : "wrote b/") = '\0';
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s/%s", tmp, j == 0 ? "a" : "b", files[i]);
+            f[j][i] = slurp_path(path);
+        }
+    }
+    ck_assert_str_eq(o[0], o[1]);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(strcmp(f[0][i], f[1][i]) == 0, "%s differs", files[i]);
+        free(f[0][i]);
+        free(f[1][i]);
+    }
+    free(o[0]);
+    free(o[1]);
+}
+END_TEST
+
 START_TEST(test_softmax_in_base_b_is_b_to_the_z_over_its_sum)
 {
     /* by hand: 2^(1,2,3)/14 = (1,2,4)/7 and 10^(1,2,3)/1110 = (1,10,100)/111 */
@@ -832,6 +860,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);
+    tcase_add_test(tc, test_ablate_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);

@@ -16,7 +16,7 @@
 
 typedef struct ablate_opts {
     const char *task, *variants, *out;
-    int seeds, steps, batch, d_k, eval_every, quiet, threads;
+    int seeds, steps, batch, d_k, eval_every, quiet, threads, jobs;
     double lr;
     uint64_t seed;
 } ablate_opts;
@@ -381,9 +381,56 @@ static int parse_variants(const char *s, int roles, char *buf, size_t len, const
     return n;
 }
 
+/* The runs as tasks (cli_run_tasks), in the serial order (seeds, then
+ * variants); each gives its curve rows, then its curve, then its
+ * run_result (whose curve pointer the collector replaces). */
+typedef struct ablate_tasks {
+    const ablate_opts *o;
+    const char *const *names;
+    int nv, roles;
+    qkv_tape *t;
+    qkv_coref_batch *b, *eb;
+    FILE *curves;
+    run_result (*res)[MAX_SEEDS];
+} ablate_tasks;
+
+static int ablate_task(void *ctx, int task, FILE *out)
+{
+    const ablate_tasks *w = ctx;
+    const int v = task % w->nv, s = task / w->nv;
+    const uint64_t seed = w->o->seed + (uint64_t)s;
+    const runlog log = {out, w->names[v], seed};
+    run_result x;
+    memset(&x, 0, sizeof x);
+    int r = w->roles ? roles_run(w->o, w->names[v], seed, w->t, &log, &x)
+                     : coref_run(w->o, w->names[v], seed, w->t, w->b, w->eb, &log, &x);
+    if (r == CLI_OK && ((x.n_curve > 0 && fwrite(x.curve, sizeof *x.curve, (size_t)x.n_curve,
+                                                 out) != (size_t)x.n_curve) ||
+                        fwrite(&x, sizeof x, 1, out) != 1))
+        r = cli_fail("ablate: out of memory");
+    free(x.curve);
+    return r;
+}
+
+static int ablate_collect(void *ctx, int task, const char *bytes, size_t len)
+{
+    const ablate_tasks *w = ctx;
+    run_result *x = &w->res[task % w->nv][task / w->nv];
+    if (len < sizeof *x)
+        return cli_fail("ablate: run %d gave no result", task);
+    memcpy(x, bytes + len - sizeof *x, sizeof *x);
+    const size_t nc = x->n_curve > 0 ? (size_t)x->n_curve : 0, cb = nc * sizeof(double);
+    x->curve = NULL;
+    if (len < sizeof *x + cb || (x->curve = calloc(nc > 0 ? nc : 1, sizeof(double))) == NULL)
+        return cli_fail("ablate: run %d gave no curve", task);
+    memcpy(x->curve, bytes + len - sizeof *x - cb, cb);
+    fwrite(bytes, 1, len - sizeof *x - cb, w->curves);
+    return CLI_OK;
+}
+
 int cmd_ablate(int argc, char **argv)
 {
-    ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, 16, 10, 0, 0, 0.01, 1};
+    ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, 16, 10, 0, 0, 1, 0.01, 1};
     const cli_opt opts[] = {
         {"task", OPT_STR, &o.task, 0, 0, "NAME: coref (default) or roles"},
         {"variants", OPT_STR, &o.variants, 0, 0,
@@ -398,6 +445,8 @@ int cmd_ablate(int argc, char **argv)
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/ablate[-roles])"},
         {"threads", OPT_INT, &o.threads, 1, 64, "N: threads (default QKV_THREADS or 1)"},
+        {"jobs", OPT_INT, &o.jobs, 1, 64,
+         "N: worker processes for the runs (default 1; the same results on any N)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
@@ -466,20 +515,9 @@ int cmd_ablate(int argc, char **argv)
         r = cli_fail("ablate: %s", err.message);
     static run_result res[MAX_VARIANTS][MAX_SEEDS];
     memset(res, 0, sizeof res);
-    const int total = nv * o.seeds;
-    int done = 0;
-    for (int s = 0; s < o.seeds && r == CLI_OK; s++)
-        for (int v = 0; v < nv && r == CLI_OK; v++) {
-            char status[64];
-            const uint64_t seed = o.seed + (uint64_t)s;
-            snprintf(status, sizeof status, "%s seed %llu", names[v], (unsigned long long)seed);
-            cli_progress(o.quiet, done++, total, status, 0);
-            const runlog log = {curves, names[v], seed};
-            r = roles ? roles_run(&o, names[v], seed, t, &log, &res[v][s])
-                      : coref_run(&o, names[v], seed, t, b, eb, &log, &res[v][s]);
-        }
+    ablate_tasks w = {&o, names, nv, roles, t, b, eb, curves, res};
     if (r == CLI_OK)
-        cli_progress(o.quiet, total, total, "done", 1);
+        r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, &w, o.quiet, "runs");
     if (cli_fclose(curves) != 0 && r == CLI_OK)
         r = cli_fail("ablate: cannot write %s", path);
     if (r == CLI_OK)
