@@ -181,17 +181,16 @@ QKV_ALWAYS_INLINE __m256 tanh8(__m256 x)
     return _mm256_or_ps(y, _mm256_and_ps(x, sign8()));
 }
 
-/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid. With z = e^-|x|
- * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, so a subnormal
- * result is rounded once, at the end. */
+/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid: with z = e^-|x|,
+ * 1/(1 + z) for x >= 0 and z/(1 + z) below (z subnormal from x < -87.3
+ * on, where 1 + z is 1: rounded twice, within an ulp of a subnormal). */
 QKV_ALWAYS_INLINE __m256 sigmoid8(__m256 x)
 {
     __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), _mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
     __m256 t, p = exp_parts8(w, _mm256_setzero_ps(), &t);
+    __m256 z = scale8(p, t);
     __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
-    __m256 d = _mm256_add_ps(SET1(1.0f), exp_beside1_8(p, t));
-    __m256 q = _mm256_div_ps(pick8(neg, SET1(1.0f), p), d);
-    return scale8(q, _mm256_and_ps(neg, t));
+    return _mm256_div_ps(pick8(neg, SET1(1.0f), z), _mm256_add_ps(SET1(1.0f), z));
 }
 
 /* v = x·K2·(1 + C·x²) in double for 4 floats, rounded to *hi + *lo. */

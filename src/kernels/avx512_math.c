@@ -75,13 +75,6 @@ QKV_ALWAYS_INLINE __m512 exp16(__m512 x)
     return _mm512_scalef_ps(p, t);
 }
 
-/* 1 + e^(x + lo) for e^(x + lo) = p·2^t (exp_parts16), the exponent
- * raised to at least VM_EXP_SUM_MIN: no subnormal, and the same sum. */
-QKV_ALWAYS_INLINE __m512 one_plus16(__m512 p, __m512 t)
-{
-    return _mm512_add_ps(SET1(1.0f), _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), t)));
-}
-
 /* log x, with the edges of qkv_vlog. */
 QKV_ALWAYS_INLINE __m512 log16(__m512 x)
 {
@@ -126,16 +119,16 @@ QKV_ALWAYS_INLINE __m512 tanh16(__m512 x)
     return with_sign16(_mm512_div_ps(e, _mm512_add_ps(e, SET1(2.0f))), x);
 }
 
-/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid. With z = e^-|x|
- * = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t below, so a subnormal
- * result is rounded once, at the end. */
+/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid: with z = e^-|x|,
+ * 1/(1 + z) for x >= 0 and z/(1 + z) below (z subnormal from x < -87.3
+ * on, where 1 + z is 1: rounded twice, within an ulp of a subnormal). */
 QKV_ALWAYS_INLINE __m512 sigmoid16(__m512 x)
 {
     __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), _mm512_sub_ps(_mm512_setzero_ps(), abs16(x)));
     __m512 t, p = exp_parts16(w, _mm512_setzero_ps(), &t);
+    __m512 z = _mm512_scalef_ps(p, t);
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
-    __m512 q = _mm512_div_ps(_mm512_mask_mov_ps(SET1(1.0f), neg, p), one_plus16(p, t));
-    return _mm512_scalef_ps(q, _mm512_maskz_mov_ps(neg, t));
+    return _mm512_div_ps(_mm512_mask_mov_ps(SET1(1.0f), neg, z), _mm512_add_ps(SET1(1.0f), z));
 }
 
 /* v = x·K2·(1 + C·x²) in double for 8 floats, rounded to *hi + *lo. */

@@ -14,8 +14,9 @@
  *   tanh   E/(E + 2) with E = e^(2|x|) - 1 = 2^t·(r + r²·Q(r)) + (2^t - 1):
  *          one formula for every x, no cancellation near 0 (where t = 0);
  *          the sign of x copied back (-0 stays -0).
- *   sigmoid  z = e^(-|x|) = p·2^t: 1/(1 + z) for x >= 0, (p/(1 + z))·2^t
- *          below, rounded once at the end (so subnormal results too).
+ *   sigmoid  z = e^(-|x|): 1/(1 + z) for x >= 0, z/(1 + z) below (a
+ *          subnormal z, from x < -87.3 on, is rounded twice: within an ulp
+ *          of the smallest subnormal).
  *   gelu   x·σ(v) with v = 2√(2/π)·(x + 0.044715·x³), which is the tanh form
  *          without its cancellation (1 + tanh(v/2) = 2σ(v)). v is computed
  *          in double and carried into e^(-|v|) as two floats: σ(v) is e^v
