@@ -270,13 +270,13 @@ static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
             for (int k = 0; k < K; k++)
                 store8(y + off[k], w[k], v[k]);
         }
+        /* the sums row by row, then (float)(1/sum) four rows at a time (one
+         * vector division: the same correctly rounded quotients, off each
+         * row's chain), then the scaling */
+        _Alignas(32) double sum[CHUNKS + 4];
+        _Alignas(32) float inv[CHUNKS + 4];
         for (size_t r = 0; r < nb; r++) {
-            float *yr = y + r * n;
-            if (mx[r] == -INFINITY) {
-                for (size_t j = 0; j < n; j += 8)
-                    store8(yr + j, n - j < 8 ? (int)(n - j) : 8, _mm256_setzero_ps());
-                continue;
-            }
+            const float *yr = y + r * n;
             __m256d s0 = _mm256_setzero_pd(), s1 = s0;
             for (size_t j = 0; j < n; j += 8) {
                 if (n - j >= 8) {
@@ -290,16 +290,29 @@ static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
             }
             _Alignas(32) double t[4];
             _mm256_store_pd(t, _mm256_add_pd(s0, s1));
-            const double sum = (t[0] + t[1]) + (t[2] + t[3]);
-            if (sum == 0)
+            sum[r] = (t[0] + t[1]) + (t[2] + t[3]);
+        }
+        for (size_t r = nb; r % 4 != 0; r++)
+            sum[r] = 1;
+        for (size_t r = 0; r < nb; r += 4)
+            _mm_store_ps(inv + r, _mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1),
+                                                                _mm256_load_pd(sum + r))));
+        for (size_t r = 0; r < nb; r++) {
+            float *yr = y + r * n;
+            if (mx[r] == -INFINITY) {
+                for (size_t j = 0; j < n; j += 8)
+                    store8(yr + j, n - j < 8 ? (int)(n - j) : 8, _mm256_setzero_ps());
                 continue;
-            const __m256 inv = _mm256_set1_ps((float)(1 / sum));
+            }
+            if (sum[r] == 0)
+                continue;
+            const __m256 vi = _mm256_set1_ps(inv[r]);
             for (size_t j = 0; j < n; j += 8) {
                 const int wj = n - j < 8 ? (int)(n - j) : 8;
                 store8(yr + j, wj,
                        _mm256_mul_ps(wj >= 8 ? _mm256_loadu_ps(yr + j)
                                              : _mm256_maskload_ps(yr + j, lanes8(wj)),
-                                     inv));
+                                     vi));
             }
         }
     }
