@@ -318,6 +318,45 @@ static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
     }
 }
 
+/* Adam as qkv_portable_adam, the same double operations in the same
+ * order, four weights a time per half of eight. */
+static void adam_avx2(float *w, const float *grad, double *m, double *v, size_t n,
+                      const qkv_adam_coef *c)
+{
+    const __m256d b1 = _mm256_set1_pd(c->b1), b2 = _mm256_set1_pd(c->b2);
+    const __m256d a1 = _mm256_set1_pd(1 - c->b1), a2 = _mm256_set1_pd(1 - c->b2);
+    const __m256d step = _mm256_set1_pd(c->step), rs = _mm256_set1_pd(c->rs);
+    const __m256d eps = _mm256_set1_pd(c->eps), l2 = _mm256_set1_pd(c->l2);
+    const __m256d keep = _mm256_set1_pd(c->keep);
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d wj = _mm256_cvtps_pd(_mm_loadu_ps(w + j));
+        __m256d g = _mm256_add_pd(_mm256_cvtps_pd(_mm_loadu_ps(grad + j)), _mm256_mul_pd(l2, wj));
+        __m256d mj = _mm256_add_pd(_mm256_mul_pd(b1, _mm256_loadu_pd(m + j)), _mm256_mul_pd(a1, g));
+        __m256d vj = _mm256_add_pd(_mm256_mul_pd(b2, _mm256_loadu_pd(v + j)),
+                                   _mm256_mul_pd(_mm256_mul_pd(a2, g), g));
+        _mm256_storeu_pd(m + j, mj);
+        _mm256_storeu_pd(v + j, vj);
+        __m256d den = _mm256_add_pd(_mm256_mul_pd(_mm256_sqrt_pd(vj), rs), eps);
+        __m256d upd = _mm256_div_pd(_mm256_mul_pd(step, mj), den);
+        _mm_storeu_ps(w + j, _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(keep, wj), upd)));
+    }
+    qkv_portable_adam(w + j, grad + j, m + j, v + j, n - j, c);
+}
+
+/* Rows of the table, eight floats at a time, the tail masked. */
+static void gather_avx2(float *dst, const float *table, const int *ids, size_t n, size_t d)
+{
+    for (size_t i = 0; i < n; i++, dst += d) {
+        const float *src = table + (size_t)ids[i] * d;
+        size_t j = 0;
+        for (; j + 8 <= d; j += 8)
+            _mm256_storeu_ps(dst + j, _mm256_loadu_ps(src + j));
+        for (; j < d; j++)
+            dst[j] = src[j];
+    }
+}
+
 const qkv_kernel_set qkv_kernels_avx2 = {
     .name = "avx2",
     .mr = 6,
@@ -328,9 +367,9 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .ukernel = ukernel_avx2,
     .direct = direct_avx2,
     .exps = exps_avx2,
-    .gather = qkv_portable_gather,
+    .gather = gather_avx2,
     .scatter_add = qkv_portable_scatter_add,
-    .adam = qkv_portable_adam,
+    .adam = adam_avx2,
     .zero = qkv_portable_zero,
     .exp = qkv_avx2_exp,
     .log = qkv_avx2_log,
