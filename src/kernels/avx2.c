@@ -295,8 +295,8 @@ static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
         for (size_t r = nb; r % 4 != 0; r++)
             sum[r] = 1;
         for (size_t r = 0; r < nb; r += 4)
-            _mm_store_ps(inv + r, _mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1),
-                                                                _mm256_load_pd(sum + r))));
+            _mm_store_ps(inv + r, _mm256_cvtpd_ps(
+                                      _mm256_div_pd(_mm256_set1_pd(1), _mm256_load_pd(sum + r))));
         for (size_t r = 0; r < nb; r++) {
             float *yr = y + r * n;
             if (mx[r] == -INFINITY) {
