@@ -30,7 +30,12 @@ fi
 mkdir -p "$plots" || exit 1
 status=0
 
-# render NAME SCRIPT INPUT HOW [EXTRA_GNUPLOT_ASSIGNMENTS]
+# render NAME SCRIPT INPUT HOW [EXTRA_GNUPLOT_ASSIGNMENTS]: gnuplot in the
+# background (the plots are independent: both cores draw), its messages
+# and exit status kept in $work; finish reports them in the order rendered.
+work=$(mktemp -d "${TMPDIR:-/tmp}/qkv-plots.XXXXXX") || exit 1
+trap 'rm -rf "$work"' EXIT
+order=
 render() {
     name=$1 script=$2 input=$3 how=$4 extra=${5:-}
     if [ ! -s "$input" ]; then
@@ -38,17 +43,29 @@ render() {
         status=1
         return
     fi
-    if ! gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
-        "$here/$script.gp"; then
-        echo "plots: gnuplot failed on $here/$script.gp for $input" >&2
-        status=1
-    elif ! complete_png "$plots/$name.png"; then
-        # gnuplot says nothing when the disk fills up under it
-        echo "plots: $plots/$name.png is incomplete (is the disk full?)" >&2
-        status=1
-    else
-        echo "plots: wrote $plots/$name.png"
-    fi
+    order="$order $name"
+    (
+        gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
+            "$here/$script.gp" >"$work/$name.log" 2>&1
+        echo $? >"$work/$name.rc"
+    ) &
+}
+
+finish() {
+    wait
+    for name in $order; do
+        cat "$work/$name.log" >&2
+        if [ "$(cat "$work/$name.rc" 2>/dev/null)" != 0 ]; then
+            echo "plots: gnuplot failed on $name.gp for $name.png" >&2
+            status=1
+        elif ! complete_png "$plots/$name.png"; then
+            # gnuplot says nothing when the disk fills up under it
+            echo "plots: $plots/$name.png is incomplete (is the disk full?)" >&2
+            status=1
+        else
+            echo "plots: wrote $plots/$name.png"
+        fi
+    done
 }
 
 # Nonzero unless $1 is a whole PNG file: it must end with the IEND chunk
@@ -131,4 +148,5 @@ else
         "build/qkv ablate --out $data/ablate)" >&2
     status=1
 fi
+finish
 exit $status
