@@ -515,12 +515,25 @@ START_TEST(test_saturation_is_deterministic_for_a_seed_and_any_thread_count)
     snprintf(path, sizeof path, "%s/c/variance.csv", tmp);
     v3 = slurp_path(path);
     ck_assert_str_eq(v1, v3);
+    /* --no-variance: the same runs, no Var(q·k) table and no variance.csv */
+    char *o4;
+    snprintf(cmd, sizeof cmd, args, "d --no-variance");
+    ck_assert_int_eq(run(cmd, &o4), 0);
+    ck_assert_ptr_null(strstr(o4, "Var(q·k)"));
+    ck_assert_ptr_nonnull(strstr(o4, "steps to 90% val"));
+    snprintf(path, sizeof path, "%s/d/variance.csv", tmp);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/d/runs.csv", tmp);
+    char *c4 = slurp_path(path);
+    ck_assert_str_eq(c1, c4);
     free(o1);
     free(o2);
     free(o3);
+    free(o4);
     free(c1);
     free(c2);
     free(c3);
+    free(c4);
     free(v1);
     free(v3);
     expect("saturation --jobs 0", 2, "--jobs");

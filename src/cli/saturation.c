@@ -23,8 +23,9 @@ typedef struct sat_opts {
     int steps, seeds, batch, log_every, quiet;
     double lr, init_std;
     uint64_t seed;
-    int threads; /* 0: QKV_THREADS or 1 */
-    int jobs;    /* worker processes for the runs */
+    int threads;     /* 0: QKV_THREADS or 1 */
+    int jobs;        /* worker processes for the runs */
+    int no_variance; /* 1: no Var(q·k) table */
 } sat_opts;
 
 /* What one run contributes to the summary table. */
@@ -276,14 +277,19 @@ static int sweep(sat_ctx *c, const int *dks, int ndk)
     static run_result res[MAX_DK][2][MAX_SEEDS];
     const int runs = ndk * 2 * c->o->seeds;
     sweep_tasks w = {c, dks, ndk, runs, c->csv, res};
-    int r = cli_run_tasks(runs + 1, c->o->jobs, sweep_run, sweep_collect, &w, c->o->quiet, "runs");
+    const int with_var = !c->o->no_variance; /* the table is the last task */
+    int r = cli_run_tasks(runs + with_var, c->o->jobs, sweep_run, sweep_collect, &w, c->o->quiet,
+                          "runs");
     c->csv = w.csv;
+    if (r == CLI_OK && !with_var)
+        print_summary(c->o, dks, ndk, res);
     return r;
 }
 
 int cmd_saturation(int argc, char **argv)
 {
-    sat_opts o = {"4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0, -1, 1.0, 1, 0, 1};
+    sat_opts o = {
+        "4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0, -1, 1.0, 1, 0, 1, 0};
     const cli_opt opts[] = {
         {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
         {"steps", OPT_INT, &o.steps, 1, 1e7, "N: training steps per run (default 300)"},
@@ -300,12 +306,15 @@ int cmd_saturation(int argc, char **argv)
          "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
         {"jobs", OPT_INT, &o.jobs, 1, 64,
          "N: worker processes for the runs (default 1; the same output on any N)"},
+        {"no-variance", OPT_FLAG, &o.no_variance, 0, 0,
+         "skip the Var(q·k) table (it depends only on --dk and --seed)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
                       "Trains scaled and unscaled attention side by side at every d_k, from the\n"
                       "same weights on the same batches, and measures softmax saturation.\n"
-                      "Writes DIR/runs.csv and DIR/variance.csv and prints summary tables.",
+                      "Writes DIR/runs.csv and DIR/variance.csv (not with --no-variance) and\n"
+                      "prints summary tables.",
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
@@ -342,7 +351,9 @@ int cmd_saturation(int argc, char **argv)
     if (cli_fclose(c.csv) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s", path);
     if (r == CLI_OK)
-        printf("\nwrote %s/runs.csv and %s/variance.csv\n", o.out, o.out);
+        printf(o.no_variance ? "\nwrote %s/runs.csv\n"
+                             : "\nwrote %s/runs.csv and %s/variance.csv\n",
+               o.out, o.out);
     qkv_coref_batch_free(c.batch);
     qkv_coref_batch_free(c.eval_batch);
     qkv_tape_free(c.tape);
