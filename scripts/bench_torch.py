@@ -49,6 +49,24 @@ def median_time(fn, blocks=7, min_block=0.2):
     return statistics.median(times)
 
 
+def time_training(opt, loss):
+    """Seconds per training step (zero_grad, backward, opt.step), per
+    forward pass, and per backward pass (forward + backward less forward),
+    each a median_time."""
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss().backward()
+        opt.step()
+
+    def fwd_bwd():
+        opt.zero_grad(set_to_none=False)
+        loss().backward()
+
+    t_step = median_time(step)
+    t_fwd = median_time(loss)
+    return t_step, t_fwd, median_time(fwd_bwd) - t_fwd
+
+
 def bench(name, B, T, V, dk, rows):
     g = torch.Generator().manual_seed(7)
     params = [torch.randn(V, dk, generator=g).mul_(0.1).requires_grad_() for _ in range(3)]
@@ -70,21 +88,7 @@ def bench(name, B, T, V, dk, rows):
         h = torch.bmm(a, v)[arange, query]
         return torch.nn.functional.cross_entropy(h @ wo_, target)
 
-    def step():
-        opt.zero_grad(set_to_none=False)
-        forward().backward()
-        opt.step()
-
-    def fwd():
-        forward()
-
-    def fwd_bwd():
-        opt.zero_grad(set_to_none=False)
-        forward().backward()
-
-    t_step = median_time(step)
-    t_fwd = median_time(fwd)
-    t_bwd = median_time(fwd_bwd) - t_fwd
+    t_step, t_fwd, t_bwd = time_training(opt, forward)
     print(f"{name:<3} {B:5d} {T:4d} {V:4d} {dk:5d} {t_step * 1e6:12.1f} {t_fwd * 1e6:12.1f} "
           f"{t_bwd * 1e6:12.1f} {t_bwd / t_fwd:9.2f}")
     rows += [("train", f"{name}_step", t_step * 1e6, "us"),
@@ -147,18 +151,7 @@ def bench_real(rows, path):
         h = torch.bmm(a, v)[torch.arange(ids.shape[0]), query]
         return torch.nn.functional.cross_entropy(h @ wo, target)
 
-    def step():
-        opt.zero_grad(set_to_none=False)
-        forward().backward()
-        opt.step()
-
-    def fwd_bwd():
-        opt.zero_grad(set_to_none=False)
-        forward().backward()
-
-    t_step = median_time(step)
-    t_fwd = median_time(forward)
-    t_bwd = median_time(fwd_bwd) - t_fwd
+    t_step, t_fwd, t_bwd = time_training(opt, forward)
     T = batches[0][0].shape[1]
     print(f"{'R':<3} {batches[0][0].shape[0]:5d} {'pad':>4} {V:4d} {dk:5d} {t_step * 1e6:12.1f} "
           f"{t_fwd * 1e6:12.1f} {t_bwd * 1e6:12.1f} {t_bwd / t_fwd:9.2f}"
@@ -186,18 +179,7 @@ def bench_rnn(rows):
         _, h = rnn(emb(ids))
         return torch.nn.functional.cross_entropy(out(h[0]), target)
 
-    def step():
-        opt.zero_grad(set_to_none=False)
-        forward().backward()
-        opt.step()
-
-    def fwd_bwd():
-        opt.zero_grad(set_to_none=False)
-        forward().backward()
-
-    t_step = median_time(step)
-    t_fwd = median_time(forward)
-    t_bwd = median_time(fwd_bwd) - t_fwd
+    t_step, t_fwd, t_bwd = time_training(opt, forward)
     print(f"\ntanh RNN step (B {B}, T {T}, embedding {E}, hidden {H}; torch.nn.RNN): "
           f"{t_step * 1e6:.1f} µs, forward {t_fwd * 1e6:.1f}, backward {t_bwd * 1e6:.1f}")
     rows += [("rnn", "rnn_step", t_step * 1e6, "us"),
@@ -267,18 +249,7 @@ def bench_block(rows):
     def loss():
         return nn.functional.mse_loss(m(x), target)
 
-    def step():
-        opt.zero_grad(set_to_none=False)
-        loss().backward()
-        opt.step()
-
-    def fwd_bwd():
-        opt.zero_grad(set_to_none=False)
-        loss().backward()
-
-    t_step = median_time(step)
-    t_fwd = median_time(loss)
-    t_bwd = median_time(fwd_bwd) - t_fwd
+    t_step, t_fwd, t_bwd = time_training(opt, loss)
     core = os.environ.get("OPENBLAS_CORETYPE", "(detected)")
     print(f"\nTransformer block step (B {B}, T {T}, d_model {D}, {H} heads, FFN {F}, causal; "
           f"OpenBLAS core {core})")

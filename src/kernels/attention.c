@@ -21,6 +21,26 @@ static int attn_dropped(const qkv_attn_shape *sh, int i, int j)
     return isinf(m) && m < 0;
 }
 
+/* Row i of the backward through the mask and the scaling: dSs[i,:] += the
+ * softmax gradient g where the mask keeps the entry, then g = scale·dSs
+ * (rounded as the scaling op rounds). A key mask takes a loop that
+ * vectorises; any other the general test. */
+static void mask_scale_row(const qkv_attn_shape *sh, int i, qkv_real *dsi, qkv_real *g)
+{
+    const int tk = sh->tk;
+    if (sh->mask != NULL && sh->mask_cs == 1) {
+        const qkv_real *mr = sh->mask + (size_t)i * sh->mask_rs;
+        for (int j = 0; j < tk; j++)
+            dsi[j] += mr[j] == -INFINITY ? 0 : g[j];
+    } else {
+        for (int j = 0; j < tk; j++)
+            dsi[j] += attn_dropped(sh, i, j) ? 0 : g[j];
+    }
+    const double c = sh->scale;
+    for (int j = 0; j < tk; j++)
+        g[j] = (qkv_real)(c * dsi[j]);
+}
+
 void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                            const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o)
 {
@@ -112,10 +132,7 @@ static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const q
     qkv_gemm(0, 1, 1, tk, d_v, go, v, dar, 1); /* dA[r] += dO[r]·Vᵀ */
     qkv_zero(g, (size_t)tk);
     qkv_softmax_backward_rows(g, ar, dar, 1, (size_t)tk);
-    for (int j = 0; j < tk; j++) {
-        dsr[j] += attn_dropped(sh, r, j) ? 0 : g[j];
-        g[j] = (qkv_real)(sh->scale * dsr[j]);
-    }
+    mask_scale_row(sh, r, dsr, g);
     if (dq != NULL) { /* dQ[r] = dS[r]·K, from zero, then into its table row */
         qkv_zero(gq, (size_t)d_k);
         qkv_gemm(0, 0, 1, d_k, tk, g, k, gq, 1);
@@ -171,20 +188,8 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
     qkv_gemm(0, 1, tq, tk, sh->dv, dout, v, da, 1); /* dA += dO·Vᵀ */
     memset(scratch, 0, sizeof *scratch * (size_t)tq * (size_t)tk);
     qkv_softmax_backward_rows(scratch, a, da, (size_t)tq, (size_t)tk);
-    const double c = sh->scale;
-    for (int i = 0; i < tq; i++) { /* dSs += kept entries; then dS = scale·dSs */
-        qkv_real *dsi = ds + (size_t)i * tk, *gi = scratch + (size_t)i * tk;
-        if (sh->mask != NULL && sh->mask_cs == 1) { /* the same, in a loop that vectorises */
-            const qkv_real *mr = sh->mask + (size_t)i * sh->mask_rs;
-            for (int j = 0; j < tk; j++)
-                dsi[j] += mr[j] == -INFINITY ? 0 : gi[j];
-        } else {
-            for (int j = 0; j < tk; j++)
-                dsi[j] += attn_dropped(sh, i, j) ? 0 : gi[j];
-        }
-        for (int j = 0; j < tk; j++)
-            gi[j] = (qkv_real)(c * dsi[j]);
-    }
+    for (int i = 0; i < tq; i++) /* dSs += kept entries; then dS = scale·dSs */
+        mask_scale_row(sh, i, ds + (size_t)i * tk, scratch + (size_t)i * tk);
     if (dq != NULL) /* dQ += dS·K */
         qkv_gemm(0, 0, tq, sh->dk, tk, scratch, k, dq, 1);
     if (dk != NULL) /* dK += dSᵀ·Q */

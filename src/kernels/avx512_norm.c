@@ -90,14 +90,14 @@ QKV_ALWAYS_INLINE void norm_out(float *y, const float *x, const float *gamma, co
     }
 }
 
-/* The forward of one row of d <= 16·C entries (C <= 8 a constant), its
+/* The forward of one row of d <= 16·C entries (C <= 4 a constant), its
  * values as doubles held in registers between the two sums. */
 QKV_ALWAYS_INLINE void norm_row_regs(const int C, float *y, float *mean, float *rstd,
                                      const float *x, const float *gamma, const float *beta,
                                      size_t d, double eps, int center)
 {
-    __m512d v[16], a[4];
-    __mmask8 m8[16];
+    __m512d v[8], a[4];
+    __mmask8 m8[8];
     for (int q = 0; q < C; q++) {
         const int w = d - 16 * (size_t)q < 16 ? (int)(d - 16 * (size_t)q) : 16;
         const __m512 f = load16(lanes(w), x + 16 * q); /* 0 past the end */
