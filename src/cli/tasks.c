@@ -105,7 +105,7 @@ static int read_records(FILE *f, int n, char **bufs, size_t *lens)
 static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void *ctx,
                         int quiet, const char *what)
 {
-    int queue[2], done[2];
+    int queue[2] = {-1, -1}, done[2] = {-1, -1};
     FILE **outs = calloc((size_t)jobs, sizeof *outs);
     pid_t *pids = calloc((size_t)jobs, sizeof *pids);
     char **bufs = calloc((size_t)n, sizeof *bufs);
@@ -120,8 +120,10 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     for (int t = 0; r == CLI_OK && t < n; t++)
         if (write_all(queue[1], &t, sizeof t) != 0)
             r = cli_fail("cannot queue the tasks: %s", strerror(errno));
-    if (r == CLI_OK)
+    if (r == CLI_OK) {
         close(queue[1]);
+        queue[1] = -1;
+    }
     fflush(NULL); /* nothing buffered is written twice */
     for (int w = 0; r == CLI_OK && w < jobs; w++) {
         if ((outs[w] = tmpfile()) == NULL) {
@@ -142,6 +144,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     if (started > 0) {
         close(queue[0]);
         close(done[1]);
+        queue[0] = done[1] = -1;
         char c;
         long finished = 0;
         ssize_t got;
@@ -154,6 +157,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         }
         cli_progress(quiet, finished, n, what, 1);
         close(done[0]);
+        done[0] = -1;
         for (int w = 0; w < started; w++) {
             int status = 0;
             pid_t got_pid;
@@ -171,6 +175,12 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
             r = cli_fail("task %d of %d was never run", t, n);
     for (int t = 0; r == CLI_OK && t < n; t++)
         r = collect(ctx, t, bufs[t], lens[t]);
+    for (int i = 0; i < 2; i++) { /* what an early failure left open */
+        if (queue[i] >= 0)
+            close(queue[i]);
+        if (done[i] >= 0)
+            close(done[i]);
+    }
     for (int w = 0; outs != NULL && w < jobs; w++)
         if (outs[w] != NULL)
             fclose(outs[w]);
