@@ -2,6 +2,7 @@
  * test_coref_data.c - vocabulary, tokenizer (UTF-8 and unknown words), and the
  * generator's determinism and splits.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests.h"
@@ -188,6 +189,74 @@ START_TEST(test_examples_follow_their_level)
 }
 END_TEST
 
+/* Item i of batch b matches example ex: its tokens, length, pronoun (the
+ * query), class and antecedent (the mark). */
+static int batch_holds(const qkv_coref_batch *b, int i, const qkv_coref_example *ex)
+{
+    if (b->len[i] != ex->len || b->query[i] != ex->pronoun || b->target[i] != ex->target ||
+        b->mark[i] != ex->antecedent)
+        return 0;
+    for (int t = 0; t < ex->len; t++)
+        if (b->ids[(size_t)i * b->cap_t + t] != ex->ids[t])
+            return 0;
+    return 1;
+}
+
+/* qkv_coref_draw_batch (the batches of qkv_coref_fit): each epoch is a
+ * fresh permutation of the training split, every example once, batches
+ * running across the epoch's end into the next permutation; the same seed
+ * draws the same batches. */
+START_TEST(test_batches_cover_each_epoch_once_and_reshuffle)
+{
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, QKV_COREF_ALL_LEVELS, 1, NULL), QKV_OK);
+    const int n = d.n_train, cap = 32;
+    ck_assert_int_gt(n, cap);
+    int *order = malloc(sizeof *order * (size_t)n), *first = malloc(sizeof *first * (size_t)n);
+    int *seen = calloc((size_t)n, sizeof *seen);
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    qkv_coref_batch *b = qkv_coref_batch_new(cap, QKV_COREF_MAX_TOKENS, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 2);
+    int pos = 0, k = 0, reshuffled = 0;
+    /* through the first epoch and one batch past it */
+    while (k < n + cap) {
+        qkv_coref_draw_batch(&g, b, d.train, order, n, &pos);
+        ck_assert_int_eq(b->B, cap);
+        if (k == 0)
+            memcpy(first, order, sizeof *first * (size_t)n);
+        for (int i = 0; i < cap; i++, k++) {
+            if (k < n) { /* epoch 1: the first permutation, in order */
+                ck_assert_msg(batch_holds(b, i, &d.train[first[k]]), "item %d of epoch 1", k);
+                seen[first[k]]++;
+            } else { /* epoch 2: the current permutation from its start */
+                ck_assert_msg(batch_holds(b, i, &d.train[order[k - n]]), "item %d of epoch 2",
+                              k - n);
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(seen[i], 1);
+        reshuffled |= order[i] != first[i];
+    }
+    ck_assert_msg(reshuffled, "the second epoch kept the first one's order");
+    /* the same seed, the same first batch */
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    qkv_rng_seed(&g, 2);
+    pos = 0;
+    qkv_coref_draw_batch(&g, b, d.train, order, n, &pos);
+    for (int i = 0; i < cap; i++)
+        ck_assert(batch_holds(b, i, &d.train[first[i]]));
+    qkv_coref_batch_free(b);
+    free(order);
+    free(first);
+    free(seen);
+    qkv_coref_data_free(&d);
+}
+END_TEST
+
 START_TEST(test_parse_levels)
 {
     ck_assert_uint_eq(qkv_coref_parse_levels("1,2,3"), 7);
@@ -212,6 +281,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_splits_are_disjoint_and_test_templates_unseen);
     tcase_add_test(tc, test_examples_follow_their_level);
     tcase_add_test(tc, test_parse_levels);
+    tcase_add_test(tc, test_batches_cover_each_epoch_once_and_reshuffle);
     suite_add_tcase(s, tc);
     return s;
 }
