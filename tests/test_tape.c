@@ -23,6 +23,62 @@ START_TEST(test_grad_accumulates_when_a_tensor_is_used_twice)
 }
 END_TEST
 
+/* Gradients on the tape are zero-filled only when backward first needs
+ * them. Each step reuses the arena that the step before left full of
+ * gradients, so a gradient not cleared before its first sum would show. */
+START_TEST(test_lazy_gradients_start_from_zero_on_a_reused_arena)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){4}, (const double[]){1, 2, 3, 4}, 1);
+    for (int step = 0; step < 3; step++) {
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(x);
+        /* b feeds two nodes: sum(b) recorded first, then sum over a view
+         * of b, so backward reaches b through the view first; the view
+         * shares b's buffer, and clearing it at b would lose that sum */
+        qkv_tensor *b = qkv_scale(t, x, 2);
+        qkv_tensor *dead = qkv_exp(t, b); /* an output nobody uses */
+        qkv_tensor *lb = qkv_sum(t, b);
+        qkv_tensor *v = qkv_reshape(t, b, 2, (const int[]){2, 2});
+        qkv_tensor *lv = qkv_scale(t, qkv_sum(t, v), 3);
+        qkv_tensor *loose = qkv_tape_tensor(t, 1, (const int[]){5}, 1); /* in no node */
+        ck_assert_ptr_nonnull(dead->grad);
+        ck_assert_ptr_nonnull(loose->grad);
+        ck_assert_int_eq(qkv_backward(t, qkv_add(t, lb, lv)), QKV_OK);
+        for (int i = 0; i < 4; i++) { /* d/dx (2Σx + 3·2Σx) = 8; d/db = 4 */
+            ASSERT_NEAR(x->grad[i], 8, 0);
+            ASSERT_NEAR(b->grad[i], 4, 0);
+            ASSERT_NEAR(v->grad[i], 4, 0);
+            ASSERT_NEAR(dead->grad[i], 0, 0);
+        }
+        for (int i = 0; i < 5; i++)
+            ASSERT_NEAR(loose->grad[i], 0, 0);
+        /* leave garbage for the next step to find */
+        for (int i = 0; i < 4; i++)
+            b->grad[i] = dead->grad[i] = (qkv_real)(100 + i);
+        for (int i = 0; i < 5; i++)
+            loose->grad[i] = -7;
+    }
+    /* after backward, a new tensor's gradient is zero at once (a short
+     * recording, so that it lands on memory the steps above used) */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, x)), QKV_OK);
+    qkv_tensor *late = qkv_tape_tensor(t, 1, (const int[]){3}, 1);
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(late->grad[i], 0, 0);
+    /* and qkv_tensor_grad_ready clears one before backward */
+    qkv_tape_reset(t);
+    qkv_tensor *early = qkv_tape_tensor(t, 1, (const int[]){3}, 1);
+    qkv_tensor_grad_ready(early);
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(early->grad[i], 0, 0);
+    qkv_tensor_grad_ready(x); /* a heap tensor: left alone */
+    ASSERT_NEAR(x->grad[0], 9, 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 START_TEST(test_params_keep_values_and_grads_across_reset)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -294,6 +350,7 @@ Suite *tape_suite(void)
     Suite *s = suite_create("tape");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_grad_accumulates_when_a_tensor_is_used_twice);
+    tcase_add_test(tc, test_lazy_gradients_start_from_zero_on_a_reused_arena);
     tcase_add_test(tc, test_params_keep_values_and_grads_across_reset);
     tcase_add_test(tc, test_reset_forgets_nodes_and_keeps_memory);
     tcase_add_test(tc, test_small_arena_grows_then_steps_allocate_nothing);

@@ -70,10 +70,23 @@ int qkv_tape_set_grad(qkv_tape *t, int enabled);
 int qkv_tape_grad_enabled(const qkv_tape *t);
 
 /* Allocates an uninitialised tensor of the given shape in the arena, with a
- * zeroed gradient when with_grad is nonzero and recording is on. Use it for
+ * gradient buffer when with_grad is nonzero and recording is on. Use it for
  * per-step inputs such as masks. Returns nil (and records the error) on a bad
- * shape or when memory runs out. */
+ * shape or when memory runs out.
+ *
+ * The gradient is zero-filled lazily: backward clears it just before the
+ * first node that reads or adds into it (a node's output and inputs), and
+ * clears the ones no node touched at its end. So after qkv_backward every
+ * gradient holds its sum or zero, and the forward pass never writes
+ * gradient memory. Read or write a gradient before backward only after
+ * qkv_tensor_grad_ready. */
 qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_grad);
+
+/* Zero-fills x's tape gradient now if backward has not yet done so; does
+ * nothing for other tensors, or a NULL gradient. A custom op whose backward
+ * adds into a tensor other than its node's output and inputs calls it
+ * first. */
+void qkv_tensor_grad_ready(qkv_tensor *x);
 
 /* Allocates n bytes of scratch memory in the arena, aligned to 64 bytes,
  * valid until the next reset. Returns NULL (and records the error) on

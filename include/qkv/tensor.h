@@ -18,9 +18,10 @@ extern "C" {
 #endif
 
 /* Tensor flags. */
-#define QKV_TENSOR_NIL 1u  /* the harmless result of a failed op */
-#define QKV_TENSOR_HEAP 2u /* made by qkv_tensor_new: free with qkv_tensor_free */
-#define QKV_TENSOR_TAPE 4u /* lives in a tape's arena until the tape is reset */
+#define QKV_TENSOR_NIL 1u       /* the harmless result of a failed op */
+#define QKV_TENSOR_HEAP 2u      /* made by qkv_tensor_new: free with qkv_tensor_free */
+#define QKV_TENSOR_TAPE 4u      /* lives in a tape's arena until the tape is reset */
+#define QKV_TENSOR_LAZY_GRAD 8u /* a tape gradient, zero-filled when backward first needs it */
 
 typedef struct qkv_tensor {
     qkv_real *data;          /* (numel) row-major values */

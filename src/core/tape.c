@@ -35,7 +35,20 @@ struct qkv_tape {
     qkv_error err; /* the first error since the last reset */
     int grad_on;
     int backward_done;
+    struct grad_hdr *grads; /* every gradient made since the last reset, newest first */
 };
+
+/* The header in front of each tape gradient. A gradient is zero-filled
+ * when backward first needs it, not when the tensor is made: the forward
+ * pass then never touches gradient memory, and each gradient is cleared
+ * just before the op that adds into it, while it is in cache. Views share
+ * the buffer and so the header. */
+typedef struct grad_hdr {
+    struct grad_hdr *next;
+    size_t bytes;
+    int stale; /* not yet zero-filled */
+} grad_hdr;
+#define GRAD_HDR ALIGN /* bytes in front of the gradient, keeping it aligned */
 
 static size_t round_up(size_t n)
 {
@@ -92,6 +105,7 @@ void qkv_tape_reset(qkv_tape *t)
     t->n_nodes = 0;
     t->err = qkv_error_none();
     t->backward_done = 0;
+    t->grads = NULL;
 }
 
 qkv_status qkv_tape_status(const qkv_tape *t)
@@ -183,18 +197,26 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
     bytes = n * sizeof(qkv_real);
     qkv_tensor *x = qkv_tape_alloc(t, sizeof *x);
     qkv_real *data = qkv_tape_alloc(t, bytes);
-    qkv_real *grad = with_grad ? qkv_tape_alloc(t, bytes) : NULL;
-    if (x == NULL || data == NULL || (with_grad && grad == NULL))
+    grad_hdr *h = with_grad ? qkv_tape_alloc(t, GRAD_HDR + bytes) : NULL;
+    if (x == NULL || data == NULL || (with_grad && h == NULL))
         return qkv_nil();
-    if (grad != NULL)
-        memset(grad, 0, bytes);
     x->data = data;
-    x->grad = grad;
+    x->grad = NULL;
     x->numel = n;
     x->ndim = ndim;
     for (int i = 0; i < QKV_MAX_DIMS; i++)
         x->shape[i] = i < ndim ? shape[i] : 1;
     x->flags = QKV_TENSOR_TAPE;
+    if (h != NULL) {
+        x->grad = (qkv_real *)(void *)((unsigned char *)h + GRAD_HDR);
+        x->flags |= QKV_TENSOR_LAZY_GRAD;
+        h->bytes = bytes;
+        h->stale = 1;
+        h->next = t->grads;
+        t->grads = h;
+        if (t->backward_done) /* no backward will clear it */
+            qkv_tensor_grad_ready(x);
+    }
     return x;
 }
 
@@ -246,12 +268,35 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
     return QKV_OK;
 }
 
-/* Runs every node's backward, newest first. */
+void qkv_tensor_grad_ready(qkv_tensor *x)
+{
+    if (x == NULL || x->grad == NULL || !(x->flags & QKV_TENSOR_LAZY_GRAD))
+        return;
+    grad_hdr *h = (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
+    if (h->stale) {
+        memset(x->grad, 0, h->bytes);
+        h->stale = 0;
+    }
+}
+
+/* Runs every node's backward, newest first, zero-filling the gradients
+ * each one reads or adds into just before it runs; then zero-fills the
+ * gradients that no node touched, so that every gradient reads as zero or
+ * as its sum. */
 static void run_backward(qkv_tape *t)
 {
     t->backward_done = 1;
-    for (const qkv_node *n = t->last; n != NULL; n = n->prev)
+    for (const qkv_node *n = t->last; n != NULL; n = n->prev) {
+        qkv_tensor_grad_ready(n->out);
+        for (int i = 0; i < n->n_in; i++)
+            qkv_tensor_grad_ready(n->in[i]);
         n->op->backward(n);
+    }
+    for (grad_hdr *h = t->grads; h != NULL; h = h->next)
+        if (h->stale) {
+            memset((unsigned char *)h + GRAD_HDR, 0, h->bytes);
+            h->stale = 0;
+        }
 }
 
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
@@ -269,6 +314,7 @@ qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
     qkv_status s = backward_ok(t, "backward", loss, 1);
     if (s != QKV_OK)
         return s;
+    qkv_tensor_grad_ready(loss);
     loss->grad[0] = 1;
     run_backward(t);
     return QKV_OK;
@@ -283,6 +329,7 @@ qkv_status qkv_backward_from(qkv_tape *t, qkv_tensor *y, const qkv_real *dy, siz
     qkv_status s = backward_ok(t, "backward_from", y, n);
     if (s != QKV_OK)
         return s;
+    qkv_tensor_grad_ready(y);
     for (size_t i = 0; i < n; i++)
         y->grad[i] = dy[i];
     run_backward(t);

@@ -219,6 +219,9 @@ static void attention_backward(const qkv_node *nd)
 {
     const attn_rec *r = nd->state;
     const size_t items = (size_t)r->n0 * r->n1;
+    /* the weights and scores are outputs too (qkv_attention_parts) */
+    qkv_tensor_grad_ready(r->scores);
+    qkv_tensor_grad_ready(r->attn);
     attn_job job = {r, nd->in[0], nd->in[1], nd->out};
     /* the items of the plain form write their own slices of the gradients
      * and run on any thread; the embedded form adds every item into the

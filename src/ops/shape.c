@@ -54,7 +54,7 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
     v->ndim = ndim;
     for (int i = 0; i < QKV_MAX_DIMS; i++)
         v->shape[i] = i < ndim ? dims[i] : 1;
-    v->flags = QKV_TENSOR_TAPE;
+    v->flags = QKV_TENSOR_TAPE | (v->grad != NULL ? x->flags & QKV_TENSOR_LAZY_GRAD : 0u);
     return v;
 }
 
