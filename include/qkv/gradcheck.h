@@ -32,7 +32,9 @@ double qkv_gradcheck_default_step(void);
 double qkv_gradcheck_default_floor(void);
 double qkv_gradcheck_default_tol(void);
 
-/* Runs the check on nparams parameters (heap tensors with gradients). Their
+/* Runs the check on nparams parameters (heap tensors with gradients): one
+ * central difference per entry in the float32 build, two (at step and
+ * 2·step) extrapolated to cancel the h² error in the double build. Their
  * values are restored afterwards; their gradients are left holding the
  * analytic gradient. step, floor and tol of 0 pick the defaults. Returns the
  * tape status if the loss function fails, QKV_ERR_ARG on bad arguments. */
