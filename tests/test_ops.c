@@ -134,6 +134,34 @@ START_TEST(test_reductions_by_hand)
 }
 END_TEST
 
+START_TEST(test_affine_by_hand)
+{
+    /* x [2,1,2]·W [2,3] + b: rows (1,2) and (3,4) of x, by hand */
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(3, (const int[]){2, 1, 2}, (const double[]){1, 2, 3, 4}, 1));
+    qkv_tensor *w =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 0, -1, 2, 1, 0}, 1));
+    qkv_tensor *b = hold(&f, tensor_of(1, (const int[]){3}, (const double[]){10, 20, 30}, 1));
+    qkv_tensor *y = qkv_affine(f.t, x, w, b);
+    ck_assert_int_eq(y->ndim, 3);
+    ck_assert_int_eq(y->shape[2], 3);
+    assert_values(y, (const double[]){15, 22, 29, 21, 24, 27}, 6, 0);
+    assert_values(qkv_affine(f.t, x, w, NULL), (const double[]){5, 2, -1, 11, 4, -3}, 6, 0);
+    /* L = Σ y⊙c with c = (1,2,3; 4,5,6): dX = c·Wᵀ, dW = Xᵀ·c, db = Σ_rows c */
+    qkv_tensor *c =
+        hold(&f, tensor_of(3, (const int[]){2, 1, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_mul(f.t, y, c))), QKV_OK);
+    const double dx[4] = {-2, 4, -2, 13}, dw[6] = {13, 17, 21, 18, 24, 30}, db[3] = {5, 7, 9};
+    for (int i = 0; i < 4; i++)
+        ASSERT_NEAR(x->grad[i], dx[i], 0);
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(w->grad[i], dw[i], 0);
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(b->grad[i], db[i], 0);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_gather_and_pick_rows_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -285,6 +313,13 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "matmul_nt: [2,3,4] x [5,3]: inner dimensions differ");
     EXPECT_ERROR(qkv_add(f.t, a, v), QKV_ERR_SHAPE,
                  "add: [2,3,4] and [3]: the shapes do not broadcast");
+    EXPECT_ERROR(qkv_affine(f.t, a, w, NULL), QKV_ERR_SHAPE,
+                 "affine: x [2,3,4], w [5,3], b none: the last dimension of x is not w's first");
+    EXPECT_ERROR(qkv_affine(f.t, a, b, NULL), QKV_ERR_SHAPE,
+                 "affine: x [2,3,4], w [3,4,5], b none: x needs at least 1 dimension and w "
+                 "exactly 2");
+    EXPECT_ERROR(qkv_affine(f.t, w, w, v), QKV_ERR_SHAPE,
+                 "affine: x [5,3], w [5,3], b [3]: the last dimension of x is not w's first");
     EXPECT_ERROR(qkv_gather(f.t, w, ids, 1, (const int[]){2}), QKV_ERR_ARG,
                  "gather: id 5 at position 1 is outside [0,5) of table [5,3]");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, idx), QKV_ERR_ARG,
@@ -308,6 +343,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_matmul_gradients_by_hand);
     tcase_add_test(tc, test_elementwise_and_broadcast_by_hand);
     tcase_add_test(tc, test_reductions_by_hand);
+    tcase_add_test(tc, test_affine_by_hand);
     tcase_add_test(tc, test_gather_and_pick_rows_by_hand);
     tcase_add_test(tc, test_gather_scatter_adds_repeated_ids);
     tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);

@@ -37,6 +37,13 @@ qkv_tensor *qkv_matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
  * [...,m,n]. */
 qkv_tensor *qkv_matmul_nt(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 
+/* y = x·W + b, a linear layer's map (PyTorch's F.linear with W stored
+ * transposed). x: [...,k]; w: [k,n]; b: [n] or NULL. Returns [...,n]. All
+ * rows of x go through one product, so W is packed once rather than once
+ * per batch item as qkv_matmul's shared-B form does, and the bias is added
+ * in place rather than through a second tensor. */
+qkv_tensor *qkv_affine(qkv_tape *t, qkv_tensor *x, qkv_tensor *w, qkv_tensor *b);
+
 /* Swaps the last two dimensions: [...,m,n] -> [...,n,m]. Needs ndim >= 2. */
 qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x);
 

@@ -69,6 +69,14 @@ BINARY(mul)
 BINARY(sub)
 BINARY(div)
 
+static qkv_tensor *c_affine(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_affine(t, p[0], p[1], p[2]);
+}
+static qkv_tensor *c_affine_nobias(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_affine(t, p[0], p[1], NULL);
+}
 static qkv_tensor *c_scale(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_scale(t, p[0], 0.37);
@@ -379,6 +387,8 @@ static const gc_case cases[] = {
     {"matmul batched", c_matmul, 2, {3, 3}, {{2, 3, 4}, {2, 4, 5}}, 0, 0},
     {"matmul shared B", c_matmul, 2, {3, 2}, {{2, 3, 4}, {4, 5}}, 0, 0},
     {"matmul_nt (Q·Kᵀ)", c_matmul_nt, 2, {3, 3}, {{2, 3, 4}, {2, 5, 4}}, 0, 0},
+    {"affine (x·W + b)", c_affine, 3, {3, 2, 1}, {{2, 3, 4}, {4, 5}, {5}}, 0, 0},
+    {"affine, no bias", c_affine_nobias, 2, {2, 2}, {{3, 4}, {4, 5}}, 0, 0},
     {"transpose", c_transpose, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"scale", c_scale, 1, {2}, {{3, 4}}, 0, 0},
     {"add", c_add, 2, {2, 2}, {{3, 4}, {3, 4}}, 0, 0},

@@ -62,8 +62,7 @@ qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x)
 {
     if (l == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "linear: no layer"), qkv_nil();
-    qkv_tensor *y = qkv_matmul(t, x, l->weight);
-    return l->bias != NULL ? qkv_add(t, y, l->bias) : y;
+    return qkv_affine(t, x, l->weight, l->bias);
 }
 
 /* ---- embedding ---------------------------------------------------------- */

@@ -1,6 +1,6 @@
 /*
- * linalg.c - the linear-algebra ops: matmul, matmul_nt (A·Bᵀ) and
- * transpose, each forward with its backward.
+ * linalg.c - the linear-algebra ops: matmul, matmul_nt (A·Bᵀ), affine
+ * (x·W + b) and transpose, each forward with its backward.
  */
 #include <string.h>
 
@@ -90,6 +90,81 @@ qkv_tensor *qkv_matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
 qkv_tensor *qkv_matmul_nt(qkv_tape *t, qkv_tensor *a, qkv_tensor *b)
 {
     return matmul(t, a, b, 1);
+}
+
+/* ---- affine: x·W + b, rows flattened ------------------------------------ */
+
+/* The rows of x: the product of every dimension but the last. */
+static int affine_rows(const qkv_tensor *x)
+{
+    return (int)(x->numel / (size_t)x->shape[x->ndim - 1]);
+}
+
+static void affine_backward(const qkv_node *nd)
+{
+    const qkv_tensor *x = nd->in[0], *w = nd->in[1], *y = nd->out;
+    const int m = affine_rows(x), k = w->shape[0], n = w->shape[1];
+    if (x->grad != NULL) /* dX = dY·Wᵀ */
+        qkv_gemm(0, 1, m, k, n, y->grad, w->data, x->grad, 1);
+    if (w->grad != NULL) /* dW = Xᵀ·dY */
+        qkv_gemm(1, 0, k, n, m, x->data, y->grad, w->grad, 1);
+    if (nd->n_in > 2 && nd->in[2]->grad != NULL) { /* db = Σ_rows dY, rows in order */
+        qkv_real *db = nd->in[2]->grad;
+        for (int i = 0; i < m; i++) {
+            const qkv_real *dy = y->grad + (size_t)i * n;
+            for (int j = 0; j < n; j++)
+                db[j] += dy[j];
+        }
+    }
+}
+
+static const qkv_op_def op_affine = {"affine", affine_backward};
+
+qkv_tensor *qkv_affine(qkv_tape *t, qkv_tensor *x, qkv_tensor *w, qkv_tensor *b)
+{
+    if (!qkv_op_inputs_ok(t, "affine", x, w, 1) ||
+        (b != NULL && !qkv_op_inputs_ok(t, "affine", b, NULL, 0)))
+        return qkv_nil();
+    const char *why = NULL;
+    if (x->ndim < 1 || w->ndim != 2)
+        why = "x needs at least 1 dimension and w exactly 2";
+    else if (x->shape[x->ndim - 1] != w->shape[0])
+        why = "the last dimension of x is not w's first";
+    else if (b != NULL && (b->ndim != 1 || b->shape[0] != w->shape[1]))
+        why = "b must be a vector as long as w's second dimension";
+    if (why != NULL) {
+        char sx[64], sw[64], sb[64] = "none";
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_shape_str(w, sw, sizeof sw);
+        if (b != NULL)
+            qkv_shape_str(b, sb, sizeof sb);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "affine: x %s, w %s, b %s: %s", sx, sw, sb, why);
+        return qkv_nil();
+    }
+    int shape[QKV_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    const int m = affine_rows(x), k = w->shape[0], n = w->shape[1];
+    shape[x->ndim - 1] = n;
+    const int grad = qkv_wants_grad(x, w) || (b != NULL && b->grad != NULL);
+    qkv_tensor *out = qkv_tape_tensor(t, x->ndim, shape, grad);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    /* one product over all rows (W is packed once), then the bias added
+     * in place: the same bits as qkv_add(qkv_matmul(x, w), b) where that
+     * product takes the same order */
+    qkv_gemm(0, 0, m, n, k, x->data, w->data, out->data, 0);
+    if (b != NULL)
+        for (int i = 0; i < m; i++) {
+            qkv_real *yr = out->data + (size_t)i * n;
+            for (int j = 0; j < n; j++)
+                yr[j] += b->data[j];
+        }
+    if (out->grad == NULL)
+        return out;
+    qkv_tensor *in[3] = {x, w, b};
+    if (qkv_tape_record(t, &op_affine, out, b != NULL ? 3 : 2, in) == NULL)
+        return qkv_nil();
+    return out;
 }
 
 /* ---- transpose ---------------------------------------------------------- */
