@@ -302,12 +302,48 @@ START_TEST(test_gemm_propagates_special_values_to_the_right_places)
 }
 END_TEST
 
+/* In the blocks order C = A·B is C += A·B on a zeroed C, down to the sign
+ * of zero: a block's sum whose products all underflow is -0 (fused), and
+ * 0 + -0 is +0. A set that stores its first sums instead of adding them to
+ * zeros must do the same; C starts full of garbage, which it must not
+ * read. (The chain order starts from C's zero and keeps the -0 there.) */
+START_TEST(test_gemm_overwrite_gives_positive_zero_for_underflow)
+{
+#ifdef QKV_DOUBLE
+    const qkv_real tiny = (qkv_real)1e-200;
+#else
+    const qkv_real tiny = (qkv_real)1e-30;
+#endif
+    qkv_rng g;
+    qkv_rng_seed(&g, 18);
+    static const int dims[][3] = {{64, 64, 64}, {96, 80, 300}, {48, 48, 8}};
+    for (int im = 0; im < NSETS; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != QKV_OK)
+            continue;
+        for (int d = 0; d < 3; d++) {
+            operands o = make(&g, 0, 0, dims[d][0], dims[d][1], dims[d][2]);
+            for (size_t i = 0; i < (size_t)o.m * o.k; i++)
+                o.A[i] = tiny;
+            for (size_t i = 0; i < (size_t)o.k * o.n; i++)
+                o.B[i] = -tiny; /* every product is -1e-60 (-1e-400): -0 */
+            run(&o, 0);
+            for (size_t i = 0; i < (size_t)o.m * o.n; i++)
+                ck_assert_msg(o.C[i] == 0 && !signbit(o.C[i]), "%s %dx%dx%d: C[%zu] = %a",
+                              qkv_kernels_name(), o.m, o.n, o.k, i, (double)o.C[i]);
+            drop(&o);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 Suite *gemm_suite(void)
 {
     Suite *s = suite_create("gemm");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_gemm_matches_the_definition_on_every_set_and_size);
+    tcase_add_test(tc, test_gemm_overwrite_gives_positive_zero_for_underflow);
     tcase_add_test(tc, test_gemm_repeats_its_order_bit_for_bit);
     tcase_add_test(tc, test_gemm_propagates_special_values_to_the_right_places);
     suite_add_tcase(s, tc);

@@ -364,6 +364,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .gemm = qkv_gemm_avx2,
     .gemm_pack_b_min = 48,
     .gemm_chains = 0, /* the per-sentence products (12×16…) are faster direct */
+    .gemm_stores = 1,
     .ukernel = ukernel_avx2,
     .direct = direct_avx2,
     .exps = exps_avx2,

@@ -80,7 +80,7 @@ static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp
 /* ---- the register tile (chain and blocks orders) ------------------------ */
 /*
  * As avx512_gemm.c's tile: C (R×w) from C (add = 0), or from zero and
- * then added into C (add = 1), with R rows of op(A) (a[r·lda + p] for
+ * then added into C (add = 1) or to zero (add = 2), with R rows of op(A) (a[r·lda + p] for
  * ta = 0, a[p·lda + r] for ta = 1) and a strip of op(B) NV ymm wide whose
  * last vector is masked by last. The loops over r are unrolled early, so
  * that the accumulators live in registers.
@@ -94,7 +94,7 @@ static inline __attribute__((always_inline)) void tile(int R, int NV, int ta, in
     const __m256i all = _mm256_set1_epi32(-1), bm0 = NV == 1 ? last : all;
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++) {
-        if (add) { /* C is needed only at the end: fetch it meanwhile */
+        if (add == 1) { /* C is needed only at the end: fetch it meanwhile */
             _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
             _mm_prefetch((const char *)(c + r * ldc + 8), _MM_HINT_T0);
         }
@@ -117,11 +117,12 @@ static inline __attribute__((always_inline)) void tile(int R, int NV, int ta, in
         float *row = c + r * ldc;
         __m256 x0 = acc0[r], x1 = acc1[r];
         if (add)
-            x0 = _mm256_add_ps(_mm256_maskload_ps(row, bm0), x0);
+            x0 = _mm256_add_ps(add == 1 ? _mm256_maskload_ps(row, bm0) : _mm256_setzero_ps(), x0);
         _mm256_maskstore_ps(row, bm0, x0);
         if (NV == 2) {
             if (add)
-                x1 = _mm256_add_ps(_mm256_maskload_ps(row + 8, last), x1);
+                x1 = _mm256_add_ps(
+                    add == 1 ? _mm256_maskload_ps(row + 8, last) : _mm256_setzero_ps(), x1);
             _mm256_maskstore_ps(row + 8, last, x1);
         }
     }
@@ -159,11 +160,17 @@ TILE_ROWS(2, 0, 0)
 TILE_ROWS(2, 0, 1)
 TILE_ROWS(2, 1, 0)
 TILE_ROWS(2, 1, 1)
+TILE_ROWS(1, 0, 2)
+TILE_ROWS(1, 1, 2)
+TILE_ROWS(2, 0, 2)
+TILE_ROWS(2, 1, 2)
 
 /* [NV - 1][ta][add][R - 1] */
-static const tile_fn tiles[2][2][2][MR] = {
-    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1)}, {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1)}},
-    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1)}, {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1)}}};
+static const tile_fn tiles[2][2][3][MR] = {
+    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1), TILE_LIST(1, 0, 2)},
+     {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1), TILE_LIST(1, 1, 2)}},
+    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1), TILE_LIST(2, 0, 2)},
+     {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1), TILE_LIST(2, 1, 2)}}};
 
 /* ---- the chain and blocks orders --------------------------------------- */
 
@@ -187,13 +194,14 @@ static void strip(const qkv_gemm_args *g, int add, int i0, int mc, int j, int w,
 
 static void gemm_tiles(const qkv_gemm_args *g)
 {
-    const int add = g->order == QKV_GEMM_BLOCKS, m = g->m, n = g->n, k = g->k;
+    const int blocks = g->order == QKV_GEMM_BLOCKS, m = g->m, n = g->n, k = g->k;
     const int packed = g->tb || m >= qkv_kernels_avx2.gemm_pack_b_min;
     const size_t ldb = g->tb ? (size_t)k : (size_t)n;
     for (int jc = 0; jc < n; jc += QKV_GEMM_NC) {
         int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
         for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
             int kc = k - pc < QKV_GEMM_KC ? k - pc : QKV_GEMM_KC;
+            const int add = blocks && g->store && pc == 0 ? 2 : blocks; /* the tile's mode */
             const float *bsrc = g->tb ? g->B + (size_t)jc * ldb + pc : g->B + (size_t)pc * ldb + jc;
             if (packed)
                 pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);

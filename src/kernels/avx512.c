@@ -392,6 +392,7 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .gemm = qkv_gemm_avx512,
     .gemm_pack_b_min = 48,
     .gemm_chains = 1, /* its tiles beat direct on the heads' 64×32 products */
+    .gemm_stores = 1,
     .ukernel = ukernel_avx512,
     .direct = direct_avx512,
     .exps = exps_avx512,

@@ -59,8 +59,9 @@ static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp
  * C (R×w, row stride ldc) and the product of R rows of op(A) with a
  * depth-kc strip of op(B) (NV zmm wide, row stride ldb, the last vector
  * masked by last): from C (add = 0), or from zero and then added into C
- * (add = 1). Row r of op(A) at depth p is a[r·lda + p] (ta = 0) or
- * a[p·lda + r] (ta = 1).
+ * (add = 1), or from zero and then added to zero, C unread (add = 2: the
+ * same bits as add = 1 on a zeroed C, -0 included). Row r of op(A) at
+ * depth p is a[r·lda + p] (ta = 0) or a[p·lda + r] (ta = 1).
  */
 QKV_ALWAYS_INLINE void tile(int R, int NV, int ta, int add, int kc, const float *a, size_t lda,
                             const float *b, size_t ldb, float *c, size_t ldc, __mmask16 last)
@@ -70,7 +71,7 @@ QKV_ALWAYS_INLINE void tile(int R, int NV, int ta, int add, int kc, const float 
     /* the loops over r are unrolled early, so that acc lives in registers */
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) {
-        if (add) { /* C is needed only at the end: fetch it meanwhile */
+        if (add == 1) { /* C is needed only at the end: fetch it meanwhile */
             _mm_prefetch((const char *)(c + r * ldc), _MM_HINT_T0);
             _mm_prefetch((const char *)(c + r * ldc + 16), _MM_HINT_T0);
         }
@@ -93,11 +94,14 @@ QKV_ALWAYS_INLINE void tile(int R, int NV, int ta, int add, int kc, const float 
     for (int r = 0; r < R; r++) {
         float *row = c + r * ldc;
         if (add)
-            acc0[r] = _mm512_add_ps(_mm512_maskz_loadu_ps(bm0, row), acc0[r]);
+            acc0[r] = _mm512_add_ps(
+                add == 1 ? _mm512_maskz_loadu_ps(bm0, row) : _mm512_setzero_ps(), acc0[r]);
         _mm512_mask_storeu_ps(row, bm0, acc0[r]);
         if (NV == 2) {
             if (add)
-                acc1[r] = _mm512_add_ps(_mm512_maskz_loadu_ps(last, row + 16), acc1[r]);
+                acc1[r] = _mm512_add_ps(add == 1 ? _mm512_maskz_loadu_ps(last, row + 16)
+                                                 : _mm512_setzero_ps(),
+                                        acc1[r]);
             _mm512_mask_storeu_ps(row + 16, last, acc1[r]);
         }
     }
@@ -144,11 +148,17 @@ TILE_ROWS(2, 0, 0)
 TILE_ROWS(2, 0, 1)
 TILE_ROWS(2, 1, 0)
 TILE_ROWS(2, 1, 1)
+TILE_ROWS(1, 0, 2)
+TILE_ROWS(1, 1, 2)
+TILE_ROWS(2, 0, 2)
+TILE_ROWS(2, 1, 2)
 
 /* [NV - 1][ta][add][R - 1] */
-static const tile_fn tiles[2][2][2][MR] = {
-    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1)}, {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1)}},
-    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1)}, {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1)}}};
+static const tile_fn tiles[2][2][3][MR] = {
+    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1), TILE_LIST(1, 0, 2)},
+     {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1), TILE_LIST(1, 1, 2)}},
+    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1), TILE_LIST(2, 0, 2)},
+     {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1), TILE_LIST(2, 1, 2)}}};
 
 /* ---- the chain and blocks orders --------------------------------------- */
 
@@ -172,13 +182,14 @@ static void strip(const qkv_gemm_args *g, int add, int i0, int mc, int j, int w,
 
 static void gemm_tiles(const qkv_gemm_args *g)
 {
-    const int add = g->order == QKV_GEMM_BLOCKS, m = g->m, n = g->n, k = g->k;
+    const int blocks = g->order == QKV_GEMM_BLOCKS, m = g->m, n = g->n, k = g->k;
     const int packed = g->tb || m >= qkv_kernels_avx512.gemm_pack_b_min;
     const size_t ldb = g->tb ? (size_t)k : (size_t)n;
     for (int jc = 0; jc < n; jc += QKV_GEMM_NC) {
         int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
         for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
             int kc = k - pc < QKV_GEMM_KC ? k - pc : QKV_GEMM_KC;
+            const int add = blocks && g->store && pc == 0 ? 2 : blocks; /* the tile's mode */
             const float *bsrc = g->tb ? g->B + (size_t)jc * ldb + pc : g->B + (size_t)pc * ldb + jc;
             if (packed)
                 pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);

@@ -141,8 +141,6 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
               qkv_real *C, int accumulate)
 {
     const qkv_kernel_set *im = qkv_kernels();
-    if (!accumulate)
-        memset(C, 0, (size_t)m * n * sizeof *C);
     /* The order of the additions depends on the shape alone, the same for
      * every kernel set: blocks where packing once paid off, the direct
      * paths' chains below, and dot products where the direct paths could
@@ -152,8 +150,15 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
         order = QKV_GEMM_BLOCKS;
     else if (tb && (size_t)k * n > QKV_DIRECT_SCRATCH)
         order = QKV_GEMM_DOTS;
+    /* C = A·B is C += A·B on a zeroed C; in the blocks order a set may
+     * store its first sums instead (0 + sum, the same bits), which spares
+     * a pass over C that evicts what the product needs */
+    const int store =
+        !accumulate && order == QKV_GEMM_BLOCKS && im->gemm != NULL && im->gemm_stores;
+    if (!accumulate && !store)
+        memset(C, 0, (size_t)m * n * sizeof *C);
     if (im->gemm != NULL && (order != QKV_GEMM_CHAIN || im->gemm_chains))
-        im->gemm(&(qkv_gemm_args){order, ta, tb, m, n, k, A, B, C});
+        im->gemm(&(qkv_gemm_args){order, ta, tb, m, n, k, A, B, C, store});
     else if (order == QKV_GEMM_BLOCKS)
         gemm_blocked(im, ta, tb, m, n, k, A, B, C);
     else
