@@ -81,7 +81,7 @@ static qkv_status central(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor *x,
                           double *d)
 {
     qkv_real x0 = x->data[i];
-    double lp, lm;
+    double lp = 0, lm = 0;
     qkv_real xp = (qkv_real)(x0 + h), xm = (qkv_real)(x0 - h);
     x->data[i] = xp;
     qkv_status s = eval_loss(t, fn, ctx, &lp);
