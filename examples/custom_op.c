@@ -22,7 +22,7 @@ static void softsign_backward(const qkv_node *n)
     }
 }
 
-static const qkv_op_def softsign_op = {"softsign", softsign_backward};
+static const qkv_op_def softsign_op = {"softsign", softsign_backward, 0};
 
 static qkv_tensor *softsign(qkv_tape *t, qkv_tensor *x)
 {

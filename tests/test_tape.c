@@ -79,6 +79,49 @@ START_TEST(test_lazy_gradients_start_from_zero_on_a_reused_arena)
 }
 END_TEST
 
+/* Ops that claim their inputs' gradients (add, sub, permute, affine)
+ * overwrite one that no node has filled yet and add into it otherwise:
+ * b feeds all of them, and add feeds it twice, in both recording orders,
+ * on an arena that each step leaves full of garbage. */
+START_TEST(test_claimed_gradients_overwrite_once_then_add)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1);
+    qkv_tensor *c = tensor_of(2, (const int[]){3, 2}, (const double[]){1, 2, 3, 4, 5, 6}, 0);
+    qkv_tensor *w = tensor_of(2, (const int[]){3, 2}, (const double[]){1, 1, 1, 1, 1, 1}, 1);
+    for (int step = 0; step < 6; step++) {
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(x);
+        qkv_tensor *b = qkv_scale(t, x, 1), *term[4];
+        for (int k = 0; k < 4; k++) {
+            switch (step % 2 ? 3 - k : k) {
+            case 0: term[k] = qkv_sum(t, qkv_add(t, b, b)); break; /* d/db: 2 */
+            case 1:                                                /* d/db[i,j]: c[j,i] */
+                term[k] = qkv_sum(t, qkv_mul(t, qkv_permute(t, b, (const int[]){1, 0}), c));
+                break;
+            case 2: term[k] = qkv_sum(t, qkv_affine(t, b, w, NULL)); break; /* Σ_n w[j,n] = 2 */
+            default: term[k] = qkv_scale(t, qkv_sum(t, qkv_sub(t, x, b)), 5); break; /* -5 */
+            }
+        }
+        qkv_tensor *l = qkv_add(t, qkv_add(t, term[0], term[1]), qkv_add(t, term[2], term[3]));
+        ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 3; j++) {
+                /* dL/db = 2 + c[j,i] + 2 - 5; dL/dx adds the direct +5 */
+                double db = 2 + c->data[j * 2 + i] + 2 - 5;
+                ASSERT_NEAR(b->grad[i * 3 + j], db, 0);
+                ASSERT_NEAR(x->grad[i * 3 + j], db + 5, 0);
+            }
+        for (int i = 0; i < 6; i++)
+            b->grad[i] = (qkv_real)(1000 + i);
+    }
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+    qkv_tensor_free(c);
+    qkv_tensor_free(w);
+}
+END_TEST
+
 START_TEST(test_params_keep_values_and_grads_across_reset)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -351,6 +394,7 @@ Suite *tape_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_grad_accumulates_when_a_tensor_is_used_twice);
     tcase_add_test(tc, test_lazy_gradients_start_from_zero_on_a_reused_arena);
+    tcase_add_test(tc, test_claimed_gradients_overwrite_once_then_add);
     tcase_add_test(tc, test_params_keep_values_and_grads_across_reset);
     tcase_add_test(tc, test_reset_forgets_nodes_and_keeps_memory);
     tcase_add_test(tc, test_small_arena_grows_then_steps_allocate_nothing);

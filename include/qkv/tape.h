@@ -136,7 +136,7 @@ size_t qkv_tape_high_water(const qkv_tape *t);
  *       for (size_t i = 0; i < n->out->numel; i++)
  *           n->in[0]->grad[i] += 2 * n->out->grad[i];
  *   }
- *   static const qkv_op_def twice_op = {"twice", twice_backward};
+ *   static const qkv_op_def twice_op = {"twice", twice_backward, 0};
  *   ...
  *   if (y->grad != NULL && qkv_tape_record(t, &twice_op, y, 1, &x) == NULL)
  *       return qkv_nil();
@@ -151,7 +151,21 @@ typedef struct qkv_node qkv_node;
 typedef struct qkv_op_def {
     const char *name;                    /* the op's name, e.g. "matmul" */
     void (*backward)(const qkv_node *n); /* adds dL/din from dL/dout */
+    unsigned flags;                      /* QKV_OP_*, or 0 */
 } qkv_op_def;
+
+/* The backward readies its inputs' gradients itself: for each input, just
+ * before writing its gradient, it calls qkv_tensor_grad_claim and then
+ * overwrites the whole gradient (claimed) or adds into it (not). Without
+ * the flag, backward finds every input's gradient zero-filled or holding
+ * its sum so far, and adds. */
+#define QKV_OP_CLAIMS_GRADS 1u
+
+/* For a backward of a QKV_OP_CLAIMS_GRADS op: nonzero when x's gradient
+ * has not been filled yet, and is now the caller's to overwrite in full
+ * (it then counts as filled); zero when the caller must add into it
+ * (zero-filled first if it was not). Zero for a NULL gradient. */
+int qkv_tensor_grad_claim(qkv_tensor *x);
 
 #define QKV_NODE_MAX_INPUTS 65536 /* the most inputs a node may have (concat's) */
 

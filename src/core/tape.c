@@ -279,17 +279,36 @@ void qkv_tensor_grad_ready(qkv_tensor *x)
     }
 }
 
+int qkv_tensor_grad_claim(qkv_tensor *x)
+{
+    if (x == NULL || x->grad == NULL)
+        return 0;
+    if (!(x->flags & QKV_TENSOR_LAZY_GRAD))
+        return 0;
+    grad_hdr *h = (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
+    if (!h->stale)
+        return 0;
+    if (h->bytes != x->numel * sizeof(qkv_real)) { /* cannot happen today: views are whole */
+        qkv_tensor_grad_ready(x);
+        return 0;
+    }
+    h->stale = 0;
+    return 1;
+}
+
 /* Runs every node's backward, newest first, zero-filling the gradients
- * each one reads or adds into just before it runs; then zero-fills the
- * gradients that no node touched, so that every gradient reads as zero or
- * as its sum. */
+ * each one reads or adds into just before it runs (an op that claims its
+ * inputs' gradients readies them itself, and overwrites the ones no node
+ * has filled yet); then zero-fills the gradients that no node touched, so
+ * that every gradient reads as zero or as its sum. */
 static void run_backward(qkv_tape *t)
 {
     t->backward_done = 1;
     for (const qkv_node *n = t->last; n != NULL; n = n->prev) {
         qkv_tensor_grad_ready(n->out);
-        for (int i = 0; i < n->n_in; i++)
-            qkv_tensor_grad_ready(n->in[i]);
+        if (!(n->op->flags & QKV_OP_CLAIMS_GRADS))
+            for (int i = 0; i < n->n_in; i++)
+                qkv_tensor_grad_ready(n->in[i]);
         n->op->backward(n);
     }
     for (grad_hdr *h = t->grads; h != NULL; h = h->next)

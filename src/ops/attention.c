@@ -142,7 +142,7 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
 }
 
 static void attention_backward(const qkv_node *nd);
-static const qkv_op_def op_attention = {"attention", attention_backward};
+static const qkv_op_def op_attention = {"attention", attention_backward, 0};
 
 /* Makes the outputs, runs the forward pass item by item and records the
  * node. q and k are the inputs (or tables) the node keeps. */

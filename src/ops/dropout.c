@@ -15,7 +15,7 @@ static void dropout_backward(const qkv_node *nd)
         x->grad[i] += dy[i] * m[i];
 }
 
-static const qkv_op_def op_dropout = {"dropout", dropout_backward};
+static const qkv_op_def op_dropout = {"dropout", dropout_backward, 0};
 
 qkv_tensor *qkv_dropout(qkv_tape *t, qkv_tensor *x, double p, qkv_rng *rng)
 {

@@ -17,15 +17,36 @@
  * the same input entry, in output order.
  */
 
+/* Claims x's gradient when it has y's shape (no broadcast to sum over)
+ * and nothing is in it yet: then writes dy (sign 1) or -dy (sign -1) into
+ * it and returns nonzero; otherwise readies it for adding and returns
+ * zero. */
+static int claim_copy(qkv_tensor *x, const qkv_tensor *y, int sign)
+{
+    if (x->numel != y->numel || !qkv_tensor_grad_claim(x)) {
+        qkv_tensor_grad_ready(x);
+        return 0;
+    }
+    /* 0 + dy and 0 - dy, as adding into zeros gives: +0 where dy is -0 */
+    const qkv_real *dy = y->grad, zero = 0;
+    if (sign > 0)
+        for (size_t i = 0; i < x->numel; i++)
+            x->grad[i] = zero + dy[i];
+    else
+        for (size_t i = 0; i < x->numel; i++)
+            x->grad[i] = zero - dy[i];
+    return 1;
+}
+
 static void add_backward(const qkv_node *nd)
 {
     qkv_bcast2 p;
     qkv_tensor *a = nd->in[0], *b = nd->in[1];
     const qkv_real *dy = nd->out->grad;
     qkv_bcast2_plan(a, b, &p);
-    if (a->grad != NULL) /* da = dy, summed where a broadcast */
+    if (a->grad != NULL && !claim_copy(a, nd->out, 1)) /* da = dy, summed where a broadcast */
         QKV_BCAST2_LOOP(p, a->grad[ia] += dy[io]);
-    if (b->grad != NULL) /* db = dy, summed where b broadcast */
+    if (b->grad != NULL && !claim_copy(b, nd->out, 1)) /* db = dy, summed where b broadcast */
         QKV_BCAST2_LOOP(p, b->grad[ib] += dy[io]);
 }
 
@@ -35,9 +56,9 @@ static void sub_backward(const qkv_node *nd)
     qkv_tensor *a = nd->in[0], *b = nd->in[1];
     const qkv_real *dy = nd->out->grad;
     qkv_bcast2_plan(a, b, &p);
-    if (a->grad != NULL) /* da = dy */
+    if (a->grad != NULL && !claim_copy(a, nd->out, 1)) /* da = dy */
         QKV_BCAST2_LOOP(p, a->grad[ia] += dy[io]);
-    if (b->grad != NULL) /* db = -dy */
+    if (b->grad != NULL && !claim_copy(b, nd->out, -1)) /* db = -dy */
         QKV_BCAST2_LOOP(p, b->grad[ib] -= dy[io]);
 }
 
@@ -65,10 +86,10 @@ static void div_backward(const qkv_node *nd)
         QKV_BCAST2_LOOP(p, b->grad[ib] -= dy[io] * y[io] / b->data[ib]);
 }
 
-static const qkv_op_def op_add = {"add", add_backward};
-static const qkv_op_def op_sub = {"sub", sub_backward};
-static const qkv_op_def op_mul = {"mul", mul_backward};
-static const qkv_op_def op_div = {"div", div_backward};
+static const qkv_op_def op_add = {"add", add_backward, QKV_OP_CLAIMS_GRADS};
+static const qkv_op_def op_sub = {"sub", sub_backward, QKV_OP_CLAIMS_GRADS};
+static const qkv_op_def op_mul = {"mul", mul_backward, 0};
+static const qkv_op_def op_div = {"div", div_backward, 0};
 
 typedef enum binop { ADD, SUB, MUL, DIV } binop;
 
@@ -154,7 +175,7 @@ static void mask_backward(const qkv_node *nd)
     QKV_BCAST_LOOP(p, x->grad[ia] += isinf(m->data[ib]) && m->data[ib] < 0 ? 0 : dy[ia]);
 }
 
-static const qkv_op_def op_mask = {"mask", mask_backward};
+static const qkv_op_def op_mask = {"mask", mask_backward, 0};
 
 qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m)
 {
@@ -366,17 +387,17 @@ static void silu_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_scale = {"scale", scale_backward};
-static const qkv_op_def op_neg = {"neg", neg_backward};
-static const qkv_op_def op_exp = {"exp", exp_backward};
-static const qkv_op_def op_log = {"log", log_backward};
-static const qkv_op_def op_sqrt = {"sqrt", sqrt_backward};
-static const qkv_op_def op_pow = {"pow", pow_backward};
-static const qkv_op_def op_tanh = {"tanh", tanh_backward};
-static const qkv_op_def op_sigmoid = {"sigmoid", sigmoid_backward};
-static const qkv_op_def op_relu = {"relu", relu_backward};
-static const qkv_op_def op_gelu = {"gelu", gelu_backward};
-static const qkv_op_def op_silu = {"silu", silu_backward};
+static const qkv_op_def op_scale = {"scale", scale_backward, 0};
+static const qkv_op_def op_neg = {"neg", neg_backward, 0};
+static const qkv_op_def op_exp = {"exp", exp_backward, 0};
+static const qkv_op_def op_log = {"log", log_backward, 0};
+static const qkv_op_def op_sqrt = {"sqrt", sqrt_backward, 0};
+static const qkv_op_def op_pow = {"pow", pow_backward, 0};
+static const qkv_op_def op_tanh = {"tanh", tanh_backward, 0};
+static const qkv_op_def op_sigmoid = {"sigmoid", sigmoid_backward, 0};
+static const qkv_op_def op_relu = {"relu", relu_backward, 0};
+static const qkv_op_def op_gelu = {"gelu", gelu_backward, 0};
+static const qkv_op_def op_silu = {"silu", silu_backward, 0};
 
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 {

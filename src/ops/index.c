@@ -17,7 +17,7 @@ static void gather_backward(const qkv_node *nd)
     qkv_scatter_add_rows(w->grad, nd->out->grad, nd->ints, n, D);
 }
 
-static const qkv_op_def op_gather = {"gather", gather_backward};
+static const qkv_op_def op_gather = {"gather", gather_backward, 0};
 
 qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, const int *shape)
 {
@@ -66,7 +66,7 @@ static void pick_backward(const qkv_node *nd)
             x->grad[(b * T + (size_t)nd->ints[b]) * D + j] += dy[b * D + j];
 }
 
-static const qkv_op_def op_pick = {"pick_rows", pick_backward};
+static const qkv_op_def op_pick = {"pick_rows", pick_backward, 0};
 
 qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
 {

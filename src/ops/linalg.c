@@ -39,8 +39,8 @@ static void matmul_nt_backward(const qkv_node *nd)
     matmul_backward_either(nd, 1);
 }
 
-static const qkv_op_def op_matmul = {"matmul", matmul_backward};
-static const qkv_op_def op_matmul_nt = {"matmul_nt", matmul_nt_backward};
+static const qkv_op_def op_matmul = {"matmul", matmul_backward, 0};
+static const qkv_op_def op_matmul_nt = {"matmul_nt", matmul_nt_backward, 0};
 
 static qkv_tensor *matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b, int nt)
 {
@@ -102,13 +102,14 @@ static int affine_rows(const qkv_tensor *x)
 
 static void affine_backward(const qkv_node *nd)
 {
-    const qkv_tensor *x = nd->in[0], *w = nd->in[1], *y = nd->out;
+    qkv_tensor *x = nd->in[0], *w = nd->in[1], *y = nd->out;
     const int m = affine_rows(x), k = w->shape[0], n = w->shape[1];
-    if (x->grad != NULL) /* dX = dY·Wᵀ */
-        qkv_gemm(0, 1, m, k, n, y->grad, w->data, x->grad, 1);
+    if (x->grad != NULL) /* dX = dY·Wᵀ, overwriting a gradient not yet filled */
+        qkv_gemm(0, 1, m, k, n, y->grad, w->data, x->grad, !qkv_tensor_grad_claim(x));
     if (w->grad != NULL) /* dW = Xᵀ·dY */
-        qkv_gemm(1, 0, k, n, m, x->data, y->grad, w->grad, 1);
+        qkv_gemm(1, 0, k, n, m, x->data, y->grad, w->grad, !qkv_tensor_grad_claim(w));
     if (nd->n_in > 2 && nd->in[2]->grad != NULL) { /* db = Σ_rows dY, rows in order */
+        qkv_tensor_grad_ready(nd->in[2]);
         qkv_real *db = nd->in[2]->grad;
         for (int i = 0; i < m; i++) {
             const qkv_real *dy = y->grad + (size_t)i * n;
@@ -118,7 +119,7 @@ static void affine_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_affine = {"affine", affine_backward};
+static const qkv_op_def op_affine = {"affine", affine_backward, QKV_OP_CLAIMS_GRADS};
 
 qkv_tensor *qkv_affine(qkv_tape *t, qkv_tensor *x, qkv_tensor *w, qkv_tensor *b)
 {
@@ -183,7 +184,7 @@ static void transpose_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_transpose = {"transpose", transpose_backward};
+static const qkv_op_def op_transpose = {"transpose", transpose_backward, 0};
 
 qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x)
 {

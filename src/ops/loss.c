@@ -23,7 +23,7 @@ static void cross_entropy_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_cross_entropy = {"cross_entropy", cross_entropy_backward};
+static const qkv_op_def op_cross_entropy = {"cross_entropy", cross_entropy_backward, 0};
 
 /* The number of rows whose target counts, or -1 after recording an error
  * for a target outside [0,C). */
@@ -110,7 +110,7 @@ static void mse_backward(const qkv_node *nd)
         p->grad[i] += (qkv_real)(g * ((double)p->data[i] - y->data[i]));
 }
 
-static const qkv_op_def op_mse = {"mse", mse_backward};
+static const qkv_op_def op_mse = {"mse", mse_backward, 0};
 
 /* Checks that a loss's prediction and target are real tensors of one shape. */
 static int same_shape_ok(qkv_tape *t, const char *name, const qkv_tensor *a, const qkv_tensor *b)
@@ -173,7 +173,7 @@ static void bce_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_bce = {"bce_with_logits", bce_backward};
+static const qkv_op_def op_bce = {"bce_with_logits", bce_backward, 0};
 
 qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tensor *target)
 {

@@ -32,8 +32,8 @@ static void norm_backward(const qkv_node *nd)
                            r->rstd, gamma != NULL ? gamma->data : NULL, rows, d, r->center);
 }
 
-static const qkv_op_def op_layer_norm = {"layer_norm", norm_backward};
-static const qkv_op_def op_rms_norm = {"rms_norm", norm_backward};
+static const qkv_op_def op_layer_norm = {"layer_norm", norm_backward, 0};
+static const qkv_op_def op_rms_norm = {"rms_norm", norm_backward, 0};
 
 static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor *gamma,
                         qkv_tensor *beta, double eps, int center)

@@ -18,7 +18,7 @@ static void sum_backward(const qkv_node *nd)
         x->grad[i] += (qkv_real)(nd->c * dy);
 }
 
-static const qkv_op_def op_sum = {"sum", sum_backward};
+static const qkv_op_def op_sum = {"sum", sum_backward, 0};
 
 static qkv_tensor *reduce_all(qkv_tape *t, qkv_tensor *x, int mean)
 {
@@ -84,8 +84,8 @@ static void max_dim_backward(const qkv_node *nd)
             x->grad[(o * n + (size_t)arg[o * inner + i]) * inner + i] += dy[o * inner + i];
 }
 
-static const qkv_op_def op_sum_dim = {"sum_dim", sum_dim_backward};
-static const qkv_op_def op_max_dim = {"max_dim", max_dim_backward};
+static const qkv_op_def op_sum_dim = {"sum_dim", sum_dim_backward, 0};
+static const qkv_op_def op_max_dim = {"max_dim", max_dim_backward, 0};
 
 typedef enum reduce_kind { SUM, MEAN, MAX } reduce_kind;
 

@@ -78,7 +78,8 @@ static void strides4(const qkv_tensor *x, size_t s[4], int dim[4])
 }
 
 /* Copies x into y = x permuted by perm (y's dimension i is x's perm[i]),
- * or, when back is set, adds y back into x (dx += permuted-back dy). */
+ * or, with back 1, adds y back into x (dx += permuted-back dy); with back
+ * 2, copies it back (dx = permuted-back dy). */
 static void permute_copy(const qkv_tensor *x, qkv_real *xd, const qkv_real *yd, qkv_real *yo,
                          const int *perm, int back)
 {
@@ -100,8 +101,10 @@ static void permute_copy(const qkv_tensor *x, qkv_real *xd, const qkv_real *yd, 
                 size_t base = i0 * src[0] + i1 * src[1] + i2 * src[2];
                 for (int i3 = 0; i3 < odim[3]; i3++, o++) {
                     size_t s = base + i3 * src[3];
-                    if (back)
+                    if (back == 1)
                         xd[s] += yd[o];
+                    else if (back == 2) /* 0 + dy: +0 where dy is -0, as adding gives */
+                        xd[s] = (qkv_real)0 + yd[o];
                     else
                         yo[o] = xd[s];
                 }
@@ -112,11 +115,12 @@ static void permute_backward(const qkv_node *nd)
 {
     const perm_rec *r = nd->state;
     qkv_tensor *x = nd->in[0];
-    /* dx[i...] += dy[perm(i...)]: the same walk, adding the other way */
-    permute_copy(x, x->grad, nd->out->grad, NULL, r->perm, 1);
+    /* dx[i...] += dy[perm(i...)]: the same walk, adding the other way (or
+     * copying, into a gradient not yet filled) */
+    permute_copy(x, x->grad, nd->out->grad, NULL, r->perm, qkv_tensor_grad_claim(x) ? 2 : 1);
 }
 
-static const qkv_op_def op_permute = {"permute", permute_backward};
+static const qkv_op_def op_permute = {"permute", permute_backward, QKV_OP_CLAIMS_GRADS};
 
 qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
 {
@@ -199,7 +203,7 @@ static void concat_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_concat = {"concat", concat_backward};
+static const qkv_op_def op_concat = {"concat", concat_backward, 0};
 
 qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
 {
@@ -266,7 +270,7 @@ static void slice_backward(const qkv_node *nd)
             x->grad[o * row + (size_t)start * inner + j] += nd->out->grad[o * w + j];
 }
 
-static const qkv_op_def op_slice = {"slice", slice_backward};
+static const qkv_op_def op_slice = {"slice", slice_backward, 0};
 
 qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len)
 {

@@ -37,8 +37,8 @@ static void log_softmax_backward(const qkv_node *nd)
     }
 }
 
-static const qkv_op_def op_softmax = {"softmax", softmax_backward};
-static const qkv_op_def op_log_softmax = {"log_softmax", log_softmax_backward};
+static const qkv_op_def op_softmax = {"softmax", softmax_backward, 0};
+static const qkv_op_def op_log_softmax = {"log_softmax", log_softmax_backward, 0};
 
 static qkv_tensor *softmax_like(qkv_tape *t, qkv_tensor *x, int log_form)
 {
