@@ -111,6 +111,7 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
 typedef struct attn_job {
     const attn_rec *r;
     const qkv_tensor *q, *k, *out;
+    int zero[5]; /* backward, plain form: clear each item's slice of dQ, dK, dV, dS, dA first */
 } attn_job;
 
 static void forward_items(void *ctx, int part, size_t b0, size_t b1)
@@ -132,9 +133,22 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
     const attn_rec *r = j->r;
     const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
     qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk, nv = (size_t)r->tk * r->dv;
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
         attn_io io = item_io(r, j->q, j->k, b, 1, part);
+        /* gradients claimed unfilled: each item clears its own slices just
+         * before it adds into them, while they are in cache */
+        if (j->zero[0] && io.dq != NULL)
+            qkv_zero(io.dq, nq);
+        if (j->zero[1] && io.dk != NULL)
+            qkv_zero(io.dk, nk);
+        if (j->zero[2] && io.dv != NULL)
+            qkv_zero(io.dv, nv);
+        if (j->zero[3] && ds != NULL)
+            qkv_zero(ds + b * ns, ns);
+        if (j->zero[4] && da != NULL)
+            qkv_zero(da + b * ns, ns);
         qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns, j->out->grad + b * no,
                                ds ? ds + b * ns : NULL, da ? da + b * ns : NULL, io.dq, io.dk,
                                io.dv, r->scratch + (size_t)part * r->nscratch);
@@ -142,7 +156,7 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
 }
 
 static void attention_backward(const qkv_node *nd);
-static const qkv_op_def op_attention = {"attention", attention_backward, 0};
+static const qkv_op_def op_attention = {"attention", attention_backward, QKV_OP_CLAIMS_GRADS};
 
 /* Makes the outputs, runs the forward pass item by item and records the
  * node. q and k are the inputs (or tables) the node keeps. */
@@ -191,7 +205,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         if ((r->rows = qkv_tape_alloc(t, n)) == NULL)
             return qkv_nil();
     }
-    attn_job job = {r, q, k, out};
+    attn_job job = {r, q, k, out, {0, 0, 0, 0, 0}};
     qkv_parallel_for(items, items * item_work(r), r->parts, forward_items, &job);
     if (parts != NULL) {
         parts->scores = r->scores;
@@ -219,10 +233,15 @@ static void attention_backward(const qkv_node *nd)
 {
     const attn_rec *r = nd->state;
     const size_t items = (size_t)r->n0 * r->n1;
-    /* the weights and scores are outputs too (qkv_attention_parts) */
-    qkv_tensor_grad_ready(r->scores);
-    qkv_tensor_grad_ready(r->attn);
-    attn_job job = {r, nd->in[0], nd->in[1], nd->out};
+    attn_job job = {r, nd->in[0], nd->in[1], nd->out, {0, 0, 0, 0, 0}};
+    /* the weights and scores are outputs too (qkv_attention_parts). In the
+     * plain form each item owns a slice of every gradient, so one that no
+     * node has filled is cleared item by item; the embedded form adds
+     * into shared tables, cleared whole first */
+    qkv_tensor *g[5] = {nd->in[0], nd->in[1], nd->in[2], r->scores, r->attn};
+    for (int i = 0; i < 5; i++)
+        if (r->ids != NULL || !(job.zero[i] = qkv_tensor_grad_claim(g[i])))
+            qkv_tensor_grad_ready(g[i]);
     /* the items of the plain form write their own slices of the gradients
      * and run on any thread; the embedded form adds every item into the
      * same tables, in item order, so it runs on one */

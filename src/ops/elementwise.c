@@ -361,8 +361,18 @@ static void gelu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
 static void gelu_backward(const qkv_node *nd)
 {
     qkv_tensor *x = nd->in[0];
-    /* dx = dy·gelu'(x), gelu' as kernels.h writes it out */
-    qkv_vgelu_backward(x->grad, x->data, nd->out->grad, x->numel);
+    /* dx = dy·gelu'(x), gelu' as kernels.h writes it out; a gradient that
+     * no node has filled is cleared a cache-sized chunk at a time, just
+     * before the kernel adds into it (chunks of a multiple of 64 values,
+     * so the kernel meets the same tail) */
+    const int claimed = qkv_tensor_grad_claim(x);
+    const size_t n = x->numel, chunk = claimed ? 4096 : n;
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t len = n - i < chunk ? n - i : chunk;
+        if (claimed)
+            qkv_zero(x->grad + i, len);
+        qkv_vgelu_backward(x->grad + i, x->data + i, nd->out->grad + i, len);
+    }
 }
 
 static void silu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
@@ -396,7 +406,7 @@ static const qkv_op_def op_pow = {"pow", pow_backward, 0};
 static const qkv_op_def op_tanh = {"tanh", tanh_backward, 0};
 static const qkv_op_def op_sigmoid = {"sigmoid", sigmoid_backward, 0};
 static const qkv_op_def op_relu = {"relu", relu_backward, 0};
-static const qkv_op_def op_gelu = {"gelu", gelu_backward, 0};
+static const qkv_op_def op_gelu = {"gelu", gelu_backward, QKV_OP_CLAIMS_GRADS};
 static const qkv_op_def op_silu = {"silu", silu_backward, 0};
 
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
