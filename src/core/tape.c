@@ -268,30 +268,33 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
     return QKV_OK;
 }
 
-void qkv_tensor_grad_ready(qkv_tensor *x)
+/* x's gradient header, or NULL when x has no lazily filled gradient. */
+static grad_hdr *hdr_of(const qkv_tensor *x)
 {
     if (x == NULL || x->grad == NULL || !(x->flags & QKV_TENSOR_LAZY_GRAD))
-        return;
-    grad_hdr *h = (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
-    if (h->stale) {
-        memset(x->grad, 0, h->bytes);
+        return NULL;
+    return (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
+}
+
+/* Zero-fills the gradient behind h if nothing has filled it yet. */
+static void fill_zero(grad_hdr *h)
+{
+    if (h != NULL && h->stale) {
+        memset((unsigned char *)h + GRAD_HDR, 0, h->bytes);
         h->stale = 0;
     }
 }
 
+void qkv_tensor_grad_ready(qkv_tensor *x)
+{
+    fill_zero(hdr_of(x));
+}
+
 int qkv_tensor_grad_claim(qkv_tensor *x)
 {
-    if (x == NULL || x->grad == NULL)
+    grad_hdr *h = hdr_of(x); /* views are whole: the claim covers the buffer */
+    if (h == NULL || !h->stale)
         return 0;
-    if (!(x->flags & QKV_TENSOR_LAZY_GRAD))
-        return 0;
-    grad_hdr *h = (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
-    if (!h->stale)
-        return 0;
-    if (h->bytes != x->numel * sizeof(qkv_real)) { /* cannot happen today: views are whole */
-        qkv_tensor_grad_ready(x);
-        return 0;
-    }
     h->stale = 0;
     return 1;
 }
@@ -312,10 +315,7 @@ static void run_backward(qkv_tape *t)
         n->op->backward(n);
     }
     for (grad_hdr *h = t->grads; h != NULL; h = h->next)
-        if (h->stale) {
-            memset((unsigned char *)h + GRAD_HDR, 0, h->bytes);
-            h->stale = 0;
-        }
+        fill_zero(h);
 }
 
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss)
