@@ -18,6 +18,36 @@ import statistics
 import sys
 import time
 
+# One thread for every pool PyTorch may use. torch.set_num_threads(1) sets
+# ATen's and OpenMP's, but not OpenBLAS's own pool, which Debian's PyTorch
+# calls for its products: without this, a 512^3 product ran on both cores
+# here (326 GFLOP/s, against 205 on one and a one-core peak of 217). The
+# variables must be set before OpenBLAS loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+
+def keep_freed_memory():
+    """glibc returns a freed block of 128 KiB or more to the system at once
+    (its mmap threshold), so every step of a model with large activations
+    maps fresh pages and faults them in. That made PyTorch's Transformer
+    block step take 40 to 70 ms here, against 27 to 34 ms with the freed
+    memory kept for reuse, as a long-running trainer's heap ends up. So
+    PyTorch is timed at its best: nothing is mapped or trimmed per step
+    (qkv allocates nothing per step)."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+    libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # glibc's largest on 64-bit
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+    libc.mallopt(M_TOP_PAD, 64 << 20)
+
+
+keep_freed_memory()
+
 try:
     import torch
 except ImportError:
@@ -302,7 +332,8 @@ def main():
         return
     out = sys.argv[1] if len(sys.argv) > 1 else "out/bench_torch.csv"
     torch.set_num_threads(1)
-    print(f"PyTorch {torch.__version__} eager, {torch.get_num_threads()} thread")
+    print(f"PyTorch {torch.__version__} eager, {torch.get_num_threads()} thread "
+          f"(OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})")
     print("Training step (forward + backward + Adam), median of 7 blocks; 12 classes")
     print(f"{'cfg':<3} {'B':>5} {'T':>4} {'V':>4} {'d_k':>5} {'step (µs)':>12} {'fwd (µs)':>12} "
           f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
