@@ -698,6 +698,58 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
 }
 END_TEST
 
+/* The sequence form against the same recurrence in double: from a zero
+ * state and from a given one, every step's state, and the shape errors. */
+START_TEST(test_the_rnn_sequence_form_runs_every_step)
+{
+    qkv_params *p = qkv_params_new(3, NULL);
+    qkv_rnn rnn;
+    ck_assert_int_eq(qkv_rnn_init(&rnn, p, "rnn", CI, CH, QKV_RNN_TANH, NULL), QKV_OK);
+    qkv_tensor *xs[CT];
+    double xd[CT][CB * CI];
+    cell_inputs(xs, xd);
+    qkv_tensor *x = qkv_tensor_new(3, (const int[]){CT, CB, CI}, 0, NULL);
+    qkv_tensor *h0 = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
+    for (int s = 0; s < CT; s++)
+        memcpy(x->data + (size_t)s * CB * CI, xs[s]->data, sizeof *x->data * CB * CI);
+    double h0d[CB * CH];
+    for (int i = 0; i < CB * CH; i++)
+        h0->data[i] = (qkv_real)(h0d[i] = 0.25 * (i % 5) - 0.5); /* exact in float */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    for (int from = 0; from < 2; from++) {
+        qkv_tape_reset(t);
+        qkv_tensor *states[CT];
+        qkv_tensor *last = qkv_rnn_forward(t, &rnn, x, from ? h0 : NULL, states);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        ck_assert(last == states[CT - 1]);
+        double h[CB * CH], z[CB * CH];
+        memcpy(h, h0d, sizeof h);
+        for (int s = 0; s < CT; s++) {
+            ref_pre(xd[s], s || from ? h : NULL, rnn.wx, rnn.wh, rnn.b, CH, z);
+            for (int i = 0; i < CB * CH; i++)
+                h[i] = tanh(z[i]);
+            ck_assert_int_eq(states[s]->ndim, 2);
+            expect_close(states[s], h, CB * CH);
+        }
+    }
+    /* a sequence without its time axis, and a first state of the wrong width */
+    qkv_tape_reset(t);
+    ck_assert(qkv_rnn_forward(t, &rnn, xs[0], NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "rnn: the sequence [2,3] must be [T,B,3] and the first state none [B,4]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_rnn_forward(t, &rnn, x, xs[0], NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "rnn: the sequence [3,2,3] must be [T,B,3] and the first state [2,3] [B,4]");
+    qkv_tape_free(t);
+    for (int s = 0; s < CT; s++)
+        qkv_tensor_free(xs[s]);
+    qkv_tensor_free(x);
+    qkv_tensor_free(h0);
+    qkv_params_free(p);
+}
+END_TEST
+
 Suite *params_suite(void)
 {
     Suite *s = suite_create("params");
@@ -724,6 +776,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
+    tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -170,6 +170,16 @@ qkv_status qkv_rnn_init(qkv_rnn *r, qkv_params *p, const char *prefix, int in, i
 qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h);
 qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, qkv_tensor *h);
 
+/* The whole sequence, as nn.RNN runs it: x [T,B,in] (time-major, nn.RNN's
+ * default), h0 [B,H] or NULL (zero). Every step's x·W_x + b is one product
+ * over the T·B rows, so W_x is read once and its gradient is one product
+ * too; then each step adds h·W_h and applies the activation. The same
+ * values as T calls of qkv_rnn_cell, up to the rounding of the products'
+ * sums. Returns the last state [B,H]; states, if not NULL, receives each
+ * step's state (T entries, [B,H] each). */
+qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states);
+
 /* LSTM: z = x·W_x + h·W_h + b [B,4H], split into the gates i, f, g, o:
  *   c' = σ(z_f)∘c + σ(z_i)∘tanh(z_g),   h' = σ(z_o)∘tanh(c').
  * Parameters: PREFIX.wx [in,4H], PREFIX.wh [H,4H], PREFIX.b [4H] (PyTorch's

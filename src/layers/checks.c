@@ -350,6 +350,15 @@ static qkv_tensor *rnn_unrolled(qkv_tape *t, qkv_tensor **p, qkv_rnn_act act)
     return stacked(t, h);
 }
 
+/* The sequence form, from a given first state p[4], every state stacked. */
+static qkv_tensor *c_rnn_sequence(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, QKV_RNN_TANH};
+    qkv_tensor *h[RT];
+    qkv_rnn_forward(t, &r, p[0], p[4], h);
+    return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
+}
+
 static qkv_tensor *c_rnn_tanh(qkv_tape *t, qkv_tensor **p)
 {
     return rnn_unrolled(t, p, QKV_RNN_TANH);
@@ -495,6 +504,13 @@ static const gc_case cases[] = {
      4,
      {3, 2, 2, 1},
      {{RT, RB, RI}, {RI, RH}, {RH, RH}, {RH}},
+     0,
+     LAYER_TOL},
+    {"layer: rnn_forward, 6 steps",
+     c_rnn_sequence,
+     5,
+     {3, 2, 2, 1, 2},
+     {{RT, RB, RI}, {RI, RH}, {RH, RH}, {RH}, {RB, RH}},
      0,
      LAYER_TOL},
     {"layer: rnn, linear, 6 steps",

@@ -3,6 +3,7 @@
  * composed from the ops (so every gradient is the ops' own, and the
  * gradient checks cover the unrolled cells end to end).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,21 +35,29 @@ static qkv_status check_sizes(const char *what, int in, int hidden, qkv_error *e
     return QKV_OK;
 }
 
+/* Nonzero when h is neither NULL (a zero state) nor a [batch, hidden]
+ * tensor; then sx and sh hold the shapes of x and h ("none" for NULL). */
+static int bad_state(const qkv_tensor *x, const qkv_tensor *h, int batch, int hidden,
+                     char (*sx)[64], char (*sh)[64])
+{
+    if (h == NULL ||
+        (!qkv_tensor_is_nil(h) && h->ndim == 2 && h->shape[0] == batch && h->shape[1] == hidden))
+        return 0;
+    qkv_shape_str(x, *sx, sizeof *sx);
+    qkv_shape_str(h, *sh, sizeof *sh);
+    return 1;
+}
+
 /* Checks that xw is [B, k·H] and h (if any) [B, H]; records the error. */
 static int check_step(qkv_tape *t, const char *what, const qkv_tensor *xw, int kh,
                       const qkv_tensor *h, int hidden)
 {
     if (qkv_tape_status(t) != QKV_OK)
         return 0;
-    if (qkv_tensor_is_nil(xw) || xw->ndim != 2 || xw->shape[1] != kh ||
-        (h != NULL && (qkv_tensor_is_nil(h) || h->ndim != 2 || h->shape[0] != xw->shape[0] ||
-                       h->shape[1] != hidden))) {
-        char sx[64], sh[64];
+    char sx[64], sh[64] = "none";
+    const int ok = !qkv_tensor_is_nil(xw) && xw->ndim == 2 && xw->shape[1] == kh;
+    if (!ok || bad_state(xw, h, ok ? xw->shape[0] : -1, hidden, &sx, &sh)) {
         qkv_shape_str(xw, sx, sizeof sx);
-        if (h != NULL)
-            qkv_shape_str(h, sh, sizeof sh);
-        else
-            snprintf(sh, sizeof sh, "none");
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "%s: the input projection %s must be [B,%d] and the state %s [B,%d]", what,
                       sx, kh, sh, hidden);
@@ -102,6 +111,41 @@ qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tenso
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
     return qkv_rnn_cell_projected(t, r, qkv_matmul(t, x, r->wx), h);
+}
+
+qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states)
+{
+    if (r == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    char sx[64], sh[64] = "none";
+    const int ok = !qkv_tensor_is_nil(x) && x->ndim == 3 && x->shape[2] == r->in;
+    if (!ok || bad_state(x, h0, ok ? x->shape[1] : -1, r->hidden, &sx, &sh)) {
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "rnn: the sequence %s must be [T,B,%d] and the first state %s [B,%d]", sx,
+                      r->in, sh, r->hidden);
+        return qkv_nil();
+    }
+    const int T = x->shape[0], B = x->shape[1], H = r->hidden;
+    if ((size_t)T * (size_t)B > INT_MAX)
+        return qkv_tape_fail(t, QKV_ERR_SHAPE, "rnn: T·B = %zu rows is too many",
+                             (size_t)T * (size_t)B),
+               qkv_nil();
+    /* every step's x·W_x + b in one product: [T·B, H], step s at rows s·B */
+    qkv_tensor *xw = qkv_reshape(t, qkv_affine(t, x, r->wx, r->b), 2, (const int[]){T * B, H});
+    qkv_tensor *h = h0;
+    for (int s = 0; s < T; s++) {
+        qkv_tensor *z = qkv_slice(t, xw, 0, s * B, B);
+        if (h != NULL)
+            z = qkv_add(t, z, qkv_matmul(t, h, r->wh));
+        h = r->act == QKV_RNN_TANH ? qkv_tanh(t, z) : z;
+        if (states != NULL)
+            states[s] = h;
+    }
+    return qkv_tape_status(t) == QKV_OK ? h : qkv_nil();
 }
 
 /* ---- LSTM --------------------------------------------------------------- */
