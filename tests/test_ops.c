@@ -162,6 +162,103 @@ START_TEST(test_affine_by_hand)
 }
 END_TEST
 
+START_TEST(test_rnn_scan_by_hand)
+{
+    /* the identity recurrence h_s = xw_s + h_{s-1}·W_h, W_h swapping the
+     * two units, from h0 = (2,3): states (4,2), (2,5), (6,3) */
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *xw =
+        hold(&f, tensor_of(3, (const int[]){3, 1, 2}, (const double[]){1, 0, 0, 1, 1, 1}, 1));
+    qkv_tensor *wh = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){0, 1, 1, 0}, 1));
+    qkv_tensor *h0 = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){2, 3}, 1));
+    qkv_tensor *y = qkv_rnn_scan(f.t, xw, wh, h0, 0);
+    ck_assert_int_eq(y->ndim, 3);
+    assert_values(y, (const double[]){4, 2, 2, 5, 6, 3}, 6, 0);
+    /* L = Σ y⊙c: dz_2 = c_2 = (5,6), dz_1 = c_1 + dz_2·W_hᵀ = (9,9), dz_0 =
+     * (10,11); dxw = dz, dh0 = dz_0·W_hᵀ = (11,10), dW_h = Σ h_{s-1}ᵀ·dz_s */
+    qkv_tensor *c =
+        hold(&f, tensor_of(3, (const int[]){3, 1, 2}, (const double[]){1, 2, 3, 4, 5, 6}, 0));
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_mul(f.t, y, c))), QKV_OK);
+    const double dxw[6] = {10, 11, 9, 9, 5, 6}, dwh[4] = {66, 70, 73, 81}, dh0[2] = {11, 10};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(xw->grad[i], dxw[i], 0);
+    for (int i = 0; i < 4; i++)
+        ASSERT_NEAR(wh->grad[i], dwh[i], 0);
+    for (int i = 0; i < 2; i++)
+        ASSERT_NEAR(h0->grad[i], dh0[i], 0);
+    /* without h0 the first state is xw_0 itself; a W_h of the wrong size is refused */
+    qkv_tape_reset(f.t);
+    assert_values(qkv_rnn_scan(f.t, xw, wh, NULL, 0), (const double[]){1, 0, 0, 2, 3, 1}, 6, 0);
+    qkv_tape_reset(f.t);
+    ck_assert(qkv_rnn_scan(f.t, xw, c, h0, 1) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(f.t),
+                     "rnn_scan: xw [3,1,2] must be [T,B,H], W_h [3,1,2] [H,H] and h0 [1,2] [B,H]");
+    fx_free(&f);
+}
+END_TEST
+
+/* With tanh, on every kernel set: the states are the bits of the same
+ * steps unrolled as matmul, add and tanh, and the gradients agree with the
+ * unrolled ones up to the order of W_h's sums (one product over the steps
+ * against one per step). */
+START_TEST(test_rnn_scan_matches_the_unrolled_ops)
+{
+    enum { T = 7, B = 3, H = 5 };
+    static const char *const sets[3] = {"portable", "avx2", "avx512"};
+    char was[32];
+    snprintf(was, sizeof was, "%s", qkv_kernels_name());
+    qkv_rng g;
+    qkv_rng_seed(&g, 77);
+    double v[T * B * H + H * H + B * H];
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        v[i] = 2 * qkv_rng_random(&g) - 1;
+    for (int k = 0; k < 3; k++) {
+        if (qkv_kernels_use(sets[k], NULL) != 0)
+            continue;
+        for (int with_h0 = 0; with_h0 < 2; with_h0++) {
+            qkv_tensor *in[2][3];
+            qkv_tensor *ys[2];
+            qkv_tape *t[2];
+            for (int u = 0; u < 2; u++) { /* 0: the scan; 1: unrolled */
+                t[u] = qkv_tape_new(0, NULL);
+                in[u][0] = tensor_of(3, (const int[]){T, B, H}, v, 1);
+                in[u][1] = tensor_of(2, (const int[]){H, H}, v + T * B * H, 1);
+                in[u][2] = tensor_of(2, (const int[]){B, H}, v + T * B * H + H * H, 1);
+                qkv_tensor *h0 = with_h0 ? in[u][2] : NULL;
+                if (u == 0) {
+                    ys[u] = qkv_rnn_scan(t[u], in[u][0], in[u][1], h0, 1);
+                } else {
+                    qkv_tensor *hs[T];
+                    for (int s = 0; s < T; s++) {
+                        qkv_tensor *z = qkv_reshape(t[u], qkv_slice(t[u], in[u][0], 0, s, 1), 2,
+                                                    (const int[]){B, H});
+                        qkv_tensor *h = s > 0 ? hs[s - 1] : h0;
+                        if (h != NULL)
+                            z = qkv_add(t[u], z, qkv_matmul(t[u], h, in[u][1]));
+                        hs[s] = qkv_reshape(t[u], qkv_tanh(t[u], z), 3, (const int[]){1, B, H});
+                    }
+                    ys[u] = qkv_concat(t[u], T, hs, 0);
+                }
+                /* L = Σ y⊙y/2, so every state gets a gradient */
+                ck_assert_int_eq(qkv_backward(t[u], qkv_sum(t[u], qkv_mul(t[u], ys[u], ys[u]))),
+                                 QKV_OK);
+            }
+            ck_assert_int_eq(memcmp(ys[0]->data, ys[1]->data, sizeof *ys[0]->data * T * B * H), 0);
+            for (int i = 0; i < (with_h0 ? 3 : 2); i++)
+                for (size_t j = 0; j < in[0][i]->numel; j++)
+                    ASSERT_NEAR(in[0][i]->grad[j], in[1][i]->grad[j],
+                                64 * REAL_EPS * (1 + fabs((double)in[1][i]->grad[j])));
+            for (int u = 0; u < 2; u++) {
+                for (int i = 0; i < 3; i++)
+                    qkv_tensor_free(in[u][i]);
+                qkv_tape_free(t[u]);
+            }
+        }
+    }
+    qkv_kernels_use(was, NULL);
+}
+END_TEST
+
 START_TEST(test_gather_and_pick_rows_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -344,6 +441,8 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_elementwise_and_broadcast_by_hand);
     tcase_add_test(tc, test_reductions_by_hand);
     tcase_add_test(tc, test_affine_by_hand);
+    tcase_add_test(tc, test_rnn_scan_by_hand);
+    tcase_add_test(tc, test_rnn_scan_matches_the_unrolled_ops);
     tcase_add_test(tc, test_gather_and_pick_rows_by_hand);
     tcase_add_test(tc, test_gather_scatter_adds_repeated_ids);
     tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);

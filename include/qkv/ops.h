@@ -117,6 +117,18 @@ qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
 /* The len entries from start along dim: [..., start:start+len, ...]. */
 qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len);
 
+/* ---- recurrence (src/ops/recurrent.c) --------------------------------- */
+
+/* The Elman recurrence over a whole sequence, as one node: for s = 0..T-1,
+ * h_s = act(xw[s] + h_{s-1}·W_h), with h_{-1} = h0, or no term at all when
+ * h0 is NULL (a zero state). xw: [T,B,H], the inputs' projections with
+ * their bias; wh: [H,H]; h0: [B,H] or NULL; act is tanh when tanh_act is
+ * nonzero, else the identity. Returns every state, [T,B,H]. The forward
+ * pass gives the bits of the same steps written as qkv_matmul, qkv_add and
+ * qkv_tanh; backward runs through time once and makes W_h's gradient in one
+ * product over all the steps. qkv_rnn_forward (layers.h) uses it. */
+qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor *h0, int tanh_act);
+
 /* ---- reductions (src/ops/reduce.c) ------------------------------------ */
 
 /* Sum and mean of all elements: returns a scalar (ndim 0). Accumulates in

@@ -77,6 +77,14 @@ static qkv_tensor *c_affine_nobias(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_affine(t, p[0], p[1], NULL);
 }
+static qkv_tensor *c_rnn_scan(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_rnn_scan(t, p[0], p[1], p[2], 1);
+}
+static qkv_tensor *c_rnn_scan_linear(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_rnn_scan(t, p[0], p[1], NULL, 0);
+}
 static qkv_tensor *c_scale(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_scale(t, p[0], 0.37);
@@ -398,6 +406,8 @@ static const gc_case cases[] = {
     {"matmul_nt (Q·Kᵀ)", c_matmul_nt, 2, {3, 3}, {{2, 3, 4}, {2, 5, 4}}, 0, 0},
     {"affine (x·W + b)", c_affine, 3, {3, 2, 1}, {{2, 3, 4}, {4, 5}, {5}}, 0, 0},
     {"affine, no bias", c_affine_nobias, 2, {2, 2}, {{3, 4}, {4, 5}}, 0, 0},
+    {"rnn_scan, tanh, h0", c_rnn_scan, 3, {3, 2, 2}, {{5, 2, 3}, {3, 3}, {2, 3}}, 0, 0},
+    {"rnn_scan, identity", c_rnn_scan_linear, 2, {3, 2}, {{5, 2, 3}, {3, 3}}, 0, 0},
     {"transpose", c_transpose, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"scale", c_scale, 1, {2}, {{3, 4}}, 0, 0},
     {"add", c_add, 2, {2, 2}, {{3, 4}, {3, 4}}, 0, 0},

@@ -3,7 +3,6 @@
  * composed from the ops (so every gradient is the ops' own, and the
  * gradient checks cover the unrolled cells end to end).
  */
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,21 +129,14 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
         return qkv_nil();
     }
     const int T = x->shape[0], B = x->shape[1], H = r->hidden;
-    if ((size_t)T * (size_t)B > INT_MAX)
-        return qkv_tape_fail(t, QKV_ERR_SHAPE, "rnn: T·B = %zu rows is too many",
-                             (size_t)T * (size_t)B),
-               qkv_nil();
-    /* every step's x·W_x + b in one product: [T·B, H], step s at rows s·B */
-    qkv_tensor *xw = qkv_reshape(t, qkv_affine(t, x, r->wx, r->b), 2, (const int[]){T * B, H});
-    qkv_tensor *h = h0;
-    for (int s = 0; s < T; s++) {
-        qkv_tensor *z = qkv_slice(t, xw, 0, s * B, B);
-        if (h != NULL)
-            z = qkv_add(t, z, qkv_matmul(t, h, r->wh));
-        h = r->act == QKV_RNN_TANH ? qkv_tanh(t, z) : z;
-        if (states != NULL)
-            states[s] = h;
-    }
+    /* every step's x·W_x + b in one product, then the recurrence as one node */
+    qkv_tensor *y =
+        qkv_rnn_scan(t, qkv_affine(t, x, r->wx, r->b), r->wh, h0, r->act == QKV_RNN_TANH);
+    for (int s = 0; states != NULL && s < T; s++)
+        states[s] = qkv_reshape(t, qkv_slice(t, y, 0, s, 1), 2, (const int[]){B, H});
+    qkv_tensor *h = states != NULL
+                        ? states[T - 1]
+                        : qkv_reshape(t, qkv_slice(t, y, 0, T - 1, 1), 2, (const int[]){B, H});
     return qkv_tape_status(t) == QKV_OK ? h : qkv_nil();
 }
 

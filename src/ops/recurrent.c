@@ -1,0 +1,121 @@
+/*
+ * recurrent.c - the Elman recurrence over a whole sequence as one node.
+ *
+ * Unrolled on the tape, each step of h_s = act(xw_s + h_{s-1}·W_h) is a
+ * matmul, an add and an activation, and backward adds each step's
+ * h_{s-1}ᵀ·dz_s into W_h's gradient: T products of depth B that read and
+ * write all of dW_h for little work. Here backward runs through time once,
+ * keeping every step's dz, and then makes dW_h in one product of depth
+ * (T-1)·B, as cuDNN and PyTorch's CPU RNN do. Forward, each step is the
+ * unrolled ops' arithmetic in their order (the product, then the add, then
+ * the activation), so the states are those ops' bits.
+ */
+#include <limits.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "ops/op.h"
+
+/* The node's own record (node->state). */
+typedef struct scan_rec {
+    int steps, batch, hidden;
+    int tanh_act;
+    int has_h0;
+    qkv_real *dz; /* [T,B,H]: every step's dL/dz, filled by backward */
+} scan_rec;
+
+static void scan_backward(const qkv_node *nd)
+{
+    const scan_rec *r = nd->state;
+    const qkv_tensor *y = nd->out;
+    qkv_tensor *xw = nd->in[0], *wh = nd->in[1], *h0 = r->has_h0 ? nd->in[2] : NULL;
+    const size_t bh = (size_t)r->batch * r->hidden;
+    const int B = r->batch, H = r->hidden;
+    qkv_real *dz = r->dz;
+    /* back through time: dz_s = (dy_s + dz_{s+1}·W_hᵀ) ⊙ act'(z_s), with
+     * the carried term made straight into dz_s before the add */
+    for (int s = r->steps - 1; s >= 0; s--) {
+        qkv_real *d = dz + (size_t)s * bh;
+        const qkv_real *dy = y->grad + (size_t)s * bh, *ys = y->data + (size_t)s * bh;
+        if (s == r->steps - 1)
+            memcpy(d, dy, sizeof *d * bh);
+        else {
+            qkv_gemm(0, 1, B, H, H, d + bh, wh->data, d, 0); /* dz_{s+1}·W_hᵀ */
+            for (size_t i = 0; i < bh; i++)
+                d[i] += dy[i];
+        }
+        if (r->tanh_act)
+            for (size_t i = 0; i < bh; i++) /* tanh' = 1 - y² */
+                d[i] = d[i] * (1 - ys[i] * ys[i]);
+    }
+    if (xw->grad != NULL)
+        for (size_t i = 0; i < (size_t)r->steps * bh; i++)
+            xw->grad[i] += dz[i];
+    if (wh->grad != NULL) { /* dW_h += Σ_s h_{s-1}ᵀ·dz_s: states 0..T-2 against dz 1..T-1 */
+        if (r->steps > 1)
+            qkv_gemm(1, 0, H, H, (r->steps - 1) * B, y->data, dz + bh, wh->grad, 1);
+        if (h0 != NULL)
+            qkv_gemm(1, 0, H, H, B, h0->data, dz, wh->grad, 1);
+    }
+    if (h0 != NULL && h0->grad != NULL) /* dh0 += dz_0·W_hᵀ */
+        qkv_gemm(0, 1, B, H, H, dz, wh->data, h0->grad, 1);
+}
+
+static const qkv_op_def op_rnn_scan = {"rnn_scan", scan_backward, 0};
+
+qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor *h0, int tanh_act)
+{
+    if (!qkv_op_inputs_ok(t, "rnn_scan", xw, wh, 1) ||
+        (h0 != NULL && !qkv_op_inputs_ok(t, "rnn_scan", h0, NULL, 0)))
+        return qkv_nil();
+    const int H = wh->ndim == 2 ? wh->shape[1] : -1;
+    if (xw->ndim != 3 || wh->ndim != 2 || wh->shape[0] != H || xw->shape[2] != H ||
+        (h0 != NULL && (h0->ndim != 2 || h0->shape[0] != xw->shape[1] || h0->shape[1] != H))) {
+        char sx[64], sw[64], sh[64] = "none";
+        qkv_shape_str(xw, sx, sizeof sx);
+        qkv_shape_str(wh, sw, sizeof sw);
+        if (h0 != NULL)
+            qkv_shape_str(h0, sh, sizeof sh);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "rnn_scan: xw %s must be [T,B,H], W_h %s [H,H] and h0 %s [B,H]", sx, sw, sh);
+        return qkv_nil();
+    }
+    const int T = xw->shape[0], B = xw->shape[1];
+    const size_t bh = (size_t)B * H;
+    if ((size_t)T * (size_t)B > INT_MAX) /* the depth of dW_h's product is an int */
+        return qkv_tape_fail(t, QKV_ERR_SHAPE, "rnn_scan: T·B = %zu rows is too many",
+                             (size_t)T * (size_t)B),
+               qkv_nil();
+    const int grad = qkv_wants_grad(xw, wh) || qkv_wants_grad(h0, NULL);
+    qkv_tensor *y = qkv_tape_tensor(t, 3, xw->shape, grad);
+    qkv_real *tmp = qkv_tape_alloc(t, sizeof *tmp * bh);
+    if (qkv_tensor_is_nil(y) || tmp == NULL)
+        return qkv_nil();
+    for (int s = 0; s < T; s++) {
+        const qkv_real *x = xw->data + (size_t)s * bh;
+        const qkv_real *h = s > 0 ? y->data + (size_t)(s - 1) * bh : h0 != NULL ? h0->data : NULL;
+        qkv_real *ys = y->data + (size_t)s * bh;
+        if (h != NULL) { /* the ops' order: h·W_h, then xw + that */
+            qkv_gemm(0, 0, B, H, H, h, wh->data, tmp, 0);
+            for (size_t i = 0; i < bh; i++)
+                ys[i] = x[i] + tmp[i];
+        } else {
+            memcpy(ys, x, sizeof *ys * bh);
+        }
+        if (tanh_act)
+            qkv_vtanh(ys, ys, bh);
+    }
+    if (!grad)
+        return y;
+    scan_rec *r = qkv_tape_alloc(t, sizeof *r);
+    qkv_real *dz = qkv_tape_alloc(t, sizeof *dz * bh * (size_t)T);
+    qkv_tensor *in[3] = {xw, wh, h0};
+    qkv_node *nd = r != NULL && dz != NULL
+                       ? qkv_tape_record(t, &op_rnn_scan, y, h0 != NULL ? 3 : 2, in)
+                       : NULL;
+    if (nd == NULL)
+        return qkv_nil();
+    *r = (scan_rec){T, B, H, tanh_act != 0, h0 != NULL, dz};
+    nd->state = r;
+    return y;
+}
