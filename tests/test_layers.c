@@ -641,6 +641,15 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
     double xd[CT][CB * CI];
     cell_inputs(x, xd);
     qkv_tape *t = qkv_tape_new(0, NULL);
+    /* the sequence forms, whose every step is held to the same reference */
+    qkv_tensor *xseq = qkv_tensor_new(3, (const int[]){CT, CB, CI}, 0, NULL);
+    for (int s = 0; s < CT; s++)
+        memcpy(xseq->data + (size_t)s * CB * CI, x[s]->data, sizeof *xseq->data * CB * CI);
+    qkv_lstm_state lseq[CT];
+    qkv_tensor *gseq[CT];
+    ck_assert(qkv_lstm_forward(t, &lstm, xseq, NULL, lseq).h == lseq[CT - 1].h);
+    ck_assert(qkv_gru_forward(t, &gru, xseq, NULL, gseq) == gseq[CT - 1]);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
     qkv_tensor *hr = NULL, *hg = NULL;
     qkv_lstm_state ls = {NULL, NULL};
     double rh[CB * CH], lh[CB * CH], lc[CB * CH], gh[CB * CH];
@@ -685,12 +694,41 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
         expect_close(ls.h, lh, CB * CH);
         expect_close(ls.c, lc, CB * CH);
         expect_close(hg, gh, CB * CH);
+        expect_close(lseq[s].h, lh, CB * CH);
+        expect_close(lseq[s].c, lc, CB * CH);
+        expect_close(gseq[s], gh, CB * CH);
     }
+    /* from a given first state: steps 1 and 2 again, from step 0's state */
+    qkv_tensor *x12 = qkv_tensor_new(3, (const int[]){CT - 1, CB, CI}, 0, NULL);
+    memcpy(x12->data, xseq->data + CB * CI, sizeof *x12->data * (CT - 1) * CB * CI);
+    qkv_lstm_state l12[CT - 1];
+    qkv_tensor *g12[CT - 1];
+    qkv_lstm_forward(t, &lstm, x12, &lseq[0], l12);
+    qkv_gru_forward(t, &gru, x12, gseq[0], g12);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+    for (int s = 1; s < CT; s++) {
+        double want[CB * CH];
+        for (int i = 0; i < CB * CH; i++)
+            want[i] = (double)lseq[s].h->data[i];
+        expect_close(l12[s - 1].h, want, CB * CH);
+        for (int i = 0; i < CB * CH; i++)
+            want[i] = (double)gseq[s]->data[i];
+        expect_close(g12[s - 1], want, CB * CH);
+    }
+    qkv_tensor_free(x12);
     /* a state of the wrong width is refused, naming both shapes */
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_cell(t, &rnn, x[0], x[1]) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "rnn: the input projection [2,4] must be [B,4] and the state [2,3] [B,4]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_lstm_forward(t, &lstm, x[0], NULL, NULL).h == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "lstm: the sequence [2,3] must be [T,B,3]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_gru_forward(t, &gru, xseq, x[1], NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "gru: the input projection [2,12] must be [B,12] and the state [2,3] [B,4]");
+    qkv_tensor_free(xseq);
     qkv_tape_free(t);
     for (int s = 0; s < CT; s++)
         qkv_tensor_free(x[s]);

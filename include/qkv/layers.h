@@ -202,6 +202,12 @@ qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
                              const qkv_lstm_state *s);
 qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw,
                                        const qkv_lstm_state *s);
+/* The whole sequence x [T,B,in] from s0 (NULL: zeros), as nn.LSTM runs
+ * it: every step's x·W_x in one product, then the cell step by step.
+ * Returns the last state (nil on failure); states, if not NULL, receives
+ * each step's (T entries). */
+qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                                const qkv_lstm_state *s0, qkv_lstm_state *states);
 
 /* GRU: with a = x·W_x + b_x and u = h·W_h + b_h [B,3H], split into r, z, n:
  *   r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r∘u_n),
@@ -217,6 +223,11 @@ qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, i
                         qkv_error *err);
 qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h);
 qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h);
+/* The whole sequence x [T,B,in] from h0 (NULL: zeros), as nn.GRU runs it:
+ * every step's x·W_x in one product, then the cell step by step. Returns
+ * the last state; states, if not NULL, receives each step's. */
+qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states);
 
 #ifdef __cplusplus
 }

@@ -399,6 +399,29 @@ static qkv_tensor *c_gru(qkv_tape *t, qkv_tensor **p)
     return stacked(t, h);
 }
 
+/* The sequence forms, from given first states (p[4], p[5]). */
+static qkv_tensor *c_lstm_forward(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
+    const qkv_lstm_state s0 = {p[4], p[5]};
+    qkv_lstm_state s[RT];
+    qkv_tensor *h[RT];
+    qkv_lstm_forward(t, &l, p[0], &s0, s);
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    for (int i = 0; i < RT; i++)
+        h[i] = s[i].h;
+    return qkv_add(t, qkv_sum(t, stacked(t, h)), qkv_sum(t, qkv_mul(t, s[RT - 1].c, s[RT - 1].c)));
+}
+
+static qkv_tensor *c_gru_forward(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
+    qkv_tensor *h[RT];
+    qkv_gru_forward(t, &g, p[0], p[5], h);
+    return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
+}
+
 static const gc_case cases[] = {
     {"matmul", c_matmul, 2, {2, 2}, {{3, 4}, {4, 5}}, 0, 0},
     {"matmul batched", c_matmul, 2, {3, 3}, {{2, 3, 4}, {2, 4, 5}}, 0, 0},
@@ -542,6 +565,20 @@ static const gc_case cases[] = {
      5,
      {3, 2, 2, 1, 1},
      {{RT, RB, RI}, {RI, 3 * RH}, {RH, 3 * RH}, {3 * RH}, {3 * RH}},
+     0,
+     LAYER_TOL},
+    {"layer: lstm_forward, 6 steps",
+     c_lstm_forward,
+     6,
+     {3, 2, 2, 1, 2, 2},
+     {{RT, RB, RI}, {RI, 4 * RH}, {RH, 4 * RH}, {4 * RH}, {RB, RH}, {RB, RH}},
+     0,
+     LAYER_TOL},
+    {"layer: gru_forward, 6 steps",
+     c_gru_forward,
+     6,
+     {3, 2, 2, 1, 1, 2},
+     {{RT, RB, RI}, {RI, 3 * RH}, {RH, 3 * RH}, {3 * RH}, {3 * RH}, {RB, RH}},
      0,
      LAYER_TOL},
     {"embedded attention classifier",

@@ -3,6 +3,7 @@
  * composed from the ops (so every gradient is the ops' own, and the
  * gradient checks cover the unrolled cells end to end).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +77,31 @@ static qkv_tensor *pre(qkv_tape *t, qkv_tensor *xw, qkv_tensor *h, qkv_tensor *w
 static qkv_tensor *part(qkv_tape *t, qkv_tensor *z, int i, int hidden)
 {
     return qkv_slice(t, z, 1, i * hidden, hidden);
+}
+
+/* Every step's x·W_x of a sequence x [T,B,in] in one product, as [T·B,
+ * cols] (step s at rows s·B); sets *steps and *batch. Records the error
+ * and returns nil for a sequence of another shape. */
+static qkv_tensor *project_steps(qkv_tape *t, const char *what, qkv_tensor *x, int in,
+                                 qkv_tensor *wx, int *steps, int *batch)
+{
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    if (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != in) {
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the sequence %s must be [T,B,%d]", what, sx, in);
+        return qkv_nil();
+    }
+    if ((size_t)x->shape[0] * (size_t)x->shape[1] > INT_MAX) {
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: T·B = %zu rows is too many", what,
+                      (size_t)x->shape[0] * (size_t)x->shape[1]);
+        return qkv_nil();
+    }
+    *steps = x->shape[0];
+    *batch = x->shape[1];
+    return qkv_reshape(t, qkv_affine(t, x, wx, NULL), 2,
+                       (const int[]){*steps * *batch, wx->shape[1]});
 }
 
 /* ---- Elman -------------------------------------------------------------- */
@@ -190,6 +216,24 @@ qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, cons
     return qkv_lstm_cell_projected(t, l, qkv_matmul(t, x, l->wx), s);
 }
 
+qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                                const qkv_lstm_state *s0, qkv_lstm_state *states)
+{
+    qkv_lstm_state s = {qkv_nil(), qkv_nil()};
+    if (l == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
+        return s;
+    }
+    int T = 0, B = 0;
+    qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, &T, &B);
+    for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
+        s = qkv_lstm_cell_projected(t, l, qkv_slice(t, xw, 0, i * B, B), i > 0 ? &s : s0);
+        if (states != NULL)
+            states[i] = s;
+    }
+    return s;
+}
+
 /* ---- GRU ---------------------------------------------------------------- */
 
 qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, int hidden,
@@ -232,4 +276,20 @@ qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tenso
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
     return qkv_gru_cell_projected(t, g, qkv_matmul(t, x, g->wx), h);
+}
+
+qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states)
+{
+    if (g == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    int T = 0, B = 0;
+    qkv_tensor *xw = project_steps(t, "gru", x, g->in, g->wx, &T, &B);
+    qkv_tensor *h = qkv_nil();
+    for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
+        h = qkv_gru_cell_projected(t, g, qkv_slice(t, xw, 0, i * B, B), i > 0 ? h : h0);
+        if (states != NULL)
+            states[i] = h;
+    }
+    return h;
 }
