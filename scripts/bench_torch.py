@@ -21,7 +21,7 @@ import time
 # One thread for every pool PyTorch may use. torch.set_num_threads(1) sets
 # ATen's and OpenMP's, but not OpenBLAS's own pool, which Debian's PyTorch
 # calls for its products: without this, a 512^3 product ran on both cores
-# here (326 GFLOP/s, against 205 on one and a one-core peak of 217). The
+# here (326 GFLOP/s, against 203 to 205 on one, and a one-core peak of about 217). The
 # variables must be set before OpenBLAS loads.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ[_var] = "1"

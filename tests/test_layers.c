@@ -712,6 +712,9 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
             want[i] = (double)lseq[s].h->data[i];
         expect_close(l12[s - 1].h, want, CB * CH);
         for (int i = 0; i < CB * CH; i++)
+            want[i] = (double)lseq[s].c->data[i];
+        expect_close(l12[s - 1].c, want, CB * CH);
+        for (int i = 0; i < CB * CH; i++)
             want[i] = (double)gseq[s]->data[i];
         expect_close(g12[s - 1], want, CB * CH);
     }
@@ -723,11 +726,34 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
                      "rnn: the input projection [2,4] must be [B,4] and the state [2,3] [B,4]");
     qkv_tape_reset(t);
     ck_assert(qkv_lstm_forward(t, &lstm, x[0], NULL, NULL).h == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "lstm: the sequence [2,3] must be [T,B,3]");
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "lstm: the sequence [2,3] must be [T,B,3] and the first state none, none [B,4] each");
     qkv_tape_reset(t);
-    ck_assert(qkv_gru_forward(t, &gru, xseq, x[1], NULL) == qkv_nil());
+    ck_assert(qkv_lstm_forward(t, &lstm, xseq, &(qkv_lstm_state){x[1], x[2]}, NULL).c == qkv_nil());
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "lstm: the sequence [3,2,3] must be [T,B,3] and the first state [2,3], [2,3] [B,4] each");
+    qkv_tape_reset(t);
+    qkv_tensor *gs[CT] = {x[0], x[0], x[0]};
+    ck_assert(qkv_gru_forward(t, &gru, xseq, x[1], gs) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
-                     "gru: the input projection [2,12] must be [B,12] and the state [2,3] [B,4]");
+                     "gru: the sequence [3,2,3] must be [T,B,3] and the first state [2,3] [B,4]");
+    ck_assert(gs[0] == x[0]); /* refused before any step: untouched */
+    /* a tape that had failed already: nil, the states untouched */
+    ck_assert(qkv_gru_forward(t, &gru, xseq, NULL, gs) == qkv_nil());
+    for (int s = 0; s < CT; s++)
+        ck_assert(gs[s] == x[0]);
+    /* memory running out once the steps have begun (a tiny arena that must
+     * grow): nil, and nil in every state */
+    qkv_tape *small = qkv_tape_new(64, NULL);
+    qkv_alloc_fail_at(qkv_alloc_count() + 1);
+    ck_assert(qkv_gru_forward(small, &gru, xseq, NULL, gs) == qkv_nil());
+    qkv_alloc_fail_at(0);
+    ck_assert_int_eq(qkv_tape_status(small), QKV_ERR_NOMEM);
+    for (int s = 0; s < CT; s++)
+        ck_assert(gs[s] == qkv_nil());
+    qkv_tape_free(small);
     qkv_tensor_free(xseq);
     qkv_tape_free(t);
     for (int s = 0; s < CT; s++)

@@ -186,6 +186,21 @@ START_TEST(test_rnn_scan_by_hand)
         ASSERT_NEAR(wh->grad[i], dwh[i], 0);
     for (int i = 0; i < 2; i++)
         ASSERT_NEAR(h0->grad[i], dh0[i], 0);
+    /* no input that takes a gradient, or gradients off: values, and no node */
+    qkv_tape_reset(f.t);
+    qkv_tensor *xc =
+        hold(&f, tensor_of(3, (const int[]){3, 1, 2}, (const double[]){1, 0, 0, 1, 1, 1}, 0));
+    qkv_tensor *wc = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){0, 1, 1, 0}, 0));
+    qkv_tensor *y0 = qkv_rnn_scan(f.t, xc, wc, NULL, 0);
+    assert_values(y0, (const double[]){1, 0, 0, 2, 3, 1}, 6, 0);
+    ck_assert_ptr_null(y0->grad);
+    ck_assert_uint_eq(qkv_tape_nodes(f.t), 0);
+    qkv_tape_set_grad(f.t, 0);
+    y0 = qkv_rnn_scan(f.t, xw, wh, h0, 0);
+    assert_values(y0, (const double[]){4, 2, 2, 5, 6, 3}, 6, 0);
+    ck_assert_ptr_null(y0->grad);
+    ck_assert_uint_eq(qkv_tape_nodes(f.t), 0);
+    qkv_tape_set_grad(f.t, 1);
     /* without h0 the first state is xw_0 itself; a W_h of the wrong size is refused */
     qkv_tape_reset(f.t);
     assert_values(qkv_rnn_scan(f.t, xw, wh, NULL, 0), (const double[]){1, 0, 0, 2, 3, 1}, 6, 0);

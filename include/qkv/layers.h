@@ -176,7 +176,10 @@ qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw
  * too; then each step adds h·W_h and applies the activation. The same
  * values as T calls of qkv_rnn_cell, up to the rounding of the products'
  * sums. Returns the last state [B,H]; states, if not NULL, receives each
- * step's state (T entries, [B,H] each). */
+ * step's state (T entries, [B,H] each). On a failure it returns nil;
+ * states then holds nil in all T entries if the steps had begun, and is
+ * untouched if the inputs were refused first (a wrong shape, or a tape
+ * that had already failed). */
 qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states);
 
@@ -205,7 +208,7 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
 /* The whole sequence x [T,B,in] from s0 (NULL: zeros), as nn.LSTM runs
  * it: every step's x·W_x in one product, then the cell step by step.
  * Returns the last state (nil on failure); states, if not NULL, receives
- * each step's (T entries). */
+ * each step's (T entries; on failure as qkv_rnn_forward's). */
 qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
                                 const qkv_lstm_state *s0, qkv_lstm_state *states);
 
@@ -225,7 +228,8 @@ qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tenso
 qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h);
 /* The whole sequence x [T,B,in] from h0 (NULL: zeros), as nn.GRU runs it:
  * every step's x·W_x in one product, then the cell step by step. Returns
- * the last state; states, if not NULL, receives each step's. */
+ * the last state; states, if not NULL, receives each step's (on failure
+ * as qkv_rnn_forward's). */
 qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states);
 

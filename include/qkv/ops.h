@@ -126,7 +126,7 @@ qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len);
  * nonzero, else the identity. Returns every state, [T,B,H]. The forward
  * pass gives the bits of the same steps written as qkv_matmul, qkv_add and
  * qkv_tanh; backward runs through time once and makes W_h's gradient in one
- * product over all the steps. qkv_rnn_forward (layers.h) uses it. */
+ * product over all the steps (and one more for h0). qkv_rnn_forward (layers.h) uses it. */
 qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor *h0, int tanh_act);
 
 /* ---- reductions (src/ops/reduce.c) ------------------------------------ */

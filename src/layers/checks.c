@@ -405,13 +405,13 @@ static qkv_tensor *c_lstm_forward(qkv_tape *t, qkv_tensor **p)
     const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
     const qkv_lstm_state s0 = {p[4], p[5]};
     qkv_lstm_state s[RT];
-    qkv_tensor *h[RT];
+    qkv_tensor *hc[RT + 1]; /* every h and the last c, each [1,RB,RH], for the readout */
     qkv_lstm_forward(t, &l, p[0], &s0, s);
     if (qkv_tape_status(t) != QKV_OK)
         return qkv_nil();
-    for (int i = 0; i < RT; i++)
-        h[i] = s[i].h;
-    return qkv_add(t, qkv_sum(t, stacked(t, h)), qkv_sum(t, qkv_mul(t, s[RT - 1].c, s[RT - 1].c)));
+    for (int i = 0; i <= RT; i++)
+        hc[i] = qkv_reshape(t, i < RT ? s[i].h : s[RT - 1].c, 3, (const int[]){1, RB, RH});
+    return qkv_concat(t, RT + 1, hc, 0);
 }
 
 static qkv_tensor *c_gru_forward(qkv_tape *t, qkv_tensor **p)

@@ -35,35 +35,78 @@ static qkv_status check_sizes(const char *what, int in, int hidden, qkv_error *e
     return QKV_OK;
 }
 
-/* Nonzero when h is neither NULL (a zero state) nor a [batch, hidden]
- * tensor; then sx and sh hold the shapes of x and h ("none" for NULL). */
-static int bad_state(const qkv_tensor *x, const qkv_tensor *h, int batch, int hidden,
-                     char (*sx)[64], char (*sh)[64])
+/* Nonzero when x is [.., cols] with ndim dimensions (its batch size, the
+ * one before cols, in *batch) and each state of states[0..n) is NULL (a
+ * zero state) or [*batch, hidden]. Otherwise records a shape error
+ * naming x (as "the <xname> ... must be [<xshape>,cols]") and every state
+ * (as the "first state" of a sequence when x is one: ndim 3). */
+static int shapes_ok(qkv_tape *t, const char *what, const char *xname, const char *xshape,
+                     const qkv_tensor *x, int ndim, int cols, const qkv_tensor *const *states,
+                     int n, int hidden, int *batch)
 {
-    if (h == NULL ||
-        (!qkv_tensor_is_nil(h) && h->ndim == 2 && h->shape[0] == batch && h->shape[1] == hidden))
+    if (qkv_tape_status(t) != QKV_OK)
         return 0;
-    qkv_shape_str(x, *sx, sizeof *sx);
-    qkv_shape_str(h, *sh, sizeof *sh);
-    return 1;
+    int ok = !qkv_tensor_is_nil(x) && x->ndim == ndim && x->shape[ndim - 1] == cols;
+    *batch = ok ? x->shape[ndim - 2] : -1;
+    for (int i = 0; i < n; i++) {
+        const qkv_tensor *h = states[i];
+        ok = ok && (h == NULL || (!qkv_tensor_is_nil(h) && h->ndim == 2 && h->shape[0] == *batch &&
+                                  h->shape[1] == hidden));
+    }
+    if (ok)
+        return 1;
+    char sx[64], sh[2][64] = {"none", "none"};
+    qkv_shape_str(x, sx, sizeof sx);
+    for (int i = 0; i < n; i++)
+        if (states[i] != NULL)
+            qkv_shape_str(states[i], sh[i], sizeof sh[i]);
+    const char *state = ndim == 3 ? "first state" : "state";
+    if (n == 2) /* the LSTM's h and c */
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "%s: the %s %s must be [%s,%d] and the %s %s, %s [B,%d] each", what, xname,
+                      sx, xshape, cols, state, sh[0], sh[1], hidden);
+    else
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the %s %s must be [%s,%d] and the %s %s [B,%d]", what,
+                      xname, sx, xshape, cols, state, sh[0], hidden);
+    return 0;
 }
 
 /* Checks that xw is [B, k·H] and h (if any) [B, H]; records the error. */
 static int check_step(qkv_tape *t, const char *what, const qkv_tensor *xw, int kh,
                       const qkv_tensor *h, int hidden)
 {
-    if (qkv_tape_status(t) != QKV_OK)
-        return 0;
-    char sx[64], sh[64] = "none";
-    const int ok = !qkv_tensor_is_nil(xw) && xw->ndim == 2 && xw->shape[1] == kh;
-    if (!ok || bad_state(xw, h, ok ? xw->shape[0] : -1, hidden, &sx, &sh)) {
-        qkv_shape_str(xw, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "%s: the input projection %s must be [B,%d] and the state %s [B,%d]", what,
-                      sx, kh, sh, hidden);
-        return 0;
+    int batch;
+    return shapes_ok(t, what, "input projection", "B", xw, 2, kh, &h, 1, hidden, &batch);
+}
+
+/* Every step's x·W_x (+ b) of a sequence x [T,B,in] in one product, as
+ * [T·B, cols] (step s at rows s·B), after checking x and the first states
+ * (n of them); sets *steps and *batch. Records the error and returns nil
+ * otherwise. */
+static qkv_tensor *project_steps(qkv_tape *t, const char *what, qkv_tensor *x, int in,
+                                 qkv_tensor *wx, qkv_tensor *b, const qkv_tensor *const *first,
+                                 int n, int hidden, int *steps, int *batch)
+{
+    *steps = 0;
+    if (!shapes_ok(t, what, "sequence", "T,B", x, 3, in, first, n, hidden, batch))
+        return qkv_nil();
+    if ((size_t)x->shape[0] * (size_t)*batch > INT_MAX) {
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: T·B = %zu rows is too many", what,
+                      (size_t)x->shape[0] * (size_t)*batch);
+        return qkv_nil();
     }
-    return 1;
+    *steps = x->shape[0];
+    return qkv_reshape(t, qkv_affine(t, x, wx, b), 2, (const int[]){*steps * *batch, wx->shape[1]});
+}
+
+/* After a sequence form: its T states, or nil in each when the tape failed. */
+static qkv_tensor *seq_done(qkv_tape *t, qkv_tensor **states, int steps, qkv_tensor *last)
+{
+    if (qkv_tape_status(t) == QKV_OK)
+        return last;
+    for (int i = 0; states != NULL && i < steps; i++)
+        states[i] = qkv_nil();
+    return qkv_nil();
 }
 
 /* xw + h·W_h + b, or xw + b without a state. */
@@ -77,31 +120,6 @@ static qkv_tensor *pre(qkv_tape *t, qkv_tensor *xw, qkv_tensor *h, qkv_tensor *w
 static qkv_tensor *part(qkv_tape *t, qkv_tensor *z, int i, int hidden)
 {
     return qkv_slice(t, z, 1, i * hidden, hidden);
-}
-
-/* Every step's x·W_x of a sequence x [T,B,in] in one product, as [T·B,
- * cols] (step s at rows s·B); sets *steps and *batch. Records the error
- * and returns nil for a sequence of another shape. */
-static qkv_tensor *project_steps(qkv_tape *t, const char *what, qkv_tensor *x, int in,
-                                 qkv_tensor *wx, int *steps, int *batch)
-{
-    if (qkv_tape_status(t) != QKV_OK)
-        return qkv_nil();
-    if (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != in) {
-        char sx[64];
-        qkv_shape_str(x, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the sequence %s must be [T,B,%d]", what, sx, in);
-        return qkv_nil();
-    }
-    if ((size_t)x->shape[0] * (size_t)x->shape[1] > INT_MAX) {
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: T·B = %zu rows is too many", what,
-                      (size_t)x->shape[0] * (size_t)x->shape[1]);
-        return qkv_nil();
-    }
-    *steps = x->shape[0];
-    *batch = x->shape[1];
-    return qkv_reshape(t, qkv_affine(t, x, wx, NULL), 2,
-                       (const int[]){*steps * *batch, wx->shape[1]});
 }
 
 /* ---- Elman -------------------------------------------------------------- */
@@ -143,27 +161,21 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
-    if (qkv_tape_status(t) != QKV_OK)
-        return qkv_nil();
-    char sx[64], sh[64] = "none";
-    const int ok = !qkv_tensor_is_nil(x) && x->ndim == 3 && x->shape[2] == r->in;
-    if (!ok || bad_state(x, h0, ok ? x->shape[1] : -1, r->hidden, &sx, &sh)) {
-        qkv_shape_str(x, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "rnn: the sequence %s must be [T,B,%d] and the first state %s [B,%d]", sx,
-                      r->in, sh, r->hidden);
-        return qkv_nil();
-    }
-    const int T = x->shape[0], B = x->shape[1], H = r->hidden;
+    int T, B;
+    const int H = r->hidden;
     /* every step's x·W_x + b in one product, then the recurrence as one node */
-    qkv_tensor *y =
-        qkv_rnn_scan(t, qkv_affine(t, x, r->wx, r->b), r->wh, h0, r->act == QKV_RNN_TANH);
+    qkv_tensor *xw = project_steps(t, "rnn", x, r->in, r->wx, r->b, (const qkv_tensor *const[]){h0},
+                                   1, H, &T, &B);
+    if (T == 0)
+        return qkv_nil();
+    qkv_tensor *y = qkv_rnn_scan(t, qkv_reshape(t, xw, 3, (const int[]){T, B, H}), r->wh, h0,
+                                 r->act == QKV_RNN_TANH);
     for (int s = 0; states != NULL && s < T; s++)
         states[s] = qkv_reshape(t, qkv_slice(t, y, 0, s, 1), 2, (const int[]){B, H});
     qkv_tensor *h = states != NULL
                         ? states[T - 1]
                         : qkv_reshape(t, qkv_slice(t, y, 0, T - 1, 1), 2, (const int[]){B, H});
-    return qkv_tape_status(t) == QKV_OK ? h : qkv_nil();
+    return seq_done(t, states, T, h);
 }
 
 /* ---- LSTM --------------------------------------------------------------- */
@@ -224,11 +236,17 @@ qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
         return s;
     }
-    int T = 0, B = 0;
-    qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, &T, &B);
+    int T, B;
+    const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
+    qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, NULL, first, 2, l->hidden, &T, &B);
     for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
         s = qkv_lstm_cell_projected(t, l, qkv_slice(t, xw, 0, i * B, B), i > 0 ? &s : s0);
         if (states != NULL)
+            states[i] = s;
+    }
+    if (qkv_tape_status(t) != QKV_OK) {
+        s.h = s.c = qkv_nil();
+        for (int i = 0; states != NULL && i < T; i++)
             states[i] = s;
     }
     return s;
@@ -283,13 +301,14 @@ qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_te
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
-    int T = 0, B = 0;
-    qkv_tensor *xw = project_steps(t, "gru", x, g->in, g->wx, &T, &B);
+    int T, B;
+    qkv_tensor *xw = project_steps(t, "gru", x, g->in, g->wx, NULL, (const qkv_tensor *const[]){h0},
+                                   1, g->hidden, &T, &B);
     qkv_tensor *h = qkv_nil();
     for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
         h = qkv_gru_cell_projected(t, g, qkv_slice(t, xw, 0, i * B, B), i > 0 ? h : h0);
         if (states != NULL)
             states[i] = h;
     }
-    return h;
+    return seq_done(t, states, T, h);
 }

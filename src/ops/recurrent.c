@@ -86,7 +86,7 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
         return qkv_tape_fail(t, QKV_ERR_SHAPE, "rnn_scan: T·B = %zu rows is too many",
                              (size_t)T * (size_t)B),
                qkv_nil();
-    const int grad = qkv_wants_grad(xw, wh) || qkv_wants_grad(h0, NULL);
+    const int grad = qkv_wants_grad(xw, wh) || (h0 != NULL && qkv_wants_grad(h0, NULL));
     qkv_tensor *y = qkv_tape_tensor(t, 3, xw->shape, grad);
     qkv_real *tmp = qkv_tape_alloc(t, sizeof *tmp * bh);
     if (qkv_tensor_is_nil(y) || tmp == NULL)
@@ -105,7 +105,7 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
         if (tanh_act)
             qkv_vtanh(ys, ys, bh);
     }
-    if (!grad)
+    if (y->grad == NULL) /* no input needs one, or gradients are off */
         return y;
     scan_rec *r = qkv_tape_alloc(t, sizeof *r);
     qkv_real *dz = qkv_tape_alloc(t, sizeof *dz * bh * (size_t)T);
