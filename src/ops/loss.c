@@ -149,9 +149,9 @@ qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
     if (qkv_tensor_is_nil(out))
         return out;
     double s[8] = {0};
+    /* entry i into partial i mod 8; eight at a time, in lockstep, so it vectorises */
     const size_t n8 = pred->numel - pred->numel % 8;
-    for (size_t i = 0; i < n8;
-         i += 8) /* entry i into partial i mod 8, in lockstep so it vectorises */
+    for (size_t i = 0; i < n8; i += 8)
         for (int k = 0; k < 8; k++) {
             double e = (double)pred->data[i + k] - target->data[i + k];
             s[k] += e * e;

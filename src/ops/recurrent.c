@@ -16,44 +16,38 @@
 #include "kernels/kernels.h"
 #include "ops/op.h"
 
-/* The node's own record (node->state). */
-typedef struct scan_rec {
-    int steps, batch, hidden;
-    int tanh_act;
-    int has_h0;
-    qkv_real *dz; /* [T,B,H]: every step's dL/dz, filled by backward */
-} scan_rec;
-
+/* The node keeps xw, W_h and h0 (when given) as its inputs, tanh_act in
+ * c, and in state the [T,B,H] buffer that backward fills with every
+ * step's dL/dz; the sizes are the output's. */
 static void scan_backward(const qkv_node *nd)
 {
-    const scan_rec *r = nd->state;
     const qkv_tensor *y = nd->out;
-    qkv_tensor *xw = nd->in[0], *wh = nd->in[1], *h0 = r->has_h0 ? nd->in[2] : NULL;
-    const size_t bh = (size_t)r->batch * r->hidden;
-    const int B = r->batch, H = r->hidden;
-    qkv_real *dz = r->dz;
+    qkv_tensor *xw = nd->in[0], *wh = nd->in[1], *h0 = nd->n_in == 3 ? nd->in[2] : NULL;
+    const int T = y->shape[0], B = y->shape[1], H = y->shape[2];
+    const size_t bh = (size_t)B * H;
+    qkv_real *dz = nd->state;
     /* back through time: dz_s = (dy_s + dz_{s+1}·W_hᵀ) ⊙ act'(z_s), with
      * the carried term made straight into dz_s before the add */
-    for (int s = r->steps - 1; s >= 0; s--) {
+    for (int s = T - 1; s >= 0; s--) {
         qkv_real *d = dz + (size_t)s * bh;
         const qkv_real *dy = y->grad + (size_t)s * bh, *ys = y->data + (size_t)s * bh;
-        if (s == r->steps - 1)
+        if (s == T - 1)
             memcpy(d, dy, sizeof *d * bh);
         else {
             qkv_gemm(0, 1, B, H, H, d + bh, wh->data, d, 0); /* dz_{s+1}·W_hᵀ */
             for (size_t i = 0; i < bh; i++)
                 d[i] += dy[i];
         }
-        if (r->tanh_act)
+        if (nd->c != 0)
             for (size_t i = 0; i < bh; i++) /* tanh' = 1 - y² */
                 d[i] = d[i] * (1 - ys[i] * ys[i]);
     }
     if (xw->grad != NULL)
-        for (size_t i = 0; i < (size_t)r->steps * bh; i++)
+        for (size_t i = 0; i < (size_t)T * bh; i++)
             xw->grad[i] += dz[i];
     if (wh->grad != NULL) { /* dW_h += Σ_s h_{s-1}ᵀ·dz_s: states 0..T-2 against dz 1..T-1 */
-        if (r->steps > 1)
-            qkv_gemm(1, 0, H, H, (r->steps - 1) * B, y->data, dz + bh, wh->grad, 1);
+        if (T > 1)
+            qkv_gemm(1, 0, H, H, (T - 1) * B, y->data, dz + bh, wh->grad, 1);
         if (h0 != NULL)
             qkv_gemm(1, 0, H, H, B, h0->data, dz, wh->grad, 1);
     }
@@ -88,17 +82,16 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
                qkv_nil();
     const int grad = qkv_wants_grad(xw, wh) || (h0 != NULL && qkv_wants_grad(h0, NULL));
     qkv_tensor *y = qkv_tape_tensor(t, 3, xw->shape, grad);
-    qkv_real *tmp = qkv_tape_alloc(t, sizeof *tmp * bh);
-    if (qkv_tensor_is_nil(y) || tmp == NULL)
-        return qkv_nil();
+    if (qkv_tensor_is_nil(y))
+        return y;
     for (int s = 0; s < T; s++) {
         const qkv_real *x = xw->data + (size_t)s * bh;
         const qkv_real *h = s > 0 ? y->data + (size_t)(s - 1) * bh : h0 != NULL ? h0->data : NULL;
         qkv_real *ys = y->data + (size_t)s * bh;
-        if (h != NULL) { /* the ops' order: h·W_h, then xw + that */
-            qkv_gemm(0, 0, B, H, H, h, wh->data, tmp, 0);
+        if (h != NULL) { /* the ops' order: h·W_h, then xw + that (one rounding either way round) */
+            qkv_gemm(0, 0, B, H, H, h, wh->data, ys, 0);
             for (size_t i = 0; i < bh; i++)
-                ys[i] = x[i] + tmp[i];
+                ys[i] += x[i];
         } else {
             memcpy(ys, x, sizeof *ys * bh);
         }
@@ -107,15 +100,12 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
     }
     if (y->grad == NULL) /* no input needs one, or gradients are off */
         return y;
-    scan_rec *r = qkv_tape_alloc(t, sizeof *r);
     qkv_real *dz = qkv_tape_alloc(t, sizeof *dz * bh * (size_t)T);
     qkv_tensor *in[3] = {xw, wh, h0};
-    qkv_node *nd = r != NULL && dz != NULL
-                       ? qkv_tape_record(t, &op_rnn_scan, y, h0 != NULL ? 3 : 2, in)
-                       : NULL;
+    qkv_node *nd = dz != NULL ? qkv_tape_record(t, &op_rnn_scan, y, h0 != NULL ? 3 : 2, in) : NULL;
     if (nd == NULL)
         return qkv_nil();
-    *r = (scan_rec){T, B, H, tanh_act != 0, h0 != NULL, dz};
-    nd->state = r;
+    nd->c = tanh_act != 0;
+    nd->state = dz;
     return y;
 }
