@@ -348,9 +348,8 @@ qkv_status qkv_backward_from(qkv_tape *t, qkv_tensor *y, const qkv_real *dy, siz
     qkv_status s = backward_ok(t, "backward_from", y, n);
     if (s != QKV_OK)
         return s;
-    qkv_tensor_grad_ready(y);
-    for (size_t i = 0; i < n; i++)
-        y->grad[i] = dy[i];
+    (void)qkv_tensor_grad_claim(y); /* overwritten in full: no zero fill first */
+    memmove(y->grad, dy, n * sizeof *dy);
     run_backward(t);
     return QKV_OK;
 }
