@@ -313,7 +313,8 @@ int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k
     int live = 0;
     for (int i = 0; i < tq && live < 2; i++)
         live += row_live(dout + (size_t)i * sh->dv, sh->dv);
-    if (live < 2 && (da == NULL || (!row_live(da, tq * tk) && !row_live(ds, tq * tk))))
+    if (live < 2 &&
+        (da == NULL || sh->sa_zero || (!row_live(da, tq * tk) && !row_live(ds, tq * tk))))
         attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, sh->row_index);
     else
         qkv_attention_backward_scatter(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);

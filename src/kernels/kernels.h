@@ -130,6 +130,7 @@ typedef struct qkv_attn_shape {
     size_t mask_rs, mask_cs;
     double scale;
     const int *row_index; /* backward only: a scatter index, see below */
+    int sa_zero;          /* backward only: da and ds are known to hold zeros */
 } qkv_attn_shape;
 
 /* Writes S (before the mask), A and O. Every kernel set computes exactly
@@ -143,7 +144,8 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
  * likewise for S. dq, dk and dv are accumulated into; any of them may be
  * NULL, and da and ds may both be NULL when neither dq nor dk is wanted.
  * scratch holds tq·tk reals. Rows whose gradient is zero are skipped where
- * that cannot change a result.
+ * that cannot change a result; sa_zero spares the kernel looking for
+ * gradients already in da and ds when the caller knows there are none.
  *
  * With row_index (tq == tk), dq, dk and dv are scattered into instead: the
  * item's gradient for its row i is added into row row_index[i] of dq, dk

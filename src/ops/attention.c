@@ -62,7 +62,7 @@ typedef struct attn_io {
 /* The kernels' view of item b. */
 static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 {
-    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL};
+    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL, 0};
     if (r->ids != NULL) /* backward adds the rows' gradients into the tables */
         sh.row_index = r->ids + b * (size_t)r->tq;
     if (r->mask != NULL) {
@@ -111,7 +111,7 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
 typedef struct attn_job {
     const attn_rec *r;
     const qkv_tensor *q, *k, *out;
-    int zero[5]; /* backward, plain form: clear each item's slice of dQ, dK, dV, dS, dA first */
+    int zero[5]; /* backward: clear each item's slice of dQ, dK, dV (plain form), dS, dA first */
 } attn_job;
 
 static void forward_items(void *ctx, int part, size_t b0, size_t b1)
@@ -136,6 +136,7 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
     const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk, nv = (size_t)r->tk * r->dv;
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
+        sh.sa_zero = j->zero[3] && j->zero[4]; /* no other node reads the scores or weights */
         attn_io io = item_io(r, j->q, j->k, b, 1, part);
         /* gradients claimed unfilled: each item clears its own slices just
          * before it adds into them, while they are in cache */
@@ -234,13 +235,13 @@ static void attention_backward(const qkv_node *nd)
     const attn_rec *r = nd->state;
     const size_t items = (size_t)r->n0 * r->n1;
     attn_job job = {r, nd->in[0], nd->in[1], nd->out, {0, 0, 0, 0, 0}};
-    /* the weights and scores are outputs too (qkv_attention_parts). In the
-     * plain form each item owns a slice of every gradient, so one that no
-     * node has filled is cleared item by item; the embedded form adds
-     * into shared tables, cleared whole first */
+    /* the weights and scores are outputs too (qkv_attention_parts). Each
+     * item owns a slice of their gradients and, in the plain form, of
+     * every other one, so one that no node has filled is cleared item by
+     * item; the embedded form adds into shared tables, cleared whole first */
     qkv_tensor *g[5] = {nd->in[0], nd->in[1], nd->in[2], r->scores, r->attn};
     for (int i = 0; i < 5; i++)
-        if (r->ids != NULL || !(job.zero[i] = qkv_tensor_grad_claim(g[i])))
+        if ((r->ids != NULL && i < 3) || !(job.zero[i] = qkv_tensor_grad_claim(g[i])))
             qkv_tensor_grad_ready(g[i]);
     /* the items of the plain form write their own slices of the gradients
      * and run on any thread; the embedded form adds every item into the
