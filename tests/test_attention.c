@@ -145,6 +145,10 @@ START_TEST(test_attention_equals_unfused_ops)
         {2, {6, 16}, 16, 9, 0, 0, 1, 0.25},
         /* 4-D heads with a padding mask */
         {4, {2, 2, 3, 8}, 4, 5, 1, 0, 1, 0.5},
+        /* the generic path's scaling by a c that no float holds (rounded
+         * from double), masked and not, whole vectors and a tail */
+        {3, {2, 19, 8}, 21, 8, 1, 0, 1, 0.3},
+        {2, {20, 8}, 24, 6, 0, 0, 1, 0.17},
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {

@@ -50,21 +50,31 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
     const int tq = sh->tq, tk = sh->tk;
     qkv_gemm(0, 1, tq, tk, sh->dk, q, k, s, 0);
     const double c = sh->scale;
-    for (int i = 0; i < tq; i++) { /* loops of one shape each, so they vectorise */
-        qkv_real *si = s + (size_t)i * tk, *ai = a + (size_t)i * tk;
-        const qkv_real *mr = sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL;
-        for (int j = 0; j < tk; j++)
-            si[j] = (qkv_real)(c * si[j]);
-        if (mr == NULL)
-            memcpy(ai, si, sizeof *ai * (size_t)tk);
-        else if (sh->mask_cs == 1)
+    const int row_fn = im->scale_mask != NULL && (sh->mask == NULL || sh->mask_cs == 1);
+    enum { ROWS = 32 }; /* a block's softmax finds its rows still in cache */
+    for (int i0 = 0; i0 < tq; i0 += ROWS) {
+        const int i1 = tq - i0 < ROWS ? tq : i0 + ROWS;
+        for (int i = i0; i < i1; i++) { /* loops of one shape each, so they vectorise */
+            qkv_real *si = s + (size_t)i * tk, *ai = a + (size_t)i * tk;
+            const qkv_real *mr = sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL;
+            if (row_fn) {
+                im->scale_mask(si, ai, mr, (size_t)tk, c);
+                continue;
+            }
             for (int j = 0; j < tk; j++)
-                ai[j] = si[j] + mr[j];
-        else
-            for (int j = 0; j < tk; j++)
-                ai[j] = si[j] + mr[(size_t)j * sh->mask_cs];
+                si[j] = (qkv_real)(c * si[j]);
+            if (mr == NULL)
+                memcpy(ai, si, sizeof *ai * (size_t)tk);
+            else if (sh->mask_cs == 1)
+                for (int j = 0; j < tk; j++)
+                    ai[j] = si[j] + mr[j];
+            else
+                for (int j = 0; j < tk; j++)
+                    ai[j] = si[j] + mr[(size_t)j * sh->mask_cs];
+        }
+        qkv_real *ab = a + (size_t)i0 * tk;
+        qkv_softmax_rows(ab, ab, (size_t)(i1 - i0), (size_t)tk);
     }
-    qkv_softmax_rows(a, a, (size_t)tq, (size_t)tk);
     qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
 }
 

@@ -357,6 +357,33 @@ static void gather_avx2(float *dst, const float *table, const int *ids, size_t n
     }
 }
 
+/* The scaling in double, four lanes per half, and the mask, 8 at a time;
+ * the tail entry by entry. When c is a float the product in float is the
+ * same: both round the exact product x·c once. */
+static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double c)
+{
+    const __m256d cv = _mm256_set1_pd(c);
+    const int exact = (double)(float)c == c;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 x = _mm256_loadu_ps(s + j);
+        __m256 y = _mm256_mul_ps(x, _mm256_set1_ps((float)c));
+        if (!exact) {
+            const __m128 lo =
+                _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+            const __m128 hi =
+                _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+            y = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+        }
+        _mm256_storeu_ps(s + j, y);
+        _mm256_storeu_ps(a + j, m != NULL ? _mm256_add_ps(y, _mm256_loadu_ps(m + j)) : y);
+    }
+    for (; j < n; j++) {
+        s[j] = (float)(c * s[j]);
+        a[j] = m != NULL ? s[j] + m[j] : s[j];
+    }
+}
+
 const qkv_kernel_set qkv_kernels_avx2 = {
     .name = "avx2",
     .mr = 6,
@@ -379,6 +406,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .gelu = qkv_avx2_gelu,
     .gelu_backward = qkv_avx2_gelu_backward,
     .softmax_rows = softmax_rows_avx2,
+    .scale_mask = scale_mask_avx2,
     .norm = qkv_norm_avx2,
     .norm_backward = qkv_norm_backward_avx2,
 };

@@ -226,6 +226,11 @@ typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size
  * by (float)(1/sum); zeros for a row with no maximum above -inf. */
 typedef void (*qkv_softmax_rows_fn)(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
 
+/* One row of attention's scores after Q·Kᵀ: s[j] = c·s[j] (in double,
+ * rounded once, as the scaling op rounds), then a[j] = s[j] + m[j], or
+ * s[j] when m is NULL (the additive mask op's float sum). */
+typedef void (*qkv_scale_mask_fn)(qkv_real *s, qkv_real *a, const qkv_real *m, size_t n, double c);
+
 /* qkv_norm_rows and qkv_norm_rows_backward, in the order norm.c defines. */
 typedef void (*qkv_norm_fn)(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
                             const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d,
@@ -258,6 +263,7 @@ typedef struct qkv_kernel_set {
     qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */
     qkv_map_bwd_fn gelu_backward;
     qkv_softmax_rows_fn softmax_rows; /* optional: rows longer than softmax16's */
+    qkv_scale_mask_fn scale_mask;     /* optional: attention's scaling and key mask */
     qkv_norm_fn norm;                 /* layer norm and RMS norm */
     qkv_norm_bwd_fn norm_backward;
 } qkv_kernel_set;

@@ -412,8 +412,9 @@ static void bench_real(const char *batches_path);
 static char real_batches_path[4096] = "out/bench_batches.csv";
 
 /* The length sweep: the step at B 32, d_k 64, V 64 for T = 16 to 256, and
- * the exponent of a least-squares fit of ln(time) against ln T. */
-static void bench_lengths(void)
+ * the exponent of a least-squares fit of ln(time) against ln T; only one
+ * length when only_t > 0 (for profiling), without the fit. */
+static void bench_lengths(int only_t)
 {
     static const int Ts[] = {16, 32, 64, 128, 256};
     enum { NT = sizeof Ts / sizeof Ts[0] };
@@ -421,6 +422,8 @@ static void bench_lengths(void)
     printf("\nLength sweep: B 32, d_k 64, V 64, full-length sentences\n");
     printf("%-5s %12s %12s %12s %9s\n", "T", "step (µs)", "fwd (µs)", "bwd (µs)", "bwd/fwd");
     for (int i = 0; i < NT; i++) {
+        if (only_t > 0 && Ts[i] != only_t)
+            continue;
         char name[16];
         snprintf(name, sizeof name, "T%d", Ts[i]);
         const config g = {name, 32, Ts[i], 64, 64};
@@ -438,6 +441,8 @@ static void bench_lengths(void)
         ly[i] = log(step);
         free_step_ctx(&c);
     }
+    if (only_t > 0)
+        return;
     double mx = 0, my = 0, sxy = 0, sxx = 0;
     for (int i = 0; i < NT; i++) {
         mx += lt[i] / NT;
@@ -485,7 +490,9 @@ static void bench_steps(const char *only)
         free_step_ctx(&c);
     }
     if (only == NULL || strcmp(only, "T") == 0)
-        bench_lengths();
+        bench_lengths(0);
+    else if (only[0] == 'T') /* `bench steps T256`: one length of the sweep */
+        bench_lengths(atoi(only + 1));
 }
 
 /* ------------------------------------------------------------------------ */
