@@ -23,11 +23,18 @@ static int attn_dropped(const qkv_attn_shape *sh, int i, int j)
 
 /* Row i of the backward through the mask and the scaling: dSs[i,:] += the
  * softmax gradient g where the mask keeps the entry, then g = scale·dSs
- * (rounded as the scaling op rounds). A key mask takes a loop that
- * vectorises; any other the general test. */
+ * (rounded as the scaling op rounds). No mask or one laid out along the
+ * keys takes the kernel set's loop, or one that vectorises; any other
+ * the general test. */
 static void mask_scale_row(const qkv_attn_shape *sh, int i, qkv_real *dsi, qkv_real *g)
 {
     const int tk = sh->tk;
+    const qkv_kernel_set *im = qkv_kernels();
+    if (im->mask_scale_bwd != NULL && (sh->mask == NULL || sh->mask_cs == 1)) {
+        im->mask_scale_bwd(dsi, g, sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL,
+                           (size_t)tk, sh->scale);
+        return;
+    }
     if (sh->mask != NULL && sh->mask_cs == 1) {
         const qkv_real *mr = sh->mask + (size_t)i * sh->mask_rs;
         for (int j = 0; j < tk; j++)

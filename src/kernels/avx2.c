@@ -357,30 +357,54 @@ static void gather_avx2(float *dst, const float *table, const int *ids, size_t n
     }
 }
 
-/* The scaling in double, four lanes per half, and the mask, 8 at a time;
- * the tail entry by entry. When c is a float the product in float is the
- * same: both round the exact product x·c once. */
+/* c·x rounded once to float, as the scaling op rounds (c·x in double):
+ * in float when c is a float, where the float product rounds the same
+ * exact product; else in double, four lanes per half. */
+QKV_ALWAYS_INLINE __m256 scale8(__m256 x, double c, int exact)
+{
+    if (exact)
+        return _mm256_mul_ps(x, _mm256_set1_ps((float)c));
+    const __m256d cv = _mm256_set1_pd(c);
+    const __m128 lo =
+        _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+    const __m128 hi =
+        _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+/* Attention's scaling and mask, 8 at a time; the tail entry by entry. */
 static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double c)
 {
-    const __m256d cv = _mm256_set1_pd(c);
     const int exact = (double)(float)c == c;
     size_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        const __m256 x = _mm256_loadu_ps(s + j);
-        __m256 y = _mm256_mul_ps(x, _mm256_set1_ps((float)c));
-        if (!exact) {
-            const __m128 lo =
-                _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
-            const __m128 hi =
-                _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
-            y = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
-        }
+        const __m256 y = scale8(_mm256_loadu_ps(s + j), c, exact);
         _mm256_storeu_ps(s + j, y);
         _mm256_storeu_ps(a + j, m != NULL ? _mm256_add_ps(y, _mm256_loadu_ps(m + j)) : y);
     }
     for (; j < n; j++) {
         s[j] = (float)(c * s[j]);
         a[j] = m != NULL ? s[j] + m[j] : s[j];
+    }
+}
+
+/* Their backward, 8 at a time; the tail entry by entry. */
+static void mask_scale_bwd_avx2(float *ds, float *g, const float *m, size_t n, double c)
+{
+    const int exact = (double)(float)c == c;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 gv = _mm256_loadu_ps(g + j);
+        if (m != NULL) /* 0 where the mask drops the entry */
+            gv = _mm256_and_ps(
+                gv, _mm256_cmp_ps(_mm256_loadu_ps(m + j), _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ));
+        const __m256 d = _mm256_add_ps(_mm256_loadu_ps(ds + j), gv);
+        _mm256_storeu_ps(ds + j, d);
+        _mm256_storeu_ps(g + j, scale8(d, c, exact));
+    }
+    for (; j < n; j++) {
+        ds[j] += m != NULL && m[j] == -INFINITY ? 0 : g[j];
+        g[j] = (float)(c * ds[j]);
     }
 }
 
@@ -407,6 +431,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .gelu_backward = qkv_avx2_gelu_backward,
     .softmax_rows = softmax_rows_avx2,
     .scale_mask = scale_mask_avx2,
+    .mask_scale_bwd = mask_scale_bwd_avx2,
     .norm = qkv_norm_avx2,
     .norm_backward = qkv_norm_backward_avx2,
 };

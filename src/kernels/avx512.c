@@ -334,28 +334,49 @@ static void softmax_rows_avx512(float *y, const float *x, size_t rows, size_t n)
     }
 }
 
-/* The scaling in double, 8 lanes per half, and the mask, 16 at a time.
- * When c is a float (1/√d_k for d_k a power of 4) the product in float is
- * the same: both round the exact product x·c once. */
+/* c·x rounded once to float, as the scaling op rounds (c·x in double):
+ * in float when c is a float (1/√d_k for d_k a power of 4), where the
+ * float product rounds the same exact product; else in double, 8 lanes
+ * per half. */
+QKV_ALWAYS_INLINE __m512 scale16(__m512 x, double c, int exact)
+{
+    if (exact)
+        return _mm512_mul_ps(x, _mm512_set1_ps((float)c));
+    const __m512d cv = _mm512_set1_pd(c);
+    const __m512d xh =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    const __m256 lo =
+        _mm512_cvtpd_ps(_mm512_mul_pd(cv, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
+    const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(cv, xh));
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* Attention's scaling and mask, 16 at a time. */
 static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, double c)
 {
-    const __m512d cv = _mm512_set1_pd(c);
     const int exact = (double)(float)c == c;
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = lanes(n - j < 16 ? (int)(n - j) : 16);
-        const __m512 x = load16(k, s + j);
-        __m512 y = _mm512_mul_ps(x, _mm512_set1_ps((float)c));
-        if (!exact) {
-            const __m512d xh =
-                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-            const __m256 lo =
-                _mm512_cvtpd_ps(_mm512_mul_pd(cv, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
-            const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(cv, xh));
-            y = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
-                                                    _mm256_castps_pd(hi), 1));
-        }
+        const __m512 y = scale16(load16(k, s + j), c, exact);
         store16(s + j, k, y);
         store16(a + j, k, m != NULL ? _mm512_add_ps(y, load16(k, m + j)) : y);
+    }
+}
+
+/* Their backward, 16 at a time. */
+static void mask_scale_bwd_avx512(float *ds, float *g, const float *m, size_t n, double c)
+{
+    const int exact = (double)(float)c == c;
+    for (size_t j = 0; j < n; j += 16) {
+        const __mmask16 k = lanes(n - j < 16 ? (int)(n - j) : 16);
+        __m512 gv = load16(k, g + j);
+        if (m != NULL) /* 0 where the mask drops the entry */
+            gv = _mm512_maskz_mov_ps(
+                _mm512_cmp_ps_mask(load16(k, m + j), _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ), gv);
+        const __m512 d = _mm512_add_ps(load16(k, ds + j), gv);
+        store16(ds + j, k, d);
+        store16(g + j, k, scale16(d, c, exact));
     }
 }
 
@@ -436,6 +457,7 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .gelu_backward = qkv_avx512_gelu_backward,
     .softmax_rows = softmax_rows_avx512,
     .scale_mask = scale_mask_avx512,
+    .mask_scale_bwd = mask_scale_bwd_avx512,
     .norm = qkv_norm_avx512,
     .norm_backward = qkv_norm_backward_avx512,
 };

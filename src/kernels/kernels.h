@@ -231,6 +231,11 @@ typedef void (*qkv_softmax_rows_fn)(qkv_real *y, const qkv_real *x, size_t rows,
  * s[j] when m is NULL (the additive mask op's float sum). */
 typedef void (*qkv_scale_mask_fn)(qkv_real *s, qkv_real *a, const qkv_real *m, size_t n, double c);
 
+/* Its backward for one row: ds[j] += g[j], or += 0 where m[j] is -inf
+ * (m may be NULL), then g[j] = c·ds[j] rounded as above. */
+typedef void (*qkv_mask_scale_bwd_fn)(qkv_real *ds, qkv_real *g, const qkv_real *m, size_t n,
+                                      double c);
+
 /* qkv_norm_rows and qkv_norm_rows_backward, in the order norm.c defines. */
 typedef void (*qkv_norm_fn)(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
                             const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d,
@@ -262,9 +267,10 @@ typedef struct qkv_kernel_set {
     qkv_zero_fn zero;
     qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */
     qkv_map_bwd_fn gelu_backward;
-    qkv_softmax_rows_fn softmax_rows; /* optional: rows longer than softmax16's */
-    qkv_scale_mask_fn scale_mask;     /* optional: attention's scaling and key mask */
-    qkv_norm_fn norm;                 /* layer norm and RMS norm */
+    qkv_softmax_rows_fn softmax_rows;     /* optional: rows longer than softmax16's */
+    qkv_scale_mask_fn scale_mask;         /* optional: attention's scaling and key mask */
+    qkv_mask_scale_bwd_fn mask_scale_bwd; /* optional: their backward */
+    qkv_norm_fn norm;                     /* layer norm and RMS norm */
     qkv_norm_bwd_fn norm_backward;
 } qkv_kernel_set;
 
