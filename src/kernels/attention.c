@@ -59,7 +59,11 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
     const double c = sh->scale;
     const int row_fn = im->scale_mask != NULL && (sh->mask == NULL || sh->mask_cs == 1);
     enum { ROWS = 32 }; /* a block's softmax finds its rows still in cache */
-    for (int i0 = 0; i0 < tq; i0 += ROWS) {
+    int i0 = 0;
+    if (row_fn && im->attn_rows != NULL &&
+        im->attn_rows(s, a, sh->mask, sh->mask_rs, (size_t)tq, (size_t)tk, c) == 0)
+        i0 = tq; /* all three steps done */
+    for (; i0 < tq; i0 += ROWS) {
         const int i1 = tq - i0 < ROWS ? tq : i0 + ROWS;
         for (int i = i0; i < i1; i++) { /* loops of one shape each, so they vectorise */
             qkv_real *si = s + (size_t)i * tk, *ai = a + (size_t)i * tk;

@@ -364,6 +364,77 @@ static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, doub
     }
 }
 
+/* attn_rows for G rows of C chunks (G·C <= 8) in registers: the
+ * scaling and the mask, chunk by chunk, the scaled scores stored; then
+ * softmax_rows_regs's steps without going through memory: the row
+ * maximum (NaNs skipped, as row_max_avx512 skips them), exp_avx512_k,
+ * softmax_sum's accumulators and reduction, and one multiply by
+ * (float)(1/sum), or zeros for a row with no maximum above -inf. */
+QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float *a, const float *m,
+                                       size_t m_rs, size_t n, double c, int exact, __mmask16 last)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 v[8];
+    for (int g = 0; g < G; g++) {
+        __m512 top = ninf;
+        for (int q = 0; q < C; q++) {
+            const __mmask16 k = q < C - 1 ? (__mmask16)0xFFFF : last;
+            float *sq = s + (size_t)g * n + 16 * q;
+            const __m512 y = scale16(load16(k, sq), c, exact);
+            store16(sq, k, y);
+            const __m512 x = m != NULL ? _mm512_add_ps(y, load16(k, m + g * m_rs + 16 * q)) : y;
+            v[g * C + q] = _mm512_mask_mov_ps(ninf, k, x); /* -inf past the end */
+            top = _mm512_max_ps(v[g * C + q], top);
+        }
+        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+        for (int q = 0; q < C; q++)
+            v[g * C + q] = _mm512_sub_ps(v[g * C + q], mx);
+    }
+    exp_avx512_k(G * C, v);
+    for (int g = 0; g < G; g++) {
+        __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+        for (int q = 0; q < C; q++) {
+            const __m512 e = v[g * C + q];
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+        const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+        /* a row with no maximum above -inf has e = 0 everywhere (the
+         * lanes of -inf - -inf are NaN, which exp_avx512_k makes 0) */
+        const __m512 inv = _mm512_set1_ps(sum == 0 ? 0.0f : (float)(1 / sum));
+        for (int q = 0; q < C; q++)
+            store16(a + (size_t)g * n + 16 * q, q < C - 1 ? (__mmask16)0xFFFF : last,
+                    _mm512_mul_ps(v[g * C + q], inv));
+    }
+}
+
+/* attn_rows for rows of C chunks, G = 8/C rows at a time. */
+QKV_ALWAYS_INLINE void attn_rows_c(const int C, float *s, float *a, const float *m, size_t m_rs,
+                                   size_t rows, size_t n, double c)
+{
+    const int exact = (double)(float)c == c, G = 8 / C;
+    const __mmask16 last = lanes((int)(n - 16 * (size_t)(C - 1)));
+    size_t i = 0;
+    for (; i + (size_t)G <= rows; i += (size_t)G)
+        attn_rows_group(C, G, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
+                        exact, last);
+    for (; i < rows; i++)
+        attn_rows_group(C, 1, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
+                        exact, last);
+}
+
+/* Rows of 17 to 32 keys (shorter ones take the fused path of
+ * avx512_attn.c, longer ones the steps one by one). */
+static int attn_rows_avx512(float *s, float *a, const float *m, size_t m_rs, size_t rows, size_t n,
+                            double c)
+{
+    if (n <= 16 || n > 32)
+        return -1;
+    attn_rows_c(2, s, a, m, m_rs, rows, n, c);
+    return 0;
+}
+
 /* Their backward, 16 at a time. */
 static void mask_scale_bwd_avx512(float *ds, float *g, const float *m, size_t n, double c)
 {
@@ -457,6 +528,7 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .gelu_backward = qkv_avx512_gelu_backward,
     .softmax_rows = softmax_rows_avx512,
     .scale_mask = scale_mask_avx512,
+    .attn_rows = attn_rows_avx512,
     .mask_scale_bwd = mask_scale_bwd_avx512,
     .norm = qkv_norm_avx512,
     .norm_backward = qkv_norm_backward_avx512,

@@ -231,6 +231,13 @@ typedef void (*qkv_softmax_rows_fn)(qkv_real *y, const qkv_real *x, size_t rows,
  * s[j] when m is NULL (the additive mask op's float sum). */
 typedef void (*qkv_scale_mask_fn)(qkv_real *s, qkv_real *a, const qkv_real *m, size_t n, double c);
 
+/* Scaling, key mask (row i's at m + i·m_rs; m may be NULL) and then
+ * qkv_softmax_rows of s + m into a, for rows of n entries, with every bit
+ * as those three steps give it; nonzero (and nothing done) for an n the
+ * set does not take. */
+typedef int (*qkv_attn_rows_fn)(qkv_real *s, qkv_real *a, const qkv_real *m, size_t m_rs,
+                                size_t rows, size_t n, double c);
+
 /* Its backward for one row: ds[j] += g[j], or += 0 where m[j] is -inf
  * (m may be NULL), then g[j] = c·ds[j] rounded as above. */
 typedef void (*qkv_mask_scale_bwd_fn)(qkv_real *ds, qkv_real *g, const qkv_real *m, size_t n,
@@ -270,6 +277,7 @@ typedef struct qkv_kernel_set {
     qkv_softmax_rows_fn softmax_rows;     /* optional: rows longer than softmax16's */
     qkv_scale_mask_fn scale_mask;         /* optional: attention's scaling and key mask */
     qkv_mask_scale_bwd_fn mask_scale_bwd; /* optional: their backward */
+    qkv_attn_rows_fn attn_rows;           /* optional: scaling, mask and softmax of short rows */
     qkv_norm_fn norm;                     /* layer norm and RMS norm */
     qkv_norm_bwd_fn norm_backward;
 } qkv_kernel_set;
