@@ -164,9 +164,9 @@ END_TEST
 
 /* qkv_embed_attention against three qkv_gather and qkv_attention: the same
  * outputs and table gradients exactly, ids repeating (so rows accumulate),
- * a padding mask, a loss on picked rows or on all of O, with or without
- * one on the scores and weights; on the register path (T <= 16) and the
- * generic one (T = 20). */
+ * a padding mask with a hole, a loss on picked rows or on all of O, with
+ * or without one on the scores and weights; on the register paths (T <=
+ * 16, and T <= 32 backward) and the generic one (T = 20 forward). */
 static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int parts_loss)
 {
     qkv_rng g;
@@ -180,8 +180,8 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
     for (int b = 0; b < B; b++)
         rows[b] = (2 * b + 1) % T;
     qkv_tensor *mask = qkv_tensor_new(3, (const int[]){B, 1, T}, 0, NULL);
-    for (int e = 0; e < B * T; e++)
-        mask->data[e] = e % T >= T - (e / T) % 3 ? -INFINITY : 0;
+    for (int e = 0; e < B * T; e++) /* padding, and item 1 drops key 1 too */
+        mask->data[e] = e % T >= T - (e / T) % 3 || e == T + 1 ? -INFINITY : 0;
     qkv_tape *tp[2] = {qkv_tape_new(0, NULL), qkv_tape_new(0, NULL)};
     qkv_tensor *o[2];
     qkv_attention_parts parts[2];

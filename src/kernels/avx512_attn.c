@@ -58,11 +58,12 @@ QKV_ALWAYS_INLINE __m256 half_ps(__m512 x, int hf)
     return _mm256_castpd_ps(hf == 0 ? _mm512_castpd512_pd256(d) : _mm512_extractf64x4_pd(d, 1));
 }
 
-/* The mask's row i, as lanes (0 beyond tk). */
-QKV_ALWAYS_INLINE __m512 mask_row(const qkv_attn_shape *sh, int i, __mmask16 km)
+/* The mask's row i from key j0 on, as lanes (0 beyond tk). */
+QKV_ALWAYS_INLINE __m512 mask_row(const qkv_attn_shape *sh, int i, int j0, __mmask16 km)
 {
     const float *mr = sh->mask + (size_t)i * sh->mask_rs;
-    return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0])) : load16(km, mr);
+    return sh->mask_cs == 0 ? _mm512_maskz_mov_ps(km, _mm512_set1_ps(mr[0]))
+                            : load16(km, mr + (size_t)j0 * sh->mask_cs);
 }
 
 /* Rows i0..i0+nq (nq <= 16) of S, A and O with the rows in the lanes:
@@ -212,20 +213,34 @@ QKV_ALWAYS_INLINE void add_scaled_row(float x, const float *row, float *y, int d
     }
 }
 
-/* The backward pass of one item. With rows (NULL otherwise) dq, dk and dv
- * are tables and at most one row of dO is live and nothing flows into A or
- * S from elsewhere, so each row of the item's dK and dV is one product, and
- * goes straight into its table row. */
-static void attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k,
-                                 const float *v, const float *a, const float *dout, float *ds,
-                                 float *da, float *dq, float *dk, float *dv, const int *rows)
+/* Xᵀ for the tk <= 16·C rows of X (d columns) into dst, row stride 16·C:
+ * keys 16h.. in lanes of block h. */
+static void transpose_keys_c(const int C, const float *X, int tk, int d, float *dst)
+{
+    for (int h = 0; h < C && 16 * h < tk; h++)
+        for (int c0 = 0; c0 < d; c0 += 16)
+            transpose16_avx512(X + (size_t)16 * h * d + c0, (size_t)d,
+                               tk - 16 * h < 16 ? tk - 16 * h : 16, d - c0 < 16 ? d - c0 : 16,
+                               dst + (size_t)c0 * 16 * C + 16 * h, (size_t)16 * C);
+}
+
+/* The backward pass of one item whose tk <= 16·C keys fill C registers.
+ * With rows (NULL otherwise) dq, dk and dv are tables and at most one row
+ * of dO is live and nothing flows into A or S from elsewhere, so each row
+ * of the item's dK and dV is one product, and goes straight into its table
+ * row. */
+QKV_ALWAYS_INLINE void attn_bwd_item_c(const int C, const qkv_attn_shape *sh, const float *q,
+                                       const float *k, const float *v, const float *a,
+                                       const float *dout, float *ds, float *da, float *dq,
+                                       float *dk, float *dv, const int *rows)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
-    const __mmask16 km = lanes(tk);
+    __mmask16 km[2];
+    for (int h = 0; h < C; h++)
+        km[h] = lanes(tk - 16 * h);
     const __m512d c = _mm512_set1_pd(sh->scale);
-    if (da != NULL) {
-        transpose_keys(v, tk, d_v, attn_kt); /* Vᵀ */
-    }
+    if (da != NULL)
+        transpose_keys_c(C, v, tk, d_v, attn_kt); /* Vᵀ */
     for (int i = 0; i < tq; i++) {
         const float *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
         const int live = row_live(go, d_v);
@@ -239,46 +254,61 @@ static void attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const
         if (da == NULL)
             continue;
         /* dA[i,:] += dO[i,:]·Vᵀ */
-        __m512 g = load16(km, da + (size_t)i * tk);
+        float *dai = da + (size_t)i * tk, *dsi = ds + (size_t)i * tk;
+        __m512 g[2], sg[2];
+        __mmask16 nz = 0;
+        for (int h = 0; h < C; h++)
+            g[h] = load16(km[h], dai + 16 * h);
         if (live) {
             for (int p = 0; p < d_v; p++)
-                g = _mm512_fmadd_ps(_mm512_set1_ps(go[p]),
-                                    _mm512_maskz_load_ps(km, attn_kt + (size_t)p * 16), g);
-            store16(da + (size_t)i * tk, km, g);
+                for (int h = 0; h < C; h++)
+                    g[h] = _mm512_fmadd_ps(
+                        _mm512_set1_ps(go[p]),
+                        _mm512_maskz_load_ps(km[h], attn_kt + (size_t)p * 16 * C + 16 * h), g[h]);
+            for (int h = 0; h < C; h++)
+                store16(dai + 16 * h, km[h], g[h]);
+        }
+        for (int h = 0; h < C; h++) {
+            sg[h] = load16(km[h], dsi + 16 * h);
+            nz |= _mm512_cmp_ps_mask(g[h], _mm512_setzero_ps(), _CMP_NEQ_UQ) & km[h];
         }
         /* dSs[i,:] += mask-kept A ⊙ (dA - Σ dA·A), the dot summed in order */
-        __m512 sg = load16(km, ds + (size_t)i * tk);
-        if (_mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km) {
-            _Alignas(64) float gv[16];
-            _mm512_store_ps(gv, g);
+        if (nz) {
+            _Alignas(64) float gv[32];
+            for (int h = 0; h < C; h++)
+                _mm512_store_ps(gv + 16 * h, g[h]);
             double dot = 0;
             for (int j = 0; j < tk; j++)
                 dot += (double)gv[j] * ai[j];
-            __m512 ar = load16(km, ai);
-            __m512d dd = _mm512_set1_pd(dot);
-            __m256 lo = _mm512_cvtpd_ps(
-                _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(ar)),
-                              _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(g)), dd)));
-            __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
-                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(ar), 1))),
-                _mm512_sub_pd(_mm512_cvtps_pd(
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(g), 1))),
-                              dd)));
-            __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(
-                _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-            if (sh->mask != NULL) {
-                __mmask16 drop =
-                    _mm512_cmp_ps_mask(mask_row(sh, i, km), _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-                dx = _mm512_maskz_mov_ps((__mmask16)~drop, dx);
+            const __m512d dd = _mm512_set1_pd(dot);
+            for (int h = 0; h < C; h++) {
+                const __m512 ar = load16(km[h], ai + 16 * h);
+                const __m256 lo = _mm512_cvtpd_ps(
+                    _mm512_mul_pd(_mm512_cvtps_pd(half_ps(ar, 0)),
+                                  _mm512_sub_pd(_mm512_cvtps_pd(half_ps(g[h], 0)), dd)));
+                const __m256 hi = _mm512_cvtpd_ps(
+                    _mm512_mul_pd(_mm512_cvtps_pd(half_ps(ar, 1)),
+                                  _mm512_sub_pd(_mm512_cvtps_pd(half_ps(g[h], 1)), dd)));
+                __m512 dx = _mm512_castpd_ps(_mm512_insertf64x4(
+                    _mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+                if (sh->mask != NULL) {
+                    const __mmask16 drop = _mm512_cmp_ps_mask(
+                        mask_row(sh, i, 16 * h, km[h]), _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+                    dx = _mm512_maskz_mov_ps((__mmask16)~drop, dx);
+                }
+                sg[h] = _mm512_add_ps(sg[h], dx);
+                store16(dsi + 16 * h, km[h], sg[h]);
             }
-            sg = _mm512_add_ps(sg, dx);
-            store16(ds + (size_t)i * tk, km, sg);
         }
-        if (!(_mm512_cmp_ps_mask(sg, _mm512_setzero_ps(), _CMP_NEQ_UQ) & km))
+        nz = 0;
+        for (int h = 0; h < C; h++)
+            nz |= _mm512_cmp_ps_mask(sg[h], _mm512_setzero_ps(), _CMP_NEQ_UQ) & km[h];
+        if (!nz)
             continue;
         /* dS = scale·dSs; dQ[i,:] += Σ_j dS[j]·K[j,:]; dK[j,:] += dS[j]·Q[i,:] */
-        _Alignas(64) float d[16];
-        _mm512_store_ps(d, scale_ps(sg, c));
+        _Alignas(64) float d[32];
+        for (int h = 0; h < C; h++)
+            _mm512_store_ps(d + 16 * h, scale_ps(sg[h], c));
         if (dq != NULL)
             for (int c0 = 0; c0 < d_k; c0 += 16) {
                 const __mmask16 cm = lanes(d_k - c0);
@@ -299,12 +329,26 @@ static void attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const
     }
 }
 
+/* One item, its keys in one register or (with rows only) in two. */
+static void attn_bwd_item_avx512(const qkv_attn_shape *sh, const float *q, const float *k,
+                                 const float *v, const float *a, const float *dout, float *ds,
+                                 float *da, float *dq, float *dk, float *dv, const int *rows)
+{
+    if (sh->tk <= 16)
+        attn_bwd_item_c(1, sh, q, k, v, a, dout, ds, da, dq, dk, dv, rows);
+    else
+        attn_bwd_item_c(2, sh, q, k, v, a, dout, ds, da, dq, dk, dv, rows);
+}
+
 int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
                         const float *a, const float *dout, float *ds, float *da, float *dq,
                         float *dk, float *dv, float *scratch)
 {
     const int tq = sh->tq, tk = sh->tk;
-    if (tk > 16 || (da != NULL && sh->dv > ATTN_MAXD))
+    /* past 16 keys only the one-row scatter form, whose generic order is
+     * per-row chains too; Vᵀ then takes 32 floats a row */
+    if (tk > 32 || (tk > 16 && sh->row_index == NULL) ||
+        (da != NULL && sh->dv > (tk > 16 ? ATTN_MAXD / 2 : ATTN_MAXD)))
         return -1;
     if (sh->row_index == NULL) {
         attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, NULL);
