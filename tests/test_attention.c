@@ -150,6 +150,7 @@ START_TEST(test_attention_equals_unfused_ops)
         {3, {2, 19, 8}, 21, 8, 1, 0, 1, 0.3},
         {2, {20, 8}, 24, 6, 0, 0, 1, 0.17},
         {3, {2, 18, 8}, 18, 8, 2, 0, 1, 0.3},
+        {3, {2, 26, 8}, 29, 8, 1, 1, 1, 0.3}, /* four AVX2 chunks */
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
