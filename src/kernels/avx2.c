@@ -388,50 +388,70 @@ static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double
     }
 }
 
-/* Attention's scaling, key mask and softmax of rows of 9 to 32 keys in C
- * registers of 8, a row at a time: the scaled scores stored, then
- * softmax_rows_avx2's steps without going through memory: the maximum
- * (NaNs skipped, as row_max_avx2 skips them), exp_avx2_k, the two double
- * accumulators and exps_avx2's reduction, and one multiply by
- * (float)(1/sum), or zeros for a row with no maximum above -inf (its e
- * are 0: the lanes of -inf - -inf are NaN, which exp_avx2 makes 0). */
-QKV_ALWAYS_INLINE void attn_rows_c_avx2(const int C, float *s, float *a, const float *m,
-                                        size_t m_rs, size_t rows, size_t n, double c)
+/* Attention's scaling, key mask and softmax of G rows of C registers of 8
+ * (G·C <= 4): the scaled scores stored, then softmax_rows_avx2's steps
+ * without going through memory: the maximum (NaNs skipped, as
+ * row_max_avx2 skips them), exp_avx2_k, the two double accumulators and
+ * exps_avx2's reduction, and one multiply by (float)(1/sum), or zeros for
+ * a row with no maximum above -inf (its e are 0: the lanes of -inf - -inf
+ * are NaN, which exp_avx2 makes 0). */
+QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, float *a,
+                                            const float *m, size_t m_rs, size_t n, double c,
+                                            int exact)
 {
-    const int exact = (double)(float)c == c, last = (int)(n - 8 * (size_t)(C - 1));
+    const int last = (int)(n - 8 * (size_t)(C - 1));
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    for (size_t i = 0; i < rows; i++, s += n, a += n) {
-        const float *mr = m != NULL ? m + i * m_rs : NULL;
-        __m256 v[4], top = ninf;
+    __m256 v[4];
+    for (int g = 0; g < G; g++) {
+        float *sg = s + (size_t)g * n;
+        const float *mr = m != NULL ? m + g * m_rs : NULL;
+        __m256 top = ninf;
         for (int q = 0; q < C; q++) {
             const int w = q < C - 1 ? 8 : last;
             const __m256i k = lanes8(w);
             const __m256 y = scale8(
-                w >= 8 ? _mm256_loadu_ps(s + 8 * q) : _mm256_maskload_ps(s + 8 * q, k), c, exact);
-            store8(s + 8 * q, w, y);
+                w >= 8 ? _mm256_loadu_ps(sg + 8 * q) : _mm256_maskload_ps(sg + 8 * q, k), c, exact);
+            store8(sg + 8 * q, w, y);
             const __m256 x = mr == NULL
                                  ? y
                                  : _mm256_add_ps(y, w >= 8 ? _mm256_loadu_ps(mr + 8 * q)
                                                            : _mm256_maskload_ps(mr + 8 * q, k));
-            v[q] = w >= 8 ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(k));
-            top = _mm256_max_ps(v[q], top);
+            v[g * C + q] = w >= 8 ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(k));
+            top = _mm256_max_ps(v[g * C + q], top);
         }
         const __m256 mx = _mm256_set1_ps(hmax8(top));
         for (int q = 0; q < C; q++)
-            v[q] = _mm256_sub_ps(v[q], mx);
-        exp_avx2_k(C, v);
+            v[g * C + q] = _mm256_sub_ps(v[g * C + q], mx);
+    }
+    exp_avx2_k(G * C, v);
+    for (int g = 0; g < G; g++) {
         __m256d s0 = _mm256_setzero_pd(), s1 = s0;
         for (int q = 0; q < C; q++) {
-            s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v[q])));
-            s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v[q], 1)));
+            s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v[g * C + q])));
+            s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v[g * C + q], 1)));
         }
         _Alignas(32) double t[4];
         _mm256_store_pd(t, _mm256_add_pd(s0, s1));
         const double sum = (t[0] + t[1]) + (t[2] + t[3]);
         const __m256 inv = _mm256_set1_ps(sum == 0 ? 0.0f : (float)(1 / sum));
         for (int q = 0; q < C; q++)
-            store8(a + 8 * q, q < C - 1 ? 8 : last, _mm256_mul_ps(v[q], inv));
+            store8(a + (size_t)g * n + 8 * q, q < C - 1 ? 8 : last,
+                   _mm256_mul_ps(v[g * C + q], inv));
     }
+}
+
+/* Rows of C chunks, G = 4/C at a time. */
+QKV_ALWAYS_INLINE void attn_rows_c_avx2(const int C, float *s, float *a, const float *m,
+                                        size_t m_rs, size_t rows, size_t n, double c)
+{
+    const int exact = (double)(float)c == c, G = 4 / C;
+    size_t i = 0;
+    for (; i + (size_t)G <= rows; i += (size_t)G)
+        attn_rows_group_avx2(C, G, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n,
+                             c, exact);
+    for (; i < rows; i++)
+        attn_rows_group_avx2(C, 1, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n,
+                             c, exact);
 }
 
 static int attn_rows_avx2(float *s, float *a, const float *m, size_t m_rs, size_t rows, size_t n,
