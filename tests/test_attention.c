@@ -150,7 +150,8 @@ START_TEST(test_attention_equals_unfused_ops)
         {3, {2, 19, 8}, 21, 8, 1, 0, 1, 0.3},
         {2, {20, 8}, 24, 6, 0, 0, 1, 0.17},
         {3, {2, 18, 8}, 18, 8, 2, 0, 1, 0.3},
-        {3, {2, 26, 8}, 29, 8, 1, 1, 1, 0.3}, /* four AVX2 chunks */
+        {3, {2, 26, 8}, 29, 8, 1, 1, 1, 0.3},  /* four AVX2 chunks */
+        {3, {2, 19, 8}, 21, 8, 1, 1, 1, 0.75}, /* a float c, not a power of 2 */
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
@@ -167,7 +168,7 @@ END_TEST
  * outputs and table gradients exactly, ids repeating (so rows accumulate),
  * a padding mask with a hole, a loss on picked rows or on all of O, with
  * or without one on the scores and weights; on the register paths (T <=
- * 16, and T <= 32 backward) and the generic one (T = 20 forward). */
+ * 16; T <= 32 for the one-row backward) and the rows path (T = 20). */
 static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int parts_loss)
 {
     qkv_rng g;
@@ -252,6 +253,7 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
         check_embed_case(3, 20, 6, 16, 16, 1, 0);
         check_embed_case(2, 21, 5, 8, 5, 1, 0);
         check_embed_case(2, 19, 7, 24, 3500, 1, 0);
+        check_embed_case(2, 32, 6, 16, 300, 1, 0); /* 32 keys, dv past 256 */
         /* T >= 48, where qkv_gemm blocks the full products by depth: the
          * one-row path while a depth fits one block, else the full one */
         check_embed_case(2, 50, 7, 16, 16, 1, 0);

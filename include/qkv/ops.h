@@ -242,7 +242,8 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
  * Q, K and V as tensors. wq, wk: [V,dk]; wv: [V,dv]; ids: B·T integers,
  * copied onto the tape, each below the row count of every table. Returns
  * [B,T,dv]; the scores and weights are [B,T,T]. Backward adds into the rows
- * of the tables' gradients, in the order the gathers would. */
+ * of the tables' gradients, in the order the gathers would (for distinct
+ * tables: one passed twice gets the same sum in another order). */
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
                                 const int *ids, int B, int T, const qkv_tensor *mask, double scale,
                                 qkv_attention_parts *parts);

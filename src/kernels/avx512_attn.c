@@ -1,6 +1,7 @@
 /*
  * avx512_attn.c - fused attention for AVX-512, keys in one register
- * (tk <= 16); other shapes return nonzero and take the generic path of
+ * (tk <= 16; backward of the embedded form's one live row, in two up to
+ * 32); other shapes return nonzero and take the generic path of
  * attention.c. Compiled with -mavx512f; runs only after dispatch.c found
  * AVX-512F.
  *
