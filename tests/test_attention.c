@@ -280,6 +280,54 @@ START_TEST(test_attention_same_on_any_thread_count)
 }
 END_TEST
 
+/* A score that overflows to +inf meets a -inf mask entry: NaN, and the
+ * row is NaN, in the fused op as in the unfused ops, on every kernel set;
+ * the NaN last, where a maximum taken as max(mx, s_j) would end on the
+ * padding keys' -inf. 3 keys (the AVX-512 register path, padded to 4) and
+ * 20 (the rows path). */
+START_TEST(test_attention_nan_score_as_unfused)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int tk = 3; tk <= 20; tk += 17) {
+            qkv_tensor *q = tensor_of(3, (const int[]){1, 3, 2}, NULL, 0);
+            qkv_tensor *k = tensor_of(3, (const int[]){1, tk, 2}, NULL, 0);
+            qkv_tensor *v = tensor_of(3, (const int[]){1, tk, 2}, NULL, 0);
+            qkv_tensor *mask = tensor_of(3, (const int[]){1, 3, tk}, NULL, 0);
+            for (size_t i = 0; i < q->numel; i++)
+                q->data[i] = (qkv_real)(0.25 * (double)i - 0.5);
+            for (size_t i = 0; i < k->numel; i++) {
+                k->data[i] = (qkv_real)(0.125 * (double)(i % 7) - 0.25);
+                v->data[i] = (qkv_real)(0.5 * (double)(i % 5));
+            }
+            q->data[0] = (qkv_real)1e30; /* row 0 · the last key = 1e60: +inf */
+            k->data[2 * (tk - 1)] = (qkv_real)1e30;
+            k->data[2 * (tk - 1) + 1] = 0;
+            mask->data[tk - 1] = -INFINITY;
+            qkv_tape *t = qkv_tape_new(0, NULL);
+            qkv_attention_parts p;
+            qkv_tensor *o = qkv_attention(t, q, k, v, mask, 1, &p);
+            qkv_tensor *a = qkv_softmax(t, qkv_mask(t, qkv_matmul_nt(t, q, k), mask));
+            qkv_tensor *o2 = qkv_matmul(t, a, v);
+            ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+            for (int j = 0; j < tk; j++)
+                ck_assert_msg(isnan(p.attn->data[j]), "%s tk=%d: A[0,%d] = %g", impls[im], tk, j,
+                              (double)p.attn->data[j]);
+            assert_same(p.attn->data, a->data, a->numel, "attn");
+            assert_same(o->data, o2->data, o->numel, "O");
+            qkv_tape_free(t);
+            qkv_tensor_free(q);
+            qkv_tensor_free(k);
+            qkv_tensor_free(v);
+            qkv_tensor_free(mask);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_attention_errors_name_the_shapes)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -312,6 +360,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_equals_unfused_ops);
     tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
+    tcase_add_test(tc, test_attention_nan_score_as_unfused);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);
     suite_add_tcase(s, tc);
     return s;

@@ -247,6 +247,57 @@ START_TEST(test_softmax_rows_keep_their_bits_on_every_path)
 }
 END_TEST
 
+/* A NaN anywhere in a row makes the whole row NaN on every kernel set and
+ * path (one register, rows in registers, long rows), as the generic loop
+ * gives it (its e^NaN is NaN) and as PyTorch does; and so does the loss
+ * of cross-entropy over such logits. A row of -inf is zeros, with a NaN
+ * too: the generic maximum skips NaNs and finds none above -inf (PyTorch
+ * gives NaN there). */
+START_TEST(test_softmax_nan_rows_are_nan_on_every_set)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    static const size_t lens[] = {3, 16, 17, 21, 40, 129, 200};
+    qkv_real x[200], y[200];
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            const size_t n = lens[l], at[3] = {0, n / 2, n - 1};
+            for (int p = 0; p < 3; p++) {
+                for (size_t j = 0; j < n; j++)
+                    x[j] = (qkv_real)(0.1 * (double)j - 1);
+                x[at[p]] = NAN;
+                qkv_softmax_rows(y, x, 1, n);
+                for (size_t j = 0; j < n; j++)
+                    ck_assert_msg(isnan(y[j]), "%s n=%zu NaN at %zu: y[%zu] = %g", impls[im], n,
+                                  at[p], j, (double)y[j]);
+            }
+            /* -inf alone (at = n), or with one NaN: anywhere in a short row,
+             * in the middle of a long one */
+            for (size_t at = n <= 16 ? 0 : n / 2; at <= n; at = n <= 16 || at == n ? at + 1 : n) {
+                for (size_t j = 0; j < n; j++)
+                    x[j] = j == at ? NAN : -INFINITY;
+                qkv_softmax_rows(y, x, 1, n);
+                for (size_t j = 0; j < n; j++)
+                    ck_assert_msg(y[j] == 0, "%s n=%zu masked, NaN at %zu: y[%zu] = %g", impls[im],
+                                  n, at, j, (double)y[j]);
+            }
+        }
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *logits = tensor_of(2, (const int[]){2, 3}, NULL, 0);
+        logits->data[4] = NAN;
+        const int targets[2] = {0, 1};
+        qkv_tensor *loss = qkv_cross_entropy(t, logits, targets);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        ck_assert_msg(isnan(loss->data[0]), "%s: cross-entropy over a NaN logit: %g", impls[im],
+                      (double)loss->data[0]);
+        qkv_tensor_free(logits);
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_softmax_rows_are_shift_invariant_and_sum_to_one)
 {
     const qkv_real x[4] = {1, 2, 3, 4}, xs[4] = {1001, 1002, 1003, 1004};
@@ -715,6 +766,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_rows_are_shift_invariant_and_sum_to_one);
     tcase_add_test(tc, test_softmax_paths_agree_with_libm);
     tcase_add_test(tc, test_softmax_rows_keep_their_bits_on_every_path);
+    tcase_add_test(tc, test_softmax_nan_rows_are_nan_on_every_set);
     tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
     tcase_add_test(tc, test_vector_maths_are_within_their_ulp_bounds_of_libm);
     tcase_add_test(tc, test_gelu_backward_is_within_its_error_bound);

@@ -107,8 +107,10 @@ static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, con
 }
 static inline __m256 exp_avx2(__m256 v)
 {
-    __m256 live = _mm256_cmp_ps(v, _mm256_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
-    v = _mm256_max_ps(v, _mm256_set1_ps(QKV_EXP_MIN));
+    /* 0 below QKV_EXP_MIN; a NaN stays live and comes out NaN (max_ps
+     * returns its second operand for a NaN) */
+    __m256 live = _mm256_cmp_ps(v, _mm256_set1_ps(QKV_EXP_MIN), _CMP_NLT_UQ);
+    v = _mm256_max_ps(_mm256_set1_ps(QKV_EXP_MIN), v);
     __m256 t = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(t, _mm256_set1_ps(QKV_EXP_LN2_HI), v);
@@ -130,14 +132,14 @@ static inline __m256 exp_avx2(__m256 v)
 /* exp_avx2 of v[0..K) in place (K a constant, at most 4), each step for
  * all K registers before the next, so that K independent chains are in
  * flight where one alone waits on each step's latency. The same bits as
- * exp_avx2 on every input: the lanes it keeps (v >= QKV_EXP_MIN) go
+ * exp_avx2 on every input: the lanes it keeps (v >= QKV_EXP_MIN, or NaN) go
  * through the same operations (its clamp leaves them as they are), and
  * the others are 0 in both, whatever the exponent bits built for them. */
 QKV_ALWAYS_INLINE void exp_avx2_k(const int K, __m256 *v)
 {
     __m256 live[4], t[4], r[4], p[4];
     for (int k = 0; k < K; k++)
-        live[k] = _mm256_cmp_ps(v[k], _mm256_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
+        live[k] = _mm256_cmp_ps(v[k], _mm256_set1_ps(QKV_EXP_MIN), _CMP_NLT_UQ);
     for (int k = 0; k < K; k++)
         t[k] = _mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -393,8 +395,8 @@ static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double
  * without going through memory: the maximum (NaNs skipped, as
  * row_max_avx2 skips them), exp_avx2_k, the two double accumulators and
  * exps_avx2's reduction, and one multiply by (float)(1/sum), or zeros for
- * a row with no maximum above -inf (its e are 0: the lanes of -inf - -inf
- * are NaN, which exp_avx2 makes 0). */
+ * a row with no maximum above -inf. A row with a NaN comes out NaN, as in
+ * the generic path. */
 QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, float *a,
                                             const float *m, size_t m_rs, size_t n, double c,
                                             int exact)
@@ -402,6 +404,7 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, 
     const int last = (int)(n - 8 * (size_t)(C - 1));
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     __m256 v[4];
+    int empty[4];
     for (int g = 0; g < G; g++) {
         float *sg = s + (size_t)g * n;
         const float *mr = m != NULL ? m + g * m_rs : NULL;
@@ -419,9 +422,10 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, 
             v[g * C + q] = w >= 8 ? x : _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(k));
             top = _mm256_max_ps(v[g * C + q], top);
         }
-        const __m256 mx = _mm256_set1_ps(hmax8(top));
+        const float mxs = hmax8(top);
+        empty[g] = mxs == -INFINITY;
         for (int q = 0; q < C; q++)
-            v[g * C + q] = _mm256_sub_ps(v[g * C + q], mx);
+            v[g * C + q] = _mm256_sub_ps(v[g * C + q], _mm256_set1_ps(mxs));
     }
     exp_avx2_k(G * C, v);
     for (int g = 0; g < G; g++) {
@@ -433,10 +437,10 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, 
         _Alignas(32) double t[4];
         _mm256_store_pd(t, _mm256_add_pd(s0, s1));
         const double sum = (t[0] + t[1]) + (t[2] + t[3]);
-        const __m256 inv = _mm256_set1_ps(sum == 0 ? 0.0f : (float)(1 / sum));
+        const __m256 inv = _mm256_set1_ps((float)(1 / sum)); /* NaN for a NaN entry */
         for (int q = 0; q < C; q++)
             store8(a + (size_t)g * n + 8 * q, q < C - 1 ? 8 : last,
-                   _mm256_mul_ps(v[g * C + q], inv));
+                   empty[g] ? _mm256_setzero_ps() : _mm256_mul_ps(v[g * C + q], inv));
     }
 }
 

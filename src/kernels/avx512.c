@@ -127,7 +127,9 @@ static double exps_avx512(size_t n, const float *x, float mx, float *y)
 QKV_ALWAYS_INLINE __m512 softmax16_reg(__mmask16 m, __m512 v)
 {
     v = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), m, v);
-    float mx = _mm512_reduce_max_ps(v);
+    /* the maximum of the entries that are not NaN, as the generic loop's */
+    const __mmask16 num = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    float mx = _mm512_reduce_max_ps(_mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), num, v));
     if (mx == -INFINITY)
         return _mm512_setzero_ps();
     __m512 e = exp_avx512(_mm512_sub_ps(v, _mm512_set1_ps(mx)));
@@ -234,13 +236,12 @@ QKV_ALWAYS_INLINE void softmax_finish(const int C, float *y, size_t n, size_t nb
         _mm256_store_ps(inv + i, _mm512_cvtpd_ps(_mm512_div_pd(_mm512_set1_pd(1.0), sv)));
     }
     for (size_t i = 0; i < nb; i++) {
-        const __m512 v = mx[i] == -INFINITY ? _mm512_setzero_ps()
-                         : sum[i] == 0      ? _mm512_set1_ps(1.0f)
-                                            : _mm512_set1_ps(inv[i]);
+        const int empty = mx[i] == -INFINITY; /* zeros (its e^x may be NaN) */
+        const __m512 v = sum[i] == 0 ? _mm512_set1_ps(1.0f) : _mm512_set1_ps(inv[i]);
         for (int q = 0; q < C; q++) {
             const __mmask16 m = q < C - 1 ? 0xFFFF : last;
             float *yq = y + i * n + 16 * (size_t)q;
-            store16(yq, m, _mm512_mul_ps(load16(m, yq), v));
+            store16(yq, m, empty ? _mm512_setzero_ps() : _mm512_mul_ps(load16(m, yq), v));
         }
     }
 }
@@ -369,12 +370,14 @@ static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, doub
  * softmax_rows_regs's steps without going through memory: the row
  * maximum (NaNs skipped, as row_max_avx512 skips them), exp_avx512_k,
  * softmax_sum's accumulators and reduction, and one multiply by
- * (float)(1/sum), or zeros for a row with no maximum above -inf. */
+ * (float)(1/sum), or zeros for a row with no maximum above -inf. A row
+ * with a NaN comes out NaN, as in the generic path. */
 QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float *a, const float *m,
                                        size_t m_rs, size_t n, double c, int exact, __mmask16 last)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 v[8];
+    int empty[8];
     for (int g = 0; g < G; g++) {
         __m512 top = ninf;
         for (int q = 0; q < C; q++) {
@@ -386,9 +389,10 @@ QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float
             v[g * C + q] = _mm512_mask_mov_ps(ninf, k, x); /* -inf past the end */
             top = _mm512_max_ps(v[g * C + q], top);
         }
-        const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(top));
+        const float mxs = _mm512_reduce_max_ps(top);
+        empty[g] = mxs == -INFINITY;
         for (int q = 0; q < C; q++)
-            v[g * C + q] = _mm512_sub_ps(v[g * C + q], mx);
+            v[g * C + q] = _mm512_sub_ps(v[g * C + q], _mm512_set1_ps(mxs));
     }
     exp_avx512_k(G * C, v);
     for (int g = 0; g < G; g++) {
@@ -400,12 +404,10 @@ QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float
                                        _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
         }
         const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
-        /* a row with no maximum above -inf has e = 0 everywhere (the
-         * lanes of -inf - -inf are NaN, which exp_avx512_k makes 0) */
-        const __m512 inv = _mm512_set1_ps(sum == 0 ? 0.0f : (float)(1 / sum));
+        const __m512 inv = _mm512_set1_ps((float)(1 / sum)); /* NaN for a NaN entry */
         for (int q = 0; q < C; q++)
             store16(a + (size_t)g * n + 16 * q, q < C - 1 ? (__mmask16)0xFFFF : last,
-                    _mm512_mul_ps(v[g * C + q], inv));
+                    empty[g] ? _mm512_setzero_ps() : _mm512_mul_ps(v[g * C + q], inv));
     }
 }
 

@@ -75,8 +75,10 @@ static inline void transpose16_avx512(const float *B, size_t ldb, int n, int k, 
 }
 static inline __m512 exp_avx512(__m512 v)
 {
-    __mmask16 live = _mm512_cmp_ps_mask(v, _mm512_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
-    v = _mm512_max_ps(v, _mm512_set1_ps(QKV_EXP_MIN));
+    /* 0 below QKV_EXP_MIN; a NaN stays live and comes out NaN (max_ps
+     * returns its second operand for a NaN) */
+    __mmask16 live = _mm512_cmp_ps_mask(v, _mm512_set1_ps(QKV_EXP_MIN), _CMP_NLT_UQ);
+    v = _mm512_max_ps(_mm512_set1_ps(QKV_EXP_MIN), v);
     __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(t, _mm512_set1_ps(QKV_EXP_LN2_HI), v);
@@ -95,7 +97,7 @@ static inline __m512 exp_avx512(__m512 v)
 /* exp_avx512 of v[0..K) in place (K a constant, at most 8), each step for
  * all K registers before the next, so that K independent chains are in
  * flight where one alone waits on each step's latency. The same bits as
- * exp_avx512 on every input: the lanes it keeps (v >= QKV_EXP_MIN) go
+ * exp_avx512 on every input: the lanes it keeps (v >= QKV_EXP_MIN, or NaN) go
  * through the same operations (its clamp leaves them as they are), and
  * the others are 0 in both; the zeroing is folded into the scaling. */
 QKV_ALWAYS_INLINE void exp_avx512_k(const int K, __m512 *v)
@@ -103,7 +105,7 @@ QKV_ALWAYS_INLINE void exp_avx512_k(const int K, __m512 *v)
     __mmask16 live[8];
     __m512 t[8], r[8], p[8];
     for (int k = 0; k < K; k++)
-        live[k] = _mm512_cmp_ps_mask(v[k], _mm512_set1_ps(QKV_EXP_MIN), _CMP_GE_OQ);
+        live[k] = _mm512_cmp_ps_mask(v[k], _mm512_set1_ps(QKV_EXP_MIN), _CMP_NLT_UQ);
     for (int k = 0; k < K; k++)
         t[k] = _mm512_roundscale_ps(_mm512_mul_ps(v[k], _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -117,9 +117,9 @@ QKV_ALWAYS_INLINE void attn_fwd_block(const int NJ, int i0, int nq, const qkv_at
     }
     /* softmax down the registers: the max, e^(x - max), the sum in double
      * in softmax16_reg's tree, 1/sum, the scaling; all-masked rows give 0 */
-    __m512 mx = st[0];
-    for (int j = 1; j < NJ; j++)
-        mx = _mm512_max_ps(mx, st[j]);
+    __m512 mx = _mm512_set1_ps(-INFINITY); /* NaNs skipped, as the generic max skips them */
+    for (int j = 0; j < NJ; j++)
+        mx = _mm512_max_ps(st[j], mx);
     const __mmask16 live = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
     for (int j = 0; j < 16; j++)
         st[j] = j < NJ ? exp_avx512(_mm512_sub_ps(st[j], mx)) : _mm512_setzero_ps();
