@@ -302,8 +302,10 @@ START_TEST(test_attention_nan_score_as_unfused)
                 k->data[i] = (qkv_real)(0.125 * (double)(i % 7) - 0.25);
                 v->data[i] = (qkv_real)(0.5 * (double)(i % 5));
             }
-            q->data[0] = (qkv_real)1e30; /* row 0 · the last key = 1e60: +inf */
-            k->data[2 * (tk - 1)] = (qkv_real)1e30;
+            /* row 0 · the last key = big² = +inf; its other scores finite */
+            const qkv_real big = (qkv_real)(sizeof(qkv_real) == sizeof(float) ? 1e30 : 1e200);
+            q->data[0] = big;
+            k->data[2 * (tk - 1)] = big;
             k->data[2 * (tk - 1) + 1] = 0;
             mask->data[tk - 1] = -INFINITY;
             qkv_tape *t = qkv_tape_new(0, NULL);
