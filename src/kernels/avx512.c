@@ -335,28 +335,10 @@ static void softmax_rows_avx512(float *y, const float *x, size_t rows, size_t n)
     }
 }
 
-/* c·x rounded once to float, as the scaling op rounds (c·x in double):
- * in float when c is a float (1/√d_k for d_k a power of 4), where the
- * float product rounds the same exact product; else in double, 8 lanes
- * per half. */
-QKV_ALWAYS_INLINE __m512 scale16(__m512 x, double c, int exact)
-{
-    if (exact)
-        return _mm512_mul_ps(x, _mm512_set1_ps((float)c));
-    const __m512d cv = _mm512_set1_pd(c);
-    const __m512d xh =
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    const __m256 lo =
-        _mm512_cvtpd_ps(_mm512_mul_pd(cv, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
-    const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(cv, xh));
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-}
-
 /* Attention's scaling and mask, 16 at a time. */
 static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, double c)
 {
-    const int exact = (double)(float)c == c;
+    const int exact = scale_is_float(c);
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = lanes(n - j < 16 ? (int)(n - j) : 16);
         const __m512 y = scale16(load16(k, s + j), c, exact);
@@ -415,7 +397,7 @@ QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float
 QKV_ALWAYS_INLINE void attn_rows_c(const int C, float *s, float *a, const float *m, size_t m_rs,
                                    size_t rows, size_t n, double c)
 {
-    const int exact = (double)(float)c == c, G = 8 / C;
+    const int exact = scale_is_float(c), G = 8 / C;
     const __mmask16 last = lanes((int)(n - 16 * (size_t)(C - 1)));
     size_t i = 0;
     for (; i + (size_t)G <= rows; i += (size_t)G)
@@ -440,7 +422,7 @@ static int attn_rows_avx512(float *s, float *a, const float *m, size_t m_rs, siz
 /* Their backward, 16 at a time. */
 static void mask_scale_bwd_avx512(float *ds, float *g, const float *m, size_t n, double c)
 {
-    const int exact = (double)(float)c == c;
+    const int exact = scale_is_float(c);
     for (size_t j = 0; j < n; j += 16) {
         const __mmask16 k = lanes(n - j < 16 ? (int)(n - j) : 16);
         __m512 gv = load16(k, g + j);

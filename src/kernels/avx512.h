@@ -73,6 +73,30 @@ static inline void transpose16_avx512(const float *B, size_t ldb, int n, int k, 
     for (int p = 0; p < k; p++)
         store16(dst + (size_t)p * ldd, nm, r[p]);
 }
+/* c·x rounded once to float, as the scaling op rounds (c·x in double):
+ * in float when c is a float (1/√d_k for d_k a power of 4), where the
+ * float product rounds the same exact product; else in double, 8 lanes
+ * per half. exact is scale_is_float(c). */
+QKV_ALWAYS_INLINE __m512 scale16(__m512 x, double c, int exact)
+{
+    if (exact)
+        return _mm512_mul_ps(x, _mm512_set1_ps((float)c));
+    const __m512d cv = _mm512_set1_pd(c);
+    const __m512d xh =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    const __m256 lo =
+        _mm512_cvtpd_ps(_mm512_mul_pd(cv, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
+    const __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(cv, xh));
+    return _mm512_castpd_ps(
+        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* Nonzero when c is a float: then scale16 multiplies in float. */
+static inline int scale_is_float(double c)
+{
+    return (double)(float)c == c;
+}
+
 static inline __m512 exp_avx512(__m512 v)
 {
     /* 0 below QKV_EXP_MIN; a NaN stays live and comes out NaN (max_ps

@@ -25,31 +25,15 @@
 #define ATTN_MAXD 1024
 static _Thread_local _Alignas(64) float attn_kt[ATTN_MAXD * 16];
 
-/* dst (d×16, row stride 16) = Xᵀ for X tk×d, tk <= 16, d <= ATTN_MAXD. */
-static void transpose_keys(const float *X, int tk, int d, float *dst)
+/* Xᵀ for the tk <= 16·C rows of X (d columns) into dst, row stride 16·C:
+ * keys 16h.. in lanes of block h. */
+static void transpose_keys_c(const int C, const float *X, int tk, int d, float *dst)
 {
-    for (int c0 = 0; c0 < d; c0 += 16)
-        transpose16_avx512(X + c0, (size_t)d, tk, d - c0 < 16 ? d - c0 : 16, dst + (size_t)c0 * 16,
-                           16);
-}
-
-/* Nonzero when c is a power of two (1 included): then c·x is exact before
- * its one rounding in float and in double alike, so (float)(c·(double)x)
- * is x·(float)c. */
-static int pow2_scale(double c)
-{
-    int e;
-    return isfinite(c) && frexp(c, &e) == 0.5 && e > -100 && e < 100;
-}
-
-/* (float)(c·(double)x) lane by lane: the scaling op's rounding. */
-QKV_ALWAYS_INLINE __m512 scale_ps(__m512 x, __m512d c)
-{
-    __m256 lo = _mm512_cvtpd_ps(_mm512_mul_pd(c, _mm512_cvtps_pd(_mm512_castps512_ps256(x))));
-    __m256 hi = _mm512_cvtpd_ps(_mm512_mul_pd(
-        c, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)))));
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+    for (int h = 0; h < C && 16 * h < tk; h++)
+        for (int c0 = 0; c0 < d; c0 += 16)
+            transpose16_avx512(X + (size_t)16 * h * d + c0, (size_t)d,
+                               tk - 16 * h < 16 ? tk - 16 * h : 16, d - c0 < 16 ? d - c0 : 16,
+                               dst + (size_t)c0 * 16 * C + 16 * h, (size_t)16 * C);
 }
 
 /* Lanes 0-7 (hf = 0) or 8-15 (hf = 1) of x. */
@@ -80,7 +64,7 @@ QKV_ALWAYS_INLINE void attn_fwd_block(const int NJ, int i0, int nq, const qkv_at
     const __mmask16 qm = lanes(nq), km = lanes(tk);
     __m512 st[16], t[16];
     /* S[i,j] = Σ_p Q[i,p]·K[j,p], one FMA chain per (i,j), p ascending */
-    transpose_keys(q + (size_t)i0 * dk, nq, dk, attn_kt); /* Qᵀ of the block */
+    transpose_keys_c(1, q + (size_t)i0 * dk, nq, dk, attn_kt); /* Qᵀ of the block */
     for (int j = 0; j < NJ; j++)
         st[j] = _mm512_setzero_ps();
     for (int p = 0; p < dk; p++) {
@@ -88,13 +72,9 @@ QKV_ALWAYS_INLINE void attn_fwd_block(const int NJ, int i0, int nq, const qkv_at
         for (int j = 0; j < NJ; j++)
             st[j] = _mm512_fmadd_ps(_mm512_set1_ps(kr[(size_t)j * dk + p]), qp, st[j]);
     }
-    const __m512d c = _mm512_set1_pd(sh->scale);
-    const __m512 cf = _mm512_set1_ps((float)sh->scale);
-    const int exact = pow2_scale(sh->scale);
+    const int exact = scale_is_float(sh->scale);
     for (int j = 0; j < 16; j++)
-        t[j] = st[j] = j >= NJ ? _mm512_setzero_ps()
-                       : exact ? _mm512_mul_ps(st[j], cf)
-                               : scale_ps(st[j], c);
+        t[j] = st[j] = j >= NJ ? _mm512_setzero_ps() : scale16(st[j], sh->scale, exact);
     transpose16_regs(t);
     for (int i = 0; i < nq; i++)
         store16(s + (size_t)(i0 + i) * tk, km, t[i]);
@@ -214,17 +194,6 @@ QKV_ALWAYS_INLINE void add_scaled_row(float x, const float *row, float *y, int d
     }
 }
 
-/* Xᵀ for the tk <= 16·C rows of X (d columns) into dst, row stride 16·C:
- * keys 16h.. in lanes of block h. */
-static void transpose_keys_c(const int C, const float *X, int tk, int d, float *dst)
-{
-    for (int h = 0; h < C && 16 * h < tk; h++)
-        for (int c0 = 0; c0 < d; c0 += 16)
-            transpose16_avx512(X + (size_t)16 * h * d + c0, (size_t)d,
-                               tk - 16 * h < 16 ? tk - 16 * h : 16, d - c0 < 16 ? d - c0 : 16,
-                               dst + (size_t)c0 * 16 * C + 16 * h, (size_t)16 * C);
-}
-
 /* The backward pass of one item whose tk <= 16·C keys fill C registers.
  * With rows (NULL otherwise) dq, dk and dv are tables and at most one row
  * of dO is live and nothing flows into A or S from elsewhere, so each row
@@ -239,7 +208,7 @@ QKV_ALWAYS_INLINE void attn_bwd_item_c(const int C, const qkv_attn_shape *sh, co
     __mmask16 km[2];
     for (int h = 0; h < C; h++)
         km[h] = lanes(tk - 16 * h);
-    const __m512d c = _mm512_set1_pd(sh->scale);
+    const int exact = scale_is_float(sh->scale);
     if (da != NULL)
         transpose_keys_c(C, v, tk, d_v, attn_kt); /* Vᵀ */
     for (int i = 0; i < tq; i++) {
@@ -309,7 +278,7 @@ QKV_ALWAYS_INLINE void attn_bwd_item_c(const int C, const qkv_attn_shape *sh, co
         /* dS = scale·dSs; dQ[i,:] += Σ_j dS[j]·K[j,:]; dK[j,:] += dS[j]·Q[i,:] */
         _Alignas(64) float d[32];
         for (int h = 0; h < C; h++)
-            _mm512_store_ps(d + 16 * h, scale_ps(sg[h], c));
+            _mm512_store_ps(d + 16 * h, scale16(sg[h], sh->scale, exact));
         if (dq != NULL)
             for (int c0 = 0; c0 < d_k; c0 += 16) {
                 const __mmask16 cm = lanes(d_k - c0);
