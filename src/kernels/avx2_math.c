@@ -51,10 +51,17 @@ QKV_ALWAYS_INLINE __m256 abs8(__m256 x)
     return _mm256_andnot_ps(sign8(), x);
 }
 
-/* x with its sign flipped in the lanes of mask. */
-QKV_ALWAYS_INLINE __m256 flip8(__m256 mask, __m256 x)
+/* -v as two floats from v = hi + lo: -|hi|, and lo negated where hi's
+ * sign bit is clear (hi = ±0 only where lo is 0, and e^(±0) is the
+ * same); the AVX-512 set's neg_abs16 and neg_lo16. */
+QKV_ALWAYS_INLINE __m256 neg_abs8(__m256 hi)
 {
-    return _mm256_xor_ps(x, _mm256_and_ps(mask, sign8()));
+    return _mm256_or_ps(hi, sign8());
+}
+
+QKV_ALWAYS_INLINE __m256 neg_lo8(__m256 lo, __m256 hi)
+{
+    return _mm256_xor_ps(lo, _mm256_andnot_ps(hi, sign8()));
 }
 
 /* Where mask is set, b; elsewhere a. */
@@ -193,33 +200,34 @@ QKV_ALWAYS_INLINE __m256 sigmoid8(__m256 x)
     return _mm256_div_ps(pick8(neg, SET1(1.0f), z), _mm256_add_ps(SET1(1.0f), z));
 }
 
-/* v = x·K2·(1 + C·x²) in double for 4 floats, rounded to *hi + *lo. */
-QKV_ALWAYS_INLINE void gelu_arg4(__m128 x, __m128 *hi, __m128 *lo)
+/* v = x·K2·(1 + C·x²) as *hi + *lo, in float with the error-free products
+ * of vmath.h's GELU comment (the AVX-512 set's steps, in its order). */
+QKV_ALWAYS_INLINE void gelu_arg8(__m256 x, __m256 *hi, __m256 *lo)
 {
-    __m256d a = _mm256_cvtps_pd(x);
-    __m256d u =
-        _mm256_fmadd_pd(_mm256_mul_pd(a, a), _mm256_set1_pd(VM_GELU_C), _mm256_set1_pd(1.0));
-    __m256d v = _mm256_mul_pd(_mm256_mul_pd(a, _mm256_set1_pd(VM_GELU_K2)), u);
-    *hi = _mm256_cvtpd_ps(v);
-    *lo = _mm256_cvtpd_ps(_mm256_sub_pd(v, _mm256_cvtps_pd(*hi)));
+    __m256 a = _mm256_mul_ps(x, x), ea = _mm256_fmsub_ps(x, x, a);
+    __m256 u = _mm256_fmadd_ps(SET1(VM_GELU_CH), a, SET1(1.0f));
+    __m256 eu = _mm256_fmsub_ps(SET1(VM_GELU_CH), a, _mm256_sub_ps(u, SET1(1.0f)));
+    eu = _mm256_fmadd_ps(SET1(VM_GELU_CL), a, _mm256_fmadd_ps(SET1(VM_GELU_CH), ea, eu));
+    __m256 w = _mm256_mul_ps(SET1(VM_GELU_K2F), x);
+    __m256 ew = _mm256_fmadd_ps(SET1(VM_GELU_K2L), x, _mm256_fmsub_ps(SET1(VM_GELU_K2F), x, w));
+    __m256 h = _mm256_mul_ps(w, u);
+    *lo = _mm256_fmadd_ps(w, eu, _mm256_fmadd_ps(ew, u, _mm256_fmsub_ps(w, u, h)));
+    *hi = h;
 }
 
 /* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
- * C·x²) in double, carried as two floats into e^(-|v|) = p·2^t, that as
+ * C·x²) as two floats, carried into e^(-|v|) = p·2^t, that as
  * *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in *d.
  * Sets *pos (lanes where v >= 0); returns p. */
 QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *t, __m256 *z,
                                      __m256 *d)
 {
     __m256 c = _mm256_min_ps(SET1(VM_GELU_BIG), _mm256_max_ps(SET1(-VM_GELU_BIG), x));
-    __m128 h0, l0, h1, l1;
-    gelu_arg4(_mm256_castps256_ps128(c), &h0, &l0);
-    gelu_arg4(_mm256_extractf128_ps(c, 1), &h1, &l1);
-    __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(h0), h1, 1);
-    __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(l0), l1, 1);
+    __m256 hi, lo;
+    gelu_arg8(c, &hi, &lo);
     *pos = _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    __m256 p = exp_parts8(flip8(*pos, hi), flip8(*pos, lo), t);
+    __m256 p = exp_parts8(neg_abs8(hi), neg_lo8(lo, hi), t);
     *z = exp_beside1_8(p, *t);
     *d = _mm256_add_ps(SET1(1.0f), *z);
     return p;

@@ -28,11 +28,21 @@ QKV_ALWAYS_INLINE __m512 abs16(__m512 x)
         _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
 }
 
-/* x with its sign bit flipped in the lanes of mask. */
-QKV_ALWAYS_INLINE __m512 flip16(__mmask16 mask, __m512 x)
+/* -|hi| + lo' with lo' = lo negated where hi's sign bit is clear: -v as
+ * two floats from v = hi + lo, the sign of each picked by one bit
+ * operation (hi = ±0 only where lo is 0, and e^(±0) is the same). */
+QKV_ALWAYS_INLINE __m512 neg_abs16(__m512 hi)
 {
-    __m512i s = _mm512_maskz_mov_epi32(mask, _mm512_set1_epi32((int)0x80000000u));
-    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), s));
+    return _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(hi), _mm512_set1_epi32((int)0x80000000u)));
+}
+
+QKV_ALWAYS_INLINE __m512 neg_lo16(__m512 lo, __m512 hi)
+{
+    /* lo ^ (~hi & sign): the truth table of (a, b, c) -> a ^ (~b & c) */
+    return _mm512_castsi512_ps(
+        _mm512_ternarylogic_epi32(_mm512_castps_si512(lo), _mm512_castps_si512(hi),
+                                  _mm512_set1_epi32((int)0x80000000u), 0xD2));
 }
 
 /* y (whose sign bit is clear) with the sign of x. */
@@ -131,39 +141,34 @@ QKV_ALWAYS_INLINE __m512 sigmoid16(__m512 x)
     return _mm512_div_ps(_mm512_mask_mov_ps(SET1(1.0f), neg, z), _mm512_add_ps(SET1(1.0f), z));
 }
 
-/* v = x·K2·(1 + C·x²) in double for 8 floats, rounded to *hi + *lo. */
-QKV_ALWAYS_INLINE void gelu_arg8(__m256 x, __m256 *hi, __m256 *lo)
+/* v = x·K2·(1 + C·x²) as *hi + *lo, in float with the error-free products
+ * of vmath.h's GELU comment. */
+QKV_ALWAYS_INLINE void gelu_arg16(__m512 x, __m512 *hi, __m512 *lo)
 {
-    __m512d a = _mm512_cvtps_pd(x);
-    __m512d u =
-        _mm512_fmadd_pd(_mm512_mul_pd(a, a), _mm512_set1_pd(VM_GELU_C), _mm512_set1_pd(1.0));
-    __m512d v = _mm512_mul_pd(_mm512_mul_pd(a, _mm512_set1_pd(VM_GELU_K2)), u);
-    *hi = _mm512_cvtpd_ps(v);
-    *lo = _mm512_cvtpd_ps(_mm512_sub_pd(v, _mm512_cvtps_pd(*hi)));
-}
-
-/* The 16 floats of a (low half) and b. */
-QKV_ALWAYS_INLINE __m512 join16(__m256 a, __m256 b)
-{
-    __m512d w = _mm512_castps_pd(_mm512_castps256_ps512(a));
-    return _mm512_castpd_ps(_mm512_insertf64x4(w, _mm256_castps_pd(b), 1));
+    __m512 a = _mm512_mul_ps(x, x), ea = _mm512_fmsub_ps(x, x, a);
+    __m512 u = _mm512_fmadd_ps(SET1(VM_GELU_CH), a, SET1(1.0f));
+    __m512 eu = _mm512_fmsub_ps(SET1(VM_GELU_CH), a, _mm512_sub_ps(u, SET1(1.0f)));
+    eu = _mm512_fmadd_ps(SET1(VM_GELU_CL), a, _mm512_fmadd_ps(SET1(VM_GELU_CH), ea, eu));
+    __m512 w = _mm512_mul_ps(SET1(VM_GELU_K2F), x);
+    __m512 ew = _mm512_fmadd_ps(SET1(VM_GELU_K2L), x, _mm512_fmsub_ps(SET1(VM_GELU_K2F), x, w));
+    __m512 h = _mm512_mul_ps(w, u);
+    *lo = _mm512_fmadd_ps(w, eu, _mm512_fmadd_ps(ew, u, _mm512_fmsub_ps(w, u, h)));
+    *hi = h;
 }
 
 /* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
- * C·x²) in double, carried as two floats into e^(-|v|) = p·2^t, that
+ * C·x²) as two floats, carried into e^(-|v|) = p·2^t, that
  * as *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in
  * *d. Sets *pos where v >= 0; returns p. */
 QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m512 *t, __m512 *z,
                                       __m512 *d)
 {
     __m512 c = _mm512_min_ps(SET1(VM_GELU_BIG), _mm512_max_ps(SET1(-VM_GELU_BIG), x));
-    __m256 h0, l0, h1, l1;
-    gelu_arg8(_mm512_castps512_ps256(c), &h0, &l0);
-    gelu_arg8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c), 1)), &h1, &l1);
-    __m512 hi = join16(h0, h1), lo = join16(l0, l1);
+    __m512 hi, lo;
+    gelu_arg16(c, &hi, &lo);
     *pos = _mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    __m512 p = exp_parts16(flip16(*pos, hi), flip16(*pos, lo), t);
+    __m512 p = exp_parts16(neg_abs16(hi), neg_lo16(lo, hi), t);
     *z = _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), *t));
     *d = _mm512_add_ps(SET1(1.0f), *z);
     return p;

@@ -4,7 +4,7 @@
  * compute the same approximations, and their entry points. Private to
  * src/kernels; a float32 x86-64 build only.
  *
- * The methods, in float with fused multiply-adds (but GELU's argument):
+ * The methods, in float with fused multiply-adds:
  *   exp    x = t·ln2 + r, |r| <= ln2/2 (t·ln2 in two parts, so r is exact
  *          before the last part), e^r = 1 + (r + r²·Q(r)), then scaled by
  *          2^t in one rounding (subnormal results included).
@@ -18,9 +18,14 @@
  *          subnormal z, from x < -87.3 on, is rounded twice: within an ulp
  *          of the smallest subnormal).
  *   gelu   x·σ(v) with v = 2√(2/π)·(x + 0.044715·x³), which is the tanh form
- *          without its cancellation (1 + tanh(v/2) = 2σ(v)). v is computed
- *          in double and carried into e^(-|v|) as two floats: σ(v) is e^v
- *          for v << 0, and an error in v is an error in e^v. Its
+ *          without its cancellation (1 + tanh(v/2) = 2σ(v)). σ(v) is e^v
+ *          for v << 0, and an error in v is an error in e^v (at v = -87, a
+ *          relative error of 2^-24 in v would be 5 ulp), so v is carried
+ *          into e^(-|v|) as two floats, hi + lo, from error-free products:
+ *          x² = a + ea and K2·x = w + ew (the FMA x·y - fl(x·y) is exact),
+ *          1 + C·x² = u + eu (u - 1 is exact, u being in [1, 8)), and
+ *          hi = fl(w·u), lo = (w·u - hi) + ew·u + w·eu; the terms dropped
+ *          are below 2^-44 of v. K2 and C are split into float pairs. Its
  *          derivative is σ(v)·(1 + x·σ(-v)·K2·(1 + 3C·x²)) from the same σ.
  * Each quotient is one division. These maps are bound by arithmetic, not
  * memory (about 14 vector operations for exp, 20 for tanh and sigmoid),
@@ -78,13 +83,16 @@
  * tanh x rounds to 1 in float, and 2^29 keeps clear of overflow. */
 #define VM_TANH_CAP 20.0f
 
-/* GELU: v = x·K2·(1 + C·x²) with K2 = 2√(2/π) and C = 0.044715; its
- * derivative's factor K2·(1 + 3C·x²). x is clamped to ±VM_GELU_BIG for v:
- * from there on σ(v) is 0 or 1 in float (e^-142 underflows), and the
- * results are x and 0 (gradients 1 and 0). */
-#define VM_GELU_K2 1.5957691216057308
-#define VM_GELU_C 0.044715
+/* GELU: v = x·K2·(1 + C·x²) with K2 = 2√(2/π) = VM_GELU_K2F + VM_GELU_K2L
+ * and C = 0.044715 = VM_GELU_CH + VM_GELU_CL (each pair within 2^-48 of
+ * the constant); its derivative's factor K2·(1 + 3C·x²) in one float each.
+ * x is clamped to ±VM_GELU_BIG for v: from there on σ(v) is 0 or 1 in
+ * float (e^-142 underflows), and the results are x and 0 (gradients 1 and
+ * 0). */
 #define VM_GELU_K2F 1.595769167e+00f
+#define VM_GELU_K2L (-4.534068054e-08f)
+#define VM_GELU_CH 4.471499845e-02f
+#define VM_GELU_CL 1.546144435e-09f
 #define VM_GELU_K2C3F 2.140644491e-01f
 #define VM_GELU_BIG 12.0f
 
