@@ -264,6 +264,110 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
 }
 END_TEST
 
+/* ---- the heads form against slices, permutes and attention ----------- */
+
+/* Q, K or V (part 0, 1, 2 of x [B,T,3D]) as [B,H,T,d_h] by the shape ops. */
+static qkv_tensor *heads_by_ops(qkv_tape *t, qkv_tensor *x, int H, int part)
+{
+    const int B = x->shape[0], T = x->shape[1], D = x->shape[2] / 3;
+    qkv_tensor *y =
+        qkv_reshape(t, qkv_slice(t, x, 2, part * D, D), 4, (const int[]){B, T, H, D / H});
+    return qkv_permute(t, y, (const int[]){0, 2, 1, 3});
+}
+
+/* qkv_attention_heads and the ops it stands for, on the same x, mask
+ * (0 none, 1 padding [B,1,1,T], 2 causal [T,T]) and loss; with x_loss the
+ * loss reads x too, so x's gradient is filled before attention adds to it.
+ * Every result and gradient must be equal. */
+static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_loss)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 21);
+    qkv_tensor *x = random_tensor(&g, 3, (const int[]){B, T, 3 * D}, 1);
+    qkv_tensor *mask = NULL;
+    if (mask_kind == 1) {
+        mask = qkv_tensor_new(4, (const int[]){B, 1, 1, T}, 0, NULL);
+        for (int e = 0; e < B * T; e++)
+            mask->data[e] = e % T >= T - (e / T) % 3 ? -INFINITY : 0;
+    } else if (mask_kind == 2) {
+        mask = qkv_tensor_new(2, (const int[]){T, T}, 0, NULL);
+        for (int e = 0; e < T * T; e++)
+            mask->data[e] = e % T > e / T ? -INFINITY : 0;
+    }
+    const double scale = 1 / sqrt((double)(D / H));
+    qkv_tape *tp[2] = {qkv_tape_new(0, NULL), qkv_tape_new(0, NULL)};
+    qkv_tensor *o[2];
+    qkv_attention_parts parts[2];
+    qkv_real *dx[2];
+    for (int f = 0; f < 2; f++) {
+        qkv_tape *t = tp[f];
+        /* two steps on one tape: the second finds the first's gradients in
+         * the arena, which a claimed gradient must not add to */
+        for (int step = 0; step < 2; step++) {
+            qkv_tape_reset(t);
+            qkv_tensor_zero_grad(x);
+            qkv_tensor *xs = qkv_scale(t, x, 0.5); /* on the tape, as a projection is */
+            if (f == 0) {
+                qkv_tensor *y =
+                    qkv_attention(t, heads_by_ops(t, xs, H, 0), heads_by_ops(t, xs, H, 1),
+                                  heads_by_ops(t, xs, H, 2), mask, scale, &parts[f]);
+                y = qkv_permute(t, y, (const int[]){0, 2, 1, 3});
+                o[f] = qkv_reshape(t, y, 3, (const int[]){B, T, D});
+            } else {
+                o[f] = qkv_attention_heads(t, xs, H, mask, scale, &parts[f]);
+            }
+            qkv_rng lw;
+            qkv_rng_seed(&lw, 6);
+            qkv_tensor *loss = qkv_add(t, weighted_sum(t, o[f], &lw),
+                                       qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
+                                               weighted_sum(t, parts[f].attn, &lw)));
+            if (x_loss)
+                loss = qkv_add(t, loss, weighted_sum(t, xs, &lw));
+            ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
+        }
+        dx[f] = malloc(sizeof(qkv_real) * x->numel);
+        memcpy(dx[f], x->grad, sizeof(qkv_real) * x->numel);
+    }
+    ck_assert_int_eq(o[1]->ndim, 3);
+    ck_assert_int_eq(o[1]->shape[2], D);
+    ck_assert_int_eq(parts[1].attn->ndim, 4);
+    ck_assert_int_eq(parts[1].attn->shape[1], H);
+    assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
+    assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
+    assert_same(parts[1].attn->grad, parts[0].attn->grad, parts[0].attn->numel, "dattn");
+    assert_same(dx[1], dx[0], x->numel, "dx");
+    double norm = 0;
+    for (size_t e = 0; e < x->numel; e++)
+        norm += fabs((double)dx[1][e]);
+    ck_assert_msg(norm > 0, "dx is all zeros");
+    free(dx[0]);
+    free(dx[1]);
+    qkv_tensor_free(x);
+    qkv_tensor_free(mask);
+    qkv_tape_free(tp[0]);
+    qkv_tape_free(tp[1]);
+}
+
+START_TEST(test_attention_heads_equals_slices_and_permutes)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
+            check_heads_case(2, 5, 12, 2, 2, 0);  /* the fused register path */
+            check_heads_case(3, 20, 16, 4, 1, 1); /* the rows path, padding */
+            check_heads_case(2, 7, 6, 1, 0, 0);   /* one head, no mask */
+            check_heads_case(2, 64, 64, 2, 2, 1); /* the generic path, causal */
+        }
+    }
+    qkv_threads_use(1, NULL);
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 /* Enough work to split the items across 2 and 3 threads, which must
  * change nothing: the embedded form (forward split, backward in order) and
  * the plain form (both split). */
@@ -342,6 +446,12 @@ START_TEST(test_attention_errors_name_the_shapes)
                     "[...,Tk,dv] with the same leading dimensions");
     EXPECT_ERROR_ON(t, qkv_attention(t, a, a, a, w, 1, NULL), QKV_ERR_SHAPE,
                     "attention: mask [5,3] does not broadcast to the scores [2,3,3]");
+    EXPECT_ERROR_ON(t, qkv_attention_heads(t, a, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "attention_heads: x [2,3,4] with 2 heads: need [B,T,3D] with D a multiple of "
+                    "the heads");
+    EXPECT_ERROR_ON(t, qkv_attention_heads(t, w, 1, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "attention_heads: x [5,3] with 1 heads: need [B,T,3D] with D a multiple of "
+                    "the heads");
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_ARG,
                     "embed_attention: id 5 at position 1 is outside [0,5) of the tables");
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, a, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
@@ -361,6 +471,7 @@ Suite *attention_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_attention_equals_unfused_ops);
     tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
+    tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);

@@ -236,6 +236,18 @@ typedef struct qkv_attention_parts {
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts);
 
+/* Multi-head self-attention on a fused projection, with no head copies:
+ * x [B,T,3D] holds Q, K and V side by side (columns 0, D and 2D on), each
+ * split into heads of d_h = D/heads columns. The same numbers as slicing
+ * Q, K and V out of x, reshaping each to [B,T,H,d_h], permuting it to
+ * [B,H,T,d_h], qkv_attention(q, k, v, mask, scale, parts) and permuting
+ * the result back to [B,T,H,d_h] as [B,T,D], which is what it returns:
+ * each head reads its rows from x and writes its output rows into the
+ * result directly. The scores and weights are [B,H,T,T]; mask broadcasts
+ * to them. */
+qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
+                                double scale, qkv_attention_parts *parts);
+
 /* Attention over embedded tokens, fused with the lookups: the same numbers
  * as qkv_attention(t, gather(wq), gather(wk), gather(wv), mask, scale,
  * parts) with each gather a qkv_gather of ids shaped [B,T], without making

@@ -249,6 +249,15 @@ static qkv_tensor *c_attention_fused4(qkv_tape *t, qkv_tensor **p)
     return qkv_attention(t, p[0], p[1], p[2], m, 0.5, NULL);
 }
 
+/* The heads form on a fused projection [B,T,3D] (2 heads of 2 columns),
+ * causal, with a loss that reads the weights too. */
+static qkv_tensor *c_attention_heads(qkv_tape *t, qkv_tensor **p)
+{
+    qkv_attention_parts parts;
+    qkv_tensor *o = qkv_attention_heads(t, p[0], 2, causal_mask(t, 3, 3), 0.7, &parts);
+    return qkv_add(t, qkv_mean(t, qkv_tanh(t, o)), qkv_sum(t, qkv_mul(t, parts.attn, parts.attn)));
+}
+
 /* A whole attention classifier end to end (the shape of the tutorial's
  * coreference model): Q, K, V looked up from token ids, scaled scores,
  * padding mask, softmax, A·V (all in qkv_embed_attention), one query row
@@ -498,6 +507,7 @@ static const gc_case cases[] = {
      {{2, 2, 3, 4}, {2, 2, 4, 4}, {2, 2, 4, 3}},
      0,
      0},
+    {"attention_heads [B,T,3D]", c_attention_heads, 1, {3}, {{2, 3, 12}}, 0, 0},
     {"layer: linear", c_linear, 3, {3, 2, 1}, {{LB, LT, LD}, {LD, 5}, {5}}, 0, 0},
     {"layer: mha (causal, padded)",
      c_mha,

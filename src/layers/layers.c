@@ -129,15 +129,6 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
     return s;
 }
 
-/* Q, K or V (part 0, 1, 2 of the [B,T,3D] projection) as heads [B,H,T,d_h]. */
-static qkv_tensor *heads_of(qkv_tape *t, const qkv_mha *m, qkv_tensor *qkv, int part)
-{
-    const int B = qkv->shape[0], T = qkv->shape[1], D = m->d_model, H = m->heads;
-    qkv_tensor *x = qkv_slice(t, qkv, 2, part * D, D);
-    x = qkv_reshape(t, x, 4, (const int[]){B, T, H, D / H});
-    return qkv_permute(t, x, (const int[]){0, 2, 1, 3});
-}
-
 /* The additive mask for [B,H,T,T] scores: causal [T,T], padding [B,1,1,T],
  * both [B,1,T,T] (m[b,i,j] = causal[i,j] + pad[b,j]), or NULL for neither. */
 static const qkv_tensor *mask_of(qkv_tape *t, const qkv_mha *m, int B, int T, const qkv_tensor *pad)
@@ -187,14 +178,12 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
     const qkv_tensor *mask = mask_of(t, m, B, T, pad);
     qkv_tensor *qkv = qkv_linear_forward(t, &m->qkv, x); /* [B,T,3D] */
     qkv_attention_parts ap;
-    qkv_tensor *o = qkv_attention(t, heads_of(t, m, qkv, 0), heads_of(t, m, qkv, 1),
-                                  heads_of(t, m, qkv, 2), mask, 1 / sqrt((double)(D / H)), &ap);
+    /* the heads read from the projection and write the merged [B,T,D] */
+    qkv_tensor *merged = qkv_attention_heads(t, qkv, H, mask, 1 / sqrt((double)(D / H)), &ap);
     if (parts != NULL) {
         parts->attn = ap.attn;
         parts->scores = ap.scores;
     }
-    qkv_tensor *merged = qkv_permute(t, o, (const int[]){0, 2, 1, 3}); /* [B,T,H,d_h] */
-    merged = qkv_reshape(t, merged, 3, (const int[]){B, T, D});
     return qkv_linear_forward(t, &m->proj, merged);
 }
 

@@ -10,8 +10,11 @@
  * and V rows into a small buffer, kept for backward while they are small,
  * and its backward adds the rows' gradients straight into the tables'
  * gradients, so no [B,T,d] tensor is made: those are most of a small
- * model's memory traffic. Every result and gradient is bit for bit what
- * the unfused ops give (see qkv_attention in ops.h).
+ * model's memory traffic. The heads form (qkv_attention_heads) likewise
+ * copies each item's rows out of the fused projection into a small buffer
+ * and writes its output rows straight into the merged heads, so that no
+ * [B,H,T,d_h] tensor is made. Every result and gradient is bit for bit
+ * what the unfused ops give (see qkv_attention in ops.h).
  */
 #include <string.h>
 
@@ -37,6 +40,7 @@ typedef struct attn_rec {
                            * kept for backward (keep_rows), else one item's
                            * per part */
     int keep_rows;
+    int width;       /* heads form: the model width D of x [B,T,3D]; else 0 */
     int parts;       /* threads the item loops may use (threads.c) */
     size_t nscratch; /* reals of scratch per part */
 } attn_rec;
@@ -107,6 +111,49 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
     return io;
 }
 
+/* Heads form: reals of one part's buffer: an item's Q, K and V rows, its
+ * output rows (or their gradient), and the gradients of Q, K and V. */
+static size_t heads_buffer(const attn_rec *r)
+{
+    return 2 * item_rows(r) + (size_t)r->tq * r->dv;
+}
+
+/* Heads form: item b is head b % H of batch row b / H. Its part of x
+ * [B,T,3D] (Q; K and V follow, D and 2D columns on) and of the merged
+ * output [B,T,D], each a block of d_h columns. */
+static size_t heads_offset(const attn_rec *r, size_t b, int width)
+{
+    return (b / (size_t)r->n1) * (size_t)r->tq * (size_t)width +
+           (b % (size_t)r->n1) * (size_t)r->dk;
+}
+
+/* rows rows of d reals, each from every ld reals of src, into dst (or, with
+ * back set, from dst into src: stored, or added when add is set). */
+static void copy_rows(qkv_real *dst, qkv_real *src, size_t rows, size_t d, size_t ld, int back,
+                      int add)
+{
+    for (size_t i = 0; i < rows; i++, dst += d, src += ld)
+        if (!back)
+            memcpy(dst, src, sizeof *dst * d);
+        else if (!add)
+            memcpy(src, dst, sizeof *dst * d);
+        else
+            for (size_t c = 0; c < d; c++)
+                src[c] += dst[c];
+}
+
+/* Heads form: Q, K and V of item b from x (or, with back set, their
+ * gradients from the buffer into x's gradient, added unless store). */
+static void heads_qkv(const attn_rec *r, qkv_tensor *x, size_t b, qkv_real *rows, int back,
+                      int store)
+{
+    const size_t w = (size_t)r->width, ld = 3 * w, n = (size_t)r->tq * r->dk;
+    qkv_real *base = (back ? x->grad : x->data) + heads_offset(r, b, (int)ld);
+    for (int part = 0; part < 3; part++)
+        copy_rows(rows + (size_t)part * n, base + (size_t)part * w, (size_t)r->tq, (size_t)r->dk,
+                  ld, back, !store);
+}
+
 /* The item loops, as jobs for qkv_parallel_for. */
 typedef struct attn_job {
     const attn_rec *r;
@@ -121,9 +168,47 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
     const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
+        if (r->width != 0) { /* heads form: rows in, output rows out */
+            qkv_real *rows = r->rows + (size_t)part * heads_buffer(r), *o = rows + item_rows(r);
+            heads_qkv(r, (qkv_tensor *)j->q, b, rows, 0, 0);
+            qkv_attention_forward(&sh, rows, rows + no, rows + 2 * no, r->scores->data + b * ns,
+                                  r->attn->data + b * ns, o);
+            copy_rows(o, j->out->data + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
+                      (size_t)r->width, 1, 0);
+            continue;
+        }
         attn_io io = item_io(r, j->q, j->k, b, 0, part);
         qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
                               r->attn->data + b * ns, j->out->data + b * no);
+    }
+}
+
+/* Backward of the heads form's items: each item's rows and output
+ * gradient copied in, its gradients from zero, then stored (x's gradient
+ * claimed unfilled) or added into x's gradient, whose blocks of columns
+ * are the item's alone. */
+static void backward_heads_items(void *ctx, int part, size_t b0, size_t b1)
+{
+    const attn_job *j = ctx;
+    const attn_rec *r = j->r;
+    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv, per = item_rows(r);
+    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    qkv_real *rows = r->rows + (size_t)part * heads_buffer(r), *dout = rows + per, *g = dout + no;
+    for (size_t b = b0; b < b1; b++) {
+        qkv_attn_shape sh = item_shape(r, b);
+        sh.sa_zero = j->zero[3] && j->zero[4];
+        heads_qkv(r, (qkv_tensor *)j->q, b, rows, 0, 0);
+        copy_rows(dout, j->out->grad + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
+                  (size_t)r->width, 0, 0);
+        qkv_zero(g, per);
+        if (j->zero[3] && ds != NULL)
+            qkv_zero(ds + b * ns, ns);
+        if (j->zero[4] && da != NULL)
+            qkv_zero(da + b * ns, ns);
+        qkv_attention_backward(&sh, rows, rows + no, rows + 2 * no, r->attn->data + b * ns, dout,
+                               ds ? ds + b * ns : NULL, da ? da + b * ns : NULL, g, g + no,
+                               g + 2 * no, r->scratch + (size_t)part * r->nscratch);
+        heads_qkv(r, (qkv_tensor *)j->q, b, g, 1, j->zero[0]);
     }
 }
 
@@ -170,10 +255,15 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     sshape[nd - 2] = oshape[nd - 2] = r->tq;
     sshape[nd - 1] = r->tk;
     oshape[nd - 1] = r->dv;
+    if (r->width != 0) { /* heads form: the heads merged, [B,T,D] */
+        oshape[1] = r->tq;
+        oshape[2] = r->width;
+    }
     const int qk_grad = qkv_wants_grad(q, k);
     r->scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
     r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
-    qkv_tensor *out = qkv_tape_tensor(t, nd, oshape, qk_grad || r->v->grad != NULL);
+    qkv_tensor *out =
+        qkv_tape_tensor(t, r->width != 0 ? 3 : nd, oshape, qk_grad || r->v->grad != NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     if (r->mask != NULL &&
@@ -205,6 +295,11 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         }
         if ((r->rows = qkv_tape_alloc(t, n)) == NULL)
             return qkv_nil();
+    } else if (r->width != 0) { /* heads form: one buffer per part */
+        size_t n;
+        if (!qkv_mul_size(heads_buffer(r) * sizeof(qkv_real), (size_t)r->parts, &n) ||
+            (r->rows = qkv_tape_alloc(t, n)) == NULL)
+            return qkv_nil();
     }
     attn_job job = {r, q, k, out, {0, 0, 0, 0, 0}};
     qkv_parallel_for(items, items * item_work(r), r->parts, forward_items, &job);
@@ -222,7 +317,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         (r->scratch = qkv_tape_alloc(t, n)) == NULL)
         return qkv_nil();
     qkv_tensor *in[3] = {q, k, r->v};
-    qkv_node *node = qkv_tape_record(t, &op_attention, out, 3, in);
+    qkv_node *node = qkv_tape_record(t, &op_attention, out, r->width != 0 ? 1 : 3, in);
     if (node == NULL)
         return qkv_nil();
     node->constant = r->mask;
@@ -239,10 +334,17 @@ static void attention_backward(const qkv_node *nd)
      * item owns a slice of their gradients and, in the plain form, of
      * every other one, so one that no node has filled is cleared item by
      * item; the embedded form adds into shared tables, cleared whole first */
-    qkv_tensor *g[5] = {nd->in[0], nd->in[1], nd->in[2], r->scores, r->attn};
+    qkv_tensor *g[5] = {nd->in[0], NULL, NULL, r->scores, r->attn};
+    if (r->width == 0) /* the heads form has one input, x */
+        g[1] = nd->in[1], g[2] = nd->in[2];
     for (int i = 0; i < 5; i++)
-        if ((r->ids != NULL && i < 3) || !(job.zero[i] = qkv_tensor_grad_claim(g[i])))
+        if (g[i] != NULL &&
+            ((r->ids != NULL && i < 3) || !(job.zero[i] = qkv_tensor_grad_claim(g[i]))))
             qkv_tensor_grad_ready(g[i]);
+    if (r->width != 0) {
+        qkv_parallel_for(items, items * item_work(r), r->parts, backward_heads_items, &job);
+        return;
+    }
     /* the items of the plain form write their own slices of the gradients
      * and run on any thread; the embedded form adds every item into the
      * same tables, in item order, so it runs on one */
@@ -353,4 +455,28 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
     r->dk = wq->shape[1];
     r->dv = wv->shape[1];
     return attn_run(t, name, r, wq, wk, 3, (const int[]){B}, parts);
+}
+
+qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
+                                double scale, qkv_attention_parts *parts)
+{
+    const char *name = "attention_heads";
+    if (!attn_inputs_ok(t, name, x, x, x, parts))
+        return qkv_nil();
+    if (x->ndim != 3 || heads < 1 || heads > x->shape[2] || x->shape[2] % (3 * heads) != 0) {
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "%s: x %s with %d heads: need [B,T,3D] with D a multiple of the heads", name,
+                      sx, heads);
+        return qkv_nil();
+    }
+    attn_rec *r = new_rec(t, x, mask, scale);
+    if (r == NULL)
+        return qkv_nil();
+    const int B = x->shape[0], T = x->shape[1];
+    r->width = x->shape[2] / 3;
+    r->tq = r->tk = T;
+    r->dk = r->dv = r->width / heads;
+    return attn_run(t, name, r, x, x, 4, (const int[]){B, heads}, parts);
 }
