@@ -329,7 +329,7 @@ static void attention_backward(const qkv_node *nd)
 {
     const attn_rec *r = nd->state;
     const size_t items = (size_t)r->n0 * r->n1;
-    attn_job job = {r, nd->in[0], nd->in[1], nd->out, {0, 0, 0, 0, 0}};
+    attn_job job = {r, nd->in[0], r->width == 0 ? nd->in[1] : NULL, nd->out, {0, 0, 0, 0, 0}};
     /* the weights and scores are outputs too (qkv_attention_parts). Each
      * item owns a slice of their gradients and, in the plain form, of
      * every other one, so one that no node has filled is cleared item by
@@ -463,7 +463,7 @@ qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv
     const char *name = "attention_heads";
     if (!attn_inputs_ok(t, name, x, x, x, parts))
         return qkv_nil();
-    if (x->ndim != 3 || heads < 1 || heads > x->shape[2] || x->shape[2] % (3 * heads) != 0) {
+    if (x->ndim != 3 || heads < 1 || x->shape[2] % 3 != 0 || (x->shape[2] / 3) % heads != 0) {
         char sx[64];
         qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
