@@ -116,14 +116,16 @@ QKV_ALWAYS_INLINE __m256 expm1_poly8(__m256 r)
 }
 
 /* e^(x + lo) = p·2^t for x in [-150, 89] (or NaN) and |lo| well below
- * ulp(x): returns p, in [0.70, 1.42], within about 0.6 ulp; sets *t, a
+ * ulp(x), lo NULL for 0: returns p, in [0.70, 1.42], within about 0.6 ulp; sets *t, a
  * whole number. */
-QKV_ALWAYS_INLINE __m256 exp_parts8(__m256 x, __m256 lo, __m256 *t)
+QKV_ALWAYS_INLINE __m256 exp_parts8(__m256 x, const __m256 *lo, __m256 *t)
 {
     __m256 k = _mm256_round_ps(_mm256_mul_ps(x, SET1(VM_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
-    r = _mm256_add_ps(_mm256_fnmadd_ps(k, SET1(VM_LN2_LO), r), lo);
+    r = _mm256_fnmadd_ps(k, SET1(VM_LN2_LO), r);
+    if (lo != NULL) /* NULL for 0, as in exp_parts16 */
+        r = _mm256_add_ps(r, *lo);
     *t = k;
     return _mm256_add_ps(SET1(1.0f), expm1_poly8(r));
 }
@@ -133,7 +135,7 @@ QKV_ALWAYS_INLINE __m256 exp8(__m256 x)
 {
     /* max and min return their second operand for a NaN: x stays NaN */
     x = _mm256_min_ps(SET1(VM_EXP_HI), _mm256_max_ps(SET1(VM_EXP_LO), x));
-    __m256 t, p = exp_parts8(x, _mm256_setzero_ps(), &t);
+    __m256 t, p = exp_parts8(x, NULL, &t);
     return scale8(p, t);
 }
 
@@ -193,8 +195,8 @@ QKV_ALWAYS_INLINE __m256 tanh8(__m256 x)
  * on, where 1 + z is 1: rounded twice, within an ulp of a subnormal). */
 QKV_ALWAYS_INLINE __m256 sigmoid8(__m256 x)
 {
-    __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), _mm256_sub_ps(_mm256_setzero_ps(), abs8(x)));
-    __m256 t, p = exp_parts8(w, _mm256_setzero_ps(), &t);
+    __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), neg_abs8(x)); /* -|x|; e^-0 is e^0 */
+    __m256 t, p = exp_parts8(w, NULL, &t);
     __m256 z = scale8(p, t);
     __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
     return _mm256_div_ps(pick8(neg, SET1(1.0f), z), _mm256_add_ps(SET1(1.0f), z));
@@ -227,7 +229,8 @@ QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *
     gelu_arg8(c, &hi, &lo);
     *pos = _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    __m256 p = exp_parts8(neg_abs8(hi), neg_lo8(lo, hi), t);
+    __m256 nlo = neg_lo8(lo, hi);
+    __m256 p = exp_parts8(neg_abs8(hi), &nlo, t);
     *z = exp_beside1_8(p, *t);
     *d = _mm256_add_ps(SET1(1.0f), *z);
     return p;

@@ -64,14 +64,17 @@ QKV_ALWAYS_INLINE __m512 expm1_poly16(__m512 r)
 }
 
 /* e^(x + lo) = p·2^t for x in [-150, 89] (or NaN) and |lo| well below
- * ulp(x): returns p, in [0.70, 1.42], within about 0.6 ulp; sets *t, a
- * whole number. */
-QKV_ALWAYS_INLINE __m512 exp_parts16(__m512 x, __m512 lo, __m512 *t)
+ * ulp(x), lo NULL for 0 (an add of zero saved: the compiler may not drop
+ * it, as -0 + 0 is +0): returns p, in [0.70, 1.42], within about 0.6 ulp;
+ * sets *t, a whole number. */
+QKV_ALWAYS_INLINE __m512 exp_parts16(__m512 x, const __m512 *lo, __m512 *t)
 {
     __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, SET1(VM_LOG2E)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(k, SET1(VM_LN2_HI), x); /* exact */
-    r = _mm512_add_ps(_mm512_fnmadd_ps(k, SET1(VM_LN2_LO), r), lo);
+    r = _mm512_fnmadd_ps(k, SET1(VM_LN2_LO), r);
+    if (lo != NULL)
+        r = _mm512_add_ps(r, *lo);
     *t = k;
     return _mm512_add_ps(SET1(1.0f), expm1_poly16(r));
 }
@@ -81,7 +84,7 @@ QKV_ALWAYS_INLINE __m512 exp16(__m512 x)
 {
     /* max and min return their second operand for a NaN: x stays NaN */
     x = _mm512_min_ps(SET1(VM_EXP_HI), _mm512_max_ps(SET1(VM_EXP_LO), x));
-    __m512 t, p = exp_parts16(x, _mm512_setzero_ps(), &t);
+    __m512 t, p = exp_parts16(x, NULL, &t);
     return _mm512_scalef_ps(p, t);
 }
 
@@ -134,8 +137,8 @@ QKV_ALWAYS_INLINE __m512 tanh16(__m512 x)
  * on, where 1 + z is 1: rounded twice, within an ulp of a subnormal). */
 QKV_ALWAYS_INLINE __m512 sigmoid16(__m512 x)
 {
-    __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), _mm512_sub_ps(_mm512_setzero_ps(), abs16(x)));
-    __m512 t, p = exp_parts16(w, _mm512_setzero_ps(), &t);
+    __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), neg_abs16(x)); /* -|x|; e^-0 is e^0 */
+    __m512 t, p = exp_parts16(w, NULL, &t);
     __m512 z = _mm512_scalef_ps(p, t);
     __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
     return _mm512_div_ps(_mm512_mask_mov_ps(SET1(1.0f), neg, z), _mm512_add_ps(SET1(1.0f), z));
@@ -168,7 +171,8 @@ QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m5
     gelu_arg16(c, &hi, &lo);
     *pos = _mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    __m512 p = exp_parts16(neg_abs16(hi), neg_lo16(lo, hi), t);
+    __m512 nlo = neg_lo16(lo, hi);
+    __m512 p = exp_parts16(neg_abs16(hi), &nlo, t);
     *z = _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), *t));
     *d = _mm512_add_ps(SET1(1.0f), *z);
     return p;
