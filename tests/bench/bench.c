@@ -1047,34 +1047,6 @@ static void bench_ops(void)
     free(c.dst);
 }
 
-/* Runs fn in a child process, its output and CSV rows in order with the
- * parent's. The tables that call OpenBLAS run this way: after OpenBLAS's
- * SkylakeX kernels had run in this process, every qkv step after them was
- * slower (R 57 µs against 41, S 26 against 18: `make bench-compare`
- * against `build/bench steps R`), as if they left the vector unit in a
- * slower state; a child takes that state with it when it exits. */
-static void in_child(void (*fn)(void))
-{
-    fflush(stdout);
-    if (csv != NULL)
-        fflush(csv);
-    pid_t pid = fork();
-    if (pid < 0) { /* no child: in this process, then */
-        fn();
-        return;
-    }
-    if (pid == 0) {
-        fn();
-        fflush(stdout);
-        if (csv != NULL)
-            fflush(csv);
-        _exit(0);
-    }
-    int status;
-    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fprintf(stderr, "bench: the child process of a table failed\n");
-}
-
 static double measure_rss(const char *qkv)
 {
     fflush(stdout);
@@ -1146,7 +1118,7 @@ int main(int argc, char **argv)
     const char *slash = strrchr(out, '/'); /* the batches go beside the CSV */
     snprintf(real_batches_path, sizeof real_batches_path, "%.*sbench_batches.csv",
              slash != NULL ? (int)(slash - out + 1) : 0, out);
-    in_child(bench_matmul); /* it loads OpenBLAS: see in_child */
+    bench_matmul();
     bench_steps(NULL);
     bench_threads();
     bench_ops();
