@@ -142,9 +142,10 @@ static void copy_rows(qkv_real *dst, qkv_real *src, size_t rows, size_t d, size_
                 src[c] += dst[c];
 }
 
-/* Heads form: Q, K and V of item b from x (or, with back set, their
- * gradients from the buffer into x's gradient, added unless store). */
-static void heads_qkv(const attn_rec *r, qkv_tensor *x, size_t b, qkv_real *rows, int back,
+/* Heads form: Q, K and V of item b from x into rows, each tq·d_h reals
+ * (or, with back set, their gradients from rows into x's gradient, added
+ * unless store). */
+static void heads_qkv(const attn_rec *r, const qkv_tensor *x, size_t b, qkv_real *rows, int back,
                       int store)
 {
     const size_t w = (size_t)r->width, ld = 3 * w, n = (size_t)r->tq * r->dk;
@@ -169,8 +170,9 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
         if (r->width != 0) { /* heads form: rows in, output rows out */
+            /* Q, K and V rows, each tq·d_h = no reals, then O's */
             qkv_real *rows = r->rows + (size_t)part * heads_buffer(r), *o = rows + item_rows(r);
-            heads_qkv(r, (qkv_tensor *)j->q, b, rows, 0, 0);
+            heads_qkv(r, j->q, b, rows, 0, 0);
             qkv_attention_forward(&sh, rows, rows + no, rows + 2 * no, r->scores->data + b * ns,
                                   r->attn->data + b * ns, o);
             copy_rows(o, j->out->data + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
@@ -197,7 +199,7 @@ static void backward_heads_items(void *ctx, int part, size_t b0, size_t b1)
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
         sh.sa_zero = j->zero[3] && j->zero[4];
-        heads_qkv(r, (qkv_tensor *)j->q, b, rows, 0, 0);
+        heads_qkv(r, j->q, b, rows, 0, 0);
         copy_rows(dout, j->out->grad + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
                   (size_t)r->width, 0, 0);
         qkv_zero(g, per);
@@ -208,7 +210,7 @@ static void backward_heads_items(void *ctx, int part, size_t b0, size_t b1)
         qkv_attention_backward(&sh, rows, rows + no, rows + 2 * no, r->attn->data + b * ns, dout,
                                ds ? ds + b * ns : NULL, da ? da + b * ns : NULL, g, g + no,
                                g + 2 * no, r->scratch + (size_t)part * r->nscratch);
-        heads_qkv(r, (qkv_tensor *)j->q, b, g, 1, j->zero[0]);
+        heads_qkv(r, j->q, b, g, 1, j->zero[0]);
     }
 }
 
