@@ -142,6 +142,7 @@ static void bench_matmul(void)
     static const int sizes[] = {64, 128, 256, 512, 1024};
     sgemm_fn blas = load_openblas();
     const char *impls[] = {"portable", "avx2", "avx512"};
+    const char *chosen = qkv_kernels_name(); /* QKV_KERNELS, restored after each size */
     printf(
         "Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s; OpenBLAS core %s)\n",
         qkv_kernels_name(), blas_core);
@@ -173,7 +174,7 @@ static void bench_matmul(void)
             record("matmul", name, g, "GFLOP/s");
             printf(" %*.2f", i == 0 ? 10 : 8, g);
         }
-        qkv_kernels_use("auto", NULL);
+        qkv_kernels_use(chosen, NULL);
         if (blas != NULL) {
             double g = flop / median_time(mm_blas, &x, 5, 0.1) / 1e9;
             /* sanity: both libraries compute the same product */
@@ -278,6 +279,7 @@ static double gemm_rate(gemm_ctx *x, void (*fn)(void *))
 static void bench_gemm(const char *only)
 {
     const char *sets[] = {"portable", "avx2", "avx512"};
+    const char *chosen = qkv_kernels_name(); /* QKV_KERNELS, restored after each shape */
     sgemm_fn blas = load_openblas();
     printf("GEMM GFLOP/s (float32, one thread, C = op(A)·op(B); OpenBLAS core %s;\n"
            "t = transposed; ratios are each vector set over OpenBLAS)\n",
@@ -312,7 +314,7 @@ static void bench_gemm(const char *only)
             snprintf(name, sizeof name, "%dx%dx%d_%s_%s", s->m, s->n, s->k, op, sets[j]);
             record("gemm", name, g[j], "GFLOP/s");
         }
-        qkv_kernels_use("auto", NULL);
+        qkv_kernels_use(chosen, NULL);
         if (blas != NULL) {
             ob = gemm_rate(&x, gemm_blas);
             gemm_qkv(&x);
