@@ -185,6 +185,27 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
     }
 }
 
+/* Item b's backward, given its inputs, dO and where its gradients go:
+ * the S and A slices claimed unfilled are cleared first, while in cache,
+ * and a claimed pair tells the kernels nothing else flows into them. */
+static void item_backward(const attn_job *j, size_t b, int part, const qkv_real *q,
+                          const qkv_real *k, const qkv_real *v, const qkv_real *dout, qkv_real *dq,
+                          qkv_real *dk, qkv_real *dv)
+{
+    const attn_rec *r = j->r;
+    const size_t ns = (size_t)r->tq * r->tk;
+    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    qkv_attn_shape sh = item_shape(r, b);
+    sh.sa_zero = j->zero[3] && j->zero[4]; /* no other node reads the scores or weights */
+    if (j->zero[3] && ds != NULL)
+        qkv_zero(ds + b * ns, ns);
+    if (j->zero[4] && da != NULL)
+        qkv_zero(da + b * ns, ns);
+    qkv_attention_backward(&sh, q, k, v, r->attn->data + b * ns, dout, ds ? ds + b * ns : NULL,
+                           da ? da + b * ns : NULL, dq, dk, dv,
+                           r->scratch + (size_t)part * r->nscratch);
+}
+
 /* Backward of the heads form's items: each item's rows and output
  * gradient copied in, its gradients from zero, then stored (x's gradient
  * claimed unfilled) or added into x's gradient, whose blocks of columns
@@ -193,23 +214,14 @@ static void backward_heads_items(void *ctx, int part, size_t b0, size_t b1)
 {
     const attn_job *j = ctx;
     const attn_rec *r = j->r;
-    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv, per = item_rows(r);
-    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    const size_t no = (size_t)r->tq * r->dv, per = item_rows(r);
     qkv_real *rows = r->rows + (size_t)part * heads_buffer(r), *dout = rows + per, *g = dout + no;
     for (size_t b = b0; b < b1; b++) {
-        qkv_attn_shape sh = item_shape(r, b);
-        sh.sa_zero = j->zero[3] && j->zero[4];
         heads_qkv(r, j->q, b, rows, 0, 0);
         copy_rows(dout, j->out->grad + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
                   (size_t)r->width, 0, 0);
         qkv_zero(g, per);
-        if (j->zero[3] && ds != NULL)
-            qkv_zero(ds + b * ns, ns);
-        if (j->zero[4] && da != NULL)
-            qkv_zero(da + b * ns, ns);
-        qkv_attention_backward(&sh, rows, rows + no, rows + 2 * no, r->attn->data + b * ns, dout,
-                               ds ? ds + b * ns : NULL, da ? da + b * ns : NULL, g, g + no,
-                               g + 2 * no, r->scratch + (size_t)part * r->nscratch);
+        item_backward(j, b, part, rows, rows + no, rows + 2 * no, dout, g, g + no, g + 2 * no);
         heads_qkv(r, j->q, b, g, 1, j->zero[0]);
     }
 }
@@ -218,12 +230,9 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
 {
     const attn_job *j = ctx;
     const attn_rec *r = j->r;
-    const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
-    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
+    const size_t no = (size_t)r->tq * r->dv;
     const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk, nv = (size_t)r->tk * r->dv;
     for (size_t b = b0; b < b1; b++) {
-        qkv_attn_shape sh = item_shape(r, b);
-        sh.sa_zero = j->zero[3] && j->zero[4]; /* no other node reads the scores or weights */
         attn_io io = item_io(r, j->q, j->k, b, 1, part);
         /* gradients claimed unfilled: each item clears its own slices just
          * before it adds into them, while they are in cache */
@@ -233,13 +242,7 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
             qkv_zero(io.dk, nk);
         if (j->zero[2] && io.dv != NULL)
             qkv_zero(io.dv, nv);
-        if (j->zero[3] && ds != NULL)
-            qkv_zero(ds + b * ns, ns);
-        if (j->zero[4] && da != NULL)
-            qkv_zero(da + b * ns, ns);
-        qkv_attention_backward(&sh, io.q, io.k, io.v, r->attn->data + b * ns, j->out->grad + b * no,
-                               ds ? ds + b * ns : NULL, da ? da + b * ns : NULL, io.dq, io.dk,
-                               io.dv, r->scratch + (size_t)part * r->nscratch);
+        item_backward(j, b, part, io.q, io.k, io.v, j->out->grad + b * no, io.dq, io.dk, io.dv);
     }
 }
 
