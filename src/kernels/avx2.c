@@ -391,13 +391,13 @@ static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double
 }
 
 /* Attention's scaling, key mask and softmax of G rows of C registers of 8
- * (G·C <= 4): the scaled scores stored, then softmax_rows_avx2's steps
- * without going through memory: the maximum (NaNs skipped, as
- * row_max_avx2 skips them), exp_avx2_k, the two double accumulators and
+ * (G·C <= 4), in registers (attn_rows_c_avx2 stores the scaled scores
+ * after): softmax_rows_avx2's steps without going through memory: the
+ * maximum (NaNs skipped, as row_max_avx2 skips them), exp_avx2_k, the two double accumulators and
  * exps_avx2's reduction, and one multiply by (float)(1/sum), or zeros for
  * a row with no maximum above -inf. A row with a NaN comes out NaN, as in
  * the generic path. */
-QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, float *a,
+QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, const float *s, float *a,
                                             const float *m, size_t m_rs, size_t n, double c,
                                             int exact)
 {
@@ -406,7 +406,7 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, 
     __m256 v[4];
     int empty[4];
     for (int g = 0; g < G; g++) {
-        float *sg = s + (size_t)g * n;
+        const float *sg = s + (size_t)g * n;
         const float *mr = m != NULL ? m + g * m_rs : NULL;
         __m256 top = ninf;
         for (int q = 0; q < C; q++) {
@@ -414,7 +414,6 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, float *s, 
             const __m256i k = lanes8(w);
             const __m256 y = scale8(
                 w >= 8 ? _mm256_loadu_ps(sg + 8 * q) : _mm256_maskload_ps(sg + 8 * q, k), c, exact);
-            store8(sg + 8 * q, w, y);
             const __m256 x = mr == NULL
                                  ? y
                                  : _mm256_add_ps(y, w >= 8 ? _mm256_loadu_ps(mr + 8 * q)
@@ -456,6 +455,15 @@ QKV_ALWAYS_INLINE void attn_rows_c_avx2(const int C, float *s, float *a, const f
     for (; i < rows; i++)
         attn_rows_group_avx2(C, 1, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n,
                              c, exact);
+    /* the scaled scores, last and as one array (see avx512.c's attn_rows_c) */
+    const size_t total = rows * n;
+    size_t j = 0;
+    for (; j + 8 <= total; j += 8)
+        _mm256_storeu_ps(s + j, scale8(_mm256_loadu_ps(s + j), c, exact));
+    if (j < total) {
+        const int w = (int)(total - j);
+        store8(s + j, w, scale8(_mm256_maskload_ps(s + j, lanes8(w)), c, exact));
+    }
 }
 
 static int attn_rows_avx2(float *s, float *a, const float *m, size_t m_rs, size_t rows, size_t n,

@@ -347,15 +347,17 @@ static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, doub
     }
 }
 
-/* attn_rows for G rows of C chunks (G·C <= 8) in registers: the
- * scaling and the mask, chunk by chunk, the scaled scores stored; then
+/* attn_rows for G rows of C chunks (G·C <= 8) in registers, but for the
+ * scaled scores, which attn_rows_c stores: the scaling and the mask,
+ * chunk by chunk; then
  * softmax_rows_regs's steps without going through memory: the row
  * maximum (NaNs skipped, as row_max_avx512 skips them), exp_avx512_k,
  * softmax_sum's accumulators and reduction, and one multiply by
  * (float)(1/sum), or zeros for a row with no maximum above -inf. A row
  * with a NaN comes out NaN, as in the generic path. */
-QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float *a, const float *m,
-                                       size_t m_rs, size_t n, double c, int exact, __mmask16 last)
+QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, const float *s, float *a,
+                                       const float *m, size_t m_rs, size_t n, double c, int exact,
+                                       __mmask16 last)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 v[8];
@@ -364,9 +366,7 @@ QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float
         __m512 top = ninf;
         for (int q = 0; q < C; q++) {
             const __mmask16 k = q < C - 1 ? (__mmask16)0xFFFF : last;
-            float *sq = s + (size_t)g * n + 16 * q;
-            const __m512 y = scale16(load16(k, sq), c, exact);
-            store16(sq, k, y);
+            const __m512 y = scale16(load16(k, s + (size_t)g * n + 16 * q), c, exact);
             const __m512 x = m != NULL ? _mm512_add_ps(y, load16(k, m + g * m_rs + 16 * q)) : y;
             v[g * C + q] = _mm512_mask_mov_ps(ninf, k, x); /* -inf past the end */
             top = _mm512_max_ps(v[g * C + q], top);
@@ -393,6 +393,86 @@ QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, float *s, float
     }
 }
 
+/* The maxima of four rows from their lane-wise maxima t[0..3], row g's in
+ * every lane of block g (lanes 4g..4g+3). The t hold no NaN (max_ps keeps
+ * its second operand), and a maximum is exact in any order; only the sign
+ * of a zero maximum may differ from _mm512_reduce_max_ps's, and neither
+ * x - max nor its e^ sees it. */
+QKV_ALWAYS_INLINE __m512 max4_rows(const __m512 *t)
+{
+    const __m512 a = _mm512_max_ps(_mm512_shuffle_f32x4(t[0], t[1], 0x44),
+                                   _mm512_shuffle_f32x4(t[0], t[1], 0xEE));
+    const __m512 b = _mm512_max_ps(_mm512_shuffle_f32x4(t[2], t[3], 0x44),
+                                   _mm512_shuffle_f32x4(t[2], t[3], 0xEE));
+    /* blocks: row 0's two halves' maxima, row 1's, row 2's, row 3's */
+    __m512 q = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+    q = _mm512_max_ps(q, _mm512_permute_ps(q, 0x4E));
+    return _mm512_max_ps(q, _mm512_permute_ps(q, 0xB1));
+}
+
+/* The sums of four rows' 8 double partials s[0..3], in lanes 2g and 2g+1
+ * for row g, by _mm512_reduce_add_pd's tree: (l + l+4), then (l + l+2),
+ * then lane 0 + lane 1; the four rows' adds share each instruction. */
+QKV_ALWAYS_INLINE __m512d sum4_rows(const __m512d *s)
+{
+    const __m512d a = _mm512_add_pd(_mm512_shuffle_f64x2(s[0], s[1], 0x44),
+                                    _mm512_shuffle_f64x2(s[0], s[1], 0xEE));
+    const __m512d b = _mm512_add_pd(_mm512_shuffle_f64x2(s[2], s[3], 0x44),
+                                    _mm512_shuffle_f64x2(s[2], s[3], 0xEE));
+    const __m512d q =
+        _mm512_add_pd(_mm512_shuffle_f64x2(a, b, 0x88), _mm512_shuffle_f64x2(a, b, 0xDD));
+    return _mm512_add_pd(q, _mm512_permute_pd(q, 0x55));
+}
+
+/* attn_rows_group for four rows, the same bits: each step's horizontal
+ * work (the maxima, the sums, 1/sum) done once for the four rows, not row
+ * by row, which had left a long chain of dependent shuffles per row. */
+QKV_ALWAYS_INLINE void attn_rows_group4(const int C, const float *s, float *a, const float *m,
+                                        size_t m_rs, size_t n, double c, int exact, __mmask16 last)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 v[8], top[4];
+    for (int g = 0; g < 4; g++) {
+        top[g] = ninf;
+        for (int q = 0; q < C; q++) {
+            const __mmask16 k = q < C - 1 ? (__mmask16)0xFFFF : last;
+            const __m512 y = scale16(load16(k, s + (size_t)g * n + 16 * q), c, exact);
+            const __m512 x = m != NULL ? _mm512_add_ps(y, load16(k, m + g * m_rs + 16 * q)) : y;
+            v[g * C + q] = _mm512_mask_mov_ps(ninf, k, x); /* -inf past the end */
+            top[g] = _mm512_max_ps(v[g * C + q], top[g]);
+        }
+    }
+    const __m512 mx = max4_rows(top);
+    /* bit g: row g has no maximum above -inf, and comes out zeros */
+    const unsigned empty = _mm512_cmp_ps_mask(mx, ninf, _CMP_EQ_OQ);
+    for (int g = 0; g < 4; g++) {
+        const __m512 mg = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * g), mx);
+        for (int q = 0; q < C; q++)
+            v[g * C + q] = _mm512_sub_ps(v[g * C + q], mg);
+    }
+    exp_avx512_k(4 * C, v);
+    __m512d sums[4];
+    for (int g = 0; g < 4; g++) {
+        __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+        for (int q = 0; q < C; q++) {
+            const __m512 e = v[g * C + q];
+            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+        }
+        sums[g] = _mm512_add_pd(s0, s1);
+    }
+    /* (float)(1/sum) of row g in lane 2g: NaN for a NaN entry */
+    const __m512 inv = _mm512_castps256_ps512(
+        _mm512_cvtpd_ps(_mm512_div_pd(_mm512_set1_pd(1.0), sum4_rows(sums))));
+    for (int g = 0; g < 4; g++) {
+        const __m512 ig = _mm512_permutexvar_ps(_mm512_set1_epi32(2 * g), inv);
+        for (int q = 0; q < C; q++)
+            store16(a + (size_t)g * n + 16 * q, q < C - 1 ? (__mmask16)0xFFFF : last,
+                    (empty >> (4 * g)) & 1 ? _mm512_setzero_ps() : _mm512_mul_ps(v[g * C + q], ig));
+    }
+}
+
 /* attn_rows for rows of C chunks, G = 8/C rows at a time. */
 QKV_ALWAYS_INLINE void attn_rows_c(const int C, float *s, float *a, const float *m, size_t m_rs,
                                    size_t rows, size_t n, double c)
@@ -400,12 +480,24 @@ QKV_ALWAYS_INLINE void attn_rows_c(const int C, float *s, float *a, const float 
     const int exact = scale_is_float(c), G = 8 / C;
     const __mmask16 last = lanes((int)(n - 16 * (size_t)(C - 1)));
     size_t i = 0;
+    for (; G == 4 && i + 4 <= rows; i += 4)
+        attn_rows_group4(C, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
+                         exact, last);
     for (; i + (size_t)G <= rows; i += (size_t)G)
         attn_rows_group(C, G, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
                         exact, last);
     for (; i < rows; i++)
         attn_rows_group(C, 1, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
                         exact, last);
+    /* The scaled scores, stored last and as one array: stored row by row,
+     * a masked store's lanes past the row's end (masked off, but in its
+     * range) overlapped the next row's load, which then waited for the
+     * store to retire. R's step took 1.2x longer. */
+    const size_t total = rows * n;
+    for (size_t j = 0; j < total; j += 16) {
+        const __mmask16 k = lanes(total - j < 16 ? (int)(total - j) : 16);
+        store16(s + j, k, scale16(load16(k, s + j), c, exact));
+    }
 }
 
 /* Rows of 17 to 32 keys (shorter ones take the fused path of
