@@ -347,6 +347,19 @@ static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, doub
     }
 }
 
+/* A row's 8 double partials from its C chunks of e^x: softmax_sum's two
+ * accumulators (lanes 0-7 and 8-15 of each chunk), added. */
+QKV_ALWAYS_INLINE __m512d row_partials(const int C, const __m512 *e)
+{
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (int q = 0; q < C; q++) {
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e[q])));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
+                                   _mm512_extractf64x4_pd(_mm512_castps_pd(e[q]), 1))));
+    }
+    return _mm512_add_pd(s0, s1);
+}
+
 /* attn_rows for G rows of C chunks (G·C <= 8) in registers, but for the
  * scaled scores, which attn_rows_c stores: the scaling and the mask,
  * chunk by chunk; then
@@ -378,14 +391,7 @@ QKV_ALWAYS_INLINE void attn_rows_group(const int C, const int G, const float *s,
     }
     exp_avx512_k(G * C, v);
     for (int g = 0; g < G; g++) {
-        __m512d s0 = _mm512_setzero_pd(), s1 = s0;
-        for (int q = 0; q < C; q++) {
-            const __m512 e = v[g * C + q];
-            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
-                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
-        }
-        const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+        const double sum = _mm512_reduce_add_pd(row_partials(C, v + g * C));
         const __m512 inv = _mm512_set1_ps((float)(1 / sum)); /* NaN for a NaN entry */
         for (int q = 0; q < C; q++)
             store16(a + (size_t)g * n + 16 * q, q < C - 1 ? (__mmask16)0xFFFF : last,
@@ -453,14 +459,7 @@ QKV_ALWAYS_INLINE void attn_rows_group4(const int C, const float *s, float *a, c
     exp_avx512_k(4 * C, v);
     __m512d sums[4];
     for (int g = 0; g < 4; g++) {
-        __m512d s0 = _mm512_setzero_pd(), s1 = s0;
-        for (int q = 0; q < C; q++) {
-            const __m512 e = v[g * C + q];
-            s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
-            s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(
-                                       _mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
-        }
-        sums[g] = _mm512_add_pd(s0, s1);
+        sums[g] = row_partials(C, v + g * C);
     }
     /* (float)(1/sum) of row g in lane 2g: NaN for a NaN entry */
     const __m512 inv = _mm512_castps256_ps512(
