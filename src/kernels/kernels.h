@@ -187,8 +187,9 @@ typedef struct qkv_gemm_args {
     int ta, tb, m, n, k;
     const qkv_real *A, *B;
     qkv_real *C;
-    int store; /* blocks order only: C = op(A)·op(B), C's contents unread (kernel
-                * sets with gemm_stores); otherwise C += op(A)·op(B) */
+    int store; /* blocks order, or chain order with gemm_chains: C = op(A)·op(B), C's
+                * contents unread (kernel sets with gemm_stores); otherwise
+                * C += op(A)·op(B) */
 } qkv_gemm_args;
 typedef void (*qkv_gemm_fn)(const qkv_gemm_args *g);
 
@@ -263,7 +264,8 @@ typedef struct qkv_kernel_set {
     int gemm_chains;            /* gemm also runs the small (chain-order) products, which
                                  * otherwise take direct */
     int gemm_stores;            /* gemm takes store: the first depth block's tiles write
-                                 * 0 + their sum instead of adding into a zeroed C */
+                                 * 0 + their sum instead of adding into (or, in the chain
+                                 * order, starting from) a zeroed C */
     qkv_exps_fn exps;           /* softmax's exponentials */
     qkv_softmax16_fn softmax16; /* optional: short rows in one register */
     qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
