@@ -302,6 +302,20 @@ START_TEST(test_gemm_propagates_special_values_to_the_right_places)
 }
 END_TEST
 
+/* A all tiny and B all -tiny: every product underflows to -0. */
+static void underflow(operands *o)
+{
+#ifdef QKV_DOUBLE
+    const qkv_real tiny = (qkv_real)1e-200;
+#else
+    const qkv_real tiny = (qkv_real)1e-30;
+#endif
+    for (size_t i = 0; i < (size_t)o->m * o->k; i++)
+        o->A[i] = tiny;
+    for (size_t i = 0; i < (size_t)o->k * o->n; i++)
+        o->B[i] = -tiny;
+}
+
 /* In the blocks order C = A·B is C += A·B on a zeroed C, down to the sign
  * of zero: a block's sum whose products all underflow is -0 (fused), and
  * 0 + -0 is +0. A set that stores its first sums instead of adding them to
@@ -309,11 +323,6 @@ END_TEST
  * read. (The chain order starts from C's zero and keeps the -0 there.) */
 START_TEST(test_gemm_overwrite_gives_positive_zero_for_underflow)
 {
-#ifdef QKV_DOUBLE
-    const qkv_real tiny = (qkv_real)1e-200;
-#else
-    const qkv_real tiny = (qkv_real)1e-30;
-#endif
     qkv_rng g;
     qkv_rng_seed(&g, 18);
     static const int dims[][3] = {{64, 64, 64}, {96, 80, 300}, {48, 48, 8}};
@@ -322,14 +331,44 @@ START_TEST(test_gemm_overwrite_gives_positive_zero_for_underflow)
             continue;
         for (int d = 0; d < 3; d++) {
             operands o = make(&g, 0, 0, dims[d][0], dims[d][1], dims[d][2]);
-            for (size_t i = 0; i < (size_t)o.m * o.k; i++)
-                o.A[i] = tiny;
-            for (size_t i = 0; i < (size_t)o.k * o.n; i++)
-                o.B[i] = -tiny; /* every product is -1e-60 (-1e-400): -0 */
+            underflow(&o); /* every product is -1e-60 (-1e-400): -0 */
             run(&o, 0);
             for (size_t i = 0; i < (size_t)o.m * o.n; i++)
                 ck_assert_msg(o.C[i] == 0 && !signbit(o.C[i]), "%s %dx%dx%d: C[%zu] = %a",
                               qkv_kernels_name(), o.m, o.n, o.k, i, (double)o.C[i]);
+            drop(&o);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* The chain order starts from C's zero, and keeps the sign its first
+ * multiply-add gives: fused (the vector sets), tiny·-tiny + +0 rounds to
+ * -0, and -0 stays; portable rounds the product to -0 first, and -0 + +0
+ * is +0. A set that starts its chains from a zero of its own (C = A·B
+ * without zeroing C) must do the same; C starts full of garbage. The
+ * shapes take the chain order (a side under 48), one of them in two
+ * depth blocks. */
+START_TEST(test_gemm_chain_from_zero_keeps_the_sign_of_zero)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 19);
+    static const int dims[][5] = {{0, 0, 21, 21, 16}, {0, 1, 21, 21, 16},  {0, 0, 12, 16, 12},
+                                  {1, 0, 1, 38, 54},  {0, 0, 40, 47, 300}, {0, 1, 64, 32, 64}};
+    for (int im = 0; im < NSETS; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != QKV_OK)
+            continue;
+        const int fused = strcmp(qkv_kernels_name(), "portable") != 0;
+        for (int d = 0; d < 6; d++) {
+            ck_assert(!qkv_gemm_blocked(dims[d][2], dims[d][3], dims[d][4]));
+            operands o = make(&g, dims[d][0], dims[d][1], dims[d][2], dims[d][3], dims[d][4]);
+            underflow(&o);
+            run(&o, 0);
+            for (size_t i = 0; i < (size_t)o.m * o.n; i++)
+                ck_assert_msg(o.C[i] == 0 && !signbit(o.C[i]) == !fused,
+                              "%s ta=%d tb=%d %dx%dx%d: C[%zu] = %a", qkv_kernels_name(), o.ta,
+                              o.tb, o.m, o.n, o.k, i, (double)o.C[i]);
             drop(&o);
         }
     }
@@ -344,6 +383,7 @@ Suite *gemm_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_gemm_matches_the_definition_on_every_set_and_size);
     tcase_add_test(tc, test_gemm_overwrite_gives_positive_zero_for_underflow);
+    tcase_add_test(tc, test_gemm_chain_from_zero_keeps_the_sign_of_zero);
     tcase_add_test(tc, test_gemm_repeats_its_order_bit_for_bit);
     tcase_add_test(tc, test_gemm_propagates_special_values_to_the_right_places);
     suite_add_tcase(s, tc);

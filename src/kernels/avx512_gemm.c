@@ -60,8 +60,9 @@ static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp
  * depth-kc strip of op(B) (NV zmm wide, row stride ldb, the last vector
  * masked by last): from C (add = 0), or from zero and then added into C
  * (add = 1), or from zero and then added to zero, C unread (add = 2: the
- * same bits as add = 1 on a zeroed C, -0 included). Row r of op(A) at
- * depth p is a[r·lda + p] (ta = 0) or a[p·lda + r] (ta = 1).
+ * same bits as add = 1 on a zeroed C, -0 included), or from zero, C unread
+ * (add = 3: the same bits as add = 0 on a zeroed C, -0 included). Row r of
+ * op(A) at depth p is a[r·lda + p] (ta = 0) or a[p·lda + r] (ta = 1).
  */
 QKV_ALWAYS_INLINE void tile(int R, int NV, int ta, int add, int kc, const float *a, size_t lda,
                             const float *b, size_t ldb, float *c, size_t ldc, __mmask16 last)
@@ -93,12 +94,12 @@ QKV_ALWAYS_INLINE void tile(int R, int NV, int ta, int add, int kc, const float 
 #pragma GCC unroll 16
     for (int r = 0; r < R; r++) {
         float *row = c + r * ldc;
-        if (add)
+        if (add == 1 || add == 2)
             acc0[r] = _mm512_add_ps(
                 add == 1 ? _mm512_maskz_loadu_ps(bm0, row) : _mm512_setzero_ps(), acc0[r]);
         _mm512_mask_storeu_ps(row, bm0, acc0[r]);
         if (NV == 2) {
-            if (add)
+            if (add == 1 || add == 2)
                 acc1[r] = _mm512_add_ps(add == 1 ? _mm512_maskz_loadu_ps(last, row + 16)
                                                  : _mm512_setzero_ps(),
                                         acc1[r]);
@@ -152,13 +153,17 @@ TILE_ROWS(1, 0, 2)
 TILE_ROWS(1, 1, 2)
 TILE_ROWS(2, 0, 2)
 TILE_ROWS(2, 1, 2)
+TILE_ROWS(1, 0, 3)
+TILE_ROWS(1, 1, 3)
+TILE_ROWS(2, 0, 3)
+TILE_ROWS(2, 1, 3)
 
 /* [NV - 1][ta][add][R - 1] */
-static const tile_fn tiles[2][2][3][MR] = {
-    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1), TILE_LIST(1, 0, 2)},
-     {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1), TILE_LIST(1, 1, 2)}},
-    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1), TILE_LIST(2, 0, 2)},
-     {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1), TILE_LIST(2, 1, 2)}}};
+static const tile_fn tiles[2][2][4][MR] = {
+    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1), TILE_LIST(1, 0, 2), TILE_LIST(1, 0, 3)},
+     {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1), TILE_LIST(1, 1, 2), TILE_LIST(1, 1, 3)}},
+    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1), TILE_LIST(2, 0, 2), TILE_LIST(2, 0, 3)},
+     {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1), TILE_LIST(2, 1, 2), TILE_LIST(2, 1, 3)}}};
 
 /* ---- the chain and blocks orders --------------------------------------- */
 
@@ -189,8 +194,8 @@ static void gemm_tiles(const qkv_gemm_args *g)
         int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
         for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
             int kc = k - pc < QKV_GEMM_KC ? k - pc : QKV_GEMM_KC;
-            /* the tile's mode: a stored first block from zero in either order */
-            const int add = g->store && pc == 0 ? 2 : blocks;
+            /* the tile's mode; a stored first block starts from zero */
+            const int add = g->store && pc == 0 ? (blocks ? 2 : 3) : blocks;
             const float *bsrc = g->tb ? g->B + (size_t)jc * ldb + pc : g->B + (size_t)pc * ldb + jc;
             if (packed)
                 pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);

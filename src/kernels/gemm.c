@@ -153,10 +153,9 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
     /* C = A·B is C += A·B on a zeroed C; in the blocks order a set may
      * store its first sums instead (0 + sum, the same bits), which spares
      * a pass over C that evicts what the product needs. So may a set whose
-     * gemm runs the chains: a chain from +0 never makes -0 (x + y is -0
-     * only when both are), so it is the chain from a zeroed C, without the
-     * memset, and without loads of C that wait behind the masked stores of
-     * the tile above */
+     * gemm runs the chains, from a zero of its own (the chain from a zeroed
+     * C, -0 kept): no memset, and no loads of C that wait behind the
+     * masked stores of the tile above */
     const int store = !accumulate && im->gemm != NULL && im->gemm_stores &&
                       (order == QKV_GEMM_BLOCKS || (order == QKV_GEMM_CHAIN && im->gemm_chains));
     if (!accumulate && !store)
