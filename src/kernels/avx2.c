@@ -50,14 +50,16 @@ static inline __m256i lanes8(int w)
 /* AVX2 direct path: as the AVX-512 one with ymm chunks (up to 32
  * columns), a ragged right edge in a masked last chunk. */
 QKV_ALWAYS_INLINE void rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0,
-                                       __m256i last, const float *A, const float *B, float *C)
+                                       __m256i last, const float *A, const float *B, float *C,
+                                       int store)
 {
     __m256 acc[4][4];
     const __m256i all = _mm256_set1_epi32(-1);
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            acc[r][q] = _mm256_maskload_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q,
-                                           q == nch - 1 ? last : all);
+            acc[r][q] = store ? _mm256_setzero_ps()
+                              : _mm256_maskload_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q,
+                                                   q == nch - 1 ? last : all);
     for (int p = 0; p < k; p++) {
         const float *b = B + (size_t)p * n + j0;
         __m256 bv[4];
@@ -77,17 +79,17 @@ QKV_ALWAYS_INLINE void rows_avx2_block(int R, int nch, int i0, int ta, int m, in
 }
 
 QKV_ALWAYS_INLINE void rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, __m256i last,
-                                        const float *A, const float *B, float *C)
+                                        const float *A, const float *B, float *C, int store)
 {
     int i = 0;
     for (; i + 3 <= m; i += 3)
-        rows_avx2_block(3, nch, i, ta, m, n, k, j0, last, A, B, C);
+        rows_avx2_block(3, nch, i, ta, m, n, k, j0, last, A, B, C, store);
     for (; i < m; i++)
-        rows_avx2_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
+        rows_avx2_block(1, nch, i, ta, m, n, k, j0, last, A, B, C, store);
 }
 
 static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B,
-                        float *C)
+                        float *C, int store)
 {
     const float *Bk = qkv_gemm_b_rows(tb, n, k, B);
     if (Bk == NULL) {
@@ -98,10 +100,10 @@ static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, con
         int w = n - j0 < 32 ? n - j0 : 32, nch = (w + 7) / 8;
         const __m256i last = lanes8(w - 8 * (nch - 1));
         switch (nch) { /* constant chunk counts, so acc[] stays in registers */
-        case 1: rows_avx2_chunks(1, ta, m, n, k, j0, last, A, Bk, C); break;
-        case 2: rows_avx2_chunks(2, ta, m, n, k, j0, last, A, Bk, C); break;
-        case 3: rows_avx2_chunks(3, ta, m, n, k, j0, last, A, Bk, C); break;
-        default: rows_avx2_chunks(4, ta, m, n, k, j0, last, A, Bk, C); break;
+        case 1: rows_avx2_chunks(1, ta, m, n, k, j0, last, A, Bk, C, store); break;
+        case 2: rows_avx2_chunks(2, ta, m, n, k, j0, last, A, Bk, C, store); break;
+        case 3: rows_avx2_chunks(3, ta, m, n, k, j0, last, A, Bk, C, store); break;
+        default: rows_avx2_chunks(4, ta, m, n, k, j0, last, A, Bk, C, store); break;
         }
     }
 }

@@ -46,13 +46,14 @@ static void ukernel_avx512(int kc, const float *ap, const float *bp, float *c, i
  * the FMA pipeline busy. Masks cover a ragged right edge. */
 QKV_ALWAYS_INLINE void rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k,
                                          int j0, __mmask16 last, const float *A, const float *B,
-                                         float *C)
+                                         float *C, int store)
 {
     __m512 acc[4][4];
     for (int r = 0; r < R; r++)
         for (int q = 0; q < nch; q++)
-            acc[r][q] =
-                load16(q == nch - 1 ? last : 0xFFFF, C + (size_t)(i0 + r) * n + j0 + 16 * q);
+            acc[r][q] = store ? _mm512_setzero_ps()
+                              : load16(q == nch - 1 ? last : 0xFFFF,
+                                       C + (size_t)(i0 + r) * n + j0 + 16 * q);
     for (int p = 0; p < k; p++) {
         const float *b = B + (size_t)p * n + j0;
         __m512 bv[4];
@@ -72,16 +73,17 @@ QKV_ALWAYS_INLINE void rows_avx512_block(int R, int nch, int i0, int ta, int m, 
 }
 
 QKV_ALWAYS_INLINE void rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0,
-                                          __mmask16 last, const float *A, const float *B, float *C)
+                                          __mmask16 last, const float *A, const float *B, float *C,
+                                          int store)
 {
     int i = 0;
     for (; i + 4 <= m; i += 4)
-        rows_avx512_block(4, nch, i, ta, m, n, k, j0, last, A, B, C);
+        rows_avx512_block(4, nch, i, ta, m, n, k, j0, last, A, B, C, store);
     for (; i < m; i++)
-        rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C);
+        rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C, store);
 }
 static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *B,
-                          float *C)
+                          float *C, int store)
 {
     const float *Bk;
     if (tb && n <= 16 && k <= 16) {
@@ -98,10 +100,10 @@ static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, c
         int w = n - j0 < 64 ? n - j0 : 64, nch = (w + 15) / 16, tail = w - 16 * (nch - 1);
         __mmask16 last = (__mmask16)(tail == 16 ? 0xFFFF : (1u << tail) - 1);
         switch (nch) { /* constant chunk counts, so acc[] stays in registers */
-        case 1: rows_avx512_chunks(1, ta, m, n, k, j0, last, A, Bk, C); break;
-        case 2: rows_avx512_chunks(2, ta, m, n, k, j0, last, A, Bk, C); break;
-        case 3: rows_avx512_chunks(3, ta, m, n, k, j0, last, A, Bk, C); break;
-        default: rows_avx512_chunks(4, ta, m, n, k, j0, last, A, Bk, C); break;
+        case 1: rows_avx512_chunks(1, ta, m, n, k, j0, last, A, Bk, C, store); break;
+        case 2: rows_avx512_chunks(2, ta, m, n, k, j0, last, A, Bk, C, store); break;
+        case 3: rows_avx512_chunks(3, ta, m, n, k, j0, last, A, Bk, C, store); break;
+        default: rows_avx512_chunks(4, ta, m, n, k, j0, last, A, Bk, C, store); break;
         }
     }
 }

@@ -152,18 +152,23 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
         order = QKV_GEMM_DOTS;
     /* C = A·B is C += A·B on a zeroed C; in the blocks order a set may
      * store its first sums instead (0 + sum, the same bits), which spares
-     * a pass over C that evicts what the product needs. So may a set whose
-     * gemm runs the chains, from a zero of its own (the chain from a zeroed
-     * C, -0 kept): no memset, and no loads of C that wait behind the
-     * masked stores of the tile above */
-    const int store = !accumulate && im->gemm != NULL && im->gemm_stores &&
-                      (order == QKV_GEMM_BLOCKS || (order == QKV_GEMM_CHAIN && im->gemm_chains));
+     * a pass over C that evicts what the product needs. In the chain order
+     * every direct path, and a set's gemm with gemm_stores, starts each
+     * chain from a zero of its own (the chain from a zeroed C, -0 kept):
+     * no memset, and no loads of C that wait behind the masked stores of
+     * the rows above */
+    const int by_gemm = im->gemm != NULL && (order != QKV_GEMM_CHAIN || im->gemm_chains);
+    int store = 0;
+    if (!accumulate && order == QKV_GEMM_CHAIN)
+        store = by_gemm ? im->gemm_stores : 1;
+    else if (!accumulate && order == QKV_GEMM_BLOCKS)
+        store = by_gemm && im->gemm_stores;
     if (!accumulate && !store)
         memset(C, 0, (size_t)m * n * sizeof *C);
-    if (im->gemm != NULL && (order != QKV_GEMM_CHAIN || im->gemm_chains))
+    if (by_gemm)
         im->gemm(&(qkv_gemm_args){order, ta, tb, m, n, k, A, B, C, store});
     else if (order == QKV_GEMM_BLOCKS)
         gemm_blocked(im, ta, tb, m, n, k, A, B, C);
     else
-        im->direct(ta, tb, m, n, k, A, B, C);
+        im->direct(ta, tb, m, n, k, A, B, C, store);
 }

@@ -163,9 +163,11 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
 typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc,
                                int mr, int nr);
 
-/* C (m×n) += op(A)·op(B) by the direct path. */
+/* C (m×n) += op(A)·op(B) by the direct path, in the chain order where it
+ * can copy op(B) (qkv_gemm_b_rows); with store, C = op(A)·op(B), each chain
+ * from a zero of its own, C unread: the bits of C += on a zeroed C. */
 typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
-                              const qkv_real *B, qkv_real *C);
+                              const qkv_real *B, qkv_real *C, int store);
 
 /* The order in which qkv_gemm adds up each element of C, fixed by the
  * shape alone (gemm.c), so that every path of a kernel set gives the same

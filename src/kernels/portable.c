@@ -9,7 +9,7 @@
 
 /* Portable: C[i, j0..j0+w) accumulated in a local array. */
 static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
-                     qkv_real *C)
+                     qkv_real *C, int store)
 {
     const qkv_real *Bk = qkv_gemm_b_rows(tb, n, k, B);
     if (Bk == NULL) {
@@ -22,7 +22,7 @@ static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, con
             qkv_real acc[64];
             qkv_real *c = C + (size_t)i * n + j0;
             for (int j = 0; j < w; j++)
-                acc[j] = c[j];
+                acc[j] = store ? 0 : c[j];
             for (int p = 0; p < k; p++) {
                 const qkv_real a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
                 const qkv_real *b = Bk + (size_t)p * n + j0;
