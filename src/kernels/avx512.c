@@ -531,6 +531,11 @@ static void mask_scale_bwd_avx512(float *ds, float *g, const float *m, size_t n,
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
 static void gather_avx512(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
+    if (d == 16) { /* one register a row: the per-head and d_k = 16 tables */
+        for (size_t i = 0; i < n; i++)
+            _mm512_storeu_ps(dst + 16 * i, _mm512_loadu_ps(table + 16 * (size_t)ids[i]));
+        return;
+    }
     for (size_t i = 0; i < n; i++, dst += d) {
         const float *src = table + (size_t)ids[i] * d;
         for (size_t j = 0; j < d; j += 16) {
