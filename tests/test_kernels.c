@@ -316,7 +316,7 @@ START_TEST(test_gather_scatter_zero_on_every_path)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
     static const int ids[7] = {3, 0, 3, 5, 1, 3, 0}; /* repeats accumulate in order */
-    static const size_t widths[] = {1, 3, 8, 16, 17, 40};
+    static const size_t widths[] = {1, 3, 8, 16, 17, 40, 64};
     qkv_rng g;
     qkv_rng_seed(&g, 11);
     for (int im = 0; im < 3; im++) {
@@ -324,7 +324,7 @@ START_TEST(test_gather_scatter_zero_on_every_path)
             continue;
         for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
             size_t d = widths[w];
-            qkv_real table[6 * 40], rows[7 * 40], want[6 * 40], got[7 * 40 + 1];
+            qkv_real table[6 * 64], rows[7 * 64], want[6 * 64], got[7 * 64 + 1];
             fill(&g, table, 6 * d);
             fill(&g, rows, 7 * d);
             for (size_t j = 0; j < d; j++) /* a zero row, which scatter may skip */

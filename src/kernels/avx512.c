@@ -536,6 +536,14 @@ static void gather_avx512(float *dst, const float *table, const int *ids, size_t
             _mm512_storeu_ps(dst + 16 * i, _mm512_loadu_ps(table + 16 * (size_t)ids[i]));
         return;
     }
+    if (d % 16 == 0) { /* whole registers: no masks */
+        for (size_t i = 0; i < n; i++, dst += d) {
+            const float *src = table + (size_t)ids[i] * d;
+            for (size_t j = 0; j < d; j += 16)
+                _mm512_storeu_ps(dst + j, _mm512_loadu_ps(src + j));
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++, dst += d) {
         const float *src = table + (size_t)ids[i] * d;
         for (size_t j = 0; j < d; j += 16) {
