@@ -237,7 +237,8 @@ typedef void (*qkv_scale_mask_fn)(qkv_real *s, qkv_real *a, const qkv_real *m, s
 /* Scaling, key mask (row i's at m + i·m_rs; m may be NULL) and then
  * qkv_softmax_rows of s + m into a, for rows of n entries, with every bit
  * as those three steps give it; nonzero (and nothing done) for an n the
- * set does not take. */
+ * set does not take. s (scaled in place) and a must not overlap: a set
+ * may store the scaled scores last. */
 typedef int (*qkv_attn_rows_fn)(qkv_real *s, qkv_real *a, const qkv_real *m, size_t m_rs,
                                 size_t rows, size_t n, double c);
 
