@@ -376,6 +376,30 @@ START_TEST(test_gemm_chain_from_zero_keeps_the_sign_of_zero)
 }
 END_TEST
 
+/* Depth 0: C = A·B is all zeros, whatever C held, and C += A·B leaves C
+ * as it was, on every set (a chain of no steps writes nothing). */
+START_TEST(test_gemm_depth_zero)
+{
+    static const int dims[][2] = {{5, 7}, {64, 64}, {1, 40}};
+    qkv_real a[1] = {0}, b[1] = {0}, c[64 * 64];
+    for (int im = 0; im < NSETS; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != QKV_OK)
+            continue;
+        for (int d = 0; d < 3; d++)
+            for (int acc = 0; acc < 2; acc++) {
+                const size_t mn = (size_t)dims[d][0] * dims[d][1];
+                for (size_t i = 0; i < mn; i++)
+                    c[i] = 777;
+                qkv_gemm(0, 0, dims[d][0], dims[d][1], 0, a, b, c, acc);
+                for (size_t i = 0; i < mn; i++)
+                    ck_assert_msg(c[i] == (acc ? 777 : 0), "%s %dx%dx0 acc=%d: C[%zu] = %g",
+                                  qkv_kernels_name(), dims[d][0], dims[d][1], acc, i, (double)c[i]);
+            }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 Suite *gemm_suite(void)
 {
     Suite *s = suite_create("gemm");
@@ -384,6 +408,7 @@ Suite *gemm_suite(void)
     tcase_add_test(tc, test_gemm_matches_the_definition_on_every_set_and_size);
     tcase_add_test(tc, test_gemm_overwrite_gives_positive_zero_for_underflow);
     tcase_add_test(tc, test_gemm_chain_from_zero_keeps_the_sign_of_zero);
+    tcase_add_test(tc, test_gemm_depth_zero);
     tcase_add_test(tc, test_gemm_repeats_its_order_bit_for_bit);
     tcase_add_test(tc, test_gemm_propagates_special_values_to_the_right_places);
     suite_add_tcase(s, tc);

@@ -201,7 +201,9 @@ static void gemm_tiles(const qkv_gemm_args *g)
         int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
         for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
             int kc = k - pc < QKV_GEMM_KC ? k - pc : QKV_GEMM_KC;
-            const int add = blocks && g->store && pc == 0 ? 2 : blocks; /* the tile's mode */
+            /* the tile's mode; store comes with the blocks order only, as this
+             * set's chains take the direct path (gemm_chains = 0) */
+            const int add = blocks && g->store && pc == 0 ? 2 : blocks;
             const float *bsrc = g->tb ? g->B + (size_t)jc * ldb + pc : g->B + (size_t)pc * ldb + jc;
             if (packed)
                 pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);

@@ -159,7 +159,7 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
      * the rows above */
     const int by_gemm = im->gemm != NULL && (order != QKV_GEMM_CHAIN || im->gemm_chains);
     int store = 0;
-    if (!accumulate && order == QKV_GEMM_CHAIN)
+    if (!accumulate && order == QKV_GEMM_CHAIN && k > 0) /* k = 0: no chain writes C */
         store = by_gemm ? im->gemm_stores : 1;
     else if (!accumulate && order == QKV_GEMM_BLOCKS)
         store = by_gemm && im->gemm_stores;

@@ -268,7 +268,8 @@ typedef struct qkv_kernel_set {
                                  * otherwise take direct */
     int gemm_stores;            /* gemm takes store: the first depth block's tiles write
                                  * 0 + their sum instead of adding into (or, in the chain
-                                 * order, starting from) a zeroed C */
+                                 * order, starting from) a zeroed C; with gemm_chains it
+                                 * must honour store in the chain order too */
     qkv_exps_fn exps;           /* softmax's exponentials */
     qkv_softmax16_fn softmax16; /* optional: short rows in one register */
     qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
