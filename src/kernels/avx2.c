@@ -88,10 +88,52 @@ QKV_ALWAYS_INLINE void rows_avx2_chunks(int nch, int ta, int m, int n, int k, in
         rows_avx2_block(1, nch, i, ta, m, n, k, j0, last, A, B, C, store);
 }
 
+/* dst (k×n, row stride n) = Bᵀ for B n×k (row stride k), 8×8 blocks
+ * through registers: what qkv_gemm_b_rows copies one float at a time. */
+static void transpose_avx2(const float *B, int n, int k, float *dst)
+{
+    for (int j0 = 0; j0 < n; j0 += 8)
+        for (int p0 = 0; p0 < k; p0 += 8) {
+            const int rows = n - j0 < 8 ? n - j0 : 8, cols = k - p0 < 8 ? k - p0 : 8;
+            const __m256i cm = lanes8(cols), rm = lanes8(rows);
+            __m256 r[8], t[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = j < rows ? _mm256_maskload_ps(B + (size_t)(j0 + j) * k + p0, cm)
+                                : _mm256_setzero_ps();
+            for (int j = 0; j < 8; j += 2) { /* pairs of rows interleaved */
+                t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+                t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+            }
+            for (int j = 0; j < 8; j += 4) { /* then quads */
+                r[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+                r[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xEE);
+                r[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+                r[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
+            }
+            for (int h = 0; h < 4; h++) { /* then the 128-bit halves */
+                t[h] = _mm256_permute2f128_ps(r[h], r[h + 4], 0x20);
+                t[h + 4] = _mm256_permute2f128_ps(r[h], r[h + 4], 0x31);
+            }
+            for (int p = 0; p < cols; p++) {
+                float *d = dst + (size_t)(p0 + p) * n + j0;
+                if (rows == 8)
+                    _mm256_storeu_ps(d, t[p]);
+                else
+                    _mm256_maskstore_ps(d, rm, t[p]);
+            }
+        }
+}
+
 static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B,
                         float *C, int store)
 {
-    const float *Bk = qkv_gemm_b_rows(tb, n, k, B);
+    const float *Bk;
+    if (tb && (size_t)k * n <= QKV_DIRECT_SCRATCH) {
+        transpose_avx2(B, n, k, qkv_direct_scratch);
+        Bk = qkv_direct_scratch;
+    } else {
+        Bk = qkv_gemm_b_rows(tb, n, k, B);
+    }
     if (Bk == NULL) { /* not the chain order, so not from qkv_gemm with store */
         if (store)
             qkv_zero(C, (size_t)m * n);
