@@ -134,10 +134,8 @@ static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, con
     } else {
         Bk = qkv_gemm_b_rows(tb, n, k, B);
     }
-    if (Bk == NULL) { /* not the chain order, so not from qkv_gemm with store */
-        if (store)
-            qkv_zero(C, (size_t)m * n);
-        qkv_gemm_dots(ta, m, n, k, A, B, C);
+    if (Bk == NULL) { /* not the chain order: qkv_gemm passes no store here */
+        qkv_gemm_dots(ta, m, n, k, A, B, C, store);
         return;
     }
     for (int j0 = 0; j0 < n; j0 += 32) { /* up to four ymm chunks, the last masked */

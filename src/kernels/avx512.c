@@ -92,10 +92,8 @@ static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, c
     } else {
         Bk = qkv_gemm_b_rows(tb, n, k, B);
     }
-    if (Bk == NULL) { /* not the chain order, so not from qkv_gemm with store */
-        if (store)
-            qkv_zero(C, (size_t)m * n);
-        qkv_gemm_dots(ta, m, n, k, A, B, C);
+    if (Bk == NULL) { /* not the chain order: qkv_gemm passes no store here */
+        qkv_gemm_dots(ta, m, n, k, A, B, C, store);
         return;
     }
     for (int j0 = 0; j0 < n; j0 += 64) {
@@ -476,20 +474,17 @@ QKV_ALWAYS_INLINE void attn_rows_group4(const int C, const float *s, float *a, c
     }
 }
 
-/* attn_rows for rows of C chunks, G = 8/C rows at a time. */
+/* attn_rows for rows of C <= 2 chunks: four at a time, then one by one. */
 QKV_ALWAYS_INLINE void attn_rows_c(const int C, float *s, float *a, const float *m, size_t m_rs,
                                    size_t rows, size_t n, double c)
 {
-    const int exact = scale_is_float(c), G = 8 / C;
+    const int exact = scale_is_float(c);
     const __mmask16 last = lanes((int)(n - 16 * (size_t)(C - 1)));
     size_t i = 0;
-    for (; G == 4 && i + 4 <= rows; i += 4)
+    for (; i + 4 <= rows; i += 4)
         attn_rows_group4(C, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
                          exact, last);
-    for (; i + (size_t)G <= rows; i += (size_t)G)
-        attn_rows_group(C, G, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
-                        exact, last);
-    for (; i < rows; i++)
+    for (; i < rows; i++) /* the last rows, one at a time */
         attn_rows_group(C, 1, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n, c,
                         exact, last);
     /* The scaled scores, stored last and as one array: stored row by row,

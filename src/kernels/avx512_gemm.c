@@ -285,7 +285,7 @@ static void gemm_dots(const qkv_gemm_args *g)
 {
     const int m = g->m, n = g->n, k = g->k;
     if ((size_t)k * NR > QKV_DIRECT_SCRATCH) {
-        qkv_gemm_dots(g->ta, m, n, k, g->A, g->B, g->C);
+        qkv_gemm_dots(g->ta, m, n, k, g->A, g->B, g->C, 0);
         return;
     }
     const size_t lda = g->ta ? (size_t)m : (size_t)k;

@@ -28,9 +28,13 @@
  */
 _Thread_local _Alignas(64) qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 
-/* C[i,j] += Σ_p A(i,p)·B[j,p] as dot products (B too large to copy). */
-void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C)
+/* C[i,j] += Σ_p A(i,p)·B[j,p] as dot products (B too large to copy); with
+ * store, C is zeroed first. */
+void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C,
+                   int store)
 {
+    if (store)
+        qkv_zero(C, (size_t)m * n);
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             qkv_real s[4] = {0};

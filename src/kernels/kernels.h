@@ -340,7 +340,8 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
 #define QKV_DIRECT_SCRATCH 65536
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
-void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C);
+void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C,
+                   int store);
 
 /* The packed op(B) of the blocked paths: QKV_GEMM_KC × QKV_GEMM_NC reals
  * per thread (gemm.c). */

@@ -12,10 +12,8 @@ static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, con
                      qkv_real *C, int store)
 {
     const qkv_real *Bk = qkv_gemm_b_rows(tb, n, k, B);
-    if (Bk == NULL) { /* not the chain order, so not from qkv_gemm with store */
-        if (store)
-            qkv_zero(C, (size_t)m * n);
-        qkv_gemm_dots(ta, m, n, k, A, B, C);
+    if (Bk == NULL) { /* not the chain order: qkv_gemm passes no store here */
+        qkv_gemm_dots(ta, m, n, k, A, B, C, store);
         return;
     }
     for (int j0 = 0; j0 < n; j0 += 64) {
