@@ -159,6 +159,66 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
 }
 END_TEST
 
+/* Layer norm's float sums (norm.c) against a double reference, on long
+ * rows and on rows whose mean is far from 0 against their spread. The
+ * bound is the rounding analysis of norm.c: a sum of d values in 32
+ * partials carries at most n = ⌈d/32⌉ + 5 roundings of Σ|x|, so the mean
+ * is off by at most (n + 1)·u·mean|x|, which moves y by that over σ; the
+ * variance's relative error is at most (n + 3)·u (the float x - m and its
+ * square add two), the reciprocal square root's then (n + 4)/2 + 2, and
+ * y = (x - m)·s adds two more, relative to |y|. */
+START_TEST(test_layer_norm_stays_within_its_rounding_bound)
+{
+    static const int widths[] = {128, 1000, 4096};
+    static const double offsets[] = {0, 30}; /* the mean, in standard deviations */
+    enum { ROWS = 3 };
+    qkv_real *x = malloc(sizeof *x * ROWS * 4096), *y = malloc(sizeof *y * ROWS * 4096);
+    qkv_real st[2 * ROWS];
+    ck_assert(x != NULL && y != NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 23);
+    const double u = REAL_EPS, eps = 1e-5;
+    static const char *sets[] = {"portable", "avx2", "avx512"};
+    for (int k = 0; k < 3; k++) {
+        if (qkv_kernels_use(sets[k], NULL) != 0)
+            continue;
+        for (int wi = 0; wi < 3; wi++)
+            for (int oi = 0; oi < 2; oi++) {
+                const size_t d = (size_t)widths[wi];
+                for (size_t i = 0; i < ROWS * d; i++)
+                    x[i] = (qkv_real)(2 * offsets[oi] + qkv_rng_normalvariate(&g, 0, 2));
+                qkv_norm_rows(y, st, st + ROWS, x, NULL, NULL, ROWS, d, eps, 1);
+                const double n = (double)((d + 31) / 32) + 5;
+                for (int r = 0; r < ROWS; r++) {
+                    const qkv_real *xr = x + r * d;
+                    double mu = 0, var = 0, abs_mean = 0;
+                    for (size_t j = 0; j < d; j++) {
+                        mu += (double)xr[j];
+                        abs_mean += fabs((double)xr[j]);
+                    }
+                    mu /= (double)d;
+                    abs_mean /= (double)d;
+                    for (size_t j = 0; j < d; j++)
+                        var += ((double)xr[j] - mu) * ((double)xr[j] - mu);
+                    const double sd = sqrt(var / (double)d + eps);
+                    for (size_t j = 0; j < d; j++) {
+                        const double want = ((double)xr[j] - mu) / sd;
+                        const double bound =
+                            (n + 1) * u * abs_mean / sd + ((n + 4) / 2 + 4) * u * fabs(want);
+                        ck_assert_msg(
+                            fabs((double)y[r * d + j] - want) <= bound,
+                            "%s d %zu offset %g row %d: y[%zu] = %.9g, want %.9g (bound %.3g)",
+                            sets[k], d, offsets[oi], r, j, (double)y[r * d + j], want, bound);
+                    }
+                }
+            }
+    }
+    qkv_kernels_use("auto", NULL);
+    free(x);
+    free(y);
+}
+END_TEST
+
 START_TEST(test_mse_and_bce_match_cpython_and_stay_finite)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -259,6 +319,7 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_layer_norm_and_rms_norm_match_cpython);
     tcase_add_test(tc, test_a_constant_row_normalises_to_beta);
     tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
+    tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
     tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
     tcase_add_test(tc, test_backward_from_any_tensor_seeds_its_gradient);

@@ -101,8 +101,8 @@ void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
 
 /* Layer norm of rows rows of d values: for each row, mean μ and rstd
- * r = 1/√(var + eps) (biased variance; both in double, two passes, summed
- * in the order norm.c defines, so every kernel set gives the same bits), then
+ * r = 1/√(var + eps) (biased variance; two passes, summed in float in the
+ * order norm.c defines, so every kernel set gives the same bits), then
  * y = (x - μ)·r·γ + β, with γ and β of d values (either may be NULL:
  * 1 and 0). mean and rstd (rows values each) keep μ and r for backward.
  * With center = 0 it is RMS norm: μ = 0, var = mean(x²), no β. */
@@ -113,7 +113,7 @@ void qkv_norm_rows(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *
 /* Its backward, fused (llm.c's closed form): with x̂ = (x - μ)·r and
  * g = dy·γ, dx += r·(g - mean(g) - x̂·mean(g·x̂)) (without the mean(g) term
  * when center = 0); dgamma += Σ_rows dy·x̂ and dbeta += Σ_rows dy. Any of
- * dx, dgamma and dbeta may be NULL. The means accumulate in double, in
+ * dx, dgamma and dbeta may be NULL. The means accumulate in float, in
  * norm.c's order. */
 void qkv_norm_rows_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                             const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
