@@ -65,6 +65,9 @@ static qkv_tensor *attn_loss(qkv_tape *t, const attn_case *c, int fused, qkv_ten
     qkv_tensor *loss = weighted_sum(t, c->pick ? qkv_pick_rows(t, o, rows) : o, &g);
     if (c->parts)
         loss = qkv_add(t, qkv_add(t, loss, weighted_sum(t, *s, &g)), weighted_sum(t, *a, &g));
+    /* Q read again, recorded last: its gradient is filled before the
+     * attention's backward adds into it */
+    loss = qkv_add(t, loss, weighted_sum(t, q, &g));
     ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
     return o;
 }
@@ -155,6 +158,8 @@ START_TEST(test_attention_equals_unfused_ops)
         {3, {2, 18, 8}, 18, 8, 2, 0, 1, 0.3},
         {3, {2, 26, 8}, 29, 8, 1, 1, 1, 0.3},  /* four AVX2 chunks */
         {3, {2, 19, 8}, 21, 8, 1, 1, 1, 0.75}, /* a float c, not a power of 2 */
+        /* tq and d_k of 48 or more: dQ += dS·K takes the blocks order */
+        {3, {1, 64, 64}, 16, 8, 0, 0, 1, 0.25},
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
