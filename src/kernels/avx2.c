@@ -8,10 +8,7 @@
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
-#include <math.h>
-#include <immintrin.h>
-
-#include "kernels/vmath.h"
+#include "kernels/avx2.h"
 
 /* AVX2+FMA micro-kernel: a 6×16 tile in 12 ymm accumulators. */
 static void ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
@@ -41,12 +38,6 @@ static void ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int
         _mm256_store_ps(t + 8 * i, acc[i]);
     qkv_gemm_add_tile(t, 16, c, ldc, mr, nr);
 }
-/* Lane mask for AVX2 masked loads and stores: the first w of 8 lanes. */
-static inline __m256i lanes8(int w)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 /* AVX2 direct path: as the AVX-512 one with ymm chunks (up to 32
  * columns), a ragged right edge in a masked last chunk. */
 QKV_ALWAYS_INLINE void rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0,
@@ -149,69 +140,6 @@ static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, con
         }
     }
 }
-static inline __m256 exp_avx2(__m256 v)
-{
-    /* 0 below QKV_EXP_MIN; a NaN stays live and comes out NaN (max_ps
-     * returns its second operand for a NaN) */
-    __m256 live = _mm256_cmp_ps(v, _mm256_set1_ps(QKV_EXP_MIN), _CMP_NLT_UQ);
-    v = _mm256_max_ps(_mm256_set1_ps(QKV_EXP_MIN), v);
-    __m256 t = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(t, _mm256_set1_ps(QKV_EXP_LN2_HI), v);
-    r = _mm256_fnmadd_ps(t, _mm256_set1_ps(QKV_EXP_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    /* 2^t by building the exponent bits; t >= -126 after the clamp */
-    __m256i bits =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(t), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(live, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
-}
-
-/* exp_avx2 of v[0..K) in place (K a constant, at most 4), each step for
- * all K registers before the next, so that K independent chains are in
- * flight where one alone waits on each step's latency. The same bits as
- * exp_avx2 on every input: the lanes it keeps (v >= QKV_EXP_MIN, or NaN) go
- * through the same operations (its clamp leaves them as they are), and
- * the others are 0 in both, whatever the exponent bits built for them. */
-QKV_ALWAYS_INLINE void exp_avx2_k(const int K, __m256 *v)
-{
-    __m256 live[4], t[4], r[4], p[4];
-    for (int k = 0; k < K; k++)
-        live[k] = _mm256_cmp_ps(v[k], _mm256_set1_ps(QKV_EXP_MIN), _CMP_NLT_UQ);
-    for (int k = 0; k < K; k++)
-        t[k] = _mm256_round_ps(_mm256_mul_ps(v[k], _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    for (int k = 0; k < K; k++)
-        r[k] = _mm256_fnmadd_ps(t[k], _mm256_set1_ps(QKV_EXP_LN2_HI), v[k]);
-    for (int k = 0; k < K; k++)
-        r[k] = _mm256_fnmadd_ps(t[k], _mm256_set1_ps(QKV_EXP_LN2_LO), r[k]);
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 5040), r[k], _mm256_set1_ps(1.0f / 720));
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 120));
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 24));
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f / 6));
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(0.5f));
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
-    for (int k = 0; k < K; k++)
-        p[k] = _mm256_fmadd_ps(p[k], r[k], _mm256_set1_ps(1.0f));
-    for (int k = 0; k < K; k++) {
-        const __m256i bits = _mm256_slli_epi32(
-            _mm256_add_epi32(_mm256_cvtps_epi32(t[k]), _mm256_set1_epi32(127)), 23);
-        v[k] = _mm256_and_ps(live[k], _mm256_mul_ps(p[k], _mm256_castsi256_ps(bits)));
-    }
-}
-
 static double exps_avx2(size_t n, const float *x, float mx, float *y)
 {
     __m256 vmx = _mm256_set1_ps(mx);
@@ -228,34 +156,6 @@ static double exps_avx2(size_t n, const float *x, float mx, float *y)
     _Alignas(32) double t[4];
     _mm256_store_pd(t, _mm256_add_pd(s0, s1));
     return (t[0] + t[1]) + (t[2] + t[3]);
-}
-
-/* Entries x[0..w) of 8, -inf past them; a plain load when w is 8. */
-QKV_ALWAYS_INLINE __m256 load8_ninf(int w, const float *x)
-{
-    if (w >= 8)
-        return _mm256_loadu_ps(x);
-    const __m256i m = lanes8(w);
-    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x, m),
-                            _mm256_castsi256_ps(m));
-}
-
-/* y[0..w) = v's first w lanes; a plain store when w is 8 (a masked store
- * costs many more micro-ops on some CPUs). */
-QKV_ALWAYS_INLINE void store8(float *y, int w, __m256 v)
-{
-    if (w >= 8)
-        _mm256_storeu_ps(y, v);
-    else
-        _mm256_maskstore_ps(y, lanes8(w), v);
-}
-
-/* The largest of the 8 lanes of v, which holds no NaN. */
-static inline float hmax8(__m256 v)
-{
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
 /* The maximum of a row's non-NaN entries, as the generic x[j] > mx loop
@@ -401,21 +301,6 @@ static void gather_avx2(float *dst, const float *table, const int *ids, size_t n
         for (; j < d; j++)
             dst[j] = src[j];
     }
-}
-
-/* c·x rounded once to float, as the scaling op rounds (c·x in double):
- * in float when c is a float, where the float product rounds the same
- * exact product; else in double, four lanes per half. */
-QKV_ALWAYS_INLINE __m256 scale8(__m256 x, double c, int exact)
-{
-    if (exact)
-        return _mm256_mul_ps(x, _mm256_set1_ps((float)c));
-    const __m256d cv = _mm256_set1_pd(c);
-    const __m128 lo =
-        _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_castps256_ps128(x))));
-    const __m128 hi =
-        _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
 /* Attention's scaling and mask, 8 at a time; the tail entry by entry. */

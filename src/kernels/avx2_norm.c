@@ -11,29 +11,7 @@
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
-#include <immintrin.h>
-#include <math.h>
-
-/* The first w of 8 float lanes, for masked loads and stores. */
-static inline __m256i lanes8(int w)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* x[0..w) of 8 lanes, zeros past them: plain loads and stores when w is
- * 8, as a masked store costs many more micro-ops on some CPUs. */
-QKV_ALWAYS_INLINE __m256 load8(int w, const float *x)
-{
-    return w >= 8 ? _mm256_loadu_ps(x) : _mm256_maskload_ps(x, lanes8(w));
-}
-
-QKV_ALWAYS_INLINE void store8(float *y, int w, __m256 v)
-{
-    if (w >= 8)
-        _mm256_storeu_ps(y, v);
-    else
-        _mm256_maskstore_ps(y, lanes8(w), v);
-}
+#include "kernels/avx2.h"
 
 /* The pointer p + j, or NULL when p is. */
 #define AT(p, j) ((p) != NULL ? (p) + (j) : NULL)
