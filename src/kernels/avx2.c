@@ -320,7 +320,7 @@ static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double
 }
 
 /* Attention's scaling, key mask and softmax of G rows of C registers of 8
- * (G·C <= 4), in registers (attn_rows_c_avx2 stores the scaled scores
+ * (G·C <= 8, G <= 4), in registers (attn_rows_c_avx2 stores the scaled scores
  * after): softmax_rows_avx2's steps without going through memory: the
  * maximum (NaNs skipped, as row_max_avx2 skips them), exp_avx2_k, the two double accumulators and
  * exps_avx2's reduction, and one multiply by (float)(1/sum), or zeros for
@@ -332,8 +332,8 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, const floa
 {
     const int last = (int)(n - 8 * (size_t)(C - 1));
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    __m256 v[4];
-    int empty[4];
+    __m256 v[8];
+    int empty[8];
     for (int g = 0; g < G; g++) {
         const float *sg = s + (size_t)g * n;
         const float *mr = m != NULL ? m + g * m_rs : NULL;
@@ -355,28 +355,42 @@ QKV_ALWAYS_INLINE void attn_rows_group_avx2(const int C, const int G, const floa
         for (int q = 0; q < C; q++)
             v[g * C + q] = _mm256_sub_ps(v[g * C + q], _mm256_set1_ps(mxs));
     }
-    exp_avx2_k(G * C, v);
-    for (int g = 0; g < G; g++) {
+    for (int k = 0; k < G * C; k += 4)
+        exp_avx2_k(G * C - k < 4 ? G * C - k : 4, v + k);
+    /* each row's four partials t = s0 + s1; then, the G rows' t as the
+     * columns of a 4×4 block, (t0 + t1) + (t2 + t3) for all of them at
+     * once, and one division for the G values of (float)(1/sum) */
+    __m256d t[4];
+    for (int g = 0; g < 4; g++) {
         __m256d s0 = _mm256_setzero_pd(), s1 = s0;
-        for (int q = 0; q < C; q++) {
+        for (int q = 0; g < G && q < C; q++) {
             s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(v[g * C + q])));
             s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(v[g * C + q], 1)));
         }
-        _Alignas(32) double t[4];
-        _mm256_store_pd(t, _mm256_add_pd(s0, s1));
-        const double sum = (t[0] + t[1]) + (t[2] + t[3]);
-        const __m256 inv = _mm256_set1_ps((float)(1 / sum)); /* NaN for a NaN entry */
+        t[g] = g < G ? _mm256_add_pd(s0, s1) : _mm256_set1_pd(0.25); /* a sum of 1 */
+    }
+    const __m256d lo01 = _mm256_unpacklo_pd(t[0], t[1]), hi01 = _mm256_unpackhi_pd(t[0], t[1]);
+    const __m256d lo23 = _mm256_unpacklo_pd(t[2], t[3]), hi23 = _mm256_unpackhi_pd(t[2], t[3]);
+    const __m256d sum = /* lane g: row g's (t0 + t1) + (t2 + t3) */
+        _mm256_add_pd(_mm256_add_pd(_mm256_permute2f128_pd(lo01, lo23, 0x20),
+                                    _mm256_permute2f128_pd(hi01, hi23, 0x20)),
+                      _mm256_add_pd(_mm256_permute2f128_pd(lo01, lo23, 0x31),
+                                    _mm256_permute2f128_pd(hi01, hi23, 0x31)));
+    _Alignas(16) float invs[4]; /* NaN for a row with a NaN entry */
+    _mm_store_ps(invs, _mm256_cvtpd_ps(_mm256_div_pd(_mm256_set1_pd(1), sum)));
+    for (int g = 0; g < G; g++) {
+        const __m256 inv = _mm256_set1_ps(invs[g]);
         for (int q = 0; q < C; q++)
             store8(a + (size_t)g * n + 8 * q, q < C - 1 ? 8 : last,
                    empty[g] ? _mm256_setzero_ps() : _mm256_mul_ps(v[g * C + q], inv));
     }
 }
 
-/* Rows of C chunks, G = 4/C at a time. */
+/* Rows of C chunks, G = 8/C at a time. */
 QKV_ALWAYS_INLINE void attn_rows_c_avx2(const int C, float *s, float *a, const float *m,
                                         size_t m_rs, size_t rows, size_t n, double c)
 {
-    const int exact = (double)(float)c == c, G = 4 / C;
+    const int exact = (double)(float)c == c, G = 8 / C;
     size_t i = 0;
     for (; i + (size_t)G <= rows; i += (size_t)G)
         attn_rows_group_avx2(C, G, s + i * n, a + i * n, m != NULL ? m + i * m_rs : NULL, m_rs, n,
