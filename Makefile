@@ -79,7 +79,7 @@ ifneq ($(filter x86_64 i%86,$(shell uname -m)),)
 $(BUILD)/obj/kernels/avx2_norm.o: ISA := -mavx2 -mfma
 $(BUILD)/obj/kernels/avx512_norm.o: ISA := -mavx512f
 $(BUILD)/obj/kernels/avx2.o $(BUILD)/obj/kernels/avx2_math.o: ISA := -mavx2 -mfma
-$(BUILD)/obj/kernels/avx2_gemm.o: ISA := -mavx2 -mfma
+$(BUILD)/obj/kernels/avx2_gemm.o $(BUILD)/obj/kernels/avx2_attn.o: ISA := -mavx2 -mfma
 $(BUILD)/obj/kernels/avx512.o $(BUILD)/obj/kernels/avx512_attn.o: ISA := -mavx512f
 $(BUILD)/obj/kernels/avx512_math.o: ISA := -mavx512f
 $(BUILD)/obj/kernels/avx512_gemm.o: ISA := -mavx512f

@@ -87,30 +87,17 @@ static void transpose_avx2(const float *B, int n, int k, float *dst)
         for (int p0 = 0; p0 < k; p0 += 8) {
             const int rows = n - j0 < 8 ? n - j0 : 8, cols = k - p0 < 8 ? k - p0 : 8;
             const __m256i cm = lanes8(cols), rm = lanes8(rows);
-            __m256 r[8], t[8];
+            __m256 r[8];
             for (int j = 0; j < 8; j++)
                 r[j] = j < rows ? _mm256_maskload_ps(B + (size_t)(j0 + j) * k + p0, cm)
                                 : _mm256_setzero_ps();
-            for (int j = 0; j < 8; j += 2) { /* pairs of rows interleaved */
-                t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
-                t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
-            }
-            for (int j = 0; j < 8; j += 4) { /* then quads */
-                r[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
-                r[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xEE);
-                r[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
-                r[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
-            }
-            for (int h = 0; h < 4; h++) { /* then the 128-bit halves */
-                t[h] = _mm256_permute2f128_ps(r[h], r[h + 4], 0x20);
-                t[h + 4] = _mm256_permute2f128_ps(r[h], r[h + 4], 0x31);
-            }
+            transpose8_regs(r);
             for (int p = 0; p < cols; p++) {
                 float *d = dst + (size_t)(p0 + p) * n + j0;
                 if (rows == 8)
-                    _mm256_storeu_ps(d, t[p]);
+                    _mm256_storeu_ps(d, r[p]);
                 else
-                    _mm256_maskstore_ps(d, rm, t[p]);
+                    _mm256_maskstore_ps(d, rm, r[p]);
             }
         }
 }
@@ -465,6 +452,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .scale_mask = scale_mask_avx2,
     .attn_rows = attn_rows_avx2,
     .mask_scale_bwd = mask_scale_bwd_avx2,
+    .attn_bwd = qkv_attn_bwd_avx2,
     .norm = qkv_norm_avx2,
     .norm_backward = qkv_norm_backward_avx2,
 };

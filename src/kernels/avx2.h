@@ -18,6 +18,28 @@ static inline __m256i lanes8(int w)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* The 8×8 transpose of r[0..8) in place: r[i] lane j becomes r[j] lane i. */
+QKV_ALWAYS_INLINE void transpose8_regs(__m256 *r)
+{
+    __m256 t[8];
+    for (int j = 0; j < 8; j += 2) { /* pairs of rows interleaved */
+        t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) { /* then quads */
+        r[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+        r[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xEE);
+        r[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        r[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
+    }
+    for (int h = 0; h < 4; h++) { /* then the 128-bit halves */
+        t[h] = _mm256_permute2f128_ps(r[h], r[h + 4], 0x20);
+        t[h + 4] = _mm256_permute2f128_ps(r[h], r[h + 4], 0x31);
+    }
+    for (int j = 0; j < 8; j++)
+        r[j] = t[j];
+}
+
 /* x[0..w) of 8 lanes, zeros past them: a plain load when w is 8. */
 QKV_ALWAYS_INLINE __m256 load8(int w, const float *x)
 {
@@ -129,5 +151,11 @@ QKV_ALWAYS_INLINE __m256 scale8(__m256 x, double c, int exact)
         _mm256_cvtpd_ps(_mm256_mul_pd(cv, _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
     return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
+
+/* The fused attention backward of one item (avx2_attn.c): the kernel
+ * set's attn_bwd. */
+int qkv_attn_bwd_avx2(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
+                      const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
+                      float *dv, float *scratch);
 
 #endif
