@@ -336,7 +336,8 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
 
 /* The direct paths' helpers (gemm.c): a per-thread scratch for a copied
  * Bᵀ, op(B) as a row-major k×n matrix (NULL if it does not fit the
- * scratch), and C += op(A)·Bᵀ as dot products for a B too large to copy. */
+ * scratch), and C += op(A)·Bᵀ as dot products for a B too large to copy
+ * (with store, C is zeroed first: C = op(A)·Bᵀ, each sum added to +0). */
 #define QKV_DIRECT_SCRATCH 65536
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
