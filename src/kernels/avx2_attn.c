@@ -47,8 +47,8 @@ static void transpose_rows8(const int C, const float *X, int n, int d, float *ds
 static inline int row_live8(const float *x, int n)
 {
     for (int c0 = 0; c0 < n; c0 += 8) {
-        const __m256 c = _mm256_cmp_ps(load8(n - c0 < 8 ? n - c0 : 8, x + c0),
-                                       _mm256_setzero_ps(), _CMP_NEQ_UQ);
+        const __m256 c =
+            _mm256_cmp_ps(load8(n - c0 < 8 ? n - c0 : 8, x + c0), _mm256_setzero_ps(), _CMP_NEQ_UQ);
         if (_mm256_movemask_ps(c))
             return 1;
     }
@@ -83,17 +83,17 @@ QKV_ALWAYS_INLINE void add_scaled_row8(float x, const float *row, float *y, int 
  * row. */
 QKV_ALWAYS_INLINE void attn_bwd_item8(const int C, const qkv_attn_shape *sh, const float *q,
                                       const float *k, const float *v, const float *a,
-                                      const float *dout, float *ds, float *da, float *dq,
-                                      float *dk, float *dv, const int *rows)
+                                      const float *dout, float *ds, float *da, float *dq, float *dk,
+                                      float *dv, const int *rows)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     int w[4];
-    for (int h = 0; h < C; h++)
-        w[h] = tk - 8 * h >= 8 ? 8 : tk - 8 * h > 0 ? tk - 8 * h : 0;
+    for (int h = 0; h < C; h++) /* keys in register h: 1 to 8 */
+        w[h] = tk - 8 * h >= 8 ? 8 : tk - 8 * h;
     const int exact = (double)(float)sh->scale == sh->scale;
-    const float *vt = attn_t8;
+    float *vt = attn_t8; /* the thread's buffer, looked up once */
     if (da != NULL)
-        transpose_rows8(C, v, tk, d_v, attn_t8); /* Vᵀ, zeros past tk */
+        transpose_rows8(C, v, tk, d_v, vt); /* Vᵀ, zeros past tk */
     for (int i = 0; i < tq; i++) {
         const float *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
         const int live = row_live8(go, d_v);
@@ -116,16 +116,15 @@ QKV_ALWAYS_INLINE void attn_bwd_item8(const int C, const qkv_attn_shape *sh, con
             for (int p = 0; p < d_v; p++)
                 for (int h = 0; h < C; h++)
                     g[h] = _mm256_fmadd_ps(_mm256_set1_ps(go[p]),
-                                           _mm256_load_ps(vt + (size_t)p * 8 * C + 8 * h),
-                                           g[h]);
+                                           _mm256_load_ps(vt + (size_t)p * 8 * C + 8 * h), g[h]);
             for (int h = 0; h < C; h++)
                 store8(dai + 8 * h, w[h], g[h]);
         }
         for (int h = 0; h < C; h++) {
             sg[h] = load8(w[h], dsi + 8 * h);
-            nz |= _mm256_movemask_ps(_mm256_and_ps(_mm256_castsi256_ps(lanes8(w[h])),
-                                                   _mm256_cmp_ps(g[h], _mm256_setzero_ps(),
-                                                                 _CMP_NEQ_UQ)));
+            nz |= _mm256_movemask_ps(
+                _mm256_and_ps(_mm256_castsi256_ps(lanes8(w[h])),
+                              _mm256_cmp_ps(g[h], _mm256_setzero_ps(), _CMP_NEQ_UQ)));
         }
         /* dSs[i,:] += mask-kept A ⊙ (dA - Σ dA·A), the dot summed in order */
         if (nz) {
@@ -139,9 +138,9 @@ QKV_ALWAYS_INLINE void attn_bwd_item8(const int C, const qkv_attn_shape *sh, con
             const float *mr = sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL;
             for (int h = 0; h < C; h++) {
                 const __m256 ar = load8(w[h], ai + 8 * h);
-                const __m128 lo = _mm256_cvtpd_ps(
-                    _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(ar)),
-                                  _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(g[h])), dd)));
+                const __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(
+                    _mm256_cvtps_pd(_mm256_castps256_ps128(ar)),
+                    _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(g[h])), dd)));
                 const __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(
                     _mm256_cvtps_pd(_mm256_extractf128_ps(ar, 1)),
                     _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(g[h], 1)), dd)));
@@ -150,8 +149,8 @@ QKV_ALWAYS_INLINE void attn_bwd_item8(const int C, const qkv_attn_shape *sh, con
                     const __m256 m = sh->mask_cs == 0
                                          ? _mm256_set1_ps(mr[0])
                                          : load8(w[h], mr + (size_t)8 * h * sh->mask_cs);
-                    dx = _mm256_and_ps(dx, _mm256_cmp_ps(m, _mm256_set1_ps(-INFINITY),
-                                                         _CMP_NEQ_UQ));
+                    dx =
+                        _mm256_and_ps(dx, _mm256_cmp_ps(m, _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ));
                 }
                 sg[h] = _mm256_add_ps(sg[h], dx);
                 store8(dsi + 8 * h, w[h], sg[h]);
@@ -160,8 +159,8 @@ QKV_ALWAYS_INLINE void attn_bwd_item8(const int C, const qkv_attn_shape *sh, con
         nz = 0;
         for (int h = 0; h < C; h++) {
             const __m256 kept = _mm256_castsi256_ps(lanes8(w[h]));
-            nz |= _mm256_movemask_ps(_mm256_and_ps(
-                kept, _mm256_cmp_ps(sg[h], _mm256_setzero_ps(), _CMP_NEQ_UQ)));
+            nz |= _mm256_movemask_ps(
+                _mm256_and_ps(kept, _mm256_cmp_ps(sg[h], _mm256_setzero_ps(), _CMP_NEQ_UQ)));
         }
         if (!nz)
             continue;
@@ -203,8 +202,8 @@ static void attn_bwd_item_avx2(const qkv_attn_shape *sh, const float *q, const f
 }
 
 int qkv_attn_bwd_avx2(const qkv_attn_shape *sh, const float *q, const float *k, const float *v,
-                      const float *a, const float *dout, float *ds, float *da, float *dq,
-                      float *dk, float *dv, float *scratch)
+                      const float *a, const float *dout, float *ds, float *da, float *dq, float *dk,
+                      float *dv, float *scratch)
 {
     const int tq = sh->tq, tk = sh->tk, C = (tk + 7) / 8;
     /* past 16 keys only the one-row scatter form, whose generic order is
@@ -223,8 +222,8 @@ int qkv_attn_bwd_avx2(const qkv_attn_shape *sh, const float *q, const float *k, 
     int live = 0;
     for (int i = 0; i < tq && live < 2; i++)
         live += row_live8(dout + (size_t)i * sh->dv, sh->dv);
-    if (live < 2 && (da == NULL || sh->sa_zero ||
-                     (!row_live8(da, tq * tk) && !row_live8(ds, tq * tk))))
+    if (live < 2 &&
+        (da == NULL || sh->sa_zero || (!row_live8(da, tq * tk) && !row_live8(ds, tq * tk))))
         attn_bwd_item_avx2(sh, q, k, v, a, dout, ds, da, dq, dk, dv, sh->row_index);
     else
         qkv_attention_backward_scatter(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
