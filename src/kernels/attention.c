@@ -202,7 +202,13 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
                             qkv_real *scratch)
 {
     const qkv_kernel_set *im = qkv_kernels();
-    if (im->attn_bwd != NULL &&
+    /* A set's fused backward adds dS·K into dQ as one chain from dQ, as the
+     * CHAIN order does; in the BLOCKS order (tq and d_k of 48 or more) the
+     * generic product below adds a chain from zero to dQ, and only the
+     * generic path gives its bits. */
+    const int chain_dq = sh->row_index != NULL || dq == NULL || da == NULL ||
+                         !qkv_gemm_blocked(sh->tq, sh->dk, sh->tk);
+    if (im->attn_bwd != NULL && chain_dq &&
         im->attn_bwd(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch) == 0)
         return;
     if (sh->row_index != NULL) {

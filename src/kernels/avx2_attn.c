@@ -212,10 +212,6 @@ int qkv_attn_bwd_avx2(const qkv_attn_shape *sh, const float *q, const float *k, 
         (da != NULL && (size_t)sh->dv * 8 * C > (size_t)ATTN_MAXD * 16))
         return -1;
     if (sh->row_index == NULL) {
-        /* dQ += dS·K in the blocks order once tq and d_k reach the blocked
-         * path's sides (see avx512_attn.c) */
-        if (dq != NULL && da != NULL && qkv_gemm_blocked(tq, sh->dk, tk))
-            return -1;
         attn_bwd_item_avx2(sh, q, k, v, a, dout, ds, da, dq, dk, dv, NULL);
         return 0;
     }

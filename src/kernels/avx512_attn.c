@@ -321,10 +321,6 @@ int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k
         (da != NULL && sh->dv > (tk > 16 ? ATTN_MAXD / 2 : ATTN_MAXD)))
         return -1;
     if (sh->row_index == NULL) {
-        /* dQ += dS·K in the blocks order (C + a chain from zero, not a chain
-         * from C) once tq and d_k reach the blocked path's sides */
-        if (dq != NULL && da != NULL && qkv_gemm_blocked(tq, sh->dk, tk))
-            return -1;
         attn_bwd_item_avx512(sh, q, k, v, a, dout, ds, da, dq, dk, dv, NULL);
         return 0;
     }
