@@ -472,6 +472,289 @@ START_TEST(test_attention_errors_name_the_shapes)
 }
 END_TEST
 
+/* ---- the online form against a double reference ------------------------ */
+
+typedef struct online_case {
+    int B, tq, tk, dk, dv;
+    int mask;     /* 0 none, 1 random [B,Tq,Tk] with one row all -inf, 2 causal [Tq,Tk],
+                   * 3 padding [B,1,Tk] */
+    int bq, bk;   /* blocks; 0 for the defaults */
+    double scale; /* c */
+    double qmag;  /* Q's standard deviation: large logits make the maximum move */
+    int one_row;  /* the loss reads one row of O per item: blocks of dead rows */
+} online_case;
+
+static qkv_tensor *online_mask(const online_case *c, qkv_rng *g)
+{
+    if (c->mask == 0)
+        return NULL;
+    qkv_tensor *m = c->mask == 1   ? qkv_tensor_new(3, (const int[]){c->B, c->tq, c->tk}, 0, NULL)
+                    : c->mask == 2 ? qkv_tensor_new(2, (const int[]){c->tq, c->tk}, 0, NULL)
+                                   : qkv_tensor_new(3, (const int[]){c->B, 1, c->tk}, 0, NULL);
+    for (size_t e = 0; e < m->numel; e++) {
+        const int j = (int)(e % (size_t)c->tk), i = (int)(e / (size_t)c->tk) % c->tq;
+        int drop = c->mask == 1   ? qkv_rng_random(g) < 0.3 || i == 1
+                   : c->mask == 2 ? j > i
+                                  : j >= c->tk - 1 - (int)(e / (size_t)c->tk) * 3;
+        m->data[e] = drop ? -INFINITY : 0;
+    }
+    return m;
+}
+
+/* The mask entry of item b, row i, key j (0 with no mask). */
+static double online_mask_at(const online_case *c, const qkv_tensor *m, int b, int i, int j)
+{
+    if (m == NULL)
+        return 0;
+    if (c->mask == 1)
+        return m->data[((size_t)b * c->tq + i) * c->tk + j];
+    if (c->mask == 2)
+        return m->data[(size_t)i * c->tk + j];
+    return m->data[(size_t)b * c->tk + j];
+}
+
+/* γ(n) = n·u/(1 - n·u), the bound on n roundings. */
+static double gam(double n)
+{
+    return n * REAL_EPS / (1 - n * REAL_EPS);
+}
+
+/* One case on the kernel set in use: O and dQ, dK, dV (from the loss Σ
+ * O∘W) against attention computed in double from the same inputs, each
+ * element within a bound made of the inputs (the worst case, not a
+ * measured margin):
+ * - S = Q·Kᵀ in qkv_real carries γ(d_k)·Σ|Q_ip·K_jp|, and c·S and the mask
+ *   add one rounding each: e_ij in the logit x_ij; a softmax moves by at
+ *   most a factor e^(2·max e) - 1 ≈ 2.5·E.
+ * - Each weight e^(x - m) carries its subtraction's rounding (u·|x - m|)
+ *   and the exponential's 1.5 ulp; backward's, the rounding of lse too
+ *   (u·|lse|).
+ * - P·V over tk keys, added into O block by block and rescaled once per
+ *   block, then divided by l: (tk + 3·blocks + 10)·u of Σ_j A_ij·|V_jp|.
+ * Backward adds the products dP = dO·Vᵀ, D = dO·O, dS·K and dSᵀ·Q: their
+ * lengths in roundings, of the sums of the terms' magnitudes. */
+static void check_online_case(const online_case *c)
+{
+    const int B = c->B, tq = c->tq, tk = c->tk, dk = c->dk, dv = c->dv;
+    qkv_rng g;
+    qkv_rng_seed(&g, (uint64_t)(tq * 1000 + tk));
+    qkv_tensor *q = random_tensor(&g, 3, (const int[]){B, tq, dk}, 1);
+    qkv_tensor *k = random_tensor(&g, 3, (const int[]){B, tk, dk}, 1);
+    qkv_tensor *v = random_tensor(&g, 3, (const int[]){B, tk, dv}, 1);
+    for (size_t e = 0; e < q->numel; e++)
+        q->data[e] = (qkv_real)(q->data[e] * c->qmag);
+    qkv_tensor *mask = online_mask(c, &g);
+    qkv_tensor *w = random_tensor(&g, 3, (const int[]){B, tq, dv}, 0);
+    if (c->one_row)
+        for (size_t e = 0; e < w->numel; e++)
+            if ((int)(e / (size_t)dv) % tq != tq / 2)
+                w->data[e] = 0;
+    int bq = c->bq, bk = c->bk;
+    if (bq > 0)
+        qkv_attention_online_blocks(bq, bk);
+    qkv_attention_online_block_sizes(tq, tk, &bq, &bk);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *o = qkv_attention_online(t, q, k, v, mask, c->scale);
+    qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+    ck_assert_int_eq(qkv_backward_from(t, o, w->data, w->numel), QKV_OK);
+    const double u = REAL_EPS, nb = (double)((tk + bk - 1) / bk);
+    double *x = malloc(sizeof *x * (size_t)tk), *a = malloc(sizeof *a * (size_t)tk);
+    double *gs = malloc(sizeof *gs * (size_t)tq * tk), *ds = malloc(sizeof *ds * (size_t)tq * tk);
+    double *oref = malloc(sizeof *oref * (size_t)tq * dv),
+           *mo = malloc(sizeof *mo * (size_t)tq * dv);
+    double *fb = malloc(sizeof *fb * (size_t)tq), *aa = malloc(sizeof *aa * (size_t)tq * tk);
+    for (int b = 0; b < B; b++) {
+        const qkv_real *qb = q->data + (size_t)b * tq * dk, *kb = k->data + (size_t)b * tk * dk;
+        const qkv_real *vb = v->data + (size_t)b * tk * dv, *wb = w->data + (size_t)b * tq * dv;
+        const qkv_real *ob = o->data + (size_t)b * tq * dv;
+        double fbmax = 0;
+        for (int i = 0; i < tq; i++) { /* the forward, row by row */
+            double mx = -INFINITY, E = 0;
+            for (int j = 0; j < tk; j++) {
+                double s = 0, sa = 0;
+                for (int p = 0; p < dk; p++) {
+                    s += (double)qb[i * dk + p] * kb[j * dk + p];
+                    sa += fabs((double)qb[i * dk + p] * kb[j * dk + p]);
+                }
+                x[j] = c->scale * s + online_mask_at(c, mask, b, i, j);
+                if (isfinite(x[j])) {
+                    E = fmax(E, c->scale * gam(dk) * sa + 2 * u * fabs(c->scale * s) + u);
+                    mx = fmax(mx, x[j]);
+                }
+            }
+            double sum = 0, spread = 0;
+            for (int j = 0; j < tk; j++) {
+                a[j] = mx == -INFINITY ? 0 : exp(x[j] - mx);
+                sum += a[j];
+                if (a[j] > 0)
+                    spread = fmax(spread, fabs(x[j] - mx));
+            }
+            const double lse = mx == -INFINITY ? 0 : mx + log(sum);
+            const double ff = (tk + 3 * nb + 10 + spread) * u + 2.5 * E;
+            fb[i] = ff + (tq + dk + dv + 10 + fabs(lse)) * u;
+            fbmax = fmax(fbmax, fb[i]);
+            for (int j = 0; j < tk; j++)
+                aa[i * tk + j] = sum > 0 ? a[j] / sum : 0;
+            for (int p = 0; p < dv; p++) {
+                double y = 0, my = 0;
+                for (int j = 0; j < tk; j++) {
+                    const double aj = aa[i * tk + j];
+                    y += aj * vb[j * dv + p];
+                    my += aj * fabs((double)vb[j * dv + p]);
+                }
+                oref[i * dv + p] = y;
+                mo[i * dv + p] = my;
+                ck_assert_msg(fabs(ob[i * dv + p] - y) <= ff * my + 1e-300,
+                              "item %d O[%d,%d] = %.9g, want %.9g within %.3g", b, i, p,
+                              (double)ob[i * dv + p], y, ff * my);
+            }
+            double dsum = 0; /* D = Σ dO∘O, and dS = c·A∘(dP - D) with its magnitude */
+            for (int p = 0; p < dv; p++)
+                dsum += (double)wb[i * dv + p] * oref[i * dv + p];
+            for (int j = 0; j < tk; j++) {
+                double dp = 0, mp = 0;
+                for (int p = 0; p < dv; p++) {
+                    dp += (double)wb[i * dv + p] * vb[j * dv + p];
+                    mp += fabs((double)wb[i * dv + p] * vb[j * dv + p]) +
+                          fabs((double)wb[i * dv + p]) * mo[i * dv + p];
+                }
+                const double aj = aa[i * tk + j];
+                ds[i * tk + j] = c->scale * aj * (dp - dsum);
+                gs[i * tk + j] = c->scale * aj * mp;
+            }
+        }
+        const qkv_real *gq = q->grad + (size_t)b * tq * dk, *gk = k->grad + (size_t)b * tk * dk,
+                       *gv = v->grad + (size_t)b * tk * dv;
+        for (int i = 0; i < tq; i++)
+            for (int p = 0; p < dk; p++) {
+                double y = 0, my = 0;
+                for (int j = 0; j < tk; j++) {
+                    y += ds[i * tk + j] * kb[j * dk + p];
+                    my += gs[i * tk + j] * fabs((double)kb[j * dk + p]);
+                }
+                ck_assert_msg(fabs(gq[i * dk + p] - y) <= fb[i] * my + 1e-300,
+                              "item %d dQ[%d,%d] = %.9g, want %.9g within %.3g", b, i, p,
+                              (double)gq[i * dk + p], y, fb[i] * my);
+            }
+        for (int j = 0; j < tk; j++) {
+            for (int p = 0; p < dk; p++) {
+                double y = 0, my = 0;
+                for (int i = 0; i < tq; i++) {
+                    y += ds[i * tk + j] * qb[i * dk + p];
+                    my += gs[i * tk + j] * fabs((double)qb[i * dk + p]);
+                }
+                ck_assert_msg(fabs(gk[j * dk + p] - y) <= fbmax * my + 1e-300,
+                              "item %d dK[%d,%d] = %.9g, want %.9g within %.3g", b, j, p,
+                              (double)gk[j * dk + p], y, fbmax * my);
+            }
+            for (int p = 0; p < dv; p++) { /* dV = Aᵀ·dO */
+                double y = 0, my = 0;
+                for (int i = 0; i < tq; i++) {
+                    y += aa[i * tk + j] * wb[i * dv + p];
+                    my += aa[i * tk + j] * fabs((double)wb[i * dv + p]);
+                }
+                ck_assert_msg(fabs(gv[j * dv + p] - y) <= fbmax * my + 1e-300,
+                              "item %d dV[%d,%d] = %.9g, want %.9g within %.3g", b, j, p,
+                              (double)gv[j * dv + p], y, fbmax * my);
+            }
+        }
+    }
+    free(x);
+    free(a);
+    free(gs);
+    free(ds);
+    free(oref);
+    free(mo);
+    free(fb);
+    free(aa);
+    qkv_tape_free(t);
+    qkv_tensor_free(q);
+    qkv_tensor_free(k);
+    qkv_tensor_free(v);
+    qkv_tensor_free(w);
+    qkv_tensor_free(mask);
+}
+
+/* Every kernel set: the blocks cross rows and keys (one by one, uneven,
+ * and the defaults over 130×300), masks of every layout with a row all
+ * masked, large logits whose maximum grows from block to block, and a
+ * loss on one row (the other blocks of rows skipped). */
+START_TEST(test_attention_online_within_its_bound)
+{
+    static const online_case cases[] = {
+        {2, 5, 7, 3, 4, 1, 2, 3, 0.5, 1, 0},       {2, 33, 33, 8, 8, 2, 1, 1, 0.35, 1, 0},
+        {1, 130, 300, 16, 8, 0, 0, 0, 0.25, 1, 0}, {3, 20, 40, 8, 4, 3, 8, 16, 1, 4, 0},
+        {3, 20, 40, 8, 4, 3, 8, 16, 1, 4, 1},      {2, 70, 9, 5, 6, 1, 64, 4, 0.7, 2, 1},
+    };
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (size_t n = 0; n < sizeof cases / sizeof cases[0]; n++)
+            check_online_case(&cases[n]);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* The online form's O and gradients, for a given thread count. */
+static void online_run(int threads, qkv_real *out, size_t n_out)
+{
+    ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
+    qkv_rng g;
+    qkv_rng_seed(&g, 5);
+    qkv_tensor *q = random_tensor(&g, 4, (const int[]){4, 3, 40, 16}, 1);
+    qkv_tensor *k = random_tensor(&g, 4, (const int[]){4, 3, 40, 16}, 1);
+    qkv_tensor *v = random_tensor(&g, 4, (const int[]){4, 3, 40, 16}, 1);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_attention_online_blocks(16, 16);
+    qkv_tensor *o = qkv_attention_online(t, q, k, v, NULL, 0.25);
+    qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
+    ck_assert_int_eq(qkv_backward(t, weighted_sum(t, o, &g)), QKV_OK);
+    const size_t n = o->numel;
+    ck_assert_uint_eq(4 * n, n_out);
+    memcpy(out, o->data, n * sizeof *out);
+    memcpy(out + n, q->grad, n * sizeof *out);
+    memcpy(out + 2 * n, k->grad, n * sizeof *out);
+    memcpy(out + 3 * n, v->grad, n * sizeof *out);
+    qkv_tape_free(t);
+    qkv_tensor_free(q);
+    qkv_tensor_free(k);
+    qkv_tensor_free(v);
+}
+
+/* 12 items over 1, 2 and 3 threads: the same bits. */
+START_TEST(test_attention_online_same_on_any_thread_count)
+{
+    enum { N = 4 * 4 * 3 * 40 * 16 };
+    qkv_real *one = malloc(sizeof *one * N), *more = malloc(sizeof *more * N);
+    online_run(1, one, N);
+    for (int threads = 2; threads <= 3; threads++) {
+        online_run(threads, more, N);
+        ck_assert_msg(memcmp(one, more, sizeof *one * N) == 0, "%d threads differ", threads);
+    }
+    qkv_threads_use(1, NULL);
+    free(one);
+    free(more);
+}
+END_TEST
+
+/* Its shape errors name the op. */
+START_TEST(test_attention_online_errors_name_the_op)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *q = qkv_tape_tensor(t, 3, (const int[]){2, 4, 8}, 1);
+    qkv_tensor *k = qkv_tape_tensor(t, 3, (const int[]){2, 5, 7}, 1);
+    qkv_tensor *o = qkv_attention_online(t, q, k, k, NULL, 1);
+    ck_assert(qkv_tensor_is_nil(o));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_msg(strstr(qkv_tape_error(t), "attention_online: q [2,4,8], k [2,5,7]") != NULL, "%s",
+                  qkv_tape_error(t));
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *attention_suite(void)
 {
     Suite *s = suite_create("attention");
@@ -483,6 +766,9 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);
+    tcase_add_test(tc, test_attention_online_within_its_bound);
+    tcase_add_test(tc, test_attention_online_same_on_any_thread_count);
+    tcase_add_test(tc, test_attention_online_errors_name_the_op);
     suite_add_tcase(s, tc);
     return s;
 }

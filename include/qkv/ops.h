@@ -238,6 +238,20 @@ typedef struct qkv_attention_parts {
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts);
 
+/* qkv_attention without its T×T matrices: FlashAttention's online
+ * softmax. Each block of up to 64 query rows meets the keys 256 at a time,
+ * keeping a running maximum m and sum l per row and rescaling its output
+ * by e^(m_old - m_new) when the maximum grows; backward recomputes each
+ * block's weights from the row's ln l + m, which is all it keeps. Memory
+ * is O(T·d) where qkv_attention's is O(T²), and time is the same order.
+ * The arguments and shapes are qkv_attention's, without parts (there are
+ * no scores or weights to give). The results differ from qkv_attention's
+ * by rounding only (the sums run in another order, and the rescalings
+ * round): tests/test_attention.c states and checks the bound. They do not
+ * depend on the thread count. */
+qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                                 const qkv_tensor *mask, double scale);
+
 /* Multi-head self-attention on a fused projection, with no head copies:
  * x [B,T,3D] holds Q, K and V side by side (columns 0, D and 2D on), each
  * split into heads of d_h = D/heads columns. The same numbers as slicing

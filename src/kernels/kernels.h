@@ -131,6 +131,7 @@ typedef struct qkv_attn_shape {
     double scale;
     const int *row_index; /* backward only: a scatter index, see below */
     int sa_zero;          /* backward only: da and ds are known to hold zeros */
+    int bq, bk;           /* online form: rows of Q and keys per block */
 } qkv_attn_shape;
 
 /* Writes S (before the mask), A and O. Every kernel set computes exactly
@@ -156,6 +157,27 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                             qkv_real *scratch);
+
+/* The online form (attention_online.c): the same attention without S
+ * and A, in blocks of sh->bq rows of Q (at most QKV_ONLINE_BQ) and sh->bk
+ * keys, FlashAttention's running maximum and sum across the key blocks.
+ * Forward writes O and, when lse is not NULL, each row's ln Σ_j e^x_j
+ * (-inf for a row with every key masked). Backward adds into dq, dk and
+ * dv (any may be NULL), given O, lse and dO; it skips each block of rows
+ * whose dO is zero. scratch holds 2·bq·bk reals (forward: bq·bk). */
+#define QKV_ONLINE_BQ 64
+#define QKV_ONLINE_BK 256
+void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                  const qkv_real *v, qkv_real *o, qkv_real *lse, qkv_real *scratch);
+void qkv_attention_online_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                   const qkv_real *v, const qkv_real *o, const qkv_real *lse,
+                                   const qkv_real *dout, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                                   qkv_real *scratch);
+/* The block sizes an op made now takes for its tq×tk items, and the
+ * tests' way to make them small (bq is held to 1..QKV_ONLINE_BQ, bk to 1
+ * and up; not for use while ops run on other threads). */
+void qkv_attention_online_block_sizes(int tq, int tk, int *bq, int *bk);
+void qkv_attention_online_blocks(int bq, int bk);
 
 /* ---- kernel sets -------------------------------------------------------- */
 

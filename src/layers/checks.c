@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/kernels.h" /* qkv_attention_online_blocks */
 #include "qkv/gradcheck.h"
 #include "qkv/layers.h"
 #include "qkv/rng.h"
@@ -247,6 +248,16 @@ static qkv_tensor *c_attention_fused4(qkv_tape *t, qkv_tensor **p)
     for (int i = 0; !qkv_tensor_is_nil(m) && i < 12; i++)
         m->data[i] = i % 4 > i / 4 + 1 ? -INFINITY : 0;
     return qkv_attention(t, p[0], p[1], p[2], m, 0.5, NULL);
+}
+
+/* The online form in blocks of 2 rows and 3 keys (so 5×7 crosses both),
+ * with the causal mask and its fully masked row. */
+static qkv_tensor *c_attention_online(qkv_tape *t, qkv_tensor **p)
+{
+    qkv_attention_online_blocks(2, 3);
+    qkv_tensor *o = qkv_attention_online(t, p[0], p[1], p[2], causal_mask(t, 5, 7), 0.6);
+    qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
+    return qkv_mean(t, qkv_tanh(t, o));
 }
 
 /* The heads form on a fused projection [B,T,3D] (2 heads of 2 columns),
@@ -505,6 +516,13 @@ static const gc_case cases[] = {
      3,
      {4, 4, 4},
      {{2, 2, 3, 4}, {2, 2, 4, 4}, {2, 2, 4, 3}},
+     0,
+     0},
+    {"attention_online (blocks 2×3, mask)",
+     c_attention_online,
+     3,
+     {3, 3, 3},
+     {{2, 5, 4}, {2, 7, 4}, {2, 7, 3}},
      0,
      0},
     {"attention_heads [B,T,3D]", c_attention_heads, 1, {3}, {{2, 3, 12}}, 0, 0},

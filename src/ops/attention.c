@@ -43,6 +43,9 @@ typedef struct attn_rec {
     int width;       /* heads form: the model width D of x [B,T,3D]; else 0 */
     int parts;       /* threads the item loops may use (threads.c) */
     size_t nscratch; /* reals of scratch per part */
+    int online;      /* online form: no S or A (attention_online.c) */
+    int bq, bk;      /* online form: its blocks */
+    qkv_real *lse;   /* online form: each row's ln Σ e^x, for backward */
 } attn_rec;
 
 /* Reals of one item's Q, K and V rows (and of their gradients). */
@@ -66,7 +69,7 @@ typedef struct attn_io {
 /* The kernels' view of item b. */
 static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 {
-    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL, 0};
+    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL, 0, r->bq, r->bk};
     if (r->ids != NULL) /* backward adds the rows' gradients into the tables */
         sh.row_index = r->ids + b * (size_t)r->tq;
     if (r->mask != NULL) {
@@ -180,6 +183,12 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
             continue;
         }
         attn_io io = item_io(r, j->q, j->k, b, 0, part);
+        if (r->online) {
+            qkv_attention_online_forward(&sh, io.q, io.k, io.v, j->out->data + b * no,
+                                         r->lse != NULL ? r->lse + b * (size_t)r->tq : NULL,
+                                         r->scratch + (size_t)part * r->nscratch);
+            continue;
+        }
         qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
                               r->attn->data + b * ns, j->out->data + b * no);
     }
@@ -194,8 +203,15 @@ static void item_backward(const attn_job *j, size_t b, int part, const qkv_real 
 {
     const attn_rec *r = j->r;
     const size_t ns = (size_t)r->tq * r->tk;
-    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
     qkv_attn_shape sh = item_shape(r, b);
+    if (r->online) {
+        const size_t no = (size_t)r->tq * r->dv;
+        qkv_attention_online_backward(&sh, q, k, v, j->out->data + b * no,
+                                      r->lse + b * (size_t)r->tq, dout, dq, dk, dv,
+                                      r->scratch + (size_t)part * r->nscratch);
+        return;
+    }
+    qkv_real *ds = r->scores->grad, *da = r->attn->grad;
     sh.sa_zero = j->zero[3] && j->zero[4]; /* no other node reads the scores or weights */
     if (j->zero[3] && ds != NULL)
         qkv_zero(ds + b * ns, ns);
@@ -265,23 +281,28 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         oshape[2] = r->width;
     }
     const int qk_grad = qkv_wants_grad(q, k);
-    r->scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
-    r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
+    /* the scores' shape, for the plans; the online form makes no S or A */
+    qkv_tensor sview = {.ndim = nd};
+    memcpy(sview.shape, sshape, sizeof(int) * (size_t)nd);
+    if (!r->online) {
+        r->scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
+        r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
+    }
     qkv_tensor *out =
         qkv_tape_tensor(t, r->width != 0 ? 3 : nd, oshape, qk_grad || r->v->grad != NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     if (r->mask != NULL &&
-        (qkv_tensor_is_nil(r->mask) || !qkv_bcast_plan(r->scores, r->mask, &r->mp))) {
+        (qkv_tensor_is_nil(r->mask) || !qkv_bcast_plan(&sview, r->mask, &r->mp))) {
         char sm[64], ss[64];
         qkv_shape_str(r->mask, sm, sizeof sm);
-        qkv_shape_str(r->scores, ss, sizeof ss);
+        qkv_shape_str(&sview, ss, sizeof ss);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: mask %s does not broadcast to the scores %s", name, sm,
                       ss);
         return qkv_nil();
     }
     qkv_bcast lead_dims; /* the leading dimensions, padded to two */
-    qkv_bcast_plan(r->scores, r->scores, &lead_dims);
+    qkv_bcast_plan(&sview, &sview, &lead_dims);
     r->n0 = lead_dims.dim[0];
     r->n1 = lead_dims.dim[1];
     const size_t ns = (size_t)r->tq * r->tk, per = item_rows(r);
@@ -306,6 +327,16 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
             (r->rows = qkv_tape_alloc(t, n)) == NULL)
             return qkv_nil();
     }
+    if (r->online) { /* blocks of scores and, for backward, of dP; each row's lse */
+        qkv_attention_online_block_sizes(r->tq, r->tk, &r->bq, &r->bk);
+        r->nscratch = (size_t)(out->grad != NULL ? 2 : 1) * (size_t)r->bq * (size_t)r->bk;
+        size_t n, nl;
+        if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
+            !qkv_mul_size(sizeof(qkv_real) * (size_t)r->tq, items, &nl) ||
+            (r->scratch = qkv_tape_alloc(t, n)) == NULL ||
+            (out->grad != NULL && (r->lse = qkv_tape_alloc(t, nl)) == NULL))
+            return qkv_nil();
+    }
     attn_job job = {r, q, k, out, {0, 0, 0, 0, 0}};
     qkv_parallel_for(items, items * item_work(r), r->parts, forward_items, &job);
     if (parts != NULL) {
@@ -316,11 +347,13 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         return out;
     /* the kernels' scratch (kernels.h) for each part: dS, and in the
      * embedded form one item's gradients */
-    r->nscratch = ns + (r->ids != NULL ? per : 0);
-    size_t n;
-    if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
-        (r->scratch = qkv_tape_alloc(t, n)) == NULL)
-        return qkv_nil();
+    if (!r->online) {
+        r->nscratch = ns + (r->ids != NULL ? per : 0);
+        size_t n;
+        if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
+            (r->scratch = qkv_tape_alloc(t, n)) == NULL)
+            return qkv_nil();
+    }
     qkv_tensor *in[3] = {q, k, r->v};
     qkv_node *node = qkv_tape_record(t, &op_attention, out, r->width != 0 ? 1 : 3, in);
     if (node == NULL)
@@ -405,17 +438,19 @@ static attn_rec *new_rec(qkv_tape *t, qkv_tensor *v, const qkv_tensor *mask, dou
     return r;
 }
 
-qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
-                          const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
+/* qkv_attention and qkv_attention_online, by name. */
+static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, qkv_tensor *q,
+                                   qkv_tensor *k, qkv_tensor *v, const qkv_tensor *mask,
+                                   double scale, qkv_attention_parts *parts)
 {
-    if (!attn_inputs_ok(t, "attention", q, k, v, parts))
+    if (!attn_inputs_ok(t, name, q, k, v, parts))
         return qkv_nil();
     if (!attn_shapes_ok(q, k, v)) {
         shapes3 n = shapes_of(q, k, v);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "attention: q %s, k %s, v %s: need [...,Tq,d], [...,Tk,d] and [...,Tk,dv] "
+                      "%s: q %s, k %s, v %s: need [...,Tq,d], [...,Tk,d] and [...,Tk,dv] "
                       "with the same leading dimensions",
-                      n.s[0], n.s[1], n.s[2]);
+                      name, n.s[0], n.s[1], n.s[2]);
         return qkv_nil();
     }
     attn_rec *r = new_rec(t, v, mask, scale);
@@ -426,7 +461,20 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
     r->tk = k->shape[nd - 2];
     r->dk = q->shape[nd - 1];
     r->dv = v->shape[nd - 1];
-    return attn_run(t, "attention", r, q, k, nd, q->shape, parts);
+    r->online = online;
+    return attn_run(t, name, r, q, k, nd, q->shape, parts);
+}
+
+qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                          const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
+{
+    return attention_plain(t, "attention", 0, q, k, v, mask, scale, parts);
+}
+
+qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                                 const qkv_tensor *mask, double scale)
+{
+    return attention_plain(t, "attention_online", 1, q, k, v, mask, scale, NULL);
 }
 
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,

@@ -1049,6 +1049,84 @@ static void bench_ops(void)
     free(c.dst);
 }
 
+/* ------------------------------------------------------------------------ */
+/* attention at length T: the op that keeps S and A, and the online form     */
+
+typedef struct long_ctx {
+    qkv_tape *t;
+    qkv_tensor *q, *k, *v, *mask;
+    const qkv_real *dy;
+    int online;
+} long_ctx;
+
+static void run_long(void *p)
+{
+    long_ctx *c = p;
+    qkv_tape_reset(c->t);
+    qkv_tensor *o = c->online ? qkv_attention_online(c->t, c->q, c->k, c->v, c->mask, 0.125)
+                              : qkv_attention(c->t, c->q, c->k, c->v, c->mask, 0.125, NULL);
+    qkv_backward_from(c->t, o, c->dy, o->numel);
+}
+
+/* Causal self-attention, d 64, forward and backward from a fixed dO, at
+ * T = 256, 1024 and 4096 (B·T = 8192, 8192, 4096): time and the tape's
+ * high-water mark, which holds S, A and their gradients in the first. */
+static void bench_long(void)
+{
+    static const int Bs[3] = {32, 8, 1}, Ts[3] = {256, 1024, 4096};
+    printf("\nCausal attention at length T (d 64; forward + backward; one thread; %s kernels)\n",
+           qkv_kernels_name());
+    printf("%5s %5s %14s %14s %12s %12s\n", "B", "T", "attention ms", "online ms", "tape MB",
+           "online MB");
+    for (int r = 0; r < 3; r++) {
+        const int B = Bs[r], T = Ts[r], shape[3] = {B, T, 64};
+        long_ctx c = {0};
+        qkv_rng g;
+        qkv_rng_seed(&g, 3);
+        c.q = qkv_tensor_new(3, shape, 1, NULL);
+        c.k = qkv_tensor_new(3, shape, 1, NULL);
+        c.v = qkv_tensor_new(3, shape, 1, NULL);
+        c.mask = qkv_tensor_new(2, (const int[]){T, T}, 0, NULL);
+        qkv_real *dy = malloc(sizeof *dy * c.q->numel);
+        if (c.q == NULL || c.k == NULL || c.v == NULL || c.mask == NULL || dy == NULL) {
+            fprintf(stderr, "bench: out of memory\n");
+            exit(1);
+        }
+        for (size_t i = 0; i < c.q->numel; i++) {
+            c.q->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+            c.k->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+            c.v->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+            dy[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+        }
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++)
+                c.mask->data[(size_t)i * T + j] = j > i ? -INFINITY : 0;
+        c.dy = dy;
+        double ms[2], mb[2];
+        for (c.online = 0; c.online < 2; c.online++) {
+            c.t = qkv_tape_new(0, NULL);
+            ms[c.online] = median_time(run_long, &c, 3, 0.2) * 1e3;
+            mb[c.online] = qkv_tape_high_water(c.t) / 1048576.0;
+            qkv_tape_free(c.t);
+        }
+        printf("%5d %5d %14.2f %14.2f %12.1f %12.1f\n", B, T, ms[0], ms[1], mb[0], mb[1]);
+        char key[48];
+        snprintf(key, sizeof key, "attention_T%d", T);
+        record("long", key, ms[0] * 1e3, "us");
+        snprintf(key, sizeof key, "attention_online_T%d", T);
+        record("long", key, ms[1] * 1e3, "us");
+        snprintf(key, sizeof key, "attention_tape_T%d", T);
+        record("long", key, mb[0], "MB");
+        snprintf(key, sizeof key, "attention_online_tape_T%d", T);
+        record("long", key, mb[1], "MB");
+        free(dy);
+        qkv_tensor_free(c.q);
+        qkv_tensor_free(c.k);
+        qkv_tensor_free(c.v);
+        qkv_tensor_free(c.mask);
+    }
+}
+
 static double measure_rss(const char *qkv)
 {
     fflush(stdout);
@@ -1105,6 +1183,10 @@ int main(int argc, char **argv)
         bench_rnn();
         return 0;
     }
+    if (argc > 1 && strcmp(argv[1], "long") == 0) { /* `bench long`: that table alone */
+        bench_long();
+        return 0;
+    }
     if (argc > 1 && strcmp(argv[1], "block") == 0) { /* `bench block`: that table alone */
         bench_block();
         return 0;
@@ -1126,6 +1208,7 @@ int main(int argc, char **argv)
     bench_ops();
     bench_block();
     bench_rnn();
+    bench_long();
     report_rss(qkv, rss);
     if (csv != NULL && fclose(csv) == 0)
         printf("\nwrote %s\n", out);
