@@ -286,8 +286,9 @@ static qkv_tensor *heads_by_ops(qkv_tape *t, qkv_tensor *x, int H, int part)
 /* qkv_attention_heads and the ops it stands for, on the same x, mask
  * (0 none, 1 padding [B,1,1,T], 2 causal [T,T]) and loss; with x_loss the
  * loss reads x too, so x's gradient is filled before attention adds to it.
- * Every result and gradient must be equal. */
-static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_loss)
+ * Every result and gradient must be equal. With online, the online forms
+ * of both (and a loss on O alone). */
+static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_loss, int online)
 {
     qkv_rng g;
     qkv_rng_seed(&g, 21);
@@ -316,19 +317,23 @@ static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_lo
             qkv_tensor_zero_grad(x);
             qkv_tensor *xs = qkv_scale(t, x, 0.5); /* on the tape, as a projection is */
             if (f == 0) {
-                qkv_tensor *y =
-                    qkv_attention(t, heads_by_ops(t, xs, H, 0), heads_by_ops(t, xs, H, 1),
-                                  heads_by_ops(t, xs, H, 2), mask, scale, &parts[f]);
+                qkv_tensor *hq = heads_by_ops(t, xs, H, 0), *hk = heads_by_ops(t, xs, H, 1),
+                           *hv = heads_by_ops(t, xs, H, 2);
+                qkv_tensor *y = online ? qkv_attention_online(t, hq, hk, hv, mask, scale)
+                                       : qkv_attention(t, hq, hk, hv, mask, scale, &parts[f]);
                 y = qkv_permute(t, y, (const int[]){0, 2, 1, 3});
                 o[f] = qkv_reshape(t, y, 3, (const int[]){B, T, D});
             } else {
-                o[f] = qkv_attention_heads(t, xs, H, mask, scale, &parts[f]);
+                o[f] = online ? qkv_attention_heads_online(t, xs, H, mask, scale)
+                              : qkv_attention_heads(t, xs, H, mask, scale, &parts[f]);
             }
             qkv_rng lw;
             qkv_rng_seed(&lw, 6);
-            qkv_tensor *loss = qkv_add(t, weighted_sum(t, o[f], &lw),
-                                       qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
-                                               weighted_sum(t, parts[f].attn, &lw)));
+            qkv_tensor *loss = weighted_sum(t, o[f], &lw);
+            if (!online)
+                loss = qkv_add(t, loss,
+                               qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
+                                       weighted_sum(t, parts[f].attn, &lw)));
             if (x_loss)
                 loss = qkv_add(t, loss, weighted_sum(t, xs, &lw));
             ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s", qkv_tape_error(t));
@@ -338,12 +343,14 @@ static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_lo
     }
     ck_assert_int_eq(o[1]->ndim, 3);
     ck_assert_int_eq(o[1]->shape[2], D);
-    ck_assert_int_eq(parts[1].attn->ndim, 4);
-    ck_assert_int_eq(parts[1].attn->shape[1], H);
     assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
-    assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
-    assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
-    assert_same(parts[1].attn->grad, parts[0].attn->grad, parts[0].attn->numel, "dattn");
+    if (!online) {
+        ck_assert_int_eq(parts[1].attn->ndim, 4);
+        ck_assert_int_eq(parts[1].attn->shape[1], H);
+        assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
+        assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
+        assert_same(parts[1].attn->grad, parts[0].attn->grad, parts[0].attn->numel, "dattn");
+    }
     assert_same(dx[1], dx[0], x->numel, "dx");
     double norm = 0;
     for (size_t e = 0; e < x->numel; e++)
@@ -365,10 +372,14 @@ START_TEST(test_attention_heads_equals_slices_and_permutes)
             continue;
         for (int threads = 1; threads <= 2; threads++) {
             ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
-            check_heads_case(2, 5, 12, 2, 2, 0);  /* the fused register path */
-            check_heads_case(3, 20, 16, 4, 1, 1); /* the rows path, padding */
-            check_heads_case(2, 7, 6, 1, 0, 0);   /* one head, no mask */
-            check_heads_case(2, 64, 64, 2, 2, 1); /* the generic path, causal */
+            check_heads_case(2, 5, 12, 2, 2, 0, 0);  /* the fused register path */
+            check_heads_case(3, 20, 16, 4, 1, 1, 0); /* the rows path, padding */
+            check_heads_case(2, 7, 6, 1, 0, 0, 0);   /* one head, no mask */
+            check_heads_case(2, 64, 64, 2, 2, 1, 0); /* the generic path, causal */
+            qkv_attention_online_blocks(2, 3);
+            check_heads_case(2, 7, 12, 2, 2, 1, 1); /* online, in blocks of 2×3 */
+            qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
+            check_heads_case(3, 20, 16, 4, 1, 0, 1);
         }
     }
     qkv_threads_use(1, NULL);

@@ -310,12 +310,12 @@ static void ref_mha(const double *x, int B, int T, const qkv_mha *m, const doubl
 {
     const int D = m->d_model, H = m->heads, dh = D / H;
     double *qkv = malloc(sizeof *qkv * (size_t)B * T * 3 * D);
-    double *cat = malloc(sizeof *cat * (size_t)B * T * D);
+    double *cat = malloc(sizeof *cat * (size_t)B * T * D), *s = malloc(sizeof *s * (size_t)T);
     ref_linear(x, B * T, &m->qkv, qkv);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
-                double s[64], mx = -INFINITY, z = 0;
+                double mx = -INFINITY, z = 0;
                 for (int j = 0; j < T; j++) {
                     double dot = 0;
                     for (int c = 0; c < dh; c++)
@@ -340,6 +340,7 @@ static void ref_mha(const double *x, int B, int T, const qkv_mha *m, const doubl
     ref_linear(cat, B * T, &m->proj, out);
     free(qkv);
     free(cat);
+    free(s);
 }
 
 /* GPT-2's GELU, from its formula. */
@@ -483,6 +484,53 @@ START_TEST(test_mha_forward_matches_the_reference)
     check_mha(3, 6, 12, 4, 1, 0);
     check_mha(2, 7, 12, 3, 0, 1);
     check_mha(2, 7, 16, 4, 1, 1);
+}
+END_TEST
+
+/* From T = QKV_MHA_ONLINE_T on, a layer asked for no weights takes the
+ * online form: a tape without the [B,H,T,T] scores and weights (8 MB
+ * here), and the reference's values. The products now run over 512
+ * keys: 512·3·6e-8 ≈ 1e-4 in float, so the float bound is 1e-3 (the
+ * double build keeps FWD_TOL). */
+START_TEST(test_mha_long_takes_the_online_form)
+{
+    enum { B = 1, T = QKV_MHA_ONLINE_T, D = 8, H = 2 };
+    qkv_params *p = qkv_params_new(1, NULL);
+    qkv_mha m;
+    ck_assert_int_eq(qkv_mha_init(&m, p, "attn", D, H, 1, NULL), QKV_OK);
+    randomise(p, 4);
+    double *x = malloc(sizeof *x * B * T * D), *want = malloc(sizeof *want * B * T * D);
+    double *attn = malloc(sizeof *attn * (size_t)B * H * T * T);
+    qkv_tensor *xt = input(B, T, D, x);
+    size_t high[2];
+    for (int with_parts = 0; with_parts < 2; with_parts++) {
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_mha_parts parts;
+        qkv_tensor *y = qkv_mha_forward(t, &m, xt, NULL, with_parts ? &parts : NULL);
+        ck_assert_int_eq(qkv_backward(t, qkv_mean(t, y)), QKV_OK);
+        high[with_parts] = qkv_tape_high_water(t);
+        if (!with_parts) {
+            ref_mha(x, B, T, &m, NULL, want, attn);
+#ifdef QKV_DOUBLE
+            const double tol = FWD_TOL;
+#else
+            const double tol = 1e-3;
+#endif
+            for (size_t i = 0; i < (size_t)B * T * D; i++)
+                ck_assert_msg(fabs((double)y->data[i] - want[i]) <= tol,
+                              "value %zu: %.9g, the reference %.9g", i, (double)y->data[i],
+                              want[i]);
+        }
+        qkv_tape_free(t);
+    }
+    const size_t st = (size_t)B * H * T * T * sizeof(qkv_real);
+    ck_assert_msg(high[0] + 2 * st <= high[1], "tape: %zu bytes online, %zu with the weights",
+                  high[0], high[1]);
+    qkv_tensor_free(xt);
+    free(x);
+    free(want);
+    free(attn);
+    qkv_params_free(p);
 }
 END_TEST
 
@@ -836,6 +884,7 @@ Suite *layers_suite(void)
     TCase *tc = tcase_create("layers");
     tcase_add_test(tc, test_linear_embedding_and_norm_forward);
     tcase_add_test(tc, test_mha_forward_matches_the_reference);
+    tcase_add_test(tc, test_mha_long_takes_the_online_form);
     tcase_add_test(tc, test_block_forward_matches_the_reference);
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);

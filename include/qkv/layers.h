@@ -87,7 +87,10 @@ typedef struct qkv_mha_parts {
 
 /* x [B,T,D] -> [B,T,D]. pad is NULL or [B,T] of 0 (a real token) and
  * -INFINITY (padding, which no position may look at); it is combined with
- * the causal mask. parts may be NULL. */
+ * the causal mask. parts may be NULL: then from T = QKV_MHA_ONLINE_T on
+ * the heads take the online form (qkv_attention_heads_online), which
+ * keeps no T×T matrices and gives the same results up to rounding. */
+#define QKV_MHA_ONLINE_T 512
 qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const qkv_tensor *pad,
                             qkv_mha_parts *parts);
 

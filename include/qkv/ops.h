@@ -264,6 +264,12 @@ qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_
 qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
                                 double scale, qkv_attention_parts *parts);
 
+/* qkv_attention_heads in the online form: the same numbers as
+ * qkv_attention_online on the heads sliced and permuted to [B,H,T,d_h],
+ * and no scores or weights. */
+qkv_tensor *qkv_attention_heads_online(qkv_tape *t, qkv_tensor *x, int heads,
+                                       const qkv_tensor *mask, double scale);
+
 /* Attention over embedded tokens, fused with the lookups: the same numbers
  * as qkv_attention(t, gather(wq), gather(wk), gather(wv), mask, scale,
  * parts) with each gather a qkv_gather of ids shaped [B,T], without making

@@ -178,8 +178,12 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
     const qkv_tensor *mask = mask_of(t, m, B, T, pad);
     qkv_tensor *qkv = qkv_linear_forward(t, &m->qkv, x); /* [B,T,3D] */
     qkv_attention_parts ap;
-    /* the heads read from the projection and write the merged [B,T,D] */
-    qkv_tensor *merged = qkv_attention_heads(t, qkv, H, mask, 1 / sqrt((double)(D / H)), &ap);
+    const double scale = 1 / sqrt((double)(D / H));
+    /* the heads read from the projection and write the merged [B,T,D]; long
+     * sequences whose weights nobody reads keep no T×T matrices */
+    qkv_tensor *merged = parts == NULL && T >= QKV_MHA_ONLINE_T
+                             ? qkv_attention_heads_online(t, qkv, H, mask, scale)
+                             : qkv_attention_heads(t, qkv, H, mask, scale, &ap);
     if (parts != NULL) {
         parts->attn = ap.attn;
         parts->scores = ap.scores;

@@ -115,10 +115,11 @@ static attn_io item_io(const attn_rec *r, const qkv_tensor *q, const qkv_tensor 
 }
 
 /* Heads form: reals of one part's buffer: an item's Q, K and V rows, its
- * output rows (or their gradient), and the gradients of Q, K and V. */
+ * output rows (or their gradient), the gradients of Q, K and V, and in
+ * the online form the output rows again for backward. */
 static size_t heads_buffer(const attn_rec *r)
 {
-    return 2 * item_rows(r) + (size_t)r->tq * r->dv;
+    return 2 * item_rows(r) + (size_t)(r->online ? 2 : 1) * r->tq * r->dv;
 }
 
 /* Heads form: item b is head b % H of batch row b / H. Its part of x
@@ -176,8 +177,13 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
             /* Q, K and V rows, each tq·d_h = no reals, then O's */
             qkv_real *rows = r->rows + (size_t)part * heads_buffer(r), *o = rows + item_rows(r);
             heads_qkv(r, j->q, b, rows, 0, 0);
-            qkv_attention_forward(&sh, rows, rows + no, rows + 2 * no, r->scores->data + b * ns,
-                                  r->attn->data + b * ns, o);
+            if (r->online)
+                qkv_attention_online_forward(&sh, rows, rows + no, rows + 2 * no, o,
+                                             r->lse != NULL ? r->lse + b * (size_t)r->tq : NULL,
+                                             r->scratch + (size_t)part * r->nscratch);
+            else
+                qkv_attention_forward(&sh, rows, rows + no, rows + 2 * no, r->scores->data + b * ns,
+                                      r->attn->data + b * ns, o);
             copy_rows(o, j->out->data + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
                       (size_t)r->width, 1, 0);
             continue;
@@ -198,16 +204,14 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
  * the S and A slices claimed unfilled are cleared first, while in cache,
  * and a claimed pair tells the kernels nothing else flows into them. */
 static void item_backward(const attn_job *j, size_t b, int part, const qkv_real *q,
-                          const qkv_real *k, const qkv_real *v, const qkv_real *dout, qkv_real *dq,
-                          qkv_real *dk, qkv_real *dv)
+                          const qkv_real *k, const qkv_real *v, const qkv_real *o,
+                          const qkv_real *dout, qkv_real *dq, qkv_real *dk, qkv_real *dv)
 {
     const attn_rec *r = j->r;
     const size_t ns = (size_t)r->tq * r->tk;
     qkv_attn_shape sh = item_shape(r, b);
-    if (r->online) {
-        const size_t no = (size_t)r->tq * r->dv;
-        qkv_attention_online_backward(&sh, q, k, v, j->out->data + b * no,
-                                      r->lse + b * (size_t)r->tq, dout, dq, dk, dv,
+    if (r->online) { /* o: the item's output rows */
+        qkv_attention_online_backward(&sh, q, k, v, o, r->lse + b * (size_t)r->tq, dout, dq, dk, dv,
                                       r->scratch + (size_t)part * r->nscratch);
         return;
     }
@@ -237,7 +241,13 @@ static void backward_heads_items(void *ctx, int part, size_t b0, size_t b1)
         copy_rows(dout, j->out->grad + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
                   (size_t)r->width, 0, 0);
         qkv_zero(g, per);
-        item_backward(j, b, part, rows, rows + no, rows + 2 * no, dout, g, g + no, g + 2 * no);
+        qkv_real *o = NULL;
+        if (r->online) { /* its output rows too, after the gradients */
+            o = g + per;
+            copy_rows(o, j->out->data + heads_offset(r, b, r->width), (size_t)r->tq, (size_t)r->dv,
+                      (size_t)r->width, 0, 0);
+        }
+        item_backward(j, b, part, rows, rows + no, rows + 2 * no, o, dout, g, g + no, g + 2 * no);
         heads_qkv(r, j->q, b, g, 1, j->zero[0]);
     }
 }
@@ -258,7 +268,8 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
             qkv_zero(io.dk, nk);
         if (j->zero[2] && io.dv != NULL)
             qkv_zero(io.dv, nv);
-        item_backward(j, b, part, io.q, io.k, io.v, j->out->grad + b * no, io.dq, io.dk, io.dv);
+        item_backward(j, b, part, io.q, io.k, io.v, j->out->data + b * no, j->out->grad + b * no,
+                      io.dq, io.dk, io.dv);
     }
 }
 
@@ -510,10 +521,11 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
     return attn_run(t, name, r, wq, wk, 3, (const int[]){B}, parts);
 }
 
-qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
-                                double scale, qkv_attention_parts *parts)
+/* qkv_attention_heads and qkv_attention_heads_online, by name. */
+static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, qkv_tensor *x,
+                                   int heads, const qkv_tensor *mask, double scale,
+                                   qkv_attention_parts *parts)
 {
-    const char *name = "attention_heads";
     if (!attn_inputs_ok(t, name, x, x, x, parts))
         return qkv_nil();
     if (x->ndim != 3 || heads < 1 || x->shape[2] % 3 != 0 || (x->shape[2] / 3) % heads != 0) {
@@ -531,5 +543,18 @@ qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv
     r->width = x->shape[2] / 3;
     r->tq = r->tk = T;
     r->dk = r->dv = r->width / heads;
+    r->online = online;
     return attn_run(t, name, r, x, x, 4, (const int[]){B, heads}, parts);
+}
+
+qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
+                                double scale, qkv_attention_parts *parts)
+{
+    return attention_heads(t, "attention_heads", 0, x, heads, mask, scale, parts);
+}
+
+qkv_tensor *qkv_attention_heads_online(qkv_tape *t, qkv_tensor *x, int heads,
+                                       const qkv_tensor *mask, double scale)
+{
+    return attention_heads(t, "attention_heads_online", 1, x, heads, mask, scale, NULL);
 }

@@ -1068,6 +1068,62 @@ static void run_long(void *p)
     qkv_backward_from(c->t, o, c->dy, o->numel);
 }
 
+typedef struct long_block_ctx {
+    qkv_params *p;
+    qkv_block blk;
+    qkv_tape *t;
+    qkv_tensor *x;
+    int online;
+} long_block_ctx;
+
+/* The block's forward and backward; asking for the weights keeps the
+ * layer on the form that makes them. */
+static void run_long_block(void *p)
+{
+    long_block_ctx *c = p;
+    qkv_params_zero_grad(c->p);
+    qkv_tape_reset(c->t);
+    qkv_mha_parts parts;
+    qkv_tensor *y = qkv_block_forward(c->t, &c->blk, c->x, NULL, c->online ? NULL : &parts);
+    if (qkv_backward(c->t, qkv_mean(c->t, y)) != QKV_OK) {
+        fprintf(stderr, "bench: long block failed: %s\n", qkv_tape_error(c->t));
+        exit(1);
+    }
+}
+
+/* The Transformer block (d_model 128, 4 heads, FFN 512, causal) at B 4,
+ * T 1024: with its weights asked for, and without (the online form). */
+static void bench_long_block(void)
+{
+    long_block_ctx c = {0};
+    c.p = qkv_params_new(5, NULL);
+    if (c.p == NULL ||
+        qkv_block_init(&c.blk, c.p, "block", BLK_D, BLK_H, BLK_F, 1, NULL) != QKV_OK) {
+        fprintf(stderr, "bench: cannot build the block\n");
+        exit(1);
+    }
+    c.x = qkv_tensor_new(3, (const int[]){4, 1024, BLK_D}, 0, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 4);
+    for (size_t i = 0; i < c.x->numel; i++)
+        c.x->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
+    double ms[2], mb[2];
+    for (c.online = 0; c.online < 2; c.online++) {
+        c.t = qkv_tape_new(0, NULL);
+        ms[c.online] = median_time(run_long_block, &c, 3, 0.2) * 1e3;
+        mb[c.online] = qkv_tape_high_water(c.t) / 1048576.0;
+        qkv_tape_free(c.t);
+    }
+    printf("%5d %5d %14.2f %14.2f %12.1f %12.1f   (Transformer block, forward + backward)\n", 4,
+           1024, ms[0], ms[1], mb[0], mb[1]);
+    record("long", "block_T1024", ms[0] * 1e3, "us");
+    record("long", "block_online_T1024", ms[1] * 1e3, "us");
+    record("long", "block_tape_T1024", mb[0], "MB");
+    record("long", "block_online_tape_T1024", mb[1], "MB");
+    qkv_tensor_free(c.x);
+    qkv_params_free(c.p);
+}
+
 /* Causal self-attention, d 64, forward and backward from a fixed dO, at
  * T = 256, 1024 and 4096 (B·T = 8192, 8192, 4096): time and the tape's
  * high-water mark, which holds S, A and their gradients in the first. */
@@ -1125,6 +1181,7 @@ static void bench_long(void)
         qkv_tensor_free(c.v);
         qkv_tensor_free(c.mask);
     }
+    bench_long_block();
 }
 
 static double measure_rss(const char *qkv)
