@@ -287,7 +287,7 @@ static qkv_tensor *heads_by_ops(qkv_tape *t, qkv_tensor *x, int H, int part)
  * (0 none, 1 padding [B,1,1,T], 2 causal [T,T]) and loss; with x_loss the
  * loss reads x too, so x's gradient is filled before attention adds to it.
  * Every result and gradient must be equal. With online, the online forms
- * of both (and a loss on O alone). */
+ * of both (and a loss on O alone); online 2 also sets their causal flag. */
 static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_loss, int online)
 {
     qkv_rng g;
@@ -319,12 +319,13 @@ static void check_heads_case(int B, int T, int D, int H, int mask_kind, int x_lo
             if (f == 0) {
                 qkv_tensor *hq = heads_by_ops(t, xs, H, 0), *hk = heads_by_ops(t, xs, H, 1),
                            *hv = heads_by_ops(t, xs, H, 2);
-                qkv_tensor *y = online ? qkv_attention_online(t, hq, hk, hv, mask, scale)
-                                       : qkv_attention(t, hq, hk, hv, mask, scale, &parts[f]);
+                qkv_tensor *y = online
+                                    ? qkv_attention_online(t, hq, hk, hv, mask, scale, online == 2)
+                                    : qkv_attention(t, hq, hk, hv, mask, scale, &parts[f]);
                 y = qkv_permute(t, y, (const int[]){0, 2, 1, 3});
                 o[f] = qkv_reshape(t, y, 3, (const int[]){B, T, D});
             } else {
-                o[f] = online ? qkv_attention_heads_online(t, xs, H, mask, scale)
+                o[f] = online ? qkv_attention_heads_online(t, xs, H, mask, scale, online == 2)
                               : qkv_attention_heads(t, xs, H, mask, scale, &parts[f]);
             }
             qkv_rng lw;
@@ -380,6 +381,7 @@ START_TEST(test_attention_heads_equals_slices_and_permutes)
             check_heads_case(2, 7, 12, 2, 2, 1, 1); /* online, in blocks of 2×3 */
             qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
             check_heads_case(3, 20, 16, 4, 1, 0, 1);
+            check_heads_case(2, 9, 8, 2, 1, 1, 2); /* causal by flag, and padding */
         }
     }
     qkv_threads_use(1, NULL);
@@ -493,6 +495,7 @@ typedef struct online_case {
     double scale; /* c */
     double qmag;  /* Q's standard deviation: large logits make the maximum move */
     int one_row;  /* the loss reads one row of O per item: blocks of dead rows */
+    int causal;   /* the op's causal flag: keys j > i dropped too */
 } online_case;
 
 static qkv_tensor *online_mask(const online_case *c, qkv_rng *g)
@@ -512,9 +515,12 @@ static qkv_tensor *online_mask(const online_case *c, qkv_rng *g)
     return m;
 }
 
-/* The mask entry of item b, row i, key j (0 with no mask). */
+/* The mask entry of item b, row i, key j (0 with no mask), -inf past the
+ * diagonal with the causal flag. */
 static double online_mask_at(const online_case *c, const qkv_tensor *m, int b, int i, int j)
 {
+    if (c->causal && j > i)
+        return -INFINITY;
     if (m == NULL)
         return 0;
     if (c->mask == 1)
@@ -532,18 +538,21 @@ static double gam(double n)
 
 /* One case on the kernel set in use: O and dQ, dK, dV (from the loss Σ
  * O∘W) against attention computed in double from the same inputs, each
- * element within a bound made of the inputs (the worst case, not a
- * measured margin):
+ * element within a bound made of the inputs, from a first-order count of
+ * the roundings (with a margin for the terms of second order; the worst
+ * error seen is under a tenth of it):
  * - S = Q·Kᵀ in qkv_real carries γ(d_k)·Σ|Q_ip·K_jp|, and c·S and the mask
  *   add one rounding each: e_ij in the logit x_ij; a softmax moves by at
  *   most a factor e^(2·max e) - 1 ≈ 2.5·E.
  * - Each weight e^(x - m) carries its subtraction's rounding (u·|x - m|)
- *   and the exponential's 1.5 ulp; backward's, the rounding of lse too
- *   (u·|lse|).
+ *   and the exponential's 2 ulp (kernels.h), in P and again in l.
  * - P·V over tk keys, added into O block by block and rescaled once per
- *   block, then divided by l: (tk + 3·blocks + 10)·u of Σ_j A_ij·|V_jp|.
- * Backward adds the products dP = dO·Vᵀ, D = dO·O, dS·K and dSᵀ·Q: their
- * lengths in roundings, of the sums of the terms' magnitudes. */
+ *   block, then divided by l: (tk + 3·blocks + 14 + 2·spread)·u + 2.5·E
+ *   of Σ_j A_ij·|V_jp|.
+ * - Backward recomputes P from S (E again) and lse (O's error again, and
+ *   u·|lse|), then adds the products dP = dO·Vᵀ, D = dO·O, dS·K and
+ *   dSᵀ·Q: twice the forward's factor plus their lengths in roundings,
+ *   of the sums of the terms' magnitudes. */
 static void check_online_case(const online_case *c)
 {
     const int B = c->B, tq = c->tq, tk = c->tk, dk = c->dk, dv = c->dv;
@@ -565,7 +574,7 @@ static void check_online_case(const online_case *c)
         qkv_attention_online_blocks(bq, bk);
     qkv_attention_online_block_sizes(tq, tk, &bq, &bk);
     qkv_tape *t = qkv_tape_new(0, NULL);
-    qkv_tensor *o = qkv_attention_online(t, q, k, v, mask, c->scale);
+    qkv_tensor *o = qkv_attention_online(t, q, k, v, mask, c->scale, c->causal);
     qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
     ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
     ck_assert_int_eq(qkv_backward_from(t, o, w->data, w->numel), QKV_OK);
@@ -602,8 +611,8 @@ static void check_online_case(const online_case *c)
                     spread = fmax(spread, fabs(x[j] - mx));
             }
             const double lse = mx == -INFINITY ? 0 : mx + log(sum);
-            const double ff = (tk + 3 * nb + 10 + spread) * u + 2.5 * E;
-            fb[i] = ff + (tq + dk + dv + 10 + fabs(lse)) * u;
+            const double ff = (tk + 3 * nb + 14 + 2 * spread) * u + 2.5 * E;
+            fb[i] = 2 * ff + (tq + tk + dk + dv + 14 + fabs(lse)) * u + 2.5 * E;
             fbmax = fmax(fbmax, fb[i]);
             for (int j = 0; j < tk; j++)
                 aa[i * tk + j] = sum > 0 ? a[j] / sum : 0;
@@ -694,9 +703,10 @@ static void check_online_case(const online_case *c)
 START_TEST(test_attention_online_within_its_bound)
 {
     static const online_case cases[] = {
-        {2, 5, 7, 3, 4, 1, 2, 3, 0.5, 1, 0},       {2, 33, 33, 8, 8, 2, 1, 1, 0.35, 1, 0},
-        {1, 130, 300, 16, 8, 0, 0, 0, 0.25, 1, 0}, {3, 20, 40, 8, 4, 3, 8, 16, 1, 4, 0},
-        {3, 20, 40, 8, 4, 3, 8, 16, 1, 4, 1},      {2, 70, 9, 5, 6, 1, 64, 4, 0.7, 2, 1},
+        {2, 5, 7, 3, 4, 1, 2, 3, 0.5, 1, 0, 0},       {2, 33, 33, 8, 8, 2, 1, 1, 0.35, 1, 0, 0},
+        {1, 130, 300, 16, 8, 0, 0, 0, 0.25, 1, 0, 0}, {3, 20, 40, 8, 4, 3, 8, 16, 1, 4, 0, 0},
+        {3, 20, 40, 8, 4, 3, 8, 16, 1, 4, 1, 0},      {2, 70, 9, 5, 6, 1, 64, 4, 0.7, 2, 1, 0},
+        {2, 40, 40, 8, 8, 0, 4, 3, 0.5, 2, 0, 1},     {2, 12, 30, 4, 4, 3, 5, 7, 1, 3, 0, 1},
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
@@ -720,7 +730,7 @@ static void online_run(int threads, qkv_real *out, size_t n_out)
     qkv_tensor *v = random_tensor(&g, 4, (const int[]){4, 3, 40, 16}, 1);
     qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_attention_online_blocks(16, 16);
-    qkv_tensor *o = qkv_attention_online(t, q, k, v, NULL, 0.25);
+    qkv_tensor *o = qkv_attention_online(t, q, k, v, NULL, 0.25, 1);
     qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
     ck_assert_int_eq(qkv_backward(t, weighted_sum(t, o, &g)), QKV_OK);
     const size_t n = o->numel;
@@ -757,7 +767,7 @@ START_TEST(test_attention_online_errors_name_the_op)
     qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *q = qkv_tape_tensor(t, 3, (const int[]){2, 4, 8}, 1);
     qkv_tensor *k = qkv_tape_tensor(t, 3, (const int[]){2, 5, 7}, 1);
-    qkv_tensor *o = qkv_attention_online(t, q, k, k, NULL, 1);
+    qkv_tensor *o = qkv_attention_online(t, q, k, k, NULL, 1, 0);
     ck_assert(qkv_tensor_is_nil(o));
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
     ck_assert_msg(strstr(qkv_tape_error(t), "attention_online: q [2,4,8], k [2,5,7]") != NULL, "%s",

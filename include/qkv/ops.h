@@ -242,15 +242,21 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
  * softmax. Each block of up to 64 query rows meets the keys 256 at a time,
  * keeping a running maximum m and sum l per row and rescaling its output
  * by e^(m_old - m_new) when the maximum grows; backward recomputes each
- * block's weights from the row's ln l + m, which is all it keeps. Memory
- * is O(T·d) where qkv_attention's is O(T²), and time is the same order.
- * The arguments and shapes are qkv_attention's, without parts (there are
- * no scores or weights to give). The results differ from qkv_attention's
- * by rounding only (the sums run in another order, and the rescalings
- * round): tests/test_attention.c states and checks the bound. They do not
- * depend on the thread count. */
+ * block's weights from the row's ln l + m, which is all it keeps. The
+ * arguments and shapes are qkv_attention's, without parts (there are no
+ * scores or weights to give), and with causal: nonzero drops key j from
+ * query row i for j > i (PyTorch's is_causal), by index, with no mask
+ * tensor. Memory is then O(T·d) where qkv_attention's is O(T²) (a mask
+ * tensor, when given, is the caller's), and blocks that causal or the
+ * mask drop entirely are skipped.
+ *
+ * The results differ from qkv_attention's by rounding (the sums run in
+ * another order, and the rescalings round): tests/test_attention.c states
+ * the bound and checks it. They do not depend on the thread count. NaN
+ * inputs may spread differently: a block that is dropped entirely is never
+ * read, and a NaN in a row of Q reaches dK. */
 qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
-                                 const qkv_tensor *mask, double scale);
+                                 const qkv_tensor *mask, double scale, int causal);
 
 /* Multi-head self-attention on a fused projection, with no head copies:
  * x [B,T,3D] holds Q, K and V side by side (columns 0, D and 2D on), each
@@ -268,7 +274,7 @@ qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv
  * qkv_attention_online on the heads sliced and permuted to [B,H,T,d_h],
  * and no scores or weights. */
 qkv_tensor *qkv_attention_heads_online(qkv_tape *t, qkv_tensor *x, int heads,
-                                       const qkv_tensor *mask, double scale);
+                                       const qkv_tensor *mask, double scale, int causal);
 
 /* Attention over embedded tokens, fused with the lookups: the same numbers
  * as qkv_attention(t, gather(wq), gather(wk), gather(wv), mask, scale,

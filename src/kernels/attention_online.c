@@ -36,7 +36,8 @@ void qkv_attention_online_block_sizes(int tq, int tk, int *bq, int *bk)
 }
 
 /* Row i's logits for keys j0..j0+n, in place over its scores x: c·x
- * plus the mask, by the set's loop where it has one. */
+ * plus the mask, by the set's loop where it has one; -inf past the
+ * diagonal when causal. */
 static void online_logits(const qkv_attn_shape *sh, int i, int j0, int n, qkv_real *x)
 {
     const qkv_real *mr =
@@ -44,11 +45,14 @@ static void online_logits(const qkv_attn_shape *sh, int i, int j0, int n, qkv_re
     const qkv_kernel_set *im = qkv_kernels();
     if (im->scale_mask != NULL && (mr == NULL || sh->mask_cs == 1)) {
         im->scale_mask(x, x, mr, (size_t)n, sh->scale);
-        return;
+    } else {
+        const double c = sh->scale;
+        for (int j = 0; j < n; j++)
+            x[j] = (qkv_real)(c * x[j]) + (mr != NULL ? mr[(size_t)j * sh->mask_cs] : 0);
     }
-    const double c = sh->scale;
-    for (int j = 0; j < n; j++)
-        x[j] = (qkv_real)(c * x[j]) + (mr != NULL ? mr[(size_t)j * sh->mask_cs] : 0);
+    if (sh->causal) /* keys j0 + j > i */
+        for (int j = i + 1 - j0 > 0 ? i + 1 - j0 : 0; j < n; j++)
+            x[j] = -INFINITY;
 }
 
 /* The largest of x[0..n) that is not NaN; -inf when there is none. Eight
@@ -71,10 +75,13 @@ static double online_max(const qkv_real *x, int n)
     return mx;
 }
 
-/* Nonzero when the mask drops every key j0..j0+nk of rows i0..i0+nq (a
- * causal mask's blocks above the diagonal): such a block adds nothing. */
+/* Nonzero when every key j0..j0+nk of rows i0..i0+nq is dropped, by the
+ * causal flag (read from the indices alone) or by the mask (a causal
+ * mask's blocks above the diagonal): such a block adds nothing. */
 static int online_block_masked(const qkv_attn_shape *sh, int i0, int nq, int j0, int nk)
 {
+    if (sh->causal && j0 > i0 + nq - 1)
+        return 1;
     if (sh->mask == NULL)
         return 0;
     for (int i = i0; i < i0 + nq; i++)

@@ -132,6 +132,7 @@ typedef struct qkv_attn_shape {
     const int *row_index; /* backward only: a scatter index, see below */
     int sa_zero;          /* backward only: da and ds are known to hold zeros */
     int bq, bk;           /* online form: rows of Q and keys per block */
+    int causal;           /* online form: key j > i is dropped from row i too */
 } qkv_attn_shape;
 
 /* Writes S (before the mask), A and O. Every kernel set computes exactly
@@ -160,7 +161,11 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
 
 /* The online form (attention_online.c): the same attention without S
  * and A, in blocks of sh->bq rows of Q (at most QKV_ONLINE_BQ) and sh->bk
- * keys, FlashAttention's running maximum and sum across the key blocks.
+ * keys, FlashAttention's running maximum and sum across the key blocks;
+ * with sh->causal, row i sees keys j <= i only (blocks above that never
+ * read). A block that the mask drops entirely is not read either, so a
+ * NaN in its Q or K rows does not reach the result, as it does in the
+ * unfused ops; and a NaN in a row of Q spreads through dK.
  * Forward writes O and, when lse is not NULL, each row's ln Σ_j e^x_j
  * (-inf for a row with every key masked). Backward adds into dq, dk and
  * dv (any may be NULL), given O, lse and dO; it skips each block of rows

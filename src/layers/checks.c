@@ -4,6 +4,7 @@
  * listed by `qkv gradcheck`. They sit in the top layer of the library so
  * that they can reach every op and every layer.
  */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -251,13 +252,26 @@ static qkv_tensor *c_attention_fused4(qkv_tape *t, qkv_tensor **p)
 }
 
 /* The online form in blocks of 2 rows and 3 keys (so 5×7 crosses both),
- * with the causal mask and its fully masked row. */
+ * with the causal mask and its fully masked row, or the causal flag; the
+ * block sizes are put back as they were. */
+static qkv_tensor *online_check(qkv_tape *t, qkv_tensor **p, const qkv_tensor *mask, int causal)
+{
+    int bq, bk;
+    qkv_attention_online_block_sizes(INT_MAX, INT_MAX, &bq, &bk);
+    qkv_attention_online_blocks(2, 3);
+    qkv_tensor *o = qkv_attention_online(t, p[0], p[1], p[2], mask, 0.6, causal);
+    qkv_attention_online_blocks(bq, bk);
+    return qkv_mean(t, qkv_tanh(t, o));
+}
+
 static qkv_tensor *c_attention_online(qkv_tape *t, qkv_tensor **p)
 {
-    qkv_attention_online_blocks(2, 3);
-    qkv_tensor *o = qkv_attention_online(t, p[0], p[1], p[2], causal_mask(t, 5, 7), 0.6);
-    qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
-    return qkv_mean(t, qkv_tanh(t, o));
+    return online_check(t, p, causal_mask(t, 5, 7), 0);
+}
+
+static qkv_tensor *c_attention_online_causal(qkv_tape *t, qkv_tensor **p)
+{
+    return online_check(t, p, NULL, 1);
 }
 
 /* The heads form on a fused projection [B,T,3D] (2 heads of 2 columns),
@@ -523,6 +537,13 @@ static const gc_case cases[] = {
      3,
      {3, 3, 3},
      {{2, 5, 4}, {2, 7, 4}, {2, 7, 3}},
+     0,
+     0},
+    {"attention_online (causal flag)",
+     c_attention_online_causal,
+     3,
+     {3, 3, 3},
+     {{2, 7, 4}, {2, 7, 4}, {2, 7, 3}},
      0,
      0},
     {"attention_heads [B,T,3D]", c_attention_heads, 1, {3}, {{2, 3, 12}}, 0, 0},

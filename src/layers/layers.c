@@ -130,8 +130,9 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
 }
 
 /* The additive mask for [B,H,T,T] scores: causal [T,T], padding [B,1,1,T],
- * both [B,1,T,T] (m[b,i,j] = causal[i,j] + pad[b,j]), or NULL for neither. */
-static const qkv_tensor *mask_of(qkv_tape *t, const qkv_mha *m, int B, int T, const qkv_tensor *pad)
+ * both [B,1,T,T] (m[b,i,j] = causal[i,j] + pad[b,j]), or NULL for neither;
+ * causal is the layer's flag, or 0 when the op drops those keys itself. */
+static const qkv_tensor *mask_of(qkv_tape *t, int causal, int B, int T, const qkv_tensor *pad)
 {
     if (pad != NULL &&
         (qkv_tensor_is_nil(pad) || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != T)) {
@@ -140,18 +141,18 @@ static const qkv_tensor *mask_of(qkv_tape *t, const qkv_mha *m, int B, int T, co
         qkv_tape_fail(t, QKV_ERR_SHAPE, "mha: the padding mask %s must be [%d,%d]", sp, B, T);
         return qkv_nil();
     }
-    if (!m->causal && pad == NULL)
+    if (!causal && pad == NULL)
         return NULL;
-    qkv_tensor *mask = !m->causal    ? qkv_tape_tensor(t, 4, (const int[]){B, 1, 1, T}, 0)
+    qkv_tensor *mask = !causal       ? qkv_tape_tensor(t, 4, (const int[]){B, 1, 1, T}, 0)
                        : pad == NULL ? qkv_tape_tensor(t, 2, (const int[]){T, T}, 0)
                                      : qkv_tape_tensor(t, 4, (const int[]){B, 1, T, T}, 0);
     if (qkv_tensor_is_nil(mask))
         return mask;
-    const int rows = m->causal ? T : 1, nb = pad != NULL ? B : 1;
+    const int rows = causal ? T : 1, nb = pad != NULL ? B : 1;
     for (int b = 0; b < nb; b++)
         for (int i = 0; i < rows; i++)
             for (int j = 0; j < T; j++) {
-                qkv_real v = m->causal && j > i ? -INFINITY : 0;
+                qkv_real v = causal && j > i ? -INFINITY : 0;
                 if (pad != NULL)
                     v += pad->data[(size_t)b * T + j];
                 mask->data[((size_t)b * rows + i) * T + j] = v;
@@ -175,15 +176,16 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
         return qkv_nil();
     }
     const int B = x->shape[0], T = x->shape[1], D = m->d_model, H = m->heads;
-    const qkv_tensor *mask = mask_of(t, m, B, T, pad);
+    /* long sequences whose weights nobody reads keep no T×T matrices: the
+     * online form, causal by index and no mask but the padding */
+    const int online = parts == NULL && T >= QKV_MHA_ONLINE_T;
+    const qkv_tensor *mask = mask_of(t, online ? 0 : m->causal, B, T, pad);
     qkv_tensor *qkv = qkv_linear_forward(t, &m->qkv, x); /* [B,T,3D] */
     qkv_attention_parts ap;
     const double scale = 1 / sqrt((double)(D / H));
-    /* the heads read from the projection and write the merged [B,T,D]; long
-     * sequences whose weights nobody reads keep no T×T matrices */
-    qkv_tensor *merged = parts == NULL && T >= QKV_MHA_ONLINE_T
-                             ? qkv_attention_heads_online(t, qkv, H, mask, scale)
-                             : qkv_attention_heads(t, qkv, H, mask, scale, &ap);
+    /* the heads read from the projection and write the merged [B,T,D] */
+    qkv_tensor *merged = online ? qkv_attention_heads_online(t, qkv, H, mask, scale, m->causal)
+                                : qkv_attention_heads(t, qkv, H, mask, scale, &ap);
     if (parts != NULL) {
         parts->attn = ap.attn;
         parts->scores = ap.scores;

@@ -44,6 +44,7 @@ typedef struct attn_rec {
     int parts;       /* threads the item loops may use (threads.c) */
     size_t nscratch; /* reals of scratch per part */
     int online;      /* online form: no S or A (attention_online.c) */
+    int causal;      /* online form: keys j > i dropped by index */
     int bq, bk;      /* online form: its blocks */
     qkv_real *lse;   /* online form: each row's ln Σ e^x, for backward */
 } attn_rec;
@@ -69,7 +70,8 @@ typedef struct attn_io {
 /* The kernels' view of item b. */
 static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 {
-    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL, 0, 0, r->scale, NULL, 0, r->bq, r->bk};
+    qkv_attn_shape sh = {r->tq,    r->tk, r->dk, r->dv, NULL,  0,        0,
+                         r->scale, NULL,  0,     r->bq, r->bk, r->causal};
     if (r->ids != NULL) /* backward adds the rows' gradients into the tables */
         sh.row_index = r->ids + b * (size_t)r->tq;
     if (r->mask != NULL) {
@@ -450,9 +452,9 @@ static attn_rec *new_rec(qkv_tape *t, qkv_tensor *v, const qkv_tensor *mask, dou
 }
 
 /* qkv_attention and qkv_attention_online, by name. */
-static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, qkv_tensor *q,
-                                   qkv_tensor *k, qkv_tensor *v, const qkv_tensor *mask,
-                                   double scale, qkv_attention_parts *parts)
+static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, int causal,
+                                   qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
+                                   const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
 {
     if (!attn_inputs_ok(t, name, q, k, v, parts))
         return qkv_nil();
@@ -473,19 +475,20 @@ static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, qk
     r->dk = q->shape[nd - 1];
     r->dv = v->shape[nd - 1];
     r->online = online;
+    r->causal = causal;
     return attn_run(t, name, r, q, k, nd, q->shape, parts);
 }
 
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
 {
-    return attention_plain(t, "attention", 0, q, k, v, mask, scale, parts);
+    return attention_plain(t, "attention", 0, 0, q, k, v, mask, scale, parts);
 }
 
 qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
-                                 const qkv_tensor *mask, double scale)
+                                 const qkv_tensor *mask, double scale, int causal)
 {
-    return attention_plain(t, "attention_online", 1, q, k, v, mask, scale, NULL);
+    return attention_plain(t, "attention_online", 1, causal != 0, q, k, v, mask, scale, NULL);
 }
 
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
@@ -522,8 +525,8 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
 }
 
 /* qkv_attention_heads and qkv_attention_heads_online, by name. */
-static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, qkv_tensor *x,
-                                   int heads, const qkv_tensor *mask, double scale,
+static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, int causal,
+                                   qkv_tensor *x, int heads, const qkv_tensor *mask, double scale,
                                    qkv_attention_parts *parts)
 {
     if (!attn_inputs_ok(t, name, x, x, x, parts))
@@ -544,17 +547,19 @@ static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, qk
     r->tq = r->tk = T;
     r->dk = r->dv = r->width / heads;
     r->online = online;
+    r->causal = causal;
     return attn_run(t, name, r, x, x, 4, (const int[]){B, heads}, parts);
 }
 
 qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
                                 double scale, qkv_attention_parts *parts)
 {
-    return attention_heads(t, "attention_heads", 0, x, heads, mask, scale, parts);
+    return attention_heads(t, "attention_heads", 0, 0, x, heads, mask, scale, parts);
 }
 
 qkv_tensor *qkv_attention_heads_online(qkv_tape *t, qkv_tensor *x, int heads,
-                                       const qkv_tensor *mask, double scale)
+                                       const qkv_tensor *mask, double scale, int causal)
 {
-    return attention_heads(t, "attention_heads_online", 1, x, heads, mask, scale, NULL);
+    return attention_heads(t, "attention_heads_online", 1, causal != 0, x, heads, mask, scale,
+                           NULL);
 }

@@ -1063,9 +1063,12 @@ static void run_long(void *p)
 {
     long_ctx *c = p;
     qkv_tape_reset(c->t);
-    qkv_tensor *o = c->online ? qkv_attention_online(c->t, c->q, c->k, c->v, c->mask, 0.125)
+    qkv_tensor *o = c->online ? qkv_attention_online(c->t, c->q, c->k, c->v, NULL, 0.125, 1)
                               : qkv_attention(c->t, c->q, c->k, c->v, c->mask, 0.125, NULL);
-    qkv_backward_from(c->t, o, c->dy, o->numel);
+    if (qkv_backward_from(c->t, o, c->dy, o->numel) != QKV_OK) {
+        fprintf(stderr, "bench: long attention failed: %s\n", qkv_tape_error(c->t));
+        exit(1);
+    }
 }
 
 typedef struct long_block_ctx {
