@@ -91,6 +91,18 @@ awk -F, '
             printf "\nqkv matmul / OpenBLAS: %.0f%% at 512, %.0f%% at 1024\n",
                    100 * qkv["ratio_best_over_openblas_512"],
                    100 * qkv["ratio_best_over_openblas_1024"]
+        printf "\ncausal attention at length T (d 64, forward + backward): qkv, its online"
+        printf " form and PyTorch\n"
+        printf "%-6s %14s %14s %14s %10s %10s\n", "T", "qkv (µs)", "online (µs)", "torch (µs)",
+               "speed-up", "online"
+        n = split("256,1024,2048", lt, ",")
+        for (i = 1; i <= n; i++) {
+            k = "attention_T" lt[i]
+            if ((k in qkv) && (k in torch))
+                printf "%-6d %14.1f %14.1f %14.1f %9.1fx %9.1fx\n", lt[i], qkv[k],
+                       qkv["attention_online_T" lt[i]], torch[k], torch[k] / qkv[k],
+                       torch[k] / qkv["attention_online_T" lt[i]]
+        }
         if ("peak_rss_default_train" in qkv)
             printf "peak RSS of the default qkv train: %.1f MB\n", qkv["peak_rss_default_train"]
     }' out/bench.csv out/bench_torch.csv

@@ -248,6 +248,29 @@ def bench_ops(rows):
     rows.append(("ops", "layer_norm fwd+bwd", us, "us"))
 
 
+def bench_long(rows):
+    """The attention rows of `bench long`: causal self-attention, d 64,
+    forward + backward from a fixed dO, as a PyTorch 1.13 user writes it
+    (Q·Kᵀ scaled, the upper triangle filled with -inf, softmax, ·V). Not
+    T = 4096: its [T,T] tensors are 64 MiB, above glibc's largest mmap
+    threshold (32 MiB), so each would be mapped and faulted in afresh
+    every step, which is not PyTorch at its best (keep_freed_memory)."""
+    g = torch.Generator().manual_seed(3)
+    print("\nCausal attention at length T (d 64; forward + backward): ms per call")
+    print(f"{'B':>5} {'T':>5} {'ms':>10}")
+    for B, T in ((32, 256), (4, 1024), (1, 2048)):
+        q, k, v = (torch.randn(B, T, 64, generator=g).requires_grad_() for _ in range(3))
+        dy = torch.randn(B, T, 64, generator=g)
+        upper = torch.ones(T, T, dtype=torch.bool).triu_(1)
+
+        def step():
+            s = (q @ k.transpose(1, 2)).mul_(0.125).masked_fill_(upper, float("-inf"))
+            (torch.softmax(s, dim=-1) @ v).backward(dy)
+        ms = median_time(step, blocks=3) * 1e3
+        print(f"{B:5d} {T:5d} {ms:10.2f}")
+        rows.append(("long", f"attention_T{T}", ms * 1e3, "us"))
+
+
 def bench_block(rows):
     """The Transformer block step of `bench block`: B 32, T 64, d_model 128,
     4 heads, FFN 512, causal, pre-norm, GELU (tanh), MSE against a fixed
@@ -352,6 +375,8 @@ def main():
         bench_block(rows)
     if only in (None, "rnn"):
         bench_rnn(rows)
+    if only in (None, "long"):
+        bench_long(rows)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with open(out, "w") as f:
         f.write("section,name,value,unit\n")

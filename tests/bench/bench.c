@@ -1128,16 +1128,17 @@ static void bench_long_block(void)
 }
 
 /* Causal self-attention, d 64, forward and backward from a fixed dO, at
- * T = 256, 1024 and 4096 (B·T = 8192, 8192, 4096): time and the tape's
- * high-water mark, which holds S, A and their gradients in the first. */
+ * T = 256, 1024, 2048 and 4096 (B 32, 4, 1, 1: S is 8, 16, 16 and 64
+ * MiB): time and the tape's high-water mark, which holds S, A and their
+ * gradients in the first. */
 static void bench_long(void)
 {
-    static const int Bs[3] = {32, 8, 1}, Ts[3] = {256, 1024, 4096};
+    static const int Bs[4] = {32, 4, 1, 1}, Ts[4] = {256, 1024, 2048, 4096};
     printf("\nCausal attention at length T (d 64; forward + backward; one thread; %s kernels)\n",
            qkv_kernels_name());
     printf("%5s %5s %14s %14s %12s %12s\n", "B", "T", "attention ms", "online ms", "tape MB",
            "online MB");
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < 4; r++) {
         const int B = Bs[r], T = Ts[r], shape[3] = {B, T, 64};
         long_ctx c = {0};
         qkv_rng g;
