@@ -261,49 +261,49 @@ QKV_ALWAYS_INLINE __m256 gelu_grad8(__m256 x)
     return scale8(_mm256_mul_ps(m, inner), _mm256_andnot_ps(pos, t));
 }
 
+/* y[i] = F(x[i]) for i < n: four registers a turn while 32 floats are
+ * left, then one at a time, the last masked (avx512_math.c's MAP16). */
+#define MAP8(F)                                                                                    \
+    do {                                                                                           \
+        size_t i = 0;                                                                              \
+        for (; i + 32 <= n; i += 32) {                                                             \
+            const __m256 v0 = F(_mm256_loadu_ps(x + i)), v1 = F(_mm256_loadu_ps(x + i + 8));       \
+            const __m256 v2 = F(_mm256_loadu_ps(x + i + 16)), v3 = F(_mm256_loadu_ps(x + i + 24)); \
+            _mm256_storeu_ps(y + i, v0);                                                           \
+            _mm256_storeu_ps(y + i + 8, v1);                                                       \
+            _mm256_storeu_ps(y + i + 16, v2);                                                      \
+            _mm256_storeu_ps(y + i + 24, v3);                                                      \
+        }                                                                                          \
+        for (; i < n; i += 8) {                                                                    \
+            const int full = n - i >= 8;                                                           \
+            const __m256i m = tail8(i, n);                                                         \
+            store8(y + i, full, m, F(load8(full, m, x + i)));                                      \
+        }                                                                                          \
+    } while (0)
+
 void qkv_avx2_exp(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 8) {
-        int full = n - i >= 8;
-        __m256i m = tail8(i, n);
-        store8(y + i, full, m, exp8(load8(full, m, x + i)));
-    }
+    MAP8(exp8);
 }
 
 void qkv_avx2_log(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 8) {
-        int full = n - i >= 8;
-        __m256i m = tail8(i, n);
-        store8(y + i, full, m, log8(load8(full, m, x + i)));
-    }
+    MAP8(log8);
 }
 
 void qkv_avx2_tanh(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 8) {
-        int full = n - i >= 8;
-        __m256i m = tail8(i, n);
-        store8(y + i, full, m, tanh8(load8(full, m, x + i)));
-    }
+    MAP8(tanh8);
 }
 
 void qkv_avx2_sigmoid(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 8) {
-        int full = n - i >= 8;
-        __m256i m = tail8(i, n);
-        store8(y + i, full, m, sigmoid8(load8(full, m, x + i)));
-    }
+    MAP8(sigmoid8);
 }
 
 void qkv_avx2_gelu(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 8) {
-        int full = n - i >= 8;
-        __m256i m = tail8(i, n);
-        store8(y + i, full, m, gelu8(load8(full, m, x + i)));
-    }
+    MAP8(gelu8);
 }
 
 void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n)

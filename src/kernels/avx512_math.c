@@ -206,42 +206,54 @@ QKV_ALWAYS_INLINE __m512 gelu_grad16(__m512 x)
     return _mm512_scalef_ps(_mm512_mul_ps(m, inner), _mm512_maskz_mov_ps((__mmask16)~pos, t));
 }
 
+/* y[i] = F(x[i]) for i < n: four registers a turn while 64 floats are
+ * left (four chains in flight, one loop test: exp, tanh and sigmoid took
+ * 5 to 6% less time, best of six runs each), then one at a time, the last
+ * masked. Each register's arithmetic is the same either way, and the
+ * loads of a turn come before its stores, so y may be x. */
+#define MAP16(F)                                                                                   \
+    do {                                                                                           \
+        size_t i = 0;                                                                              \
+        for (; i + 64 <= n; i += 64) {                                                             \
+            const __m512 v0 = F(_mm512_loadu_ps(x + i)), v1 = F(_mm512_loadu_ps(x + i + 16));      \
+            const __m512 v2 = F(_mm512_loadu_ps(x + i + 32)), v3 = F(_mm512_loadu_ps(x + i + 48)); \
+            _mm512_storeu_ps(y + i, v0);                                                           \
+            _mm512_storeu_ps(y + i + 16, v1);                                                      \
+            _mm512_storeu_ps(y + i + 32, v2);                                                      \
+            _mm512_storeu_ps(y + i + 48, v3);                                                      \
+        }                                                                                          \
+        for (; i < n; i += 16) {                                                                   \
+            const __mmask16 m = tail16(i, n);                                                      \
+            store16(y + i, m, F(load16(m, x + i)));                                                \
+        }                                                                                          \
+    } while (0)
+
 void qkv_avx512_exp(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail16(i, n);
-        store16(y + i, m, exp16(load16(m, x + i)));
-    }
+    MAP16(exp16);
 }
 
 void qkv_avx512_log(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail16(i, n);
-        store16(y + i, m, log16(load16(m, x + i)));
-    }
+    MAP16(log16);
 }
 
 void qkv_avx512_tanh(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail16(i, n);
-        store16(y + i, m, tanh16(load16(m, x + i)));
-    }
+    MAP16(tanh16);
 }
 
 void qkv_avx512_sigmoid(float *y, const float *x, size_t n)
 {
-    for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail16(i, n);
-        store16(y + i, m, sigmoid16(load16(m, x + i)));
-    }
+    MAP16(sigmoid16);
 }
 
+/* GELU's ~35 operations a register gain nothing from four at a time
+ * (396.8 against 391.7 µs for 1M floats, best of six runs each). */
 void qkv_avx512_gelu(float *y, const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i += 16) {
-        __mmask16 m = tail16(i, n);
+        const __mmask16 m = tail16(i, n);
         store16(y + i, m, gelu16(load16(m, x + i)));
     }
 }
