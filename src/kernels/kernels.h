@@ -165,7 +165,8 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
  * with sh->causal, row i sees keys j <= i only (blocks above that never
  * read). A block that the mask drops entirely is not read either, so a
  * NaN in its Q or K rows does not reach the result, as it does in the
- * unfused ops; and a NaN in a row of Q spreads through dK.
+ * unfused ops; and a NaN in a row of Q or K spreads through the dK or dQ
+ * of its whole block.
  * Forward writes O and, when lse is not NULL, each row's ln Σ_j e^x_j
  * (-inf for a row with every key masked). Backward adds into dq, dk and
  * dv (any may be NULL), given O, lse and dO; it skips each block of rows
