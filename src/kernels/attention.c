@@ -89,8 +89,7 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
     qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
 }
 
-/* Nonzero when any of x[0..n) is not ±0 (NaN counts). */
-static int any_nonzero(const qkv_real *x, size_t n)
+int qkv_any_nonzero(const qkv_real *x, size_t n)
 {
     size_t i = 0;
     for (; i + 64 <= n; i += 64) { /* no exit inside a block, so it vectorises */
@@ -139,13 +138,13 @@ static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const q
         return -1;
     int r = -1;
     for (int i = 0; i < tq; i++)
-        if (any_nonzero(dout + (size_t)i * d_v, (size_t)d_v)) {
+        if (qkv_any_nonzero(dout + (size_t)i * d_v, (size_t)d_v)) {
             if (r >= 0)
                 return -1;
             r = i;
         }
     const size_t nt = (size_t)tq * tk;
-    if (da != NULL && !sh->sa_zero && (any_nonzero(da, nt) || any_nonzero(ds, nt)))
+    if (da != NULL && !sh->sa_zero && (qkv_any_nonzero(da, nt) || qkv_any_nonzero(ds, nt)))
         return -1;
     if (r < 0)
         return 0;

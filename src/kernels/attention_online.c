@@ -55,26 +55,6 @@ static void online_logits(const qkv_attn_shape *sh, int i, int j0, int n, qkv_re
             x[j] = -INFINITY;
 }
 
-/* The largest of x[0..n) that is not NaN; -inf when there is none. Eight
- * running maxima, which the compiler keeps in one vector register. */
-static double online_max(const qkv_real *x, int n)
-{
-    qkv_real acc[8];
-    for (int t = 0; t < 8; t++)
-        acc[t] = -INFINITY;
-    int j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int t = 0; t < 8; t++)
-            acc[t] = x[j + t] > acc[t] ? x[j + t] : acc[t];
-    for (; j < n; j++)
-        acc[0] = x[j] > acc[0] ? x[j] : acc[0];
-    double mx = acc[0];
-    for (int t = 1; t < 8; t++)
-        if (acc[t] > mx)
-            mx = acc[t];
-    return mx;
-}
-
 /* Nonzero when every key j0..j0+nk of rows i0..i0+nq is dropped, by the
  * causal flag (read from the indices alone) or by the mask (a causal
  * mask's blocks above the diagonal): such a block adds nothing. */
@@ -118,7 +98,7 @@ void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, c
             for (int i = 0; i < nq; i++) {
                 qkv_real *x = scratch + (size_t)i * nk;
                 online_logits(sh, i0 + i, j0, nk, x);
-                const double mx = online_max(x, nk), top = mx > m[i] ? mx : m[i];
+                const double mx = qkv_row_max(x, (size_t)nk), top = mx > m[i] ? mx : m[i];
                 if (top == -INFINITY) { /* every key so far masked: no weight */
                     qkv_zero(x, (size_t)nk);
                     continue;
@@ -145,15 +125,6 @@ void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, c
     }
 }
 
-/* Nonzero when any of x[0..n) is not ±0 (NaN counts). */
-static int online_live(const qkv_real *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (x[i] != 0)
-            return 1;
-    return 0;
-}
-
 void qkv_attention_online_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                                    const qkv_real *v, const qkv_real *o, const qkv_real *lse,
                                    const qkv_real *dout, qkv_real *dq, qkv_real *dk, qkv_real *dv,
@@ -168,7 +139,7 @@ void qkv_attention_online_backward(const qkv_attn_shape *sh, const qkv_real *q, 
     for (int i0 = 0; i0 < tq; i0 += bq) {
         const int nq = tq - i0 < bq ? tq - i0 : bq;
         const qkv_real *go = dout + (size_t)i0 * d_v;
-        if (!online_live(go, (size_t)nq * d_v))
+        if (!qkv_any_nonzero(go, (size_t)nq * d_v))
             continue;                  /* these rows pass no gradient on */
         for (int i = 0; i < nq; i++) { /* D = Σ dO∘O, row by row */
             const qkv_real *gr = go + (size_t)i * d_v, *orow = o + (size_t)(i0 + i) * d_v;

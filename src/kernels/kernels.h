@@ -58,6 +58,11 @@ void qkv_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
  * Σ e[j], accumulated in double. A row of -inf gives zeros and returns 0. */
 double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max);
 
+/* The largest of x[0..n) that is not NaN (-inf when there is none), and
+ * whether any of x[0..n) is not ±0 (NaN counts). */
+double qkv_row_max(const qkv_real *x, size_t n);
+int qkv_any_nonzero(const qkv_real *x, size_t n);
+
 /* Softmax backward, row-wise: dx += y ⊙ (dy - Σ_j dy_j·y_j). */
 void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y, const qkv_real *dy, size_t rows,
                                size_t n);

@@ -8,18 +8,30 @@
 
 #include "kernels/kernels.h"
 
-static double row_max(const qkv_real *x, size_t n)
+/* Eight running maxima, which the compiler keeps in one vector register
+ * (a maximum is exact in any order; only the sign of a zero maximum may
+ * differ, and x - max does not see it). */
+double qkv_row_max(const qkv_real *x, size_t n)
 {
-    double mx = -INFINITY;
-    for (size_t j = 0; j < n; j++)
-        if (x[j] > mx)
-            mx = x[j];
+    qkv_real acc[8];
+    for (int t = 0; t < 8; t++)
+        acc[t] = -INFINITY;
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int t = 0; t < 8; t++)
+            acc[t] = x[j + t] > acc[t] ? x[j + t] : acc[t];
+    for (; j < n; j++)
+        acc[0] = x[j] > acc[0] ? x[j] : acc[0];
+    double mx = acc[0];
+    for (int t = 1; t < 8; t++)
+        if (acc[t] > mx)
+            mx = acc[t];
     return mx;
 }
 
 double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max)
 {
-    *max = row_max(x, n);
+    *max = qkv_row_max(x, n);
     if (*max == -INFINITY) {
         memset(e, 0, n * sizeof *e);
         return 0;

@@ -1052,31 +1052,49 @@ static void bench_ops(void)
 /* ------------------------------------------------------------------------ */
 /* attention at length T: the op that keeps S and A, and the online form     */
 
-typedef struct long_ctx {
+/* What the two forms' runs share: the tape, and which form runs. */
+typedef struct long_form {
     qkv_tape *t;
+    int online;
+} long_form;
+
+/* fn on a fresh tape, the kept form (online 0) and then the online one:
+ * median ms per call and the tape's high-water mark in MB, in ms[form]
+ * and mb[form]. */
+static void time_forms(void (*fn)(void *), void *ctx, long_form *f, double ms[2], double mb[2])
+{
+    for (f->online = 0; f->online < 2; f->online++) {
+        f->t = qkv_tape_new(0, NULL);
+        ms[f->online] = median_time(fn, ctx, 3, 0.2) * 1e3;
+        mb[f->online] = qkv_tape_high_water(f->t) / 1048576.0;
+        qkv_tape_free(f->t);
+    }
+}
+
+typedef struct long_ctx {
+    long_form f;
     qkv_tensor *q, *k, *v, *mask;
     const qkv_real *dy;
-    int online;
 } long_ctx;
 
 static void run_long(void *p)
 {
     long_ctx *c = p;
-    qkv_tape_reset(c->t);
-    qkv_tensor *o = c->online ? qkv_attention_online(c->t, c->q, c->k, c->v, NULL, 0.125, 1)
-                              : qkv_attention(c->t, c->q, c->k, c->v, c->mask, 0.125, NULL);
-    if (qkv_backward_from(c->t, o, c->dy, o->numel) != QKV_OK) {
-        fprintf(stderr, "bench: long attention failed: %s\n", qkv_tape_error(c->t));
+    qkv_tape *t = c->f.t;
+    qkv_tape_reset(t);
+    qkv_tensor *o = c->f.online ? qkv_attention_online(t, c->q, c->k, c->v, NULL, 0.125, 1)
+                                : qkv_attention(t, c->q, c->k, c->v, c->mask, 0.125, NULL);
+    if (qkv_backward_from(t, o, c->dy, o->numel) != QKV_OK) {
+        fprintf(stderr, "bench: long attention failed: %s\n", qkv_tape_error(t));
         exit(1);
     }
 }
 
 typedef struct long_block_ctx {
+    long_form f;
     qkv_params *p;
     qkv_block blk;
-    qkv_tape *t;
     qkv_tensor *x;
-    int online;
 } long_block_ctx;
 
 /* The block's forward and backward; asking for the weights keeps the
@@ -1084,12 +1102,13 @@ typedef struct long_block_ctx {
 static void run_long_block(void *p)
 {
     long_block_ctx *c = p;
+    qkv_tape *t = c->f.t;
     qkv_params_zero_grad(c->p);
-    qkv_tape_reset(c->t);
+    qkv_tape_reset(t);
     qkv_mha_parts parts;
-    qkv_tensor *y = qkv_block_forward(c->t, &c->blk, c->x, NULL, c->online ? NULL : &parts);
-    if (qkv_backward(c->t, qkv_mean(c->t, y)) != QKV_OK) {
-        fprintf(stderr, "bench: long block failed: %s\n", qkv_tape_error(c->t));
+    qkv_tensor *y = qkv_block_forward(t, &c->blk, c->x, NULL, c->f.online ? NULL : &parts);
+    if (qkv_backward(t, qkv_mean(t, y)) != QKV_OK) {
+        fprintf(stderr, "bench: long block failed: %s\n", qkv_tape_error(t));
         exit(1);
     }
 }
@@ -1111,12 +1130,7 @@ static void bench_long_block(void)
     for (size_t i = 0; i < c.x->numel; i++)
         c.x->data[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
     double ms[2], mb[2];
-    for (c.online = 0; c.online < 2; c.online++) {
-        c.t = qkv_tape_new(0, NULL);
-        ms[c.online] = median_time(run_long_block, &c, 3, 0.2) * 1e3;
-        mb[c.online] = qkv_tape_high_water(c.t) / 1048576.0;
-        qkv_tape_free(c.t);
-    }
+    time_forms(run_long_block, &c, &c.f, ms, mb);
     printf("%5d %5d %14.2f %14.2f %12.1f %12.1f   (Transformer block, forward + backward)\n", 4,
            1024, ms[0], ms[1], mb[0], mb[1]);
     record("long", "block_T1024", ms[0] * 1e3, "us");
@@ -1163,12 +1177,7 @@ static void bench_long(void)
                 c.mask->data[(size_t)i * T + j] = j > i ? -INFINITY : 0;
         c.dy = dy;
         double ms[2], mb[2];
-        for (c.online = 0; c.online < 2; c.online++) {
-            c.t = qkv_tape_new(0, NULL);
-            ms[c.online] = median_time(run_long, &c, 3, 0.2) * 1e3;
-            mb[c.online] = qkv_tape_high_water(c.t) / 1048576.0;
-            qkv_tape_free(c.t);
-        }
+        time_forms(run_long, &c, &c.f, ms, mb);
         printf("%5d %5d %14.2f %14.2f %12.1f %12.1f\n", B, T, ms[0], ms[1], mb[0], mb[1]);
         char key[48];
         snprintf(key, sizeof key, "attention_T%d", T);
