@@ -9,39 +9,11 @@
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
-#include <immintrin.h>
+#include "kernels/avx2.h"
 
 #define MR 6   /* rows of the largest register tile */
 #define NR 16  /* its columns: two ymm */
 #define MC 144 /* rows of A per pass over a packed block of B */
-
-/* The lane mask of the first w (clamped to 0..8) of 8 lanes. */
-static inline __m256i lanes8(int w)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-/* ---- packing op(B) ------------------------------------------------------ */
-
-/* Transposes the 8×8 matrix in r[0..7] (row i in r[i]) in place. */
-static inline void transpose8(__m256 *r)
-{
-    __m256 t[8], u[8];
-    for (int j = 0; j < 8; j += 2) {
-        t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
-        t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
-    }
-    for (int j = 0; j < 8; j += 4) {
-        u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
-        u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xEE);
-        u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
-        u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x20);
-        r[j + 4] = _mm256_permute2f128_ps(u[j], u[j + 4], 0x31);
-    }
-}
 
 /* Panels of NR columns, depth-major, zero-padded past nc: depth [0,kc) ×
  * columns [0,nc) of op(B), B stored k×n with row stride ldb (tb = 0) or
@@ -69,7 +41,7 @@ static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp
                 for (int j = 0; j < 8; j++)
                     r[j] = j < rows ? _mm256_maskload_ps(src + (size_t)j * ldb + p0, dm)
                                     : _mm256_setzero_ps();
-                transpose8(r);
+                transpose8_regs(r);
                 for (int p = 0; p < d; p++)
                     _mm256_store_ps(bp + (size_t)(p0 + p) * NR + 8 * h, r[p]);
             }
@@ -80,9 +52,10 @@ static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp
 /* ---- the register tile (chain and blocks orders) ------------------------ */
 /*
  * As avx512_gemm.c's tile: C (R×w) from C (add = 0), or from zero and
- * then added into C (add = 1) or to zero (add = 2), with R rows of op(A) (a[r·lda + p] for
- * ta = 0, a[p·lda + r] for ta = 1) and a strip of op(B) NV ymm wide whose
- * last vector is masked by last. The loops over r are unrolled early, so
+ * then added into C (add = 1) or to zero (add = 2), or from zero with C
+ * unread (add = 3: add = 0's bits on a zeroed C), with R rows of op(A)
+ * (a[r·lda + p] for ta = 0, a[p·lda + r] for ta = 1) and a strip of op(B)
+ * NV ymm wide whose last vector is masked by last. The loops over r are unrolled early, so
  * that the accumulators live in registers.
  */
 static inline __attribute__((always_inline)) void tile(int R, int NV, int ta, int add, int kc,
@@ -116,11 +89,11 @@ static inline __attribute__((always_inline)) void tile(int R, int NV, int ta, in
     for (int r = 0; r < R; r++) {
         float *row = c + r * ldc;
         __m256 x0 = acc0[r], x1 = acc1[r];
-        if (add)
+        if (add == 1 || add == 2)
             x0 = _mm256_add_ps(add == 1 ? _mm256_maskload_ps(row, bm0) : _mm256_setzero_ps(), x0);
         _mm256_maskstore_ps(row, bm0, x0);
         if (NV == 2) {
-            if (add)
+            if (add == 1 || add == 2)
                 x1 = _mm256_add_ps(
                     add == 1 ? _mm256_maskload_ps(row + 8, last) : _mm256_setzero_ps(), x1);
             _mm256_maskstore_ps(row + 8, last, x1);
@@ -164,13 +137,17 @@ TILE_ROWS(1, 0, 2)
 TILE_ROWS(1, 1, 2)
 TILE_ROWS(2, 0, 2)
 TILE_ROWS(2, 1, 2)
+TILE_ROWS(1, 0, 3)
+TILE_ROWS(1, 1, 3)
+TILE_ROWS(2, 0, 3)
+TILE_ROWS(2, 1, 3)
 
 /* [NV - 1][ta][add][R - 1] */
-static const tile_fn tiles[2][2][3][MR] = {
-    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1), TILE_LIST(1, 0, 2)},
-     {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1), TILE_LIST(1, 1, 2)}},
-    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1), TILE_LIST(2, 0, 2)},
-     {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1), TILE_LIST(2, 1, 2)}}};
+static const tile_fn tiles[2][2][4][MR] = {
+    {{TILE_LIST(1, 0, 0), TILE_LIST(1, 0, 1), TILE_LIST(1, 0, 2), TILE_LIST(1, 0, 3)},
+     {TILE_LIST(1, 1, 0), TILE_LIST(1, 1, 1), TILE_LIST(1, 1, 2), TILE_LIST(1, 1, 3)}},
+    {{TILE_LIST(2, 0, 0), TILE_LIST(2, 0, 1), TILE_LIST(2, 0, 2), TILE_LIST(2, 0, 3)},
+     {TILE_LIST(2, 1, 0), TILE_LIST(2, 1, 1), TILE_LIST(2, 1, 2), TILE_LIST(2, 1, 3)}}};
 
 /* ---- the chain and blocks orders --------------------------------------- */
 
@@ -201,9 +178,8 @@ static void gemm_tiles(const qkv_gemm_args *g)
         int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
         for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
             int kc = k - pc < QKV_GEMM_KC ? k - pc : QKV_GEMM_KC;
-            /* the tile's mode; store comes with the blocks order only, as this
-             * set's chains take the direct path (gemm_chains = 0) */
-            const int add = blocks && g->store && pc == 0 ? 2 : blocks;
+            /* the tile's mode; a stored first block starts from zero */
+            const int add = g->store && pc == 0 ? (blocks ? 2 : 3) : blocks;
             const float *bsrc = g->tb ? g->B + (size_t)jc * ldb + pc : g->B + (size_t)pc * ldb + jc;
             if (packed)
                 pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);
