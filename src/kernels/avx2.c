@@ -1,6 +1,6 @@
 /*
- * avx2.c - the AVX2+FMA kernel set (GEMM micro-kernel, direct path, e^x,
- * softmax rows). Compiled with -mavx2 -mfma; nothing here runs unless
+ * avx2.c - the AVX2+FMA kernel set (e^x, softmax rows, fused attention
+ * rows; its products are in avx2_gemm.c). Compiled with -mavx2 -mfma; nothing here runs unless
  * dispatch.c found both on this CPU. The norms are in avx2_norm.c, the
  * element-wise maths in avx2_math.c; rows and Adam reuse the portable
  * kernels. A float32 x86-64 build only: otherwise this file is empty.
@@ -10,123 +10,6 @@
 #ifdef QKV_HAVE_X86_KERNELS
 #include "kernels/avx2.h"
 
-/* AVX2+FMA micro-kernel: a 6×16 tile in 12 ymm accumulators. */
-static void ukernel_avx2(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
-                         int nr)
-{
-    __m256 acc[12];
-    for (int i = 0; i < 12; i++)
-        acc[i] = _mm256_setzero_ps();
-    for (int p = 0; p < kc; p++, ap += 6, bp += 16) {
-        __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-        for (int i = 0; i < 6; i++) {
-            __m256 a = _mm256_broadcast_ss(ap + i);
-            acc[2 * i] = _mm256_fmadd_ps(a, b0, acc[2 * i]);
-            acc[2 * i + 1] = _mm256_fmadd_ps(a, b1, acc[2 * i + 1]);
-        }
-    }
-    if (mr == 6 && nr == 16) {
-        for (int i = 0; i < 6; i++) {
-            float *row = c + (size_t)i * ldc;
-            _mm256_storeu_ps(row, _mm256_add_ps(_mm256_loadu_ps(row), acc[2 * i]));
-            _mm256_storeu_ps(row + 8, _mm256_add_ps(_mm256_loadu_ps(row + 8), acc[2 * i + 1]));
-        }
-        return;
-    }
-    _Alignas(32) float t[6 * 16];
-    for (int i = 0; i < 12; i++)
-        _mm256_store_ps(t + 8 * i, acc[i]);
-    qkv_gemm_add_tile(t, 16, c, ldc, mr, nr);
-}
-/* AVX2 direct path: as the AVX-512 one with ymm chunks (up to 32
- * columns), a ragged right edge in a masked last chunk. */
-QKV_ALWAYS_INLINE void rows_avx2_block(int R, int nch, int i0, int ta, int m, int n, int k, int j0,
-                                       __m256i last, const float *A, const float *B, float *C,
-                                       int store)
-{
-    __m256 acc[4][4];
-    const __m256i all = _mm256_set1_epi32(-1);
-    for (int r = 0; r < R; r++)
-        for (int q = 0; q < nch; q++)
-            acc[r][q] = store ? _mm256_setzero_ps()
-                              : _mm256_maskload_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q,
-                                                   q == nch - 1 ? last : all);
-    for (int p = 0; p < k; p++) {
-        const float *b = B + (size_t)p * n + j0;
-        __m256 bv[4];
-        for (int q = 0; q < nch; q++)
-            bv[q] = _mm256_maskload_ps(b + 8 * q, q == nch - 1 ? last : all);
-        for (int r = 0; r < R; r++) {
-            int i = i0 + r;
-            __m256 a = _mm256_set1_ps(ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]);
-            for (int q = 0; q < nch; q++)
-                acc[r][q] = _mm256_fmadd_ps(a, bv[q], acc[r][q]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int q = 0; q < nch; q++)
-            _mm256_maskstore_ps(C + (size_t)(i0 + r) * n + j0 + 8 * q, q == nch - 1 ? last : all,
-                                acc[r][q]);
-}
-
-QKV_ALWAYS_INLINE void rows_avx2_chunks(int nch, int ta, int m, int n, int k, int j0, __m256i last,
-                                        const float *A, const float *B, float *C, int store)
-{
-    int i = 0;
-    for (; i + 3 <= m; i += 3)
-        rows_avx2_block(3, nch, i, ta, m, n, k, j0, last, A, B, C, store);
-    for (; i < m; i++)
-        rows_avx2_block(1, nch, i, ta, m, n, k, j0, last, A, B, C, store);
-}
-
-/* dst (k×n, row stride n) = Bᵀ for B n×k (row stride k), 8×8 blocks
- * through registers: what qkv_gemm_b_rows copies one float at a time. */
-static void transpose_avx2(const float *B, int n, int k, float *dst)
-{
-    for (int j0 = 0; j0 < n; j0 += 8)
-        for (int p0 = 0; p0 < k; p0 += 8) {
-            const int rows = n - j0 < 8 ? n - j0 : 8, cols = k - p0 < 8 ? k - p0 : 8;
-            const __m256i cm = lanes8(cols), rm = lanes8(rows);
-            __m256 r[8];
-            for (int j = 0; j < 8; j++)
-                r[j] = j < rows ? _mm256_maskload_ps(B + (size_t)(j0 + j) * k + p0, cm)
-                                : _mm256_setzero_ps();
-            transpose8_regs(r);
-            for (int p = 0; p < cols; p++) {
-                float *d = dst + (size_t)(p0 + p) * n + j0;
-                if (rows == 8)
-                    _mm256_storeu_ps(d, r[p]);
-                else
-                    _mm256_maskstore_ps(d, rm, r[p]);
-            }
-        }
-}
-
-static void direct_avx2(int ta, int tb, int m, int n, int k, const float *A, const float *B,
-                        float *C, int store)
-{
-    const float *Bk;
-    if (tb && (size_t)k * n <= QKV_DIRECT_SCRATCH) {
-        transpose_avx2(B, n, k, qkv_direct_scratch);
-        Bk = qkv_direct_scratch;
-    } else {
-        Bk = qkv_gemm_b_rows(tb, n, k, B);
-    }
-    if (Bk == NULL) { /* not the chain order: qkv_gemm passes no store here */
-        qkv_gemm_dots(ta, m, n, k, A, B, C, store);
-        return;
-    }
-    for (int j0 = 0; j0 < n; j0 += 32) { /* up to four ymm chunks, the last masked */
-        int w = n - j0 < 32 ? n - j0 : 32, nch = (w + 7) / 8;
-        const __m256i last = lanes8(w - 8 * (nch - 1));
-        switch (nch) { /* constant chunk counts, so acc[] stays in registers */
-        case 1: rows_avx2_chunks(1, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        case 2: rows_avx2_chunks(2, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        case 3: rows_avx2_chunks(3, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        default: rows_avx2_chunks(4, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        }
-    }
-}
 static double exps_avx2(size_t n, const float *x, float mx, float *y)
 {
     __m256 vmx = _mm256_set1_ps(mx);
@@ -429,14 +312,9 @@ static void mask_scale_bwd_avx2(float *ds, float *g, const float *m, size_t n, d
 
 const qkv_kernel_set qkv_kernels_avx2 = {
     .name = "avx2",
-    .mr = 6,
-    .nr = 16,
     .gemm = qkv_gemm_avx2,
     .gemm_pack_b_min = 48,
-    .gemm_chains = 1, /* tiles beat the direct path: 64×32×64 57 → 94 GFLOP/s */
     .gemm_stores = 1,
-    .ukernel = ukernel_avx2,
-    .direct = direct_avx2,
     .exps = exps_avx2,
     .gather = gather_avx2,
     .scatter_add = qkv_portable_scatter_add,

@@ -7,7 +7,7 @@
  * of the products needs a broadcast of its own in 8 lanes, and the
  * transposes cost more than the steps through memory that fusing saves
  * (measured 20 µs against 15 for the S step's forward); the generic path's
- * direct products and rows pass are faster here. Compiled with -mavx2
+ * tiled products and rows pass are faster here. Compiled with -mavx2
  * -mfma; runs only after dispatch.c found both.
  *
  * Whose order of additions it repeats: every step is the arithmetic of the

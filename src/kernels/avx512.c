@@ -1,6 +1,6 @@
 /*
- * avx512.c - the AVX-512 kernel set (GEMM micro-kernel, direct path, e^x,
- * softmax rows, rows, Adam). Compiled with -mavx512f; nothing here runs
+ * avx512.c - the AVX-512 kernel set (e^x, softmax rows, rows, Adam; its
+ * products are in avx512_gemm.c). Compiled with -mavx512f; nothing here runs
  * unless dispatch.c found AVX-512F. The fused attention kernels are in
  * avx512_attn.c, the norms in avx512_norm.c, the element-wise maths in
  * avx512_math.c. A float32 x86-64 build only: otherwise this file is empty.
@@ -12,101 +12,6 @@
 #include "kernels/avx512.h"
 #include "kernels/vmath.h"
 
-/* AVX-512 micro-kernel: a 12×32 tile in 24 zmm accumulators. */
-static void ukernel_avx512(int kc, const float *ap, const float *bp, float *c, int ldc, int mr,
-                           int nr)
-{
-    __m512 acc[24];
-    for (int i = 0; i < 24; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int p = 0; p < kc; p++, ap += 12, bp += 32) {
-        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-        for (int i = 0; i < 12; i++) {
-            __m512 a = _mm512_set1_ps(ap[i]);
-            acc[2 * i] = _mm512_fmadd_ps(a, b0, acc[2 * i]);
-            acc[2 * i + 1] = _mm512_fmadd_ps(a, b1, acc[2 * i + 1]);
-        }
-    }
-    if (mr == 12 && nr == 32) {
-        for (int i = 0; i < 12; i++) {
-            float *row = c + (size_t)i * ldc;
-            _mm512_storeu_ps(row, _mm512_add_ps(_mm512_loadu_ps(row), acc[2 * i]));
-            _mm512_storeu_ps(row + 16, _mm512_add_ps(_mm512_loadu_ps(row + 16), acc[2 * i + 1]));
-        }
-        return;
-    }
-    _Alignas(64) float t[12 * 32];
-    for (int i = 0; i < 24; i++)
-        _mm512_store_ps(t + 16 * i, acc[i]);
-    qkv_gemm_add_tile(t, 32, c, ldc, mr, nr);
-}
-
-/* AVX-512 direct path: rows i0..i0+R of C, up to four zmm chunks (64
- * columns) each, held in registers while p runs; R independent rows keep
- * the FMA pipeline busy. Masks cover a ragged right edge. */
-QKV_ALWAYS_INLINE void rows_avx512_block(int R, int nch, int i0, int ta, int m, int n, int k,
-                                         int j0, __mmask16 last, const float *A, const float *B,
-                                         float *C, int store)
-{
-    __m512 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int q = 0; q < nch; q++)
-            acc[r][q] = store ? _mm512_setzero_ps()
-                              : load16(q == nch - 1 ? last : 0xFFFF,
-                                       C + (size_t)(i0 + r) * n + j0 + 16 * q);
-    for (int p = 0; p < k; p++) {
-        const float *b = B + (size_t)p * n + j0;
-        __m512 bv[4];
-        for (int q = 0; q < nch; q++)
-            bv[q] = load16(q == nch - 1 ? last : 0xFFFF, b + 16 * q);
-        for (int r = 0; r < R; r++) {
-            int i = i0 + r;
-            __m512 a = _mm512_set1_ps(ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p]);
-            for (int q = 0; q < nch; q++)
-                acc[r][q] = _mm512_fmadd_ps(a, bv[q], acc[r][q]);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int q = 0; q < nch; q++)
-            store16(C + (size_t)(i0 + r) * n + j0 + 16 * q, q == nch - 1 ? last : 0xFFFF,
-                    acc[r][q]);
-}
-
-QKV_ALWAYS_INLINE void rows_avx512_chunks(int nch, int ta, int m, int n, int k, int j0,
-                                          __mmask16 last, const float *A, const float *B, float *C,
-                                          int store)
-{
-    int i = 0;
-    for (; i + 4 <= m; i += 4)
-        rows_avx512_block(4, nch, i, ta, m, n, k, j0, last, A, B, C, store);
-    for (; i < m; i++)
-        rows_avx512_block(1, nch, i, ta, m, n, k, j0, last, A, B, C, store);
-}
-static void direct_avx512(int ta, int tb, int m, int n, int k, const float *A, const float *B,
-                          float *C, int store)
-{
-    const float *Bk;
-    if (tb && n <= 16 && k <= 16) {
-        transpose16_avx512(B, (size_t)k, n, k, qkv_direct_scratch, (size_t)n);
-        Bk = qkv_direct_scratch;
-    } else {
-        Bk = qkv_gemm_b_rows(tb, n, k, B);
-    }
-    if (Bk == NULL) { /* not the chain order: qkv_gemm passes no store here */
-        qkv_gemm_dots(ta, m, n, k, A, B, C, store);
-        return;
-    }
-    for (int j0 = 0; j0 < n; j0 += 64) {
-        int w = n - j0 < 64 ? n - j0 : 64, nch = (w + 15) / 16, tail = w - 16 * (nch - 1);
-        __mmask16 last = (__mmask16)(tail == 16 ? 0xFFFF : (1u << tail) - 1);
-        switch (nch) { /* constant chunk counts, so acc[] stays in registers */
-        case 1: rows_avx512_chunks(1, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        case 2: rows_avx512_chunks(2, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        case 3: rows_avx512_chunks(3, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        default: rows_avx512_chunks(4, ta, m, n, k, j0, last, A, Bk, C, store); break;
-        }
-    }
-}
 /* y[j] = e^(x[j] - mx); returns Σ y[j], accumulated in double. */
 static double exps_avx512(size_t n, const float *x, float mx, float *y)
 {
@@ -591,14 +496,9 @@ static void adam_avx512(float *w, const float *grad, double *m, double *v, size_
 }
 const qkv_kernel_set qkv_kernels_avx512 = {
     .name = "avx512",
-    .mr = 12,
-    .nr = 32,
     .gemm = qkv_gemm_avx512,
     .gemm_pack_b_min = 48,
-    .gemm_chains = 1, /* its tiles beat direct on the heads' 64×32 products */
     .gemm_stores = 1,
-    .ukernel = ukernel_avx512,
-    .direct = direct_avx512,
     .exps = exps_avx512,
     .softmax16 = softmax16_avx512,
     .attn_fwd = qkv_attn_fwd_avx512,

@@ -7,9 +7,9 @@
  *
  * Whose order of additions it repeats: every step is the arithmetic of the
  * unfused ops in the same order, so the results are bit for bit those of
- * qkv_gemm's AVX-512 direct path (one FMA chain per element, depth
- * ascending), the scaling op's rounding (c·x in double, then to float),
- * the mask, softmax16 (max, e^x, the sum in double in the same tree, 1/sum)
+ * qkv_gemm's chain order (one FMA chain per element, depth ascending),
+ * the scaling op's rounding (c·x in double, then to float), the mask,
+ * softmax16 (max, e^x, the sum in double in the same tree, 1/sum)
  * and, backward, softmax's backward with its dot product summed in order.
  * What changes is that an item's S and A rows never leave the registers
  * between the steps, and that backward skips rows of zeros.

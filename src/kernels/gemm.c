@@ -1,13 +1,16 @@
 /*
  * gemm.c - matrix products: the shared parts of every kernel set.
  *
- * Two paths. Products whose C is small or thin (the per-sentence attention
- * matmuls, 12×12 up to 16×512) take the direct path of the kernel set in
- * use: each row of C is held in registers while it accumulates. Larger ones
- * use a cache-blocked GEMM in the style of GotoBLAS/BLIS: B is packed into
- * KC×NR panels, A into MR×KC panels, and the set's register-tiled
- * micro-kernel computes each MR×NR tile of C. Every path adds up the same
- * products; only the order of the float additions differs.
+ * qkv_gemm fixes the order of the additions from the shape (the chain,
+ * blocks and dots orders of kernels.h); a set's gemm, where it has one
+ * (AVX2, AVX-512), runs every order with register tiles. The portable set
+ * has two paths. Products whose C is small or thin (the per-sentence
+ * attention matmuls, 12×12 up to 16×512) take its direct path: each row of
+ * C is held in registers while it accumulates. Larger ones use a
+ * cache-blocked GEMM in the style of GotoBLAS/BLIS: B is packed into KC×NR
+ * panels, A into MR×KC panels, and the micro-kernel computes each MR×NR
+ * tile of C. Every path adds up the same products; only the order of the
+ * float additions differs.
  */
 #include <string.h>
 
@@ -161,7 +164,7 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
      * chain from a zero of its own (the chain from a zeroed C, -0 kept):
      * no memset, and no loads of C that wait behind the masked stores of
      * the rows above */
-    const int by_gemm = im->gemm != NULL && (order != QKV_GEMM_CHAIN || im->gemm_chains);
+    const int by_gemm = im->gemm != NULL;
     int store = 0;
     if (!accumulate && order == QKV_GEMM_CHAIN && k > 0) /* k = 0: no chain writes C */
         store = by_gemm ? im->gemm_stores : 1;

@@ -222,7 +222,7 @@ typedef struct qkv_gemm_args {
     int ta, tb, m, n, k;
     const qkv_real *A, *B;
     qkv_real *C;
-    int store; /* blocks order, or chain order with gemm_chains: C = op(A)·op(B), C's
+    int store; /* blocks or chain order: C = op(A)·op(B), C's
                 * contents unread (kernel sets with gemm_stores); otherwise
                 * C += op(A)·op(B) */
 } qkv_gemm_args;
@@ -295,14 +295,12 @@ typedef struct qkv_kernel_set {
     int mr, nr;                 /* the micro-kernel's tile */
     qkv_ukernel_fn ukernel;     /* the blocked GEMM's micro-kernel */
     qkv_direct_fn direct;       /* the direct path for small and thin products */
-    qkv_gemm_fn gemm;           /* optional: the whole product (then the three above are unused) */
+    qkv_gemm_fn gemm;           /* optional: every product, in every order (then the four
+                                 * fields above are unused and may be 0 and NULL) */
     int gemm_pack_b_min;        /* gemm, B stored k×n: packed from this many rows of C on */
-    int gemm_chains;            /* gemm also runs the small (chain-order) products, which
-                                 * otherwise take direct */
     int gemm_stores;            /* gemm takes store: the first depth block's tiles write
                                  * 0 + their sum instead of adding into (or, in the chain
-                                 * order, starting from) a zeroed C; with gemm_chains it
-                                 * must honour store in the chain order too */
+                                 * order, starting from) a zeroed C */
     qkv_exps_fn exps;           /* softmax's exponentials */
     qkv_softmax16_fn softmax16; /* optional: short rows in one register */
     qkv_attn_fwd_fn attn_fwd;   /* optional: fused attention */
