@@ -200,9 +200,9 @@ static void gemm_tiles(const qkv_gemm_args *g)
 
 /* ---- the dots order ----------------------------------------------------- */
 /*
- * As avx512_gemm.c's: c[i,j] += (s0 + s1) + (s2 + s3), s_l the sum of the
- * rounded products for p = l mod 4 (the last k mod 4 into s0), lanes over
- * j; R rows by 8 columns of a k×NR packed op(B) at bp.
+ * As avx512_gemm.c's: c[i,j] += (s0 + s1) + (s2 + s3), s_l an FMA chain
+ * over the products for p = l mod 4 (the last k mod 4 into s0), lanes
+ * over j; R rows by 8 columns of a k×NR packed op(B) at bp.
  */
 static inline __attribute__((always_inline)) void dots_step(int R, int ta, int l, int p,
                                                             const float *a, size_t lda,
@@ -212,27 +212,39 @@ static inline __attribute__((always_inline)) void dots_step(int R, int ta, int l
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         __m256 av = _mm256_broadcast_ss(ta ? a + (size_t)p * lda + r : a + r * lda + p);
-        s[l][r] = _mm256_add_ps(s[l][r], _mm256_mul_ps(av, b));
+        s[l][r] = _mm256_fmadd_ps(av, b, s[l][r]);
     }
 }
 
-static inline __attribute__((always_inline)) void dots_tile(int R, int ta, int k, const float *a,
-                                                            size_t lda, const float *bp, float *c,
-                                                            size_t ldc, __m256i last)
+/* R rows by 8 columns over a depth block of kc (a at its first depth, bp
+ * its packed op(B)): the partial sums start from zero (first) or from st,
+ * where they go back unless fin, the last block, adds them into C (the
+ * mask last on its columns). Blocks before the last are whole fours. */
+QKV_ALWAYS_INLINE void dots_tile(int R, int ta, int first, int kc, const float *a, size_t lda,
+                                 const float *bp, float *st, int fin, float *c, size_t ldc,
+                                 __m256i last)
 {
     __m256 s[4][3];
 #pragma GCC unroll 4
     for (int l = 0; l < 4; l++)
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            s[l][r] = _mm256_setzero_ps();
+            s[l][r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * (3 * l + r));
     int p = 0;
-    for (; p + 4 <= k; p += 4)
+    for (; p + 4 <= kc; p += 4)
 #pragma GCC unroll 4
         for (int l = 0; l < 4; l++)
             dots_step(R, ta, l, p + l, a, lda, bp, s);
-    for (; p < k; p++)
+    for (; p < kc; p++)
         dots_step(R, ta, 0, p, a, lda, bp, s);
+    if (!fin) {
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; l++)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                _mm256_store_ps(st + 8 * (3 * l + r), s[l][r]);
+        return;
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         float *dst = c + r * ldc;
@@ -242,41 +254,47 @@ static inline __attribute__((always_inline)) void dots_tile(int R, int ta, int k
     }
 }
 
-#define DOTS_FN(NAME, TA)                                                                 \
-    static void NAME(int R, int k, const float *a, size_t lda, const float *bp, float *c, \
-                     size_t ldc, __m256i last)                                            \
-    {                                                                                     \
-        switch (R) {                                                                      \
-        case 1: dots_tile(1, TA, k, a, lda, bp, c, ldc, last); return;                    \
-        case 2: dots_tile(2, TA, k, a, lda, bp, c, ldc, last); return;                    \
-        default: dots_tile(3, TA, k, a, lda, bp, c, ldc, last); return;                   \
-        }                                                                                 \
+#define DOTS_FN(NAME, TA)                                                                   \
+    static void NAME(int R, int first, int kc, const float *a, size_t lda, const float *bp, \
+                     float *st, int fin, float *c, size_t ldc, __m256i last)                \
+    {                                                                                       \
+        switch (R) {                                                                        \
+        case 1: dots_tile(1, TA, first, kc, a, lda, bp, st, fin, c, ldc, last); return;     \
+        case 2: dots_tile(2, TA, first, kc, a, lda, bp, st, fin, c, ldc, last); return;     \
+        default: dots_tile(3, TA, first, kc, a, lda, bp, st, fin, c, ldc, last); return;    \
+        }                                                                                   \
     }
 
 DOTS_FN(dots_n, 0)
 DOTS_FN(dots_t, 1)
 
-/* The dots order for B stored n×k: op(B) packed NR columns at a time over
- * the whole depth, then rows of C three at a time, 8 columns at a time;
- * a depth too large for the scratch takes the scalar loop. */
+/* The dots order for B stored n×k, blocked as avx512_gemm.c's: for each
+ * strip of NR columns and each block of QKV_DOTS_MB rows, depth blocks of
+ * QKV_DOTS_KC packed in turn, rows three at a time and 8 columns at a
+ * time. */
 static void gemm_dots(const qkv_gemm_args *g)
 {
     const int m = g->m, n = g->n, k = g->k;
-    if ((size_t)k * NR > QKV_DIRECT_SCRATCH) {
-        qkv_gemm_dots(g->ta, m, n, k, g->A, g->B, g->C, 0);
-        return;
-    }
+    _Alignas(32) float st[QKV_DOTS_MB / 3][2][4 * 3 * 8];
     const size_t lda = g->ta ? (size_t)m : (size_t)k;
     for (int j = 0; j < n; j += NR) {
-        int w = n - j < NR ? n - j : NR;
-        pack_b(1, k, w, g->B + (size_t)j * k, (size_t)k, qkv_direct_scratch);
-        for (int h = 0; h < w; h += 8) {
-            const __m256i last = lanes8(w - h);
-            for (int i = 0; i < m; i += 3) {
-                int R = m - i < 3 ? m - i : 3;
-                const float *a = g->ta ? g->A + i : g->A + (size_t)i * lda;
-                (g->ta ? dots_t : dots_n)(R, k, a, lda, qkv_direct_scratch + h,
-                                          g->C + (size_t)i * n + j + h, (size_t)n, last);
+        const int w = n - j < NR ? n - j : NR;
+        for (int i0 = 0; i0 < m; i0 += QKV_DOTS_MB) {
+            const int i1 = m - i0 < QKV_DOTS_MB ? m : i0 + QKV_DOTS_MB;
+            for (int p0 = 0; p0 < k; p0 += QKV_DOTS_KC) {
+                const int kc = k - p0 < QKV_DOTS_KC ? k - p0 : QKV_DOTS_KC;
+                pack_b(1, kc, w, g->B + (size_t)j * k + p0, (size_t)k, qkv_direct_scratch);
+                for (int h = 0; h < w; h += 8) {
+                    const __m256i last = lanes8(w - h);
+                    for (int i = i0; i < i1; i += 3) {
+                        const int R = i1 - i < 3 ? i1 - i : 3;
+                        const float *a =
+                            g->ta ? g->A + (size_t)p0 * lda + i : g->A + (size_t)i * lda + p0;
+                        (g->ta ? dots_t : dots_n)(R, p0 == 0, kc, a, lda, qkv_direct_scratch + h,
+                                                  st[(i - i0) / 3][h / 8], p0 + kc == k,
+                                                  g->C + (size_t)i * n + j + h, (size_t)n, last);
+                    }
+                }
             }
         }
     }

@@ -8,7 +8,7 @@
  * The orders are kept exactly, so every result is bit for bit what the
  * set's earlier paths gave: an FMA chain per element of C, from C itself
  * (chain) or from zero and then added into C per 256-deep block (blocks);
- * or, for dots, four partial sums of rounded products (mul, then add).
+ * or, for dots, four partial FMA chains, added at the end.
  */
 #include "kernels/kernels.h"
 
@@ -216,10 +216,10 @@ static void gemm_tiles(const qkv_gemm_args *g)
 
 /* ---- the dots order ----------------------------------------------------- */
 /*
- * c[i,j] += (s0 + s1) + (s2 + s3), where s_l sums the rounded products
- * A(i,p)·B(p,j) for p = l mod 4 in ascending p (the last k mod 4 products
- * go to s0), each product rounded and then added: qkv_gemm_dots's order,
- * with the lanes running over j. bp is op(B) packed k×NR.
+ * c[i,j] += (s0 + s1) + (s2 + s3), where s_l is an FMA chain over the
+ * products A(i,p)·B(p,j) for p = l mod 4 in ascending p (the last k mod 4
+ * products go to s0): kernels.h's dots order, with the lanes running over
+ * j. bp is op(B) packed k×NR.
  */
 QKV_ALWAYS_INLINE void dots_step(int R, int NV, int ta, int l, int p, const float *a, size_t lda,
                                  const float *bp, __m512 s[4][3][2])
@@ -228,28 +228,47 @@ QKV_ALWAYS_INLINE void dots_step(int R, int NV, int ta, int l, int p, const floa
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         __m512 av = _mm512_set1_ps(ta ? a[(size_t)p * lda + r] : a[r * lda + p]);
-        s[l][r][0] = _mm512_add_ps(s[l][r][0], _mm512_mul_ps(av, b0));
+        s[l][r][0] = _mm512_fmadd_ps(av, b0, s[l][r][0]);
         if (NV == 2)
-            s[l][r][1] = _mm512_add_ps(s[l][r][1], _mm512_mul_ps(av, b1));
+            s[l][r][1] = _mm512_fmadd_ps(av, b1, s[l][r][1]);
     }
 }
 
-QKV_ALWAYS_INLINE void dots_tile(int R, int NV, int ta, int k, const float *a, size_t lda,
-                                 const float *bp, float *c, size_t ldc, __mmask16 last)
+/* R rows by NV zmm of columns over a depth block of kc (a at its first
+ * depth, bp its packed op(B)): the partial sums start from zero (first)
+ * or from st, where they go back unless fin, the last block, adds them
+ * into C (the mask last on the last vector). Blocks before the last are
+ * whole fours. */
+QKV_ALWAYS_INLINE void dots_tile(int R, int NV, int ta, int first, int kc, const float *a,
+                                 size_t lda, const float *bp, float *st, int fin, float *c,
+                                 size_t ldc, __mmask16 last)
 {
     __m512 s[4][3][2];
 #pragma GCC unroll 4
     for (int l = 0; l < 4; l++)
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            s[l][r][0] = s[l][r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+            for (int q = 0; q < 2; q++)
+                s[l][r][q] = first || q >= NV ? _mm512_setzero_ps()
+                                              : _mm512_load_ps(st + 16 * (6 * l + 2 * r + q));
     int p = 0;
-    for (; p + 4 <= k; p += 4)
+    for (; p + 4 <= kc; p += 4)
 #pragma GCC unroll 4
         for (int l = 0; l < 4; l++)
             dots_step(R, NV, ta, l, p + l, a, lda, bp, s);
-    for (; p < k; p++)
+    for (; p < kc; p++)
         dots_step(R, NV, ta, 0, p, a, lda, bp, s);
+    if (!fin) {
+#pragma GCC unroll 4
+        for (int l = 0; l < 4; l++)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+                for (int q = 0; q < NV; q++)
+                    _mm512_store_ps(st + 16 * (6 * l + 2 * r + q), s[l][r][q]);
+        return;
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 2
@@ -262,15 +281,15 @@ QKV_ALWAYS_INLINE void dots_tile(int R, int NV, int ta, int k, const float *a, s
         }
 }
 
-#define DOTS_FN(NAME, NV, TA)                                                             \
-    static void NAME(int R, int k, const float *a, size_t lda, const float *bp, float *c, \
-                     size_t ldc, __mmask16 last)                                          \
-    {                                                                                     \
-        switch (R) {                                                                      \
-        case 1: dots_tile(1, NV, TA, k, a, lda, bp, c, ldc, last); return;                \
-        case 2: dots_tile(2, NV, TA, k, a, lda, bp, c, ldc, last); return;                \
-        default: dots_tile(3, NV, TA, k, a, lda, bp, c, ldc, last); return;               \
-        }                                                                                 \
+#define DOTS_FN(NAME, NV, TA)                                                                \
+    static void NAME(int R, int first, int kc, const float *a, size_t lda, const float *bp,  \
+                     float *st, int fin, float *c, size_t ldc, __mmask16 last)               \
+    {                                                                                        \
+        switch (R) {                                                                         \
+        case 1: dots_tile(1, NV, TA, first, kc, a, lda, bp, st, fin, c, ldc, last); return;  \
+        case 2: dots_tile(2, NV, TA, first, kc, a, lda, bp, st, fin, c, ldc, last); return;  \
+        default: dots_tile(3, NV, TA, first, kc, a, lda, bp, st, fin, c, ldc, last); return; \
+        }                                                                                    \
     }
 
 DOTS_FN(dots_1n, 1, 0)
@@ -278,29 +297,40 @@ DOTS_FN(dots_1t, 1, 1)
 DOTS_FN(dots_2n, 2, 0)
 DOTS_FN(dots_2t, 2, 1)
 
-/* The dots order for B stored n×k (the only case that has it): op(B)
- * packed NR columns at a time over the whole depth, then rows of C three
- * at a time; a depth too large for the scratch takes the scalar loop. */
+/* The dots order for B stored n×k (the only case that has it): for each
+ * strip of NR columns and each block of QKV_DOTS_MB rows, depth blocks of
+ * QKV_DOTS_KC packed in turn, then rows of C three at a time. A block's
+ * rows of A and packed op(B) (24 and 16 KiB) stay in L1 while its tiles
+ * read them, and the partial sums wait in st between depth blocks: any
+ * depth, no scratch limit (a whole-depth panel streamed from L2 for every
+ * three rows, and a depth past the scratch fell back to scalar loops). */
 static void gemm_dots(const qkv_gemm_args *g)
 {
     const int m = g->m, n = g->n, k = g->k;
-    if ((size_t)k * NR > QKV_DIRECT_SCRATCH) {
-        qkv_gemm_dots(g->ta, m, n, k, g->A, g->B, g->C, 0);
-        return;
-    }
+    _Alignas(64) float st[QKV_DOTS_MB / 3][4 * 3 * 2 * 16];
     const size_t lda = g->ta ? (size_t)m : (size_t)k;
     for (int j = 0; j < n; j += NR) {
-        int w = n - j < NR ? n - j : NR, nv = w > 16 ? 2 : 1;
-        __mmask16 last = lanes(w - 16 * (nv - 1));
-        pack_b(1, k, w, g->B + (size_t)j * k, (size_t)k, qkv_direct_scratch);
-        for (int i = 0; i < m; i += 3) {
-            int R = m - i < 3 ? m - i : 3;
-            const float *a = g->ta ? g->A + i : g->A + (size_t)i * lda;
-            float *c = g->C + (size_t)i * n + j;
-            if (nv == 2)
-                (g->ta ? dots_2t : dots_2n)(R, k, a, lda, qkv_direct_scratch, c, (size_t)n, last);
-            else
-                (g->ta ? dots_1t : dots_1n)(R, k, a, lda, qkv_direct_scratch, c, (size_t)n, last);
+        const int w = n - j < NR ? n - j : NR, nv = w > 16 ? 2 : 1;
+        const __mmask16 last = lanes(w - 16 * (nv - 1));
+        for (int i0 = 0; i0 < m; i0 += QKV_DOTS_MB) {
+            const int i1 = m - i0 < QKV_DOTS_MB ? m : i0 + QKV_DOTS_MB;
+            for (int p0 = 0; p0 < k; p0 += QKV_DOTS_KC) {
+                const int kc = k - p0 < QKV_DOTS_KC ? k - p0 : QKV_DOTS_KC;
+                pack_b(1, kc, w, g->B + (size_t)j * k + p0, (size_t)k, qkv_direct_scratch);
+                for (int i = i0; i < i1; i += 3) {
+                    const int R = i1 - i < 3 ? i1 - i : 3;
+                    const float *a =
+                        g->ta ? g->A + (size_t)p0 * lda + i : g->A + (size_t)i * lda + p0;
+                    float *c = g->C + (size_t)i * n + j, *sp = st[(i - i0) / 3];
+                    const int first = p0 == 0, fin = p0 + kc == k;
+                    if (nv == 2)
+                        (g->ta ? dots_2t : dots_2n)(R, first, kc, a, lda, qkv_direct_scratch, sp,
+                                                    fin, c, (size_t)n, last);
+                    else
+                        (g->ta ? dots_1t : dots_1n)(R, first, kc, a, lda, qkv_direct_scratch, sp,
+                                                    fin, c, (size_t)n, last);
+                }
+            }
         }
     }
 }

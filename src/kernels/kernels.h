@@ -209,12 +209,14 @@ typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_rea
  *   CHAIN   c = C; c = multiply-add(A(i,p), B(p,j), c) for p = 0..k-1
  *   BLOCKS  for each depth block [QKV_GEMM_KC·b, QKV_GEMM_KC·(b+1)): t = 0,
  *           the same chain over the block, then C += t
- *   DOTS    s_l = Σ rounded products for p = l mod 4 in ascending p, the
- *           last k mod 4 into s_0, as rounded sums; C += (s0 + s1) + (s2 + s3)
+ *   DOTS    s_l = 0; s_l = multiply-add(A(i,p), B(p,j), s_l) for p = l mod 4
+ *           in ascending p, the last k mod 4 into s_0; C += (s0 + s1) + (s2 + s3)
  */
 typedef enum qkv_gemm_order { QKV_GEMM_CHAIN, QKV_GEMM_BLOCKS, QKV_GEMM_DOTS } qkv_gemm_order;
 #define QKV_GEMM_KC 256 /* the depth of a BLOCKS block */
 #define QKV_GEMM_NC 512 /* columns of op(B) packed at once */
+#define QKV_DOTS_MB 48  /* the vector sets' dots order: rows of C per block */
+#define QKV_DOTS_KC 128 /* and depth per block (a multiple of 4) */
 
 /* One product, C (m×n) += op(A)·op(B) in the given order (as qkv_gemm). */
 typedef struct qkv_gemm_args {
