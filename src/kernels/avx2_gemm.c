@@ -270,8 +270,9 @@ DOTS_FN(dots_t, 1)
 
 /* The dots order for B stored n×k, blocked as avx512_gemm.c's: for each
  * strip of NR columns and each block of QKV_DOTS_MB rows, depth blocks of
- * QKV_DOTS_KC packed in turn, rows three at a time and 8 columns at a
- * time. */
+ * QKV_DOTS_KC packed in turn, 8 columns at a time and rows three at a
+ * time, so that the block's rows of A (24 KiB) are read twice from L1 and
+ * its packed op(B) (8 KiB) once a row group. */
 static void gemm_dots(const qkv_gemm_args *g)
 {
     const int m = g->m, n = g->n, k = g->k;

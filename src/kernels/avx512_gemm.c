@@ -5,10 +5,11 @@
  * (and transposed in registers when B is stored n×k), A read in place.
  * Compiled with -mavx512f; runs only after dispatch.c found AVX-512F.
  *
- * The orders are kept exactly, so every result is bit for bit what the
- * set's earlier paths gave: an FMA chain per element of C, from C itself
- * (chain) or from zero and then added into C per 256-deep block (blocks);
- * or, for dots, four partial FMA chains, added at the end.
+ * The orders are kept exactly, so every path of the set gives the same
+ * bits: an FMA chain per element of C, from C itself (chain) or from zero
+ * and then added into C per 256-deep block (blocks); or, for dots, four
+ * partial FMA chains, added at the end (until 82a4daf, rounded products
+ * and sums: those products' bits changed then).
  */
 #include "kernels/kernels.h"
 
@@ -299,10 +300,10 @@ DOTS_FN(dots_2t, 2, 1)
 
 /* The dots order for B stored n×k (the only case that has it): for each
  * strip of NR columns and each block of QKV_DOTS_MB rows, depth blocks of
- * QKV_DOTS_KC packed in turn, then rows of C three at a time. A block's
- * rows of A and packed op(B) (24 and 16 KiB) stay in L1 while its tiles
- * read them, and the partial sums wait in st between depth blocks: any
- * depth, no scratch limit (a whole-depth panel streamed from L2 for every
+ * QKV_DOTS_KC packed in turn, then rows of C three at a time. The packed
+ * block of op(B) (16 KiB) stays in L1 while all the block's rows read it,
+ * and the partial sums wait in st between depth blocks: any depth, no
+ * scratch limit (before, a whole-depth panel streamed from L2 for every
  * three rows, and a depth past the scratch fell back to scalar loops). */
 static void gemm_dots(const qkv_gemm_args *g)
 {

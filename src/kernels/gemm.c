@@ -160,7 +160,7 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
     /* C = A·B is C += A·B on a zeroed C; in the blocks order a set may
      * store its first sums instead (0 + sum, the same bits), which spares
      * a pass over C that evicts what the product needs. In the chain order
-     * every direct path, and a set's gemm with gemm_stores, starts each
+     * the portable direct path, and a set's gemm with gemm_stores, starts each
      * chain from a zero of its own (the chain from a zeroed C, -0 kept):
      * no memset, and no loads of C that wait behind the masked stores of
      * the rows above */

@@ -368,10 +368,13 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
 #endif
 
 /* The direct paths' helpers (gemm.c): a per-thread scratch for a copied
- * Bᵀ, op(B) as a row-major k×n matrix (NULL if it does not fit the
- * scratch), and C += op(A)·Bᵀ as dot products for a B too large to copy
- * (with store, C is zeroed first: C = op(A)·Bᵀ, each sum added to +0). */
+ * Bᵀ (the vector sets pack their dots order's blocks of op(B) into it),
+ * op(B) as a row-major k×n matrix (NULL if it does not fit the scratch),
+ * and C += op(A)·Bᵀ as dot products for a B too large to copy (with
+ * store, C is zeroed first: C = op(A)·Bᵀ, each sum added to +0). */
 #define QKV_DIRECT_SCRATCH 65536
+_Static_assert(QKV_DOTS_KC % 4 == 0 && QKV_DOTS_KC * 32 <= QKV_DIRECT_SCRATCH,
+               "a dots block of depth is whole fours, and 32 packed columns of it fit");
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
 void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C,
@@ -382,7 +385,7 @@ void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_rea
 extern _Thread_local qkv_real qkv_gemm_pack_b[QKV_GEMM_KC * QKV_GEMM_NC];
 
 /* Adds the mr×nr corner of an MR×NR tile t (row stride NR) to C: the
- * micro-kernels' ragged edge. */
+ * portable micro-kernel's ragged edge. */
 void qkv_gemm_add_tile(const qkv_real *t, int NR, qkv_real *c, int ldc, int mr, int nr);
 
 /* The grad_rows form of attention backward on any path: the item's
