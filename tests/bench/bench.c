@@ -1226,8 +1226,24 @@ static void report_rss(const char *qkv, double mb)
     record("train", "peak_rss_default_train", mb, "MB");
 }
 
+static const char usage[] =
+    "usage: bench [QKV_BINARY [CSV]]   every table; QKV_BINARY (default build/qkv) is\n"
+    "                                  run for peak RSS, CSV defaults to out/bench.csv\n"
+    "       bench steps [R|S|M|L]      the training steps (all, or one)\n"
+    "       bench gemm [CSV|-] [SET]   GEMM against OpenBLAS (SET: portable, avx2, avx512)\n"
+    "       bench ops | threads | rnn | long | block   one table alone\n"
+    "QKV_KERNELS picks the kernel set; OPENBLAS_CORETYPE OpenBLAS's kernel.\n";
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc > 1 && argv[1][0] == '-') {
+        fprintf(stderr, "bench: unknown option %s\n%s", argv[1], usage);
+        return 2;
+    }
     /* `bench steps [R|S|M|L]` runs only the training-step table (profiling) */
     if (argc > 1 && strcmp(argv[1], "steps") == 0) {
         bench_steps(argc > 2 ? argv[2] : NULL);
