@@ -55,8 +55,8 @@ static void pack_b(int tb, int kc, int nc, const float *B, size_t ldb, float *bp
  * then added into C (add = 1) or to zero (add = 2), or from zero with C
  * unread (add = 3: add = 0's bits on a zeroed C), with R rows of op(A)
  * (a[r·lda + p] for ta = 0, a[p·lda + r] for ta = 1) and a strip of op(B)
- * NV ymm wide whose last vector is masked by last. The loops over r are unrolled early, so
- * that the accumulators live in registers.
+ * NV ymm wide whose last vector is masked by last. The loops over r are
+ * unrolled early, so that the accumulators live in registers.
  */
 static inline __attribute__((always_inline)) void tile(int R, int NV, int ta, int add, int kc,
                                                        const float *a, size_t lda, const float *b,

@@ -8,8 +8,7 @@
  * The orders are kept exactly, so every path of the set gives the same
  * bits: an FMA chain per element of C, from C itself (chain) or from zero
  * and then added into C per 256-deep block (blocks); or, for dots, four
- * partial FMA chains, added at the end (until 82a4daf, rounded products
- * and sums: those products' bits changed then).
+ * partial FMA chains, added at the end.
  */
 #include "kernels/kernels.h"
 
