@@ -73,7 +73,8 @@ END_TEST
 /* Every kernel set's layer norm and RMS norm, forward and backward, give
  * the portable set's bits: rows of widths 1 to 300 (full vectors and
  * tails), with and without γ and β, centred or not, and the backward with
- * each of its outputs present or not, accumulating into nonzero values. */
+ * each of its outputs present or not, accumulating into nonzero values,
+ * and dγ and dβ in separate buffers or in one. */
 START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
 {
     static const char *impls[] = {"avx2", "avx512"};
@@ -119,8 +120,9 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
                 gamma[j] = (qkv_real)qkv_rng_normalvariate(&g, 1, 0.5);
                 beta[j] = (qkv_real)qkv_rng_normalvariate(&g, 0, 0.5);
             }
-            for (int c = 0; c < 16; c++) {
+            for (int c = 0; c < 32; c++) {
                 const int center = c & 1, with_g = c >> 1 & 1, with_b = c >> 2 & 1;
+                const int alias = c >> 4; /* dγ and dβ one buffer */
                 const qkv_real *ga = with_g ? gamma : NULL, *be = with_b ? beta : NULL;
                 const qkv_kernel_set *sets[2] = {p, k};
                 for (int s = 0; s < 2; s++) {
@@ -132,8 +134,10 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
                     /* c >> 3: the backward without dx, or without dγ and dβ */
                     sets[s]->norm_backward(c >> 3 && center ? NULL : dx[s],
                                            c >> 3 && !center ? NULL : dg[s],
-                                           c >> 3 && !center ? NULL : db[s], dy, x, st[s],
-                                           st[s] + ROWS, ga, ROWS, d, center);
+                                           c >> 3 && !center ? NULL
+                                           : alias           ? dg[s]
+                                                             : db[s],
+                                           dy, x, st[s], st[s] + ROWS, ga, ROWS, d, center);
                 }
                 const char *what = impls[im];
                 ck_assert_msg(memcmp(y[0], y[1], sizeof(qkv_real) * n) == 0,
@@ -167,6 +171,41 @@ END_TEST
  * variance's relative error is at most (n + 3)·u (the float x - m and its
  * square add two), the reciprocal square root's then (n + 4)/2 + 2, and
  * y = (x - m)·s adds two more, relative to |y|. */
+/* The loss of the aliasing test: Σ w·layer_norm(x, x, x) for x [5] and
+ * fixed weights w, or Σ w·(rms_norm(x, x) + x). */
+typedef struct alias_ctx {
+    qkv_tensor *x, *w;
+    int rms;
+} alias_ctx;
+
+static qkv_tensor *alias_loss(qkv_tape *t, void *p)
+{
+    alias_ctx *c = p;
+    qkv_tensor *y = c->rms ? qkv_add(t, qkv_rms_norm(t, c->x, c->x, 1e-5), c->x)
+                           : qkv_layer_norm(t, c->x, c->x, c->x, 1e-5);
+    return qkv_sum(t, qkv_mul(t, c->w, y));
+}
+
+/* A norm's input that is also its γ and β, or that another node reads
+ * too: each gradient adds into the one buffer. Finite differences judge
+ * the sum. */
+START_TEST(test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    alias_ctx c = {tensor_of(1, (const int[]){5}, (const double[]){0.7, -1.3, 2.1, 0.4, -0.2}, 1),
+                   tensor_of(1, (const int[]){5}, (const double[]){0.3, -0.8, 1.1, 0.6, -0.5}, 0),
+                   0};
+    for (c.rms = 0; c.rms < 2; c.rms++) {
+        qkv_gradcheck_result res;
+        ck_assert_int_eq(qkv_gradcheck(t, alias_loss, &c, &c.x, 1, 0, 0, 0, &res), QKV_OK);
+        ck_assert_msg(res.passed, "%s: max rel %g", c.rms ? "rms_norm" : "layer_norm", res.max_rel);
+    }
+    qkv_tensor_free(c.x);
+    qkv_tensor_free(c.w);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_layer_norm_stays_within_its_rounding_bound)
 {
     static const int widths[] = {128, 1000, 4096};
@@ -319,6 +358,7 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_layer_norm_and_rms_norm_match_cpython);
     tcase_add_test(tc, test_a_constant_row_normalises_to_beta);
     tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
+    tcase_add_test(tc, test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused);
     tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
     tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);

@@ -128,7 +128,8 @@ void qkv_norm_avx2(float *y, float *mean, float *rstd, const float *x, const flo
 /* The backward's sums over entries j..j+w of R rows, with dy, x, γ, dγ and
  * dβ at entry j and rows d apart: Σ g into sg and Σ g·x̂ into sx (partial
  * j mod 16 in lane j mod 8 of accumulator (j mod 16) / 8, q here), and
- * dγ += Σ dy·x̂, dβ += Σ dy in row order. */
+ * dγ += Σ dy·x̂, dβ += Σ dy in row order (into one buffer, each row's
+ * dγ term then its dβ term, when they are the same). */
 QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, size_t d, int w, int q,
                                 int center, const __m256 *vm, const __m256 *vs, __m256 (*sg)[2],
@@ -137,6 +138,7 @@ QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const 
     const __m256 gv = gamma != NULL ? load8(w, gamma) : _mm256_setzero_ps();
     __m256 dg = dgamma != NULL ? load8(w, dgamma) : _mm256_setzero_ps();
     __m256 db = dbeta != NULL ? load8(w, dbeta) : _mm256_setzero_ps();
+    const int same = dbeta == dgamma; /* layer_norm(x, p, p): both gradients are p's */
     for (int i = 0; i < R; i++) {
         const __m256 dyv = load8(w, dy + i * d); /* 0 past the end, and so is g */
         __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(load8(w, x + i * d), vm[i]), vs[i]);
@@ -148,12 +150,14 @@ QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const 
         sx[i][q] = _mm256_add_ps(sx[i][q], _mm256_mul_ps(g, xhat));
         if (dgamma != NULL)
             dg = _mm256_add_ps(dg, _mm256_mul_ps(dyv, xhat));
-        if (dbeta != NULL)
+        if (dbeta != NULL && same) /* one buffer: the portable order, dγ then dβ */
+            dg = _mm256_add_ps(dg, dyv);
+        else if (dbeta != NULL)
             db = _mm256_add_ps(db, dyv);
     }
     if (dgamma != NULL)
         store8(dgamma, w, dg);
-    if (dbeta != NULL)
+    if (dbeta != NULL && !same)
         store8(dbeta, w, db);
 }
 

@@ -130,7 +130,8 @@ void qkv_norm_avx512(float *y, float *mean, float *rstd, const float *x, const f
 /* The backward's sums over entries j..j+16 (those in mk) of R rows, with
  * dy, x, γ, dγ and dβ at entry j and rows d apart: Σ g into sg and Σ g·x̂
  * into sx (partial j mod 16 in lane j mod 16), and dγ += Σ dy·x̂,
- * dβ += Σ dy in row order. */
+ * dβ += Σ dy in row order (into one buffer, each row's dγ term then its
+ * dβ term, when they are the same). */
 QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const float *dy,
                                 const float *x, const float *gamma, size_t d, __mmask16 mk,
                                 int center, const __m512 *vm, const __m512 *vs, __m512 *sg,
@@ -139,6 +140,7 @@ QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const 
     const __m512 gv = gamma != NULL ? load16(mk, gamma) : _mm512_setzero_ps();
     __m512 dg = dgamma != NULL ? load16(mk, dgamma) : _mm512_setzero_ps();
     __m512 db = dbeta != NULL ? load16(mk, dbeta) : _mm512_setzero_ps();
+    const int same = dbeta == dgamma; /* layer_norm(x, p, p): both gradients are p's */
     for (int i = 0; i < R; i++) {
         const __m512 dyv = load16(mk, dy + i * d); /* 0 past the end, and so is g */
         __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + i * d), vm[i]), vs[i]);
@@ -150,12 +152,14 @@ QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const 
         sx[i] = _mm512_add_ps(sx[i], _mm512_mul_ps(g, xhat));
         if (dgamma != NULL)
             dg = _mm512_add_ps(dg, _mm512_mul_ps(dyv, xhat));
-        if (dbeta != NULL)
+        if (dbeta != NULL && same) /* one buffer: the portable order, dγ then dβ */
+            dg = _mm512_add_ps(dg, dyv);
+        else if (dbeta != NULL)
             db = _mm512_add_ps(db, dyv);
     }
     if (dgamma != NULL)
         store16(dgamma, mk, dg);
-    if (dbeta != NULL)
+    if (dbeta != NULL && !same)
         store16(dbeta, mk, db);
 }
 
