@@ -73,8 +73,9 @@ END_TEST
 /* Every kernel set's layer norm and RMS norm, forward and backward, give
  * the portable set's bits: rows of widths 1 to 300 (full vectors and
  * tails), with and without γ and β, centred or not, and the backward with
- * each of its outputs present or not, accumulating into nonzero values,
- * and dγ and dβ in separate buffers or in one. */
+ * each of its outputs present or not, accumulating into nonzero values or
+ * storing dx over NaNs (the portable store being adding into zeros), and
+ * dγ and dβ in separate buffers or in one. */
 START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
 {
     static const char *impls[] = {"avx2", "avx512"};
@@ -90,6 +91,7 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
     qkv_real *dg[2] = {dx[1] + ROWS * DMAX, dx[1] + ROWS * DMAX + DMAX};
     qkv_real *db[2] = {dg[1] + DMAX, dg[1] + 2 * DMAX};
     qkv_real *st[2] = {db[1] + DMAX, db[1] + DMAX + 2 * ROWS};
+    qkv_real *dz = st[1] + 2 * ROWS; /* dx, dγ and dβ added into zeros */
     qkv_rng g;
     qkv_rng_seed(&g, 17);
     int tested = 0;
@@ -120,15 +122,16 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
                 gamma[j] = (qkv_real)qkv_rng_normalvariate(&g, 1, 0.5);
                 beta[j] = (qkv_real)qkv_rng_normalvariate(&g, 0, 0.5);
             }
-            for (int c = 0; c < 32; c++) {
+            for (int c = 0; c < 64; c++) {
                 const int center = c & 1, with_g = c >> 1 & 1, with_b = c >> 2 & 1;
-                const int alias = c >> 4; /* dγ and dβ one buffer */
+                const int store = c >> 4 & 1; /* dx written, not added into */
+                const int alias = c >> 5;     /* dγ and dβ one buffer */
                 const qkv_real *ga = with_g ? gamma : NULL, *be = with_b ? beta : NULL;
                 const qkv_kernel_set *sets[2] = {p, k};
                 for (int s = 0; s < 2; s++) {
                     sets[s]->norm(y[s], st[s], st[s] + ROWS, x, ga, be, ROWS, d, 1e-5, center);
-                    for (size_t i = 0; i < n; i++)
-                        dx[s][i] = (qkv_real)(0.25 * (double)(i % 7) - 0.5);
+                    for (size_t i = 0; i < n; i++) /* with store: NaN, which must not be read */
+                        dx[s][i] = store ? (qkv_real)NAN : (qkv_real)(0.25 * (double)(i % 7) - 0.5);
                     for (size_t j = 0; j < d; j++)
                         dg[s][j] = db[s][j] = (qkv_real)(0.125 * (double)(j % 5));
                     /* c >> 3: the backward without dx, or without dγ and dβ */
@@ -137,7 +140,22 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
                                            c >> 3 && !center ? NULL
                                            : alias           ? dg[s]
                                                              : db[s],
-                                           dy, x, st[s], st[s] + ROWS, ga, ROWS, d, center);
+                                           dy, x, st[s], st[s] + ROWS, ga, ROWS, d, center, store);
+                }
+                if (store && !(c >> 3 && center)) {
+                    /* the portable store is adding into zeros, bit for bit
+                     * (+0 where a term is -0) */
+                    for (size_t i = 0; i < n; i++)
+                        dz[i] = 0;
+                    for (size_t j = 0; j < d; j++)
+                        dz[n + j] = dz[n + d + j] = (qkv_real)(0.125 * (double)(j % 5));
+                    p->norm_backward(dz, c >> 3 ? NULL : dz + n,
+                                     c >> 3  ? NULL
+                                     : alias ? dz + n
+                                             : dz + n + d,
+                                     dy, x, st[0], st[0] + ROWS, ga, ROWS, d, center, 0);
+                    ck_assert_msg(memcmp(dz, dx[0], sizeof(qkv_real) * n) == 0,
+                                  "portable store d=%zu case %d", d, c);
                 }
                 const char *what = impls[im];
                 ck_assert_msg(memcmp(y[0], y[1], sizeof(qkv_real) * n) == 0,
@@ -186,9 +204,10 @@ static qkv_tensor *alias_loss(qkv_tape *t, void *p)
     return qkv_sum(t, qkv_mul(t, c->w, y));
 }
 
-/* A norm's input that is also its γ and β, or that another node reads
- * too: each gradient adds into the one buffer. Finite differences judge
- * the sum. */
+/* The norms claim their input's gradient and write it without clearing
+ * it first; where that gradient is also γ's or β's, or one that another
+ * node has filled, they must add into it instead. Finite differences
+ * judge the sum. */
 START_TEST(test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);

@@ -161,11 +161,12 @@ QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const 
         store8(dbeta, w, db);
 }
 
-/* dx += s·(g - mean(g) - x̂·mean(g·x̂)) over entries j..j+w of R rows, with
- * every pointer at entry j and rows d apart. */
+/* dx += s·(g - mean(g) - x̂·mean(g·x̂)) over entries j..j+w of R rows
+ * (with store, dx = 0 + that, dx unread), every pointer at entry j and
+ * rows d apart. */
 QKV_ALWAYS_INLINE void bwd_dx(const int R, float *dx, const float *dy, const float *x,
                               const float *gamma, size_t d, int w, const __m256 *vm,
-                              const __m256 *vs, const __m256 *fm, const __m256 *fx)
+                              const __m256 *vs, const __m256 *fm, const __m256 *fx, int store)
 {
     const __m256 gv = gamma != NULL ? load8(w, gamma) : _mm256_setzero_ps();
     for (int i = 0; i < R; i++) {
@@ -173,7 +174,8 @@ QKV_ALWAYS_INLINE void bwd_dx(const int R, float *dx, const float *dy, const flo
         const __m256 xhat = _mm256_mul_ps(_mm256_sub_ps(load8(w, x + i * d), vm[i]), vs[i]);
         const __m256 g = gamma != NULL ? _mm256_mul_ps(dyv, gv) : dyv;
         const __m256 t = _mm256_sub_ps(_mm256_sub_ps(g, fm[i]), _mm256_mul_ps(xhat, fx[i]));
-        store8(dx + i * d, w, _mm256_add_ps(load8(w, dx + i * d), _mm256_mul_ps(vs[i], t)));
+        const __m256 dx0 = store ? _mm256_setzero_ps() : load8(w, dx + i * d);
+        store8(dx + i * d, w, _mm256_add_ps(dx0, _mm256_mul_ps(vs[i], t)));
     }
 }
 
@@ -181,7 +183,8 @@ QKV_ALWAYS_INLINE void bwd_dx(const int R, float *dx, const float *dy, const flo
  * order, then dx. */
 QKV_ALWAYS_INLINE void norm_backward_r(const int R, float *dx, float *dgamma, float *dbeta,
                                        const float *dy, const float *x, const float *mean,
-                                       const float *rstd, const float *gamma, size_t d, int center)
+                                       const float *rstd, const float *gamma, size_t d, int center,
+                                       int store)
 {
     __m256 vm[2], vs[2], sg[2][2], sx[2][2];
     for (int i = 0; i < R; i++) {
@@ -207,23 +210,23 @@ QKV_ALWAYS_INLINE void norm_backward_r(const int R, float *dx, float *dgamma, fl
         fx[i] = _mm256_set1_ps(halve8(_mm256_add_ps(sx[i][0], sx[i][1])) / (float)d);
     }
     for (j = 0; j + 8 <= d; j += 8)
-        bwd_dx(R, dx + j, dy + j, x + j, AT(gamma, j), d, 8, vm, vs, fm, fx);
+        bwd_dx(R, dx + j, dy + j, x + j, AT(gamma, j), d, 8, vm, vs, fm, fx, store);
     if (j < d)
-        bwd_dx(R, dx + j, dy + j, x + j, AT(gamma, j), d, (int)(d - j), vm, vs, fm, fx);
+        bwd_dx(R, dx + j, dy + j, x + j, AT(gamma, j), d, (int)(d - j), vm, vs, fm, fx, store);
 }
 
 /* qkv_norm_rows_backward on AVX2: two rows at a time. */
 void qkv_norm_backward_avx2(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                             const float *mean, const float *rstd, const float *gamma, size_t rows,
-                            size_t d, int center)
+                            size_t d, int center, int store)
 {
     size_t r = 0;
     for (; r + 2 <= rows; r += 2)
         norm_backward_r(2, dx != NULL ? dx + r * d : NULL, dgamma, dbeta, dy + r * d, x + r * d,
-                        mean + r, rstd + r, gamma, d, center);
+                        mean + r, rstd + r, gamma, d, center, store);
     for (; r < rows; r++)
         norm_backward_r(1, dx != NULL ? dx + r * d : NULL, dgamma, dbeta, dy + r * d, x + r * d,
-                        mean + r, rstd + r, gamma, d, center);
+                        mean + r, rstd + r, gamma, d, center, store);
 }
 #else
 typedef int qkv_no_avx2_norm; /* ISO C wants a declaration */

@@ -164,10 +164,11 @@ QKV_ALWAYS_INLINE void bwd_sums(const int R, float *dgamma, float *dbeta, const 
 }
 
 /* dx += s·(g - mean(g) - x̂·mean(g·x̂)) over entries j..j+16 (those in
- * mk) of R rows, with every pointer at entry j and rows d apart. */
+ * mk) of R rows (with store, dx = 0 + that, dx unread), every pointer at
+ * entry j and rows d apart. */
 QKV_ALWAYS_INLINE void bwd_dx(const int R, float *dx, const float *dy, const float *x,
                               const float *gamma, size_t d, __mmask16 mk, const __m512 *vm,
-                              const __m512 *vs, const __m512 *fm, const __m512 *fx)
+                              const __m512 *vs, const __m512 *fm, const __m512 *fx, int store)
 {
     const __m512 gv = gamma != NULL ? load16(mk, gamma) : _mm512_setzero_ps();
     for (int i = 0; i < R; i++) {
@@ -175,7 +176,8 @@ QKV_ALWAYS_INLINE void bwd_dx(const int R, float *dx, const float *dy, const flo
         const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(load16(mk, x + i * d), vm[i]), vs[i]);
         const __m512 g = gamma != NULL ? _mm512_mul_ps(dyv, gv) : dyv;
         const __m512 t = _mm512_sub_ps(_mm512_sub_ps(g, fm[i]), _mm512_mul_ps(xhat, fx[i]));
-        store16(dx + i * d, mk, _mm512_add_ps(load16(mk, dx + i * d), _mm512_mul_ps(vs[i], t)));
+        const __m512 dx0 = store ? _mm512_setzero_ps() : load16(mk, dx + i * d);
+        store16(dx + i * d, mk, _mm512_add_ps(dx0, _mm512_mul_ps(vs[i], t)));
     }
 }
 
@@ -183,7 +185,8 @@ QKV_ALWAYS_INLINE void bwd_dx(const int R, float *dx, const float *dy, const flo
  * order (each chunk of them loaded once for the R rows), then dx. */
 QKV_ALWAYS_INLINE void norm_backward_r(const int R, float *dx, float *dgamma, float *dbeta,
                                        const float *dy, const float *x, const float *mean,
-                                       const float *rstd, const float *gamma, size_t d, int center)
+                                       const float *rstd, const float *gamma, size_t d, int center,
+                                       int store)
 {
     __m512 vm[4], vs[4], sg[4], sx[4];
     for (int i = 0; i < R; i++) {
@@ -207,23 +210,23 @@ QKV_ALWAYS_INLINE void norm_backward_r(const int R, float *dx, float *dgamma, fl
         fx[i] = _mm512_set1_ps(halve16(sx[i]) / (float)d);
     }
     for (size_t j = 0; j < full; j += 16)
-        bwd_dx(R, dx + j, dy + j, x + j, AT(gamma, j), d, 0xFFFF, vm, vs, fm, fx);
+        bwd_dx(R, dx + j, dy + j, x + j, AT(gamma, j), d, 0xFFFF, vm, vs, fm, fx, store);
     if (full < d)
-        bwd_dx(R, dx + full, dy + full, x + full, AT(gamma, full), d, tail, vm, vs, fm, fx);
+        bwd_dx(R, dx + full, dy + full, x + full, AT(gamma, full), d, tail, vm, vs, fm, fx, store);
 }
 
 /* qkv_norm_rows_backward on AVX-512: four rows at a time. */
 void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const float *dy,
                               const float *x, const float *mean, const float *rstd,
-                              const float *gamma, size_t rows, size_t d, int center)
+                              const float *gamma, size_t rows, size_t d, int center, int store)
 {
     size_t r = 0;
     for (; r + 4 <= rows; r += 4)
         norm_backward_r(4, dx != NULL ? dx + r * d : NULL, dgamma, dbeta, dy + r * d, x + r * d,
-                        mean + r, rstd + r, gamma, d, center);
+                        mean + r, rstd + r, gamma, d, center, store);
     for (; r < rows; r++)
         norm_backward_r(1, dx != NULL ? dx + r * d : NULL, dgamma, dbeta, dy + r * d, x + r * d,
-                        mean + r, rstd + r, gamma, d, center);
+                        mean + r, rstd + r, gamma, d, center, store);
 }
 #else
 typedef int qkv_no_avx512_norm; /* ISO C wants a declaration */

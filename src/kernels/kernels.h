@@ -119,10 +119,12 @@ void qkv_norm_rows(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *
  * g = dy·γ, dx += r·(g - mean(g) - x̂·mean(g·x̂)) (without the mean(g) term
  * when center = 0); dgamma += Σ_rows dy·x̂ and dbeta += Σ_rows dy. Any of
  * dx, dgamma and dbeta may be NULL. The means accumulate in float, in
- * norm.c's order. */
+ * norm.c's order. With store set, dx holds nothing yet and is not read:
+ * each entry is written as 0 + its term, the bits of adding into zeros
+ * (+0 where the term is -0), so no caller has to clear it first. */
 void qkv_norm_rows_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                             const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
-                            const qkv_real *gamma, size_t rows, size_t d, int center);
+                            const qkv_real *gamma, size_t rows, size_t d, int center, int store);
 
 /* One batch item of fused attention:
  *   S = scale·Q·Kᵀ (tq×tk),  A = softmax(S + M) row-wise,  O = A·V (tq×dv)
@@ -288,7 +290,8 @@ typedef void (*qkv_norm_fn)(qkv_real *y, qkv_real *mean, qkv_real *rstd, const q
                             double eps, int center);
 typedef void (*qkv_norm_bwd_fn)(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                                 const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
-                                const qkv_real *gamma, size_t rows, size_t d, int center);
+                                const qkv_real *gamma, size_t rows, size_t d, int center,
+                                int store);
 
 /* One instruction set's kernels. Optional fields are NULL where the set
  * has no version of its own and the generic path runs. */
@@ -351,7 +354,8 @@ void qkv_portable_norm(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_re
                        double eps, int center);
 void qkv_portable_norm_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                                 const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
-                                const qkv_real *gamma, size_t rows, size_t d, int center);
+                                const qkv_real *gamma, size_t rows, size_t d, int center,
+                                int store);
 
 #ifdef QKV_HAVE_X86_KERNELS
 /* The vector sets' norms (avx2_norm.c, avx512_norm.c). */
@@ -359,12 +363,12 @@ void qkv_norm_avx2(float *y, float *mean, float *rstd, const float *x, const flo
                    const float *beta, size_t rows, size_t d, double eps, int center);
 void qkv_norm_backward_avx2(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                             const float *mean, const float *rstd, const float *gamma, size_t rows,
-                            size_t d, int center);
+                            size_t d, int center, int store);
 void qkv_norm_avx512(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                      const float *beta, size_t rows, size_t d, double eps, int center);
 void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const float *dy,
                               const float *x, const float *mean, const float *rstd,
-                              const float *gamma, size_t rows, size_t d, int center);
+                              const float *gamma, size_t rows, size_t d, int center, int store);
 #endif
 
 /* The direct paths' helpers (gemm.c): a per-thread scratch for a copied

@@ -77,8 +77,9 @@ void qkv_portable_norm(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_re
 
 void qkv_portable_norm_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                                 const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
-                                const qkv_real *gamma, size_t rows, size_t d, int center)
+                                const qkv_real *gamma, size_t rows, size_t d, int center, int store)
 {
+    const qkv_real zero = 0;
     for (size_t r = 0; r < rows; r++, x += d, dy += d) {
         const qkv_real m = mean[r], s = rstd[r];
         qkv_real sg[BWD_K] = {0}, sgx[BWD_K] = {0};
@@ -95,7 +96,8 @@ void qkv_portable_norm_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta,
         const qkv_real fx = halve(sgx, BWD_K) / (qkv_real)d;
         for (size_t j = 0; dx != NULL && j < d; j++) {
             const qkv_real xhat = (x[j] - m) * s, g = gamma != NULL ? dy[j] * gamma[j] : dy[j];
-            dx[r * d + j] += s * (g - fm - xhat * fx);
+            const qkv_real term = s * (g - fm - xhat * fx);
+            dx[r * d + j] = (store ? zero : dx[r * d + j]) + term;
         }
     }
 }
@@ -109,7 +111,8 @@ void qkv_norm_rows(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *
 
 void qkv_norm_rows_backward(qkv_real *dx, qkv_real *dgamma, qkv_real *dbeta, const qkv_real *dy,
                             const qkv_real *x, const qkv_real *mean, const qkv_real *rstd,
-                            const qkv_real *gamma, size_t rows, size_t d, int center)
+                            const qkv_real *gamma, size_t rows, size_t d, int center, int store)
 {
-    qkv_kernels()->norm_backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d, center);
+    qkv_kernels()->norm_backward(dx, dgamma, dbeta, dy, x, mean, rstd, gamma, rows, d, center,
+                                 store);
 }

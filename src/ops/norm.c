@@ -23,17 +23,26 @@ static void norm_backward(const qkv_node *nd)
     qkv_tensor *gamma = r->has_gamma ? nd->in[1] : NULL;
     qkv_tensor *beta = r->has_beta ? nd->in[1 + r->has_gamma] : NULL;
     const size_t d = (size_t)x->shape[x->ndim - 1], rows = x->numel / d;
+    /* the node claims its inputs' gradients: γ's and β's are readied
+     * first, so that an x whose gradient is one of theirs finds it taken
+     * and adds into it; an x gradient that no node has filled is written
+     * by the kernel, not cleared and then read back */
+    if (gamma != NULL)
+        qkv_tensor_grad_ready(gamma);
+    if (beta != NULL)
+        qkv_tensor_grad_ready(beta);
+    const int store = qkv_tensor_grad_claim(x);
     if (x->grad == NULL && (gamma == NULL || gamma->grad == NULL) &&
         (beta == NULL || beta->grad == NULL))
         return;
     /* dx = r·(g - mean(g) - x̂·mean(g·x̂)) with g = dy·γ; dγ = Σ dy·x̂; dβ = Σ dy */
     qkv_norm_rows_backward(x->grad, gamma != NULL ? gamma->grad : NULL,
                            beta != NULL ? beta->grad : NULL, nd->out->grad, x->data, r->mean,
-                           r->rstd, gamma != NULL ? gamma->data : NULL, rows, d, r->center);
+                           r->rstd, gamma != NULL ? gamma->data : NULL, rows, d, r->center, store);
 }
 
-static const qkv_op_def op_layer_norm = {"layer_norm", norm_backward, 0};
-static const qkv_op_def op_rms_norm = {"rms_norm", norm_backward, 0};
+static const qkv_op_def op_layer_norm = {"layer_norm", norm_backward, QKV_OP_CLAIMS_GRADS};
+static const qkv_op_def op_rms_norm = {"rms_norm", norm_backward, QKV_OP_CLAIMS_GRADS};
 
 static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor *gamma,
                         qkv_tensor *beta, double eps, int center)
