@@ -160,6 +160,8 @@ START_TEST(test_attention_equals_unfused_ops)
         {3, {2, 19, 8}, 21, 8, 1, 1, 1, 0.75}, /* a float c, not a power of 2 */
         /* tq and d_k of 48 or more: dQ += dS·K takes the blocks order */
         {3, {1, 64, 64}, 16, 8, 0, 0, 1, 0.25},
+        /* tq and d_v of 48 or more: O = A·V takes the blocks order */
+        {3, {1, 50, 12}, 20, 56, 1, 0, 1, 0.3},
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
