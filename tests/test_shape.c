@@ -170,6 +170,29 @@ START_TEST(test_reductions_along_any_dimension)
 }
 END_TEST
 
+/* max_dim along a dimension that is not the last, with NaNs in some
+ * columns: each column's own entries decide (a NaN wins, as in PyTorch),
+ * and the gradient goes to the row that won. A NaN in one column once
+ * stopped the scan of another. */
+START_TEST(test_max_dim_keeps_each_column_to_itself_with_nans)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = qkv_tensor_new(2, (const int[]){4, 3}, 1, NULL);
+    const qkv_real v[12] = {0, 0, NAN, 1, 2, 0, 7, 8, 0, 3, NAN, 0};
+    memcpy(x->data, v, sizeof v);
+    qkv_tensor *m = qkv_max_dim(t, x, 0, 0); /* [3]: 7 (row 2), NaN (row 3), NaN (row 0) */
+    ck_assert(m->data[0] == 7 && isnan(m->data[1]) && isnan(m->data[2]));
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, m, m))), QKV_OK);
+    for (int i = 0; i < 12; i++) { /* d(m²) = 2m at the winner: 14, NaN, NaN */
+        const int win = i == 6 || i == 10 || i == 2;
+        ck_assert_msg(win ? (i == 6 ? x->grad[i] == 14 : isnan(x->grad[i])) : x->grad[i] == 0,
+                      "grad[%d] = %g", i, (double)x->grad[i]);
+    }
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *shape_suite(void)
 {
     Suite *s = suite_create("shape");
@@ -178,6 +201,7 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_permute_moves_values_and_gradients_back);
     tcase_add_test(tc, test_concat_and_slice_by_hand);
     tcase_add_test(tc, test_reductions_along_any_dimension);
+    tcase_add_test(tc, test_max_dim_keeps_each_column_to_itself_with_nans);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -120,7 +120,7 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int 
             const qkv_real *col = x->data + o * n * inner + i;
             if (kind == MAX) { /* the first maximum; NaN wins, as in PyTorch */
                 size_t best = 0;
-                for (size_t j = 1; j < n && col[best] == col[best]; j++)
+                for (size_t j = 1; j < n && col[best * inner] == col[best * inner]; j++)
                     if (col[j * inner] > col[best * inner] || col[j * inner] != col[j * inner])
                         best = j;
                 out->data[o * inner + i] = col[best * inner];
