@@ -341,6 +341,56 @@ static size_t critical_path(const qkv_tape *t)
     return n;
 }
 
+/* Nodes recorded after the loss, that the loss does not depend on, are
+ * not run: their zero output gradient would put 0·inf = NaN into the
+ * gradients the loss does reach (here sqrt at 0, logged after the loss). */
+START_TEST(test_backward_runs_only_the_nodes_the_seed_reaches)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *u = tensor_of(1, (const int[]){3}, (const double[]){0, 1, 4}, 1);
+    for (int from = 0; from < 2; from++) {
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(u);
+        qkv_tensor *h = qkv_scale(t, u, 1.0);
+        qkv_tensor *loss = qkv_sum(t, h);
+        qkv_tensor *metric = qkv_sqrt(t, h); /* not part of the loss */
+        ck_assert(metric->data[0] == 0);
+        const qkv_real one = 1;
+        ck_assert_int_eq(from ? qkv_backward_from(t, loss, &one, 1) : qkv_backward(t, loss),
+                         QKV_OK);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(u->grad[i] == 1, "from %d: du[%d] = %g", from, i, (double)u->grad[i]);
+        ck_assert(metric->grad[0] == 0); /* untouched gradients still read as zero */
+    }
+    qkv_tensor_free(u);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* A reshape view of a parameter shares its gradient: seeding backward
+ * there would overwrite what the parameter has gathered, so it is refused
+ * as the parameter itself is. */
+START_TEST(test_backward_from_a_view_of_a_parameter_is_refused)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *p = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    p->grad[0] = 5;
+    qkv_tensor *v = qkv_reshape(t, p, 2, (const int[]){1, 2});
+    const qkv_real dy[2] = {1, 1};
+    ck_assert_int_eq(qkv_backward_from(t, v, dy, 2), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "a view of one not made on this tape"));
+    ck_assert(p->grad[0] == 5);
+    qkv_tape_reset(t);
+    qkv_tensor *c = tensor_of(1, (const int[]){1}, (const double[]){3}, 1);
+    c->grad[0] = 5;
+    ck_assert_int_eq(qkv_backward(t, qkv_reshape(t, c, 0, NULL)), QKV_ERR_ARG);
+    ck_assert(c->grad[0] == 5);
+    qkv_tensor_free(p);
+    qkv_tensor_free(c);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -376,6 +426,11 @@ START_TEST(test_critical_path_counts_the_longest_chain)
     /* (a reshape is a view that shares x's gradient: no node) */
     ck_assert_uint_eq(qkv_tape_nodes(t), 2 * 10);
     ck_assert_uint_eq(critical_path(t), 2 * 10);
+    /* through reshape views, which are not nodes: still a chain of 3 */
+    qkv_tape_reset(t);
+    qkv_tensor *r = qkv_tanh(t, qkv_reshape(t, qkv_tanh(t, x), 2, (const int[]){1, 2}));
+    qkv_tanh(t, qkv_reshape(t, r, 1, (const int[]){2}));
+    ck_assert_uint_eq(critical_path(t), 3);
     /* recording off: no nodes, so no path */
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);
@@ -406,6 +461,8 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_nil_input_is_an_error_not_a_crash);
     tcase_add_test(tc, test_tape_tensor_and_alloc);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
+    tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
+    tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

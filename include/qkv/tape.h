@@ -94,10 +94,13 @@ void qkv_tensor_grad_ready(qkv_tensor *x);
 void *qkv_tape_alloc(qkv_tape *t, size_t n);
 
 /* Backpropagates from loss, a scalar made on this tape while recording: it
- * seeds dloss = 1 and runs every node's backward in reverse creation order,
- * adding into the gradients of all inputs that have one (parameters
- * included). Call it at most once per recording. Returns the tape status, or
- * QKV_ERR_ARG if loss is not such a scalar. */
+ * seeds dloss = 1 and runs the backward of every node that loss depends
+ * on, in reverse creation order, adding into the gradients of all inputs
+ * that have one (parameters included). Nodes it does not reach (a metric
+ * recorded after the loss, say) are skipped, and their gradients read as
+ * zero. Call it at most once per recording. Returns the tape status, or
+ * QKV_ERR_ARG if loss is not such a scalar (or is a view of a tensor made
+ * elsewhere, whose gradient it would overwrite). */
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss);
 
 /* Backpropagates from any tensor y made on this tape while recording,

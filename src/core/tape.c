@@ -254,6 +254,11 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
                              "%s: the tensor must be made on this tape with gradients on (was "
                              "qkv_tape_set_grad(t, 0) left on?)",
                              name);
+    if (!(y->flags & QKV_TENSOR_LAZY_GRAD)) /* a reshape view of a parameter, say */
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "%s: the tensor is a view of one not made on this tape (a "
+                             "parameter?); its gradient would be overwritten, not added to",
+                             name);
     if (y->numel != n) {
         char sy[64];
         qkv_shape_str(y, sy, sizeof sy);
@@ -299,16 +304,23 @@ int qkv_tensor_grad_claim(qkv_tensor *x)
     return 1;
 }
 
-/* Runs every node's backward, newest first, zero-filling the gradients
- * each one reads or adds into just before it runs (an op that claims its
- * inputs' gradients readies them itself, and overwrites the ones no node
- * has filled yet); then zero-fills the gradients that no node touched, so
- * that every gradient reads as zero or as its sum. */
+/* Runs the backward of every node that the seed reaches, newest first,
+ * zero-filling the gradients each one reads or adds into just before it
+ * runs (an op that claims its inputs' gradients readies them itself, and
+ * overwrites the ones no node has filled yet); then zero-fills the
+ * gradients that no node touched, so that every gradient reads as zero or
+ * as its sum. A node whose output gradient nothing has filled when its
+ * turn comes is not reached: nothing the seed depends on flows through
+ * it, and it is skipped, as PyTorch never visits it. Run anyway, its zero
+ * output gradient could still put NaN into its inputs' gradients (0·inf
+ * in the backward of a metric recorded after the loss, say). */
 static void run_backward(qkv_tape *t)
 {
     t->backward_done = 1;
     for (const qkv_node *n = t->last; n != NULL; n = n->prev) {
-        qkv_tensor_grad_ready(n->out);
+        const grad_hdr *h = hdr_of(n->out);
+        if (h != NULL && h->stale)
+            continue;
         if (!(n->op->flags & QKV_OP_CLAIMS_GRADS))
             for (int i = 0; i < n->n_in; i++)
                 qkv_tensor_grad_ready(n->in[i]);
@@ -360,13 +372,15 @@ size_t qkv_tape_nodes(const qkv_tape *t)
 }
 
 /* The depth of the node that made tensor x: 0 for a tensor no node made
- * (a parameter, an input). An open-addressing table from tensor to depth. */
+ * (a parameter, an input). An open-addressing table from the tensor's data
+ * to depth: a reshape view is another tensor over the same data, made by
+ * no node, and its depth is its base's. */
 typedef struct depth_slot {
-    const qkv_tensor *key;
+    const qkv_real *key;
     size_t depth;
 } depth_slot;
 
-static size_t slot_of(const qkv_tensor *x, size_t mask)
+static size_t slot_of(const qkv_real *x, size_t mask)
 {
     uintptr_t h = (uintptr_t)x;
     h ^= h >> 17;
@@ -399,16 +413,16 @@ qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length)
         const qkv_node *n = order[i];
         size_t d = 0;
         for (int j = 0; j < n->n_in; j++)
-            for (size_t s = slot_of(n->in[j], cap - 1); table[s].key != NULL;
+            for (size_t s = slot_of(n->in[j]->data, cap - 1); table[s].key != NULL;
                  s = (s + 1) & (cap - 1))
-                if (table[s].key == n->in[j]) {
+                if (table[s].key == n->in[j]->data) {
                     d = table[s].depth > d ? table[s].depth : d;
                     break;
                 }
-        size_t s = slot_of(n->out, cap - 1);
-        while (table[s].key != NULL && table[s].key != n->out)
+        size_t s = slot_of(n->out->data, cap - 1);
+        while (table[s].key != NULL && table[s].key != n->out->data)
             s = (s + 1) & (cap - 1);
-        table[s].key = n->out;
+        table[s].key = n->out->data;
         table[s].depth = d + 1;
         *length = d + 1 > *length ? d + 1 : *length;
     }
