@@ -20,6 +20,7 @@ plot for [i=1:words(models)] infile using "T":(sel(word(models, i), 1, column("c
          title label(word(models, i))
 set title sprintf("每个训练步的耗时（实线 1 线程，虚线 %d 线程）", threads)
 set ylabel "毫秒 / 步"
+set yrange [*:*] # the first panel's floor of 2 nodes would hide every step under 2 ms
 set logscale y 10
 plot for [i=1:words(models)] infile using "T":(sel(word(models, i), 1, column("ms_per_step"))) \
          with linespoints lw 2 pt 7 lc rgb color(word(models, i)) \
