@@ -182,6 +182,9 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
     expect_edit_refused(good, n, "\"scaled\":\"1\"", "\"scaled\":\"2\"",
                         "the metadata 'scaled' is not a valid value");
     expect_edit_refused(good, n, "\"classes\":\"4\",", "", "the metadata 'classes' is missing");
+    /* 2^64: strtoull saturates at 2^64 - 1, which must not pass for it */
+    expect_edit_refused(good, n, "\"seed\":\"9\"", "\"seed\":\"18446744073709551616\"",
+                        "the metadata 'seed' is not a valid value");
     expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\"nan\"",
                         "the metadata 'init_std' is not valid");
     expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",

@@ -216,7 +216,7 @@ START_TEST(test_the_header_length_must_fit_the_file_and_the_cap)
     expect_reject(f, QKV_ERR_FORMAT, "not a safetensors file: 5 bytes");
     f = make("{}", NULL, 0);
     memset(f.b, 0, 8);
-    expect_reject(f, QKV_ERR_FORMAT, "header length 0");
+    expect_reject(f, QKV_ERR_FORMAT, "its header length is 0 (a header is a JSON object");
     /* a header over the cap (here all spaces after {}) in a file as long */
     size_t h = QKV_SAFETENSORS_MAX_HEADER + 8;
     char *big = malloc(h + 1);

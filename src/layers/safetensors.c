@@ -445,7 +445,12 @@ static qkv_status check_file(qkv_st *f, qkv_error *err)
     uint64_t n = 0;
     for (int k = 7; k >= 0; k--)
         n = n << 8 | f->bytes[k];
-    if (n == 0 || n > f->len - 8)
+    if (n == 0)
+        return qkv_error_set(err, QKV_ERR_FORMAT,
+                             "%s is not a safetensors file: its header length is 0 (a header "
+                             "is a JSON object, at least {})",
+                             f->label);
+    if (n > f->len - 8)
         return qkv_error_set(
             err, QKV_ERR_FORMAT,
             "%s is not a safetensors file, or is truncated: its header length %" PRIu64

@@ -3,6 +3,7 @@
  * its four weights, with its hyper-parameters and the vocabulary's
  * fingerprint in the metadata (see checkpoint.h).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -48,8 +49,9 @@ static int meta_uint(const qkv_st *f, const char *path, const char *key, uint64_
     const char *s = qkv_st_meta(f, key);
     char *end;
     if (s != NULL && *s >= '0' && *s <= '9') {
+        errno = 0; /* strtoull saturates past its range: ERANGE, not a value */
         unsigned long long v = strtoull(s, &end, 10);
-        if (*end == '\0' && v >= lo && v <= hi) {
+        if (*end == '\0' && errno == 0 && v >= lo && v <= hi) {
             *out = (uint64_t)v;
             return 0;
         }
