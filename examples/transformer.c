@@ -148,6 +148,17 @@ static int sort_fresh(qkv_tape *t, const model *m, uint64_t seed, int *out)
 
 int main(int argc, char **argv)
 {
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-')) { /* --help, or anything unknown */
+        const int help =
+            argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+        fprintf(help ? stdout : stderr,
+                "usage: transformer [WEIGHTS]\n"
+                "Trains a two-block causal Transformer to sort %d digits, saves its weights\n"
+                "to WEIGHTS (default transformer.safetensors), reloads them into a second\n"
+                "model and checks that it sorts exactly as the first.\n",
+                N);
+        return help ? 0 : 2;
+    }
     const char *path = argc > 1 ? argv[1] : "transformer.safetensors";
     qkv_error err = qkv_error_none();
     model m, m2 = {0};
