@@ -234,7 +234,12 @@ typedef struct qkv_attention_parts {
  * qkv_matmul_nt, qkv_scale, qkv_mask, qkv_softmax and qkv_matmul recorded
  * one after the other (with a scale of 1 standing for no qkv_scale); the
  * fused op keeps each item in cache, records one node instead of five and
- * skips the rows of zeros that picking rows from O leaves in its gradient. */
+ * skips the rows of zeros that picking rows from O leaves in its gradient.
+ * One exception: when q, k and v share a gradient (the same tensor passed
+ * twice, as in attention(h, h, h)), the vector kernels add the dQ, dK and
+ * dV terms into it row by row, so the sum comes out in another order,
+ * correct but not bit for bit the unfused ops' (as qkv_embed_attention
+ * says of a table passed twice). */
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts);
 
