@@ -861,6 +861,86 @@ START_TEST(test_messages_escape_control_characters)
 }
 END_TEST
 
+/* What a terminal shows for raw output: '\r' moves to the line's start,
+ * "\033[K" erases to its end, other bytes overwrite (caller frees). */
+static char *render_terminal(const char *raw)
+{
+    size_t cap = strlen(raw) + 1, n = 0, start = 0, col = 0;
+    char *out = malloc(cap);
+    for (const char *p = raw; *p; p++) {
+        if (*p == '\r') {
+            col = 0;
+        } else if (strncmp(p, "\033[K", 3) == 0) {
+            n = start + col;
+            p += 2;
+        } else if (*p == '\n') { /* the line ends where its text does */
+            out[n++] = '\n';
+            start = n;
+            col = 0;
+        } else {
+            out[start + col++] = *p;
+            n = start + col > n ? start + col : n;
+        }
+    }
+    out[n] = '\0';
+    return out;
+}
+
+/* Runs `qkv ARGS` on a pseudo-terminal (stdout and stderr both) through
+ * util-linux's script(1) and returns what the terminal shows, or NULL if
+ * there is no such script here. */
+static char *run_on_terminal(const char *args)
+{
+    char cmd[1024], *out;
+    if (system("script -q -c true /dev/null </dev/null >/dev/null 2>&1") != 0)
+        return NULL;
+    snprintf(cmd, sizeof cmd, "script -q -c \"'%s' %s\" /dev/null </dev/null", QKV_BIN, args);
+    sh(cmd, &out);
+    char *shown = render_terminal(out);
+    free(out);
+    return shown;
+}
+
+/* The first line of text that begins with a progress bar's '[', or NULL. */
+static const char *bar_line(const char *text)
+{
+    for (const char *l = text; l != NULL && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (*l == '[')
+            return l;
+    return NULL;
+}
+
+START_TEST(test_progress_bars_leave_the_tables_alone_on_a_terminal)
+{
+    char *shown = run_on_terminal("bptt --rho 0.5,2 --length 16 --train-steps 2 --out b");
+    if (shown == NULL) {
+        fprintf(stderr, "skipped: no util-linux script(1) to make a terminal\n");
+        return;
+    }
+    ck_assert_msg(strstr(shown, "rnn          linear      0.50 "), "%s", shown);
+    ck_assert_msg(bar_line(shown) == NULL, "a bar is left among the rows:\n%s", shown);
+    free(shown);
+    shown = run_on_terminal("parallel --models rnn,gru --lengths 16,32 --min-time 0.001 "
+                            "--threads 1 --out p");
+    ck_assert_msg(strstr(shown, "gru           32 "), "%s", shown);
+    ck_assert_msg(bar_line(shown) == NULL, "a bar is left among the rows:\n%s", shown);
+    free(shown);
+    /* saturation's bar ends before the report starts */
+    shown = run_on_terminal("saturation --seeds 2 --dk 4 --steps 2 --log-every 1 --out s");
+    const char *report = strstr(shown, "d_k scaling on the coreference task");
+    ck_assert_msg(report != NULL && strstr(shown, "Var(q·k) for q, k"), "%s", shown);
+    ck_assert_msg(bar_line(report) == NULL, "a bar is left in the report:\n%s", shown);
+    const char *bar = bar_line(shown);
+    ck_assert_msg(bar != NULL && strstr(bar, "] 5/5 runs\n") != NULL, "%s", shown);
+    free(shown);
+    /* and without a terminal there is no bar and no control character */
+    char *out;
+    ck_assert_int_eq(run("bptt --rho 0.5 --length 16 --train-steps 2 --out b", &out), 0);
+    ck_assert_msg(strchr(out, '\r') == NULL && strchr(out, '\033') == NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -891,6 +971,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);
+    tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -199,6 +199,7 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
             qkv_rng_seed(&g, o->seed + 1000 + (uint64_t)i);
             scaled_orthogonal(m->rnn.wh, rhos[i], &g);
             double total_factor, slope = measure(c, m, "rnn", rho, acts[a], &total_factor, &rc);
+            cli_progress_clear(); /* the row takes the bar's line */
             if (rc == CLI_OK)
                 printf("%-12s %-7s %8.2f %12.4f %12.4f %10.3f %16.3g\n", "rnn", acts[a], rhos[i],
                        slope, log(rhos[i]), rhos[i] != 1 ? slope / log(rhos[i]) : NAN,
@@ -226,6 +227,7 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
             if (rc == CLI_OK)
                 slope = measure(c, m, name, rho, kind == QKV_SEQ_RNN ? "tanh" : "gates",
                                 &total_factor, &rc);
+            cli_progress_clear();
             if (rc == CLI_OK && kind == QKV_SEQ_RNN)
                 printf("%-12s %-7s %8.4f %12.4f %12.4f %10.3f %16.3g\n", name, "tanh", r, slope,
                        log(r), slope / log(r), total_factor);
@@ -234,8 +236,7 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
                        "-", total_factor);
             qkv_seq_model_free(m);
         }
-    if (rc == CLI_OK)
-        cli_progress(o->quiet, total, total, "done", 1);
+    cli_progress_clear();
     return rc;
 }
 

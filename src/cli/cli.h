@@ -58,6 +58,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
  * zero: step of total, with a short status text. done = 1 ends the line. */
 void cli_progress(int quiet, long step, long total, const char *status, int done);
 
+/* Erases a bar that cli_progress left on the terminal without ending it,
+ * so that a table row (on stdout) or a message can take its line; nothing
+ * if there is none. Call it before printing while a bar may be shown. */
+void cli_progress_clear(void);
+
 /* Strict number parsers: the whole string must be the number, with no
  * spaces, no '+', no hex, inf or nan; cli_parse_ll allows a leading '-',
  * cli_parse_u64 does not, and cli_parse_double takes [-]d[.d][e[+-]d] and

@@ -21,6 +21,7 @@ static void vmessage(const char *fmt, va_list ap)
     char raw[1024], safe[1024];
     vsnprintf(raw, sizeof raw, fmt, ap);
     qkv_escape(safe, sizeof safe, raw);
+    cli_progress_clear(); /* the message on a line of its own */
     fprintf(stderr, "qkv: %s\n", safe);
 }
 
@@ -206,6 +207,9 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
     return CLI_OK;
 }
 
+/* 1 while a bar is on stderr's last line, not yet ended or cleared */
+static int bar_shown;
+
 void cli_progress(int quiet, long step, long total, const char *status, int done)
 {
     static int tty = -1;
@@ -220,7 +224,17 @@ void cli_progress(int quiet, long step, long total, const char *status, int done
             "==============================", width - fill, "", step, total, status);
     if (done)
         fputc('\n', stderr);
+    bar_shown = !done;
     fflush(stderr);
+}
+
+void cli_progress_clear(void)
+{
+    if (!bar_shown)
+        return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    bar_shown = 0;
 }
 
 int cli_int_list(const char *s, int *out, int max, int lo, int hi)

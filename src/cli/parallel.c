@@ -178,8 +178,8 @@ int cmd_parallel(int argc, char **argv)
                 cell[i][j][k] = (par_cell){path_len, nodes, ms[k]};
             }
             qkv_threads_use(1, NULL);
+            cli_progress_clear(); /* the row takes the bar's line */
             if (r == CLI_OK) {
-                cli_progress(o.quiet, done, total, "", 1);
                 printf("%-10s %5d %14zu %8zu %14.3f", qkv_seq_name(kinds[i]), Ts[j], path_len,
                        nodes, ms[0]);
                 if (nthreads > 1)

@@ -232,14 +232,16 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
 
 /* The sweep as tasks (cli_run_tasks): the runs in the serial order (seeds,
  * then d_k, then scaled before unscaled), each giving its CSV rows and
- * then its run_result; and last the Var(q·k) table, which is printed
- * after the summary. */
+ * then its run_result; and last the Var(q·k) table, which is kept and
+ * printed after the summary, once the progress bar has ended. */
 typedef struct sweep_tasks {
     sat_ctx *c;
     const int *dks;
     int ndk, runs;
     FILE *csv; /* the real runs.csv */
     run_result (*res)[2][MAX_SEEDS];
+    char *var_table; /* the Var(q·k) table's text, or NULL */
+    size_t var_len;
 } sweep_tasks;
 
 static int sweep_run(void *ctx, int task, FILE *out)
@@ -259,9 +261,11 @@ static int sweep_run(void *ctx, int task, FILE *out)
 static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
 {
     sweep_tasks *w = ctx;
-    if (task == w->runs) {
-        print_summary(w->c->o, w->dks, w->ndk, w->res);
-        fwrite(bytes, 1, len, stdout);
+    if (task == w->runs) { /* printed by sweep: the bar is still drawn here */
+        if ((w->var_table = malloc(len + 1)) == NULL)
+            return cli_fail("saturation: out of memory");
+        memcpy(w->var_table, bytes, len);
+        w->var_len = len;
         return CLI_OK;
     }
     if (len < sizeof(run_result))
@@ -276,13 +280,17 @@ static int sweep(sat_ctx *c, const int *dks, int ndk)
 {
     static run_result res[MAX_DK][2][MAX_SEEDS];
     const int runs = ndk * 2 * c->o->seeds;
-    sweep_tasks w = {c, dks, ndk, runs, c->csv, res};
+    sweep_tasks w = {c, dks, ndk, runs, c->csv, res, NULL, 0};
     const int with_var = !c->o->no_variance; /* the table is the last task */
     int r = cli_run_tasks(runs + with_var, c->o->jobs, sweep_run, sweep_collect, &w, c->o->quiet,
                           "runs");
     c->csv = w.csv;
-    if (r == CLI_OK && !with_var)
+    if (r == CLI_OK) {
         print_summary(c->o, dks, ndk, res);
+        if (w.var_table != NULL)
+            fwrite(w.var_table, 1, w.var_len, stdout);
+    }
+    free(w.var_table);
     return r;
 }
 
