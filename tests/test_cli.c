@@ -941,6 +941,37 @@ START_TEST(test_progress_bars_leave_the_tables_alone_on_a_terminal)
 }
 END_TEST
 
+START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
+{
+    char *out;
+    ck_assert_int_eq(run("gradcheck", &out), 0);
+    const double tol = sizeof(qkv_real) == 4 ? 2e-2 : 1e-6;
+    if (sizeof(qkv_real) == 4)
+        ck_assert_msg(strstr(out, "tolerance: 0.02 (ops), up to 0.05 (layers)\n"), "%.100s", out);
+    else
+        ck_assert_msg(strstr(out, "tolerance: 1e-06\n"), "%.100s", out);
+    /* a row that passed above the ops' tolerance says so */
+    int rows = 0;
+    for (char *l = out; l != NULL; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        char *end = strchr(l, '\n'), *pass = strstr(l, "  pass");
+        if (end == NULL || pass == NULL || pass > end)
+            continue;
+        /* the columns before the result: entries, max abs err, max rel err */
+        char *p = pass;
+        while (p > l && p[-1] == ' ')
+            p--;
+        while (p > l && p[-1] != ' ')
+            p--;
+        const double rel = atof(p);
+        const int starred = strncmp(pass, "  pass *\n", 9) == 0;
+        ck_assert_msg(starred == (rel > tol), "row %.*s", (int)(end - l), l);
+        rows++;
+    }
+    ck_assert_int_gt(rows, 40);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -972,6 +1003,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
+    tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -4,6 +4,12 @@
  */
 #include "cli.h"
 
+/* The float32 build judges most layer checks (the "layer: ..." rows) at a
+ * looser tolerance than the ops: LAYER_TOL in src/layers/checks.c, which
+ * the library does not report per check; keep the two in step. The double
+ * build holds every check to the default. */
+#define FLOAT32_LAYER_TOL 5e-2
+
 int cmd_gradcheck(int argc, char **argv)
 {
     int r = cli_parse(argc, argv, NULL, 0, "",
@@ -13,10 +19,14 @@ int cmd_gradcheck(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
-    int failed = 0, n = qkv_gradcheck_builtin_count();
-    printf("scalar: %s   step: %g   floor: %g   tolerance: %g\n\n",
-           sizeof(qkv_real) == sizeof(double) ? "double" : "float32", qkv_gradcheck_default_step(),
-           qkv_gradcheck_default_floor(), qkv_gradcheck_default_tol());
+    int failed = 0, looser = 0, n = qkv_gradcheck_builtin_count();
+    const int is_double = sizeof(qkv_real) == sizeof(double);
+    const double tol = qkv_gradcheck_default_tol();
+    printf("scalar: %s   step: %g   floor: %g   tolerance: %g", is_double ? "double" : "float32",
+           qkv_gradcheck_default_step(), qkv_gradcheck_default_floor(), tol);
+    if (!is_double)
+        printf(" (ops), up to %g (layers)", FLOAT32_LAYER_TOL);
+    printf("\n\n");
     printf("%-30s %8s %13s %13s  %s\n", "op", "entries", "max abs err", "max rel err", "result");
     for (int i = 0; i < n; i++) {
         const char *name = "?";
@@ -29,10 +39,17 @@ int cmd_gradcheck(int argc, char **argv)
             continue;
         }
         failed += !res.passed;
+        /* a pass above the ops' tolerance is a layer's looser one */
+        const int above = res.passed && res.max_rel > tol;
+        looser += above;
         cli_print_padded(stdout, name, 30);
         printf(" %8zu %13.3e %13.3e  %s\n", res.checked, res.max_abs, res.max_rel,
-               res.passed ? "pass" : "FAIL");
+               !res.passed ? "FAIL"
+               : above     ? "pass *"
+                           : "pass");
     }
+    if (looser > 0)
+        printf("\n* above %g, within the layers' tolerance of %g\n", tol, FLOAT32_LAYER_TOL);
     printf("\n%d of %d checks passed\n", n - failed, n);
     return failed ? CLI_FAIL : CLI_OK;
 }
