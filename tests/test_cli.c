@@ -972,6 +972,36 @@ START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
 }
 END_TEST
 
+/* Every line of a softmax table (after its "z = " line, up to the blank
+ * line) ends in the same terminal column. */
+static void expect_softmax_aligned(const char *args)
+{
+    char *out;
+    ck_assert_int_eq(run(args, &out), 0);
+    int lines = 0, width = -1;
+    char *save = NULL;
+    for (char *l = strtok_r(out, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(l, "z = ", 4) == 0) {
+            width = -1;
+            continue;
+        }
+        if (width < 0)
+            width = cli_text_width(l);
+        ck_assert_msg(cli_text_width(l) == width, "qkv %s: '%s' is %d columns wide, not %d", args,
+                      l, cli_text_width(l), width);
+        lines++;
+    }
+    ck_assert_int_ge(lines, 8);
+    free(out);
+}
+
+START_TEST(test_softmax_summary_rows_line_up_with_the_table)
+{
+    expect_softmax_aligned("softmax --base 2,e,10 1,2,3");
+    expect_softmax_aligned("softmax --base 2 1e38,1e38 0,1");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1004,6 +1034,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
+    tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -117,6 +117,13 @@ static int parse_bases(const char *s, double *base, char (*label)[16])
     }
 }
 
+/* Prints " " and s right-aligned in a field of width columns: printf's
+ * widths count bytes, and Σ or ∂ take two bytes for one column. */
+static void print_right(const char *s, int width)
+{
+    printf(" %*s", width + (int)strlen(s) - cli_text_width(s), s);
+}
+
 static int argmax(const double *x, int n)
 {
     int best = 0;
@@ -209,11 +216,13 @@ int cmd_softmax(int argc, char **argv)
         if (r != CLI_OK)
             break;
         printf("z = [%s]   Σz = %g\n", use[v], sum);
-        printf("  %3s %10s %12s %12s", "i", "z", "z/Σz", "e^z/Σe^z");
+        printf("  %3s %10s", "i", "z");
+        print_right("z/Σz", 12);
+        print_right("e^z/Σe^z", 12);
         for (int k = 0; k < nb; k++) {
             char h[160];
             snprintf(h, sizeof h, "%s^z/Σ%s^z", blabel[k], blabel[k]);
-            printf(" %*s", 12 + (int)strlen(h) - cli_text_width(h), h);
+            print_right(h, 12);
         }
         printf("\n");
         for (int i = 0; i < n; i++) {
@@ -232,11 +241,13 @@ int cmd_softmax(int argc, char **argv)
             }
         }
         if (nb > 0) {
+            /* the labels below span the columns i, z and z/Σz (27) */
             printf("  %3s %10s %12s %12s", "", "ln b", "", "1");
             for (int k = 0; k < nb; k++)
                 printf(" %12.4f", log(base[k]));
-            printf("\n  %-27s %12s %12.4g", "largest / smallest weight", "",
-                   p[argmax(p, n)] / p[argmin(p, n)]);
+            printf("\n  ");
+            cli_print_padded(stdout, "largest / smallest weight", 27);
+            printf(" %12.4g", p[argmax(p, n)] / p[argmin(p, n)]);
             for (int k = 0; k < nb; k++)
                 printf(" %12.4g", pb[k][argmax(pb[k], n)] / pb[k][argmin(pb[k], n)]);
             printf("\n");
@@ -249,7 +260,7 @@ int cmd_softmax(int argc, char **argv)
             }
             printf("  ");
             cli_print_padded(stdout, "∂p/∂z at the largest z", 27);
-            printf(" %12s %12.4f", "", g);
+            printf(" %12.4f", g);
             for (int j = 0; j < nb && r == CLI_OK; j++) {
                 if (self_gradient(z, n, log(base[j]), k, &g) != QKV_OK)
                     r = CLI_FAIL;
@@ -260,7 +271,7 @@ int cmd_softmax(int argc, char **argv)
                 break;
             printf("\n  ");
             cli_print_padded(stdout, "= ln b · p(1 - p)", 27);
-            printf(" %12s %12.4f", "", p[k] * (1 - p[k]));
+            printf(" %12.4f", p[k] * (1 - p[k]));
             for (int j = 0; j < nb; j++)
                 printf(" %12.4f", log(base[j]) * pb[j][k] * (1 - pb[j][k]));
             printf("\n");
