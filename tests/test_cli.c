@@ -1002,6 +1002,44 @@ START_TEST(test_softmax_summary_rows_line_up_with_the_table)
 }
 END_TEST
 
+START_TEST(test_an_option_has_one_limit_in_every_command)
+{
+    /* every command that takes the option says the same range */
+    static const struct {
+        const char *cmds, *arg, *range;
+    } cases[] = {
+        {"train saturation distance ablate", "--steps 10000001", "in [1, 10000000]"},
+        {"train saturation distance ablate bptt parallel", "--batch 4097", "in [1, 4096]"},
+        {"train saturation distance ablate", "--lr 0", "in [1e-12, 1e+300]"},
+        {"train distance", "--clip -1", "in [0, 1e+12]"},
+        {"train saturation", "--init-std 101", "in [0, 100]"},
+        {"saturation distance ablate", "--seeds 33", "in [1, 32]"},
+        {"train saturation distance ablate parallel", "--threads 65", "in [1, 64]"},
+        {"saturation distance ablate", "--jobs 65", "in [1, 64]"},
+        {"train saturation", "--log-every 10000001", "in [1, 10000000]"},
+        {"distance ablate", "--eval-every 10000001", "in [1, 10000000]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmds[128], *save = NULL;
+        snprintf(cmds, sizeof cmds, "%s", cases[i].cmds);
+        for (char *c = strtok_r(cmds, " ", &save); c != NULL; c = strtok_r(NULL, " ", &save)) {
+            char args[160];
+            snprintf(args, sizeof args, "%s %s", c, cases[i].arg);
+            expect(args, 2, cases[i].range);
+        }
+    }
+    expect("bptt --train-steps 10000001", 2, "in [0, 10000000]");
+    /* and the wider limits work where they were narrower: the roles task
+     * takes a batch of 4096 */
+    char *out;
+    ck_assert_int_eq(run("ablate --quiet --task roles --variants full --batch 4096 --steps 2 "
+                         "--seeds 1 --eval-every 2 --out a",
+                         &out),
+                     0);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1035,6 +1073,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
+    tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);
     suite_add_tcase(s, tc);
     return s;
 }

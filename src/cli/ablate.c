@@ -11,7 +11,7 @@
 #include "cli.h"
 
 #define MAX_VARIANTS 16
-#define MAX_SEEDS 32
+#define MAX_SEEDS CLI_MAX_SEEDS
 #define ROLES_TEST QKV_ROLES_HELD_OUT
 
 typedef struct ablate_opts {
@@ -148,7 +148,7 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
     qkv_error err = qkv_error_none();
     qkv_roles_kind kind;
     qkv_roles_parse(variant, &kind);
-    int pairs[QKV_ROLES_PAIRS], batch[1024];
+    int pairs[QKV_ROLES_PAIRS], batch[CLI_MAX_BATCH];
     qkv_roles_split(seed + 1, pairs); /* the held-out pairs first */
     qkv_rng g;
     qkv_rng_seed(&g, seed + 2);
@@ -435,18 +435,18 @@ int cmd_ablate(int argc, char **argv)
         {"task", OPT_STR, &o.task, 0, 0, "NAME: coref (default) or roles"},
         {"variants", OPT_STR, &o.variants, 0, 0,
          "LIST: variants to train (default: all the task's)"},
-        {"seeds", OPT_INT, &o.seeds, 1, MAX_SEEDS, "N: seeds per variant (default 3)"},
-        {"steps", OPT_INT, &o.steps, 1, 1e6, "N: steps per run (default 300; roles 600)"},
-        {"batch", OPT_INT, &o.batch, 1, 1024, "N: sentences per step (default 32)"},
-        {"lr", OPT_DOUBLE, &o.lr, 1e-12, 10, "X: Adam's learning rate (default 0.01)"},
+        CLI_OPT_SEEDS(&o.seeds, "N: seeds per variant (default 3)"),
+        CLI_OPT_STEPS(&o.steps, "N: steps per run (default 300; roles 600)"),
+        CLI_OPT_BATCH(&o.batch, "N: sentences per step (default 32)"),
+        CLI_OPT_LR(&o.lr, "X: Adam's learning rate (default 0.01)"),
         {"d-k", OPT_INT, &o.d_k, 1, QKV_COREF_MAX_DK, "N: coref's width of Q, K, V (default 16)"},
-        {"eval-every", OPT_INT, &o.eval_every, 1, 1e6,
-         "N: steps between validations, for the curves and steps to 90% (default 10)"},
+        CLI_OPT_EVERY("eval-every", &o.eval_every,
+                      "N: steps between validations, for the curves and steps to 90% (default 10)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/ablate[-roles])"},
-        {"threads", OPT_INT, &o.threads, 1, 64, "N: threads (default QKV_THREADS or 1)"},
-        {"jobs", OPT_INT, &o.jobs, 1, 64,
-         "N: worker processes for the runs (default 1; the same results on any N)"},
+        CLI_OPT_THREADS(&o.threads, "N: threads (default QKV_THREADS or 1)"),
+        CLI_OPT_JOBS(&o.jobs,
+                     "N: worker processes for the runs (default 1; the same results on any N)"),
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",

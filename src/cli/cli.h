@@ -33,6 +33,60 @@ typedef struct cli_opt {
     const char *help; /* one line; "ARG: text" names the argument */
 } cli_opt;
 
+/* The options that several commands take, each with one limit wherever
+ * it is used: a command lists CLI_OPT_STEPS(&o.steps, "N: ...") and so on
+ * rather than its own numbers. Steps and step intervals (--steps,
+ * --train-steps, --log-every, --eval-every) share one bound; a batch of
+ * CLI_MAX_BATCH sentences of a long sequence needs gigabytes, and running
+ * out of memory fails with a message (the tape's), as it does for any
+ * batch. */
+#define CLI_MAX_STEPS 1e7
+#define CLI_MAX_BATCH 4096
+#define CLI_MIN_LR 1e-12
+#define CLI_MAX_LR 1e300 /* a rate that diverges is reported as such */
+#define CLI_MAX_CLIP 1e12
+#define CLI_MAX_INIT_STD 100
+#define CLI_MAX_SEEDS 32   /* --seeds: the runs repeated per setting */
+#define CLI_MAX_THREADS 64 /* qkv_threads_use's limit (runtime.h) */
+#define CLI_MAX_JOBS 64
+
+#define CLI_OPT_STEPS(dst, help)                          \
+    {                                                     \
+        "steps", OPT_INT, (dst), 1, CLI_MAX_STEPS, (help) \
+    }
+#define CLI_OPT_EVERY(name, dst, help)                   \
+    {                                                    \
+        (name), OPT_INT, (dst), 1, CLI_MAX_STEPS, (help) \
+    }
+#define CLI_OPT_BATCH(dst, help)                          \
+    {                                                     \
+        "batch", OPT_INT, (dst), 1, CLI_MAX_BATCH, (help) \
+    }
+#define CLI_OPT_LR(dst, help)                                   \
+    {                                                           \
+        "lr", OPT_DOUBLE, (dst), CLI_MIN_LR, CLI_MAX_LR, (help) \
+    }
+#define CLI_OPT_CLIP(dst, help)                            \
+    {                                                      \
+        "clip", OPT_DOUBLE, (dst), 0, CLI_MAX_CLIP, (help) \
+    }
+#define CLI_OPT_INIT_STD(dst, help)                                \
+    {                                                              \
+        "init-std", OPT_DOUBLE, (dst), 0, CLI_MAX_INIT_STD, (help) \
+    }
+#define CLI_OPT_SEEDS(dst, help)                          \
+    {                                                     \
+        "seeds", OPT_INT, (dst), 1, CLI_MAX_SEEDS, (help) \
+    }
+#define CLI_OPT_THREADS(dst, help)                            \
+    {                                                         \
+        "threads", OPT_INT, (dst), 1, CLI_MAX_THREADS, (help) \
+    }
+#define CLI_OPT_JOBS(dst, help)                         \
+    {                                                   \
+        "jobs", OPT_INT, (dst), 1, CLI_MAX_JOBS, (help) \
+    }
+
 /* Parses argv[1..] (argv[0] is the subcommand name). Positional arguments
  * are stored in pos (at most max_pos, count in *npos; pass NULL/0 to allow
  * none). Prints the usage and returns CLI_HELP for -h/--help; prints a

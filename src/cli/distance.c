@@ -13,7 +13,7 @@
 #include "cli.h"
 
 #define MAX_ITEMS 16 /* models, distances */
-#define MAX_SEEDS 32
+#define MAX_SEEDS CLI_MAX_SEEDS
 #define VAL_N 256
 #define TEST_N 512
 
@@ -287,20 +287,20 @@ int cmd_distance(int argc, char **argv)
         {"models", OPT_STR, &o.models, 0, 0, "LIST: of attention, rnn, lstm, gru (default all)"},
         {"distances", OPT_STR, &o.distances, 0, 0,
          "LIST: filler tokens between name and pronoun (default 0,2,4,8,16,32,64,128)"},
-        {"seeds", OPT_INT, &o.seeds, 1, MAX_SEEDS, "N: seeds per model and distance (default 3)"},
-        {"steps", OPT_INT, &o.steps, 1, 1e6, "N: training steps per run (default 1000)"},
-        {"batch", OPT_INT, &o.batch, 1, 1024, "N: sentences per step (default 32)"},
-        {"lr", OPT_DOUBLE, &o.lr, 1e-12, 10, "X: Adam's learning rate (default 0.01)"},
-        {"clip", OPT_DOUBLE, &o.clip, 0, 1e6, "X: clip the gradient norm to X; 0 off (default 1)"},
+        CLI_OPT_SEEDS(&o.seeds, "N: seeds per model and distance (default 3)"),
+        CLI_OPT_STEPS(&o.steps, "N: training steps per run (default 1000)"),
+        CLI_OPT_BATCH(&o.batch, "N: sentences per step (default 32)"),
+        CLI_OPT_LR(&o.lr, "X: Adam's learning rate (default 0.01)"),
+        CLI_OPT_CLIP(&o.clip, "X: clip the gradient norm to X; 0 off (default 1)"),
         {"forget-bias", OPT_STR, &fb, 0, 0,
          "X: the LSTM's forget-gate bias at init, or 'pytorch' for U(±1/√H) (default 1)"},
-        {"eval-every", OPT_INT, &o.eval_every, 1, 1e6,
-         "N: steps between validations, for steps to 90% (default 25)"},
+        CLI_OPT_EVERY("eval-every", &o.eval_every,
+                      "N: steps between validations, for steps to 90% (default 25)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/distance)"},
-        {"threads", OPT_INT, &o.threads, 1, 64, "N: threads (default QKV_THREADS or 1)"},
-        {"jobs", OPT_INT, &o.jobs, 1, 64,
-         "N: worker processes for the runs (default 1; the same results on any N)"},
+        CLI_OPT_THREADS(&o.threads, "N: threads (default QKV_THREADS or 1)"),
+        CLI_OPT_JOBS(&o.jobs,
+                     "N: worker processes for the runs (default 1; the same results on any N)"),
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r =

@@ -15,7 +15,7 @@
 #include "cli.h"
 
 #define MAX_DK 16
-#define MAX_SEEDS 32
+#define MAX_SEEDS CLI_MAX_SEEDS
 #define VAR_SAMPLES 20000
 
 typedef struct sat_opts {
@@ -300,20 +300,20 @@ int cmd_saturation(int argc, char **argv)
         "4,16,64,256,512", "sgd", "out/saturation", 300, 1, 32, 10, 0, -1, 1.0, 1, 0, 1, 0};
     const cli_opt opts[] = {
         {"dk", OPT_STR, &o.dks, 0, 0, "LIST: d_k values (default 4,16,64,256,512)"},
-        {"steps", OPT_INT, &o.steps, 1, 1e7, "N: training steps per run (default 300)"},
-        {"seeds", OPT_INT, &o.seeds, 1, MAX_SEEDS, "N: repeat every run with N seeds (default 1)"},
+        CLI_OPT_STEPS(&o.steps, "N: training steps per run (default 300)"),
+        CLI_OPT_SEEDS(&o.seeds, "N: repeat every run with N seeds (default 1)"),
         {"optim", OPT_STR, &o.optim, 0, 0, "NAME: sgd (default) or adam"},
-        {"lr", OPT_DOUBLE, &o.lr, 1e-12, 1e300,
-         "X: learning rate (default 0.5 for sgd, 0.01 for adam)"},
-        {"init-std", OPT_DOUBLE, &o.init_std, 0, 100, "X: std of Wq, Wk, Wv at init (default 1)"},
-        {"batch", OPT_INT, &o.batch, 1, 4096, "N: sentences per step (default 32)"},
-        {"log-every", OPT_INT, &o.log_every, 1, 1e7, "N: steps between CSV rows (default 10)"},
+        CLI_OPT_LR(&o.lr, "X: learning rate (default 0.5 for sgd, 0.01 for adam)"),
+        CLI_OPT_INIT_STD(&o.init_std, "X: std of Wq, Wk, Wv at init (default 1)"),
+        CLI_OPT_BATCH(&o.batch, "N: sentences per step (default 32)"),
+        CLI_OPT_EVERY("log-every", &o.log_every, "N: steps between CSV rows (default 10)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
-        {"threads", OPT_INT, &o.threads, 1, 64,
-         "N: threads for the attention items (default QKV_THREADS or 1; same results)"},
-        {"jobs", OPT_INT, &o.jobs, 1, 64,
-         "N: worker processes for the runs (default 1; the same output on any N)"},
+        CLI_OPT_THREADS(
+            &o.threads,
+            "N: threads for the attention items (default QKV_THREADS or 1; same results)"),
+        CLI_OPT_JOBS(&o.jobs,
+                     "N: worker processes for the runs (default 1; the same output on any N)"),
         {"no-variance", OPT_FLAG, &o.no_variance, 0, 0,
          "skip the Var(q·k) table (it depends only on --dk and --seed)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
