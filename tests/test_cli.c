@@ -1040,6 +1040,57 @@ START_TEST(test_an_option_has_one_limit_in_every_command)
 }
 END_TEST
 
+/* Runs `VAR=VALUE qkv ARGS` and checks the exit code and that the output
+ * is the one line `line` (for an error) or contains it. */
+static void expect_env(const char *var, const char *value, const char *args, int code,
+                       const char *line)
+{
+    char cmd[512], *out;
+    snprintf(cmd, sizeof cmd, "%s='%s' '%s' %s", var, value, QKV_BIN, args);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == code, "%s: exit %d, expected %d\n%.300s", cmd, rc, code, out);
+    if (code == 0)
+        ck_assert_msg(strstr(out, line) != NULL, "%s:\n%.300s", cmd, out);
+    else
+        ck_assert_msg(strcmp(out, line) == 0, "%s: not the one line\n%s\nbut\n%.300s", cmd, line,
+                      out);
+    free(out);
+}
+
+START_TEST(test_bad_environment_values_are_usage_errors)
+{
+    static const char *kernels[] = {"foo", "AVX2", "portabel", "avx2 "};
+    char want[256];
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        snprintf(
+            want, sizeof want,
+            "qkv: QKV_KERNELS: '%s' is not a kernel set this build and CPU have (auto, portable",
+            kernels[i]);
+        char *out;
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "QKV_KERNELS='%s' '%s' demo", kernels[i], QKV_BIN);
+        ck_assert_int_eq(sh(cmd, &out), 2);
+        ck_assert_msg(strncmp(out, want, strlen(want)) == 0 && strchr(out, '\n') != NULL &&
+                          strchr(out, '\n')[1] == '\0',
+                      "%s:\n%s", cmd, out);
+        free(out);
+    }
+    static const char *threads[] = {"abc", "0", "65", "2x", "+2", "-1"};
+    for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++) {
+        snprintf(want, sizeof want,
+                 "qkv: QKV_THREADS: '%s' is not a whole number of threads in [1, 64]\n",
+                 threads[i]);
+        expect_env("QKV_THREADS", threads[i], "demo", 2, want);
+    }
+    /* an empty value is the default, and good values work */
+    expect_env("QKV_KERNELS", "", "demo", 0, "自注意力输出");
+    expect_env("QKV_KERNELS", "portable", "demo", 0, "自注意力输出");
+    expect_env("QKV_KERNELS", "auto", "demo", 0, "自注意力输出");
+    expect_env("QKV_THREADS", "", "demo", 0, "自注意力输出");
+    expect_env("QKV_THREADS", "64", "demo", 0, "自注意力输出");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1074,6 +1125,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);
+    tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
     suite_add_tcase(s, tc);
     return s;
 }

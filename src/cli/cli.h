@@ -47,7 +47,7 @@ typedef struct cli_opt {
 #define CLI_MAX_CLIP 1e12
 #define CLI_MAX_INIT_STD 100
 #define CLI_MAX_SEEDS 32   /* --seeds: the runs repeated per setting */
-#define CLI_MAX_THREADS 64 /* qkv_threads_use's limit (runtime.h) */
+#define CLI_MAX_THREADS 64 /* qkv_threads_use's limit (runtime.h); QKV_THREADS too */
 #define CLI_MAX_JOBS 64
 
 #define CLI_OPT_STEPS(dst, help)                          \
