@@ -1091,6 +1091,27 @@ START_TEST(test_bad_environment_values_are_usage_errors)
 }
 END_TEST
 
+START_TEST(test_two_outputs_or_an_output_and_the_input_cannot_share_a_file)
+{
+    expect("train --quiet --steps 2 --save same.st --log same.st", 2,
+           "qkv: train: --log and --save name the same file, same.st: give two\n");
+    char path[160];
+    snprintf(path, sizeof path, "%s/same.st", tmp);
+    ck_assert_int_ne(access(path, F_OK), 0); /* refused before writing anything */
+    expect("train --quiet --steps 2 --save m.st --log ./m.st", 2, "name the same file");
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 2 --save m.st --log l.csv", &out), 0);
+    free(out);
+    ck_assert_int_eq(sh("ln -s m.st link.st", &out), 0);
+    free(out);
+    expect("train --quiet --steps 2 --save m.st --log link.st", 2, "name the same file");
+    /* resolve's --csv over its own model */
+    expect("resolve --model m.st --csv ./m.st \"小明是个运动达人，他平时很爱打篮球\"", 2,
+           "qkv: resolve: --csv would overwrite the model, ./m.st: give another file\n");
+    expect("resolve --model m.st \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → ");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1126,6 +1147,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);
     tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
+    tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
     suite_add_tcase(s, tc);
     return s;
 }

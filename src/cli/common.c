@@ -323,6 +323,37 @@ void cli_print_padded(FILE *out, const char *s, int width)
         fputc(' ', out);
 }
 
+/* The directory part of path into dir (len bytes) and a pointer to its
+ * last component: "a/b/c" gives "a/b" and "c", "c" gives "." and "c". */
+static const char *split_path(const char *path, char *dir, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL)
+        snprintf(dir, len, ".");
+    else if (slash == path)
+        snprintf(dir, len, "/");
+    else
+        snprintf(dir, len, "%.*s", (int)(slash - path), path);
+    return slash != NULL ? slash + 1 : path;
+}
+
+int cli_same_file(const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0)
+        return 1;
+    struct stat sa, sb;
+    int ea = stat(a, &sa), eb = stat(b, &sb);
+    if (ea == 0 && eb == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea == 0 || eb == 0)
+        return 0; /* one exists, the other does not */
+    /* neither exists yet: the same name in the same directory */
+    char da[4096], db[4096];
+    const char *na = split_path(a, da, sizeof da), *nb = split_path(b, db, sizeof db);
+    return *na != '\0' && strcmp(na, nb) == 0 && stat(da, &sa) == 0 && stat(db, &sb) == 0 &&
+           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err)
 {
     if (qkv_mkdirs_for(path, err) != QKV_OK)

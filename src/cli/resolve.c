@@ -79,6 +79,10 @@ int cmd_resolve(int argc, char **argv)
     if (npos != 1)
         return cli_usage_error("resolve",
                                "give one sentence, e.g. \"小明是个运动达人，他平时很爱打篮球\"");
+    if (csv != NULL && cli_same_file(csv, path != NULL ? path : CLI_DEFAULT_MODEL)) {
+        cli_fail("resolve: --csv would overwrite the model, %s: give another file", csv);
+        return CLI_USAGE;
+    }
     int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
     qkv_error err = qkv_error_none();
     if (qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err) != QKV_OK)

@@ -195,6 +195,10 @@ int cmd_train(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    if (cli_same_file(o.log, o.save)) {
+        cli_fail("train: --log and --save name the same file, %s: give two", o.save);
+        return CLI_USAGE;
+    }
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
     qkv_optim_kind kind;
