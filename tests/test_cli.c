@@ -1112,6 +1112,24 @@ START_TEST(test_two_outputs_or_an_output_and_the_input_cannot_share_a_file)
 }
 END_TEST
 
+START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
+{
+    expect("resolve -x", 2, "qkv: unknown option '-x'\nTry 'qkv resolve --help'.");
+    expect("resolve -x \"小明是个运动达人，他平时很爱打篮球\"", 2, "unknown option '-x'");
+    expect("demo -x", 2, "unknown option '-x'");
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 2 --save m.st --log l.csv", &out), 0);
+    free(out);
+    expect("resolve --model m.st -- \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → ");
+    /* after --, an argument starting with '-' is the sentence */
+    expect("resolve --model m.st -- \"-小明\"", 1, "unknown word \"-\" at character 0");
+    expect("resolve --model m.st -- -- \"他\"", 2, "unexpected argument '他'");
+    /* negative numbers are still softmax's vectors, with or without -- */
+    expect("softmax -1,2 -.5,1", 0, "z = [-.5,1]");
+    expect("softmax -- -1,2", 0, "z = [-1,2]");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1148,6 +1166,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);
     tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
     tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
+    tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -89,7 +89,9 @@ typedef struct cli_opt {
 
 /* Parses argv[1..] (argv[0] is the subcommand name). Positional arguments
  * are stored in pos (at most max_pos, count in *npos; pass NULL/0 to allow
- * none). Prints the usage and returns CLI_HELP for -h/--help; prints a
+ * none): those that do not start with '-', "-" itself, negative numbers
+ * such as "-1,2", and everything after "--"; any other "-x" is an unknown
+ * option. Prints the usage and returns CLI_HELP for -h/--help; prints a
  * one-line error and returns CLI_USAGE on a bad option; CLI_OK otherwise. */
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos);

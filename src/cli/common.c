@@ -168,19 +168,28 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
               const char *about, char **pos, int max_pos, int *npos)
 {
     const char *cmd = argv[0];
-    int np = 0;
+    int np = 0, options = 1; /* 0 after "--": the rest is positional */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        if (options && strcmp(a, "--") == 0) {
+            options = 0;
+            continue;
+        }
+        if (options && (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)) {
             print_help(cmd, opts, nopts, usage, about);
             return CLI_HELP;
         }
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+        /* a positional argument: after "--", without a leading '-', "-"
+         * alone, or a negative number ("-1,2,-0.5" for softmax) */
+        if (!options || a[0] != '-' || a[1] == '\0' || (a[1] >= '0' && a[1] <= '9') ||
+            (a[1] == '.' && a[2] >= '0' && a[2] <= '9')) {
             if (np >= max_pos)
                 return cli_usage_error(cmd, "unexpected argument '%s'", a);
             pos[np++] = argv[i];
             continue;
         }
+        if (a[1] != '-') /* -x: every option but -h is long */
+            return cli_usage_error(cmd, "unknown option '%s'", a);
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const cli_opt *o = NULL;

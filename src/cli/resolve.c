@@ -70,9 +70,10 @@ int cmd_resolve(int argc, char **argv)
         {"model", OPT_PATH, &path, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
         {"csv", OPT_PATH, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
     };
-    int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] \"句子\"",
+    int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] [--] \"句子\"",
                       "Shows where each pronoun (他, 她) in the sentence looks, and which\n"
-                      "person the model says it refers to.",
+                      "person the model says it refers to. After --, the next argument is\n"
+                      "the sentence even if it starts with '-'.",
                       text, 1, &npos);
     if (r != CLI_OK)
         return r;
