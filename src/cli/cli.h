@@ -50,42 +50,17 @@ typedef struct cli_opt {
 #define CLI_MAX_THREADS 64 /* qkv_threads_use's limit (runtime.h); QKV_THREADS too */
 #define CLI_MAX_JOBS 64
 
-#define CLI_OPT_STEPS(dst, help)                          \
-    {                                                     \
-        "steps", OPT_INT, (dst), 1, CLI_MAX_STEPS, (help) \
-    }
-#define CLI_OPT_EVERY(name, dst, help)                   \
-    {                                                    \
-        (name), OPT_INT, (dst), 1, CLI_MAX_STEPS, (help) \
-    }
-#define CLI_OPT_BATCH(dst, help)                          \
-    {                                                     \
-        "batch", OPT_INT, (dst), 1, CLI_MAX_BATCH, (help) \
-    }
-#define CLI_OPT_LR(dst, help)                                   \
-    {                                                           \
-        "lr", OPT_DOUBLE, (dst), CLI_MIN_LR, CLI_MAX_LR, (help) \
-    }
-#define CLI_OPT_CLIP(dst, help)                            \
-    {                                                      \
-        "clip", OPT_DOUBLE, (dst), 0, CLI_MAX_CLIP, (help) \
-    }
-#define CLI_OPT_INIT_STD(dst, help)                                \
-    {                                                              \
-        "init-std", OPT_DOUBLE, (dst), 0, CLI_MAX_INIT_STD, (help) \
-    }
-#define CLI_OPT_SEEDS(dst, help)                          \
-    {                                                     \
-        "seeds", OPT_INT, (dst), 1, CLI_MAX_SEEDS, (help) \
-    }
-#define CLI_OPT_THREADS(dst, help)                            \
-    {                                                         \
-        "threads", OPT_INT, (dst), 1, CLI_MAX_THREADS, (help) \
-    }
-#define CLI_OPT_JOBS(dst, help)                         \
-    {                                                   \
-        "jobs", OPT_INT, (dst), 1, CLI_MAX_JOBS, (help) \
-    }
+/* clang-format off */
+#define CLI_OPT_STEPS(dst, help) {"steps", OPT_INT, (dst), 1, CLI_MAX_STEPS, (help)}
+#define CLI_OPT_EVERY(name, dst, help) {(name), OPT_INT, (dst), 1, CLI_MAX_STEPS, (help)}
+#define CLI_OPT_BATCH(dst, help) {"batch", OPT_INT, (dst), 1, CLI_MAX_BATCH, (help)}
+#define CLI_OPT_LR(dst, help) {"lr", OPT_DOUBLE, (dst), CLI_MIN_LR, CLI_MAX_LR, (help)}
+#define CLI_OPT_CLIP(dst, help) {"clip", OPT_DOUBLE, (dst), 0, CLI_MAX_CLIP, (help)}
+#define CLI_OPT_INIT_STD(dst, help) {"init-std", OPT_DOUBLE, (dst), 0, CLI_MAX_INIT_STD, (help)}
+#define CLI_OPT_SEEDS(dst, help) {"seeds", OPT_INT, (dst), 1, CLI_MAX_SEEDS, (help)}
+#define CLI_OPT_THREADS(dst, help) {"threads", OPT_INT, (dst), 1, CLI_MAX_THREADS, (help)}
+#define CLI_OPT_JOBS(dst, help) {"jobs", OPT_INT, (dst), 1, CLI_MAX_JOBS, (help)}
+/* clang-format on */
 
 /* Parses argv[1..] (argv[0] is the subcommand name). Positional arguments
  * are stored in pos (at most max_pos, count in *npos; pass NULL/0 to allow
