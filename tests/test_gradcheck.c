@@ -2,6 +2,8 @@
  * test_gradcheck.c - every op's gradient against central finite
  * differences, and the checker itself catching a wrong gradient.
  */
+#include <string.h>
+
 #include "tests.h"
 
 START_TEST(test_builtin_gradcheck_passes)
@@ -11,8 +13,18 @@ START_TEST(test_builtin_gradcheck_passes)
     qkv_gradcheck_result res;
     ck_assert_int_eq(qkv_gradcheck_builtin(_i, &name, &res), QKV_OK);
     ck_assert_uint_gt(res.checked, 0);
+    const double tol = qkv_gradcheck_builtin_tol(_i);
     ck_assert_msg(res.passed, "%s: max rel err %.3e > tol %.1e (max abs %.3e)", name, res.max_rel,
-                  qkv_gradcheck_default_tol(), res.max_abs);
+                  tol, res.max_abs);
+    /* the tolerance it reports is the one it was judged at: the default,
+     * or in float32 the layers' 5e-2 (src/layers/checks.c), never looser */
+    ck_assert(res.max_rel <= tol);
+    if (sizeof(qkv_real) == sizeof(double) || strncmp(name, "layer: ", 7) != 0)
+        ck_assert(tol == qkv_gradcheck_default_tol());
+    else
+        ck_assert(tol == qkv_gradcheck_default_tol() || tol == 5e-2);
+    ck_assert(qkv_gradcheck_builtin_tol(-1) == 0);
+    ck_assert(qkv_gradcheck_builtin_tol(qkv_gradcheck_builtin_count()) == 0);
 }
 END_TEST
 

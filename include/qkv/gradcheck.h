@@ -52,6 +52,11 @@ void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n,
  * pointer to the check's static name. */
 int qkv_gradcheck_builtin_count(void);
 qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result *res);
+/* The tolerance check i is judged at in this build: the default, or in
+ * float32 a looser one for the layers, whose finite differences carry a
+ * larger truncation error (src/layers/checks.c says how much). 0 for an i
+ * out of range. */
+double qkv_gradcheck_builtin_tol(int i);
 
 #ifdef __cplusplus
 }

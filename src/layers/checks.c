@@ -669,6 +669,14 @@ int qkv_gradcheck_builtin_count(void)
     return N_CASES;
 }
 
+double qkv_gradcheck_builtin_tol(int i)
+{
+    if (i < 0 || i >= N_CASES)
+        return 0;
+    const double own = sizeof(qkv_real) == 4 ? cases[i].float_tol : 0;
+    return own > 0 ? own : qkv_gradcheck_default_tol();
+}
+
 qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result *res)
 {
     if (i < 0 || i >= N_CASES || res == NULL)
@@ -702,7 +710,7 @@ qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result 
         s = QKV_ERR_NOMEM;
     if (s == QKV_OK)
         s = qkv_gradcheck(t, readout_loss, &run, run.p, run.c->np, 0, 0,
-                          sizeof(qkv_real) == 4 ? run.c->float_tol : 0, res);
+                          qkv_gradcheck_builtin_tol(i), res);
     qkv_tape_free(t);
     for (int p = 0; p < run.c->np; p++)
         qkv_tensor_free(run.p[p]);
