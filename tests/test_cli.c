@@ -744,6 +744,22 @@ START_TEST(test_every_example_runs_to_its_result)
      * exactly as the trained one */
     expect_example("transformer", "reloaded from transformer.safetensors: the same predictions\n"
                                   "heap allocations in steps 2 to 800: 0");
+    /* its one argument is a path: --help is not taken for one, and
+     * another option is refused before any training (exit 2) */
+    char cmd[600], dir[512], *out;
+    snprintf(dir, sizeof dir, "%s", QKV_BIN);
+    *strrchr(dir, '/') = '\0';
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' --help", dir);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "usage: transformer [WEIGHTS]") != NULL, "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' --bogus", dir);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "usage: transformer") != NULL && strstr(out, "step") == NULL, "%s",
+                  out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s/--help", tmp); /* no file of that name was written */
+    ck_assert_int_ne(access(cmd, F_OK), 0);
 }
 END_TEST
 
