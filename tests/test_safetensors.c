@@ -402,6 +402,22 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
     ck_assert_str_eq(qkv_st_meta(st, "task"), "他 → \"小明\"\\");
     ck_assert_str_eq(qkv_st_meta(st, "tab"), "a\tb");
     qkv_st_close(st);
+    /* headers the reader would refuse are never written, and the good file
+     * stays: a repeated key, and a header over the cap */
+    const qkv_meta_entry twice[3] = {{"a", "1"}, {"b", "2"}, {"a", "3"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, twice, 3, &err), QKV_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "metadata 2 repeats the key of metadata 0"), "%s",
+                  err.message);
+    char *huge = malloc(QKV_SAFETENSORS_MAX_HEADER + 1);
+    memset(huge, 'x', QKV_SAFETENSORS_MAX_HEADER);
+    huge[QKV_SAFETENSORS_MAX_HEADER] = '\0';
+    const qkv_meta_entry big[1] = {{"big", huge}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, big, 1, &err), QKV_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "over the limit"), "%s", err.message);
+    free(huge);
+    ck_assert_ptr_nonnull(st = qkv_st_open(path, &err));
+    ck_assert_str_eq(qkv_st_meta(st, "tab"), "a\tb");
+    qkv_st_close(st);
     qkv_params_get(p, "b")->data[1] = INFINITY;
     ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_ERR_NUMERIC);
     ck_assert_msg(strstr(err.message, "b[1] = inf is not finite"), "%s", err.message);

@@ -152,6 +152,13 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
                                  "safetensors: metadata %d must be UTF-8 strings, its key not "
                                  "starting with qkv_",
                                  i);
+    for (int i = 1; i < n_meta; i++) /* the reader refuses a repeated key: never write one */
+        for (int j = 0; j < i; j++)
+            if (strcmp(meta[i].key, meta[j].key) == 0)
+                return qkv_error_set(err, QKV_ERR_ARG,
+                                     "safetensors: metadata %d repeats the key of metadata %d; "
+                                     "%s was left untouched",
+                                     i, j, path);
     for (int i = 0; i < qkv_params_count(p); i++) {
         const char *name;
         const qkv_tensor *t = qkv_params_at(p, i, &name);
@@ -196,6 +203,11 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
     qkv_status s = QKV_OK;
     if (h.bad) {
         s = qkv_error_set(err, QKV_ERR_NOMEM, "safetensors: out of memory for the header");
+    } else if (h.len > QKV_SAFETENSORS_MAX_HEADER) { /* which the reader would refuse */
+        s = qkv_error_set(err, QKV_ERR_ARG,
+                          "safetensors: a header of %zu bytes is over the limit of %u; %s was "
+                          "left untouched",
+                          h.len, QKV_SAFETENSORS_MAX_HEADER, path);
     } else {
         writer w = {p, &h};
         s = qkv_save_atomic(path, write_file, &w, err);
