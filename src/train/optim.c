@@ -264,9 +264,13 @@ const double *qkv_optim_state(const qkv_optim *o, int i, int which, size_t *n)
 double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, double lr_min)
 {
     const double pi = 3.14159265358979323846;
+    if (step < 0) /* before the first step: the first step's rate, never below 0 */
+        step = 0;
+    if (step >= total) /* lr_min from total on, even inside a warm-up longer than the run */
+        return lr_min;
     if (step < warmup) /* linear from lr_max/warmup at step 0 up to lr_max */
         return lr_max * (double)(step + 1) / (double)warmup;
-    if (step >= total || total <= warmup)
+    if (total <= warmup)
         return lr_min;
     double progress = (double)(step - warmup) / (double)(total - warmup);
     return lr_min + 0.5 * (lr_max - lr_min) * (1 + cos(pi * progress));
