@@ -270,8 +270,7 @@ double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, d
         return lr_min;
     if (step < warmup) /* linear from lr_max/warmup at step 0 up to lr_max */
         return lr_max * (double)(step + 1) / (double)warmup;
-    if (total <= warmup)
-        return lr_min;
+    /* warmup <= step < total here, so total - warmup > 0 */
     double progress = (double)(step - warmup) / (double)(total - warmup);
     return lr_min + 0.5 * (lr_max - lr_min) * (1 + cos(pi * progress));
 }
