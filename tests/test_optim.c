@@ -124,7 +124,11 @@ START_TEST(test_bad_configs_are_refused)
     qkv_tensor *p = param((const double[]){1}, (const double[]){0}, 1);
     qkv_tensor *nograd = tensor_of(1, (const int[]){1}, NULL, 0);
     qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
-    c.lr = 0;
+    c.lr = -0.1;
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, NULL));
+    c.lr = NAN;
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, NULL));
+    c.lr = INFINITY;
     ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, NULL));
     c = qkv_optim_defaults(QKV_SGD);
     ck_assert_ptr_null(qkv_optim_new(&c, &nograd, 1, NULL));
@@ -143,6 +147,31 @@ END_TEST
 /* The Adam kernel on every kernel set against the formula written out
  * here, over 37 weights (whole vectors and a tail), for three steps with
  * L2 decay: IEEE arithmetic in the same order gives the same bits. */
+/* A rate of 0 is a valid config, as in PyTorch and qkv_optim_set_lr: each
+ * kind's step leaves the parameters where they were (AdamW's decay is
+ * lr·wd, so 0 too), and the rate can be raised later. */
+START_TEST(test_zero_learning_rate_is_a_frozen_step)
+{
+    const qkv_optim_kind kinds[3] = {QKV_SGD, QKV_ADAM, QKV_ADAMW};
+    for (int k = 0; k < 3; k++) {
+        qkv_tensor *p = param((const double[]){1, -2}, (const double[]){0.5, 3}, 2);
+        qkv_optim_config c = qkv_optim_defaults(kinds[k]);
+        c.lr = 0;
+        c.weight_decay = 0.1;
+        qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+        ASSERT_NEAR(p->data[0], 1, 0);
+        ASSERT_NEAR(p->data[1], -2, 0);
+        ck_assert_int_eq(qkv_optim_set_lr(o, 0.5), QKV_OK);
+        ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+        ck_assert(p->data[0] < 1);
+        qkv_optim_free(o);
+        qkv_tensor_free(p);
+    }
+}
+END_TEST
+
 START_TEST(test_adam_kernel_is_the_formula_on_every_path)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
@@ -201,6 +230,7 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_clip_by_global_norm);
     tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
     tcase_add_test(tc, test_bad_configs_are_refused);
+    tcase_add_test(tc, test_zero_learning_rate_is_a_frozen_step);
     tcase_add_test(tc, test_adam_kernel_is_the_formula_on_every_path);
     tcase_add_test(tc, test_sum_squares_exact_on_integers);
     suite_add_tcase(s, tc);

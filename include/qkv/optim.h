@@ -18,7 +18,7 @@ typedef enum qkv_optim_kind { QKV_SGD, QKV_ADAM, QKV_ADAMW } qkv_optim_kind;
 
 typedef struct qkv_optim_config {
     qkv_optim_kind kind;
-    double lr;
+    double lr;           /* finite, >= 0 (0 moves nothing, as in PyTorch) */
     double momentum;     /* SGD: v = μ·v + g; p -= lr·v (0 = plain SGD) */
     double beta1, beta2; /* Adam(W) moment decay, e.g. 0.9 and 0.999 */
     double eps;          /* Adam(W) denominator guard, e.g. 1e-8 */

@@ -50,8 +50,8 @@ static const char *bad_config(const qkv_optim_config *c)
 {
     if (c->kind != QKV_SGD && c->kind != QKV_ADAM && c->kind != QKV_ADAMW)
         return "unknown optimizer kind";
-    if (!(c->lr > 0) || !isfinite(c->lr))
-        return "the learning rate must be a positive finite number";
+    if (!(c->lr >= 0) || !isfinite(c->lr)) /* 0, as in PyTorch and set_lr, is a frozen run */
+        return "the learning rate must be a finite number >= 0";
     if (!(c->momentum >= 0 && c->momentum < 1))
         return "momentum must be in [0, 1)";
     if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
