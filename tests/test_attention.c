@@ -457,6 +457,70 @@ START_TEST(test_attention_nan_score_as_unfused)
 }
 END_TEST
 
+/* The loss of the parts test: Σ w⊙(the scores or the weights) of one of
+ * the three forms, the output itself unused. */
+typedef struct parts_ctx {
+    qkv_tensor *x, *y, *z, *w; /* q, k, v; or x [B,T,3D]; or the tables */
+    int form, weights;         /* plain, heads, embedded; scores or weights */
+} parts_ctx;
+
+static qkv_tensor *parts_loss(qkv_tape *t, void *p)
+{
+    parts_ctx *c = p;
+    static const int ids[6] = {0, 2, 1, 3, 3, 0};
+    qkv_attention_parts parts;
+    if (c->form == 0)
+        qkv_attention(t, c->x, c->y, c->z, NULL, 0.6, &parts);
+    else if (c->form == 1)
+        qkv_attention_heads(t, c->x, 2, NULL, 0.6, &parts);
+    else
+        qkv_embed_attention(t, c->x, c->y, c->z, ids, 2, 3, NULL, 0.6, &parts);
+    qkv_tensor *s = c->weights ? parts.attn : parts.scores;
+    return qkv_sum(t, qkv_mul(t, qkv_reshape(t, s, 1, (const int[]){-1}), c->w));
+}
+
+/* A loss that reaches attention only through its scores or its weights
+ * still reaches Q and K (backward skips a node only when none of its
+ * outputs has a gradient): finite differences judge it in each form. */
+START_TEST(test_attention_gradients_flow_from_the_parts_alone)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 31);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    for (int form = 0; form < 3; form++) {
+        parts_ctx c = {0};
+        c.form = form;
+        int n_w = 2 * 3 * 3; /* [2,3,3] scores, or [2,2,3,3] with two heads */
+        if (form == 0) {
+            c.x = random_tensor(&g, 3, (const int[]){2, 3, 2}, 1);
+            c.y = random_tensor(&g, 3, (const int[]){2, 3, 2}, 1);
+            c.z = random_tensor(&g, 3, (const int[]){2, 3, 2}, 1);
+        } else if (form == 1) {
+            c.x = random_tensor(&g, 3, (const int[]){2, 3, 12}, 1);
+            n_w *= 2;
+        } else {
+            c.x = random_tensor(&g, 2, (const int[]){4, 2}, 1);
+            c.y = random_tensor(&g, 2, (const int[]){4, 2}, 1);
+            c.z = random_tensor(&g, 2, (const int[]){4, 2}, 1);
+        }
+        c.w = random_tensor(&g, 1, (const int[]){n_w}, 0);
+        qkv_tensor *params[2] = {c.x, c.y};
+        for (c.weights = 0; c.weights < 2; c.weights++) {
+            qkv_gradcheck_result res;
+            ck_assert_int_eq(
+                qkv_gradcheck(t, parts_loss, &c, params, form == 1 ? 1 : 2, 0, 0, 0, &res), QKV_OK);
+            ck_assert_msg(res.passed && res.max_abs > 0, "form %d, %s: max rel %g", form,
+                          c.weights ? "weights" : "scores", res.max_rel);
+        }
+        qkv_tensor_free(c.x);
+        qkv_tensor_free(c.y);
+        qkv_tensor_free(c.z);
+        qkv_tensor_free(c.w);
+    }
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_attention_errors_name_the_shapes)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -788,6 +852,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
+    tcase_add_test(tc, test_attention_gradients_flow_from_the_parts_alone);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);
     tcase_add_test(tc, test_attention_online_within_its_bound);
     tcase_add_test(tc, test_attention_online_same_on_any_thread_count);

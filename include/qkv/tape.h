@@ -192,6 +192,17 @@ struct qkv_node {
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in);
 
+/* For an op with more than one output (attention's weights beside its
+ * result): records that extra, made by the node whose output is main, is
+ * another of its outputs. Call it after recording that node. Backward
+ * skips a node that no gradient reaches, judged by its output alone; with
+ * this link, a gradient that reaches extra reaches main's node too (its
+ * backward then finds main's gradient zero-filled or holding its sum). The
+ * link counts in qkv_tape_nodes but adds no step to the critical path.
+ * Returns the link's node, or NULL after recording an error (no tape, out
+ * of memory, or an extra or main without a gradient). */
+qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *main);
+
 #ifdef __cplusplus
 }
 #endif

@@ -243,6 +243,27 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
     return n;
 }
 
+/* A link from an extra output to its node's output (qkv_tape_record_output):
+ * backward has readied its input, main's gradient, when it runs; nothing
+ * else is left to do. */
+static void output_backward(const qkv_node *n)
+{
+    (void)n;
+}
+
+static const qkv_op_def op_output = {"output", output_backward, 0};
+
+qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *main)
+{
+    if (t == NULL)
+        return NULL;
+    if (extra == NULL || main == NULL || extra->grad == NULL || main->grad == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "tape: an extra output and its node's output need gradients");
+        return NULL;
+    }
+    return qkv_tape_record(t, &op_output, extra, 1, &main);
+}
+
 /* Checks that backward may start from y (n values of seed); records why
  * not. */
 static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y, size_t n)
@@ -408,7 +429,8 @@ qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length)
     size_t k = t->n_nodes;
     for (const qkv_node *n = t->last; n != NULL; n = n->prev)
         order[--k] = n;
-    /* in recording order, each node one deeper than its deepest input */
+    /* in recording order, each node one deeper than its deepest input (a
+     * link to an extra output as deep as its node) */
     for (size_t i = 0; i < t->n_nodes; i++) {
         const qkv_node *n = order[i];
         size_t d = 0;
@@ -423,8 +445,10 @@ qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length)
         while (table[s].key != NULL && table[s].key != n->out->data)
             s = (s + 1) & (cap - 1);
         table[s].key = n->out->data;
-        table[s].depth = d + 1;
-        *length = d + 1 > *length ? d + 1 : *length;
+        if (n->op != &op_output)
+            d++;
+        table[s].depth = d;
+        *length = d > *length ? d : *length;
     }
     free(order);
     free(table);

@@ -373,6 +373,12 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         return qkv_nil();
     node->constant = r->mask;
     node->state = r;
+    /* a gradient that reaches only the scores or the weights reaches the
+     * node too */
+    if (!r->online && r->scores->grad != NULL &&
+        (qkv_tape_record_output(t, r->scores, out) == NULL ||
+         qkv_tape_record_output(t, r->attn, out) == NULL))
+        return qkv_nil();
     return out;
 }
 
