@@ -431,6 +431,17 @@ START_TEST(test_critical_path_counts_the_longest_chain)
     qkv_tensor *r = qkv_tanh(t, qkv_reshape(t, qkv_tanh(t, x), 2, (const int[]){1, 2}));
     qkv_tanh(t, qkv_reshape(t, r, 1, (const int[]){2}));
     ck_assert_uint_eq(critical_path(t), 3);
+    /* attention's weights come from its node (the link to them, a node of
+     * its own, adds no step): attention, then tanh and sum of the weights
+     * is a chain of 3; attention, sum of its output is 2 */
+    qkv_tape_reset(t);
+    qkv_tensor *q = qkv_reshape(t, x, 2, (const int[]){2, 1});
+    qkv_attention_parts parts;
+    qkv_tensor *o = qkv_attention(t, q, q, q, NULL, 1, &parts);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 3); /* the node and its two links */
+    qkv_sum(t, qkv_tanh(t, parts.attn));
+    qkv_sum(t, o);
+    ck_assert_uint_eq(critical_path(t), 3);
     /* recording off: no nodes, so no path */
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);
