@@ -1115,6 +1115,12 @@ START_TEST(test_two_outputs_or_an_output_and_the_input_cannot_share_a_file)
     snprintf(path, sizeof path, "%s/same.st", tmp);
     ck_assert_int_ne(access(path, F_OK), 0); /* refused before writing anything */
     expect("train --quiet --steps 2 --save m.st --log ./m.st", 2, "name the same file");
+    /* through directories that do not exist yet, which train would make */
+    expect("train --quiet --steps 2 --save sub/../m2.st --log m2.st", 2, "name the same file");
+    expect("train --quiet --steps 2 --save new/m.st --log new/./x/../m.st", 2,
+           "name the same file");
+    snprintf(path, sizeof path, "%s/sub", tmp);
+    ck_assert_int_ne(access(path, F_OK), 0);
     char *out;
     ck_assert_int_eq(run("train --quiet --steps 2 --save m.st --log l.csv", &out), 0);
     free(out);

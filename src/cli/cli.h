@@ -161,9 +161,10 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
 
 /* 1 if paths a and b name the same file: the same string, the same file
- * (device and inode) when both exist, or the same name in the same
- * directory when neither exists yet; else 0. For refusing to write two
- * outputs, or an output over an input, to one file. */
+ * (device and inode) when both exist, or otherwise the same path once the
+ * directories on their way are made ("sub/../x" is "x" even before sub
+ * exists; links in the part that exists followed); else 0. For refusing
+ * to write two outputs, or an output over an input, to one file. */
 int cli_same_file(const char *a, const char *b);
 
 /* Closes a file that was written: -1 if any write to it failed (ferror)

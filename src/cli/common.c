@@ -2,6 +2,7 @@
  * common.c - option parsing, errors and the progress bar for every
  * subcommand.
  */
+#define _XOPEN_SOURCE 700 /* realpath: POSIX, though XSI */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -332,18 +333,42 @@ void cli_print_padded(FILE *out, const char *s, int width)
         fputc(' ', out);
 }
 
-/* The directory part of path into dir (len bytes) and a pointer to its
- * last component: "a/b/c" gives "a/b" and "c", "c" gives "." and "c". */
-static const char *split_path(const char *path, char *dir, size_t len)
+/* path as the file it will be once the directories on its way exist, in
+ * out (len bytes): the part that exists resolved by realpath (symbolic
+ * links and ".." followed), the rest appended a component at a time, a
+ * ".." there dropping the component before it (a directory still to be
+ * made, or one already resolved). Returns 0, or -1 if it does not fit or
+ * the working directory cannot be resolved. */
+static int resolved_path(const char *path, char *out, size_t len)
 {
-    const char *slash = strrchr(path, '/');
-    if (slash == NULL)
-        snprintf(dir, len, ".");
-    else if (slash == path)
-        snprintf(dir, len, "/");
-    else
-        snprintf(dir, len, "%.*s", (int)(slash - path), path);
-    return slash != NULL ? slash + 1 : path;
+    char *base = realpath(path[0] == '/' ? "/" : ".", NULL);
+    if (base == NULL)
+        return -1;
+    int n = snprintf(out, len, "%s", strcmp(base, "/") == 0 ? "" : base);
+    free(base);
+    int exists = 1;
+    for (const char *p = path; n >= 0 && (size_t)n < len && *p != '\0';) {
+        size_t k = strcspn(p, "/");
+        if ((k == 1 && p[0] == '.') || k == 0) {
+            /* "." or an empty component: no step */
+        } else if (k == 2 && p[0] == '.' && p[1] == '.' && !exists) {
+            char *slash = strrchr(out, '/');
+            n = (int)(slash != NULL ? slash - out : 0);
+            out[n] = '\0';
+        } else {
+            n += snprintf(out + n, len - (size_t)n, "/%.*s", (int)k, p);
+            if (exists && (size_t)n < len) {
+                char *real = realpath(out, NULL);
+                if (real != NULL)
+                    n = snprintf(out, len, "%s", strcmp(real, "/") == 0 ? "" : real);
+                else
+                    exists = 0;
+                free(real);
+            }
+        }
+        p += k + (p[k] == '/');
+    }
+    return n >= 0 && (size_t)n < len ? 0 : -1;
 }
 
 int cli_same_file(const char *a, const char *b)
@@ -351,16 +376,12 @@ int cli_same_file(const char *a, const char *b)
     if (strcmp(a, b) == 0)
         return 1;
     struct stat sa, sb;
-    int ea = stat(a, &sa), eb = stat(b, &sb);
-    if (ea == 0 && eb == 0)
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
         return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    if (ea == 0 || eb == 0)
-        return 0; /* one exists, the other does not */
-    /* neither exists yet: the same name in the same directory */
-    char da[4096], db[4096];
-    const char *na = split_path(a, da, sizeof da), *nb = split_path(b, db, sizeof db);
-    return *na != '\0' && strcmp(na, nb) == 0 && stat(da, &sa) == 0 && stat(db, &sb) == 0 &&
-           sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    /* one or both not there yet: the same path once the directories are made */
+    char ra[4096], rb[4096];
+    return resolved_path(a, ra, sizeof ra) == 0 && resolved_path(b, rb, sizeof rb) == 0 &&
+           strcmp(ra, rb) == 0;
 }
 
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err)
