@@ -391,6 +391,28 @@ START_TEST(test_backward_from_a_view_of_a_parameter_is_refused)
 }
 END_TEST
 
+/* A loss recorded on another tape is not one this tape can backpropagate
+ * from: its nodes are elsewhere, so the parameters would get nothing. */
+START_TEST(test_backward_from_another_tapes_loss_is_refused)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL), *u = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    qkv_tensor *l = qkv_sum(u, qkv_mul(u, w, w));
+    ck_assert_int_eq(qkv_backward(t, l), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "made on this tape"));
+    qkv_tape_reset(t);
+    const qkv_real dy[1] = {1};
+    ck_assert_int_eq(qkv_backward_from(t, l, dy, 1), QKV_ERR_ARG);
+    /* the tape that made it still can */
+    ck_assert_int_eq(qkv_backward(u, l), QKV_OK);
+    ASSERT_NEAR(w->grad[0], 2, 0);
+    ASSERT_NEAR(w->grad[1], 4, 0);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+    qkv_tape_free(u);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -474,6 +496,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);
+    tcase_add_test(tc, test_backward_from_another_tapes_loss_is_refused);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

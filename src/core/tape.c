@@ -264,6 +264,18 @@ qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *mai
     return qkv_tape_record(t, &op_output, extra, 1, &main);
 }
 
+/* Nonzero if p points into one of t's arena blocks. */
+static int in_arena(const qkv_tape *t, const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < t->n_blocks; i++) {
+        const uintptr_t lo = (uintptr_t)t->block[i];
+        if (a >= lo && a - lo < t->block_cap[i])
+            return 1;
+    }
+    return 0;
+}
+
 /* Checks that backward may start from y (n values of seed); records why
  * not. */
 static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y, size_t n)
@@ -280,6 +292,9 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
                              "%s: the tensor is a view of one not made on this tape (a "
                              "parameter?); its gradient would be overwritten, not added to",
                              name);
+    if (!in_arena(t, y->grad)) /* its nodes, if any, are on that tape */
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "%s: the tensor must be made on this tape, not another one", name);
     if (y->numel != n) {
         char sy[64];
         qkv_shape_str(y, sy, sizeof sy);
