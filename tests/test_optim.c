@@ -133,6 +133,14 @@ START_TEST(test_bad_configs_are_refused)
     c = qkv_optim_defaults(QKV_SGD);
     ck_assert_ptr_null(qkv_optim_new(&c, &nograd, 1, NULL));
     ck_assert_ptr_null(qkv_optim_new(&c, &p, 0, NULL));
+    /* an infinite decay would step a finite weight to inf and call it OK */
+    for (int which = 0; which < 3; which++) {
+        c = qkv_optim_defaults(which == 1 ? QKV_SGD : QKV_ADAMW);
+        *(which == 0 ? &c.eps : which == 1 ? &c.weight_decay : &c.clip) = INFINITY;
+        qkv_error err = qkv_error_none();
+        ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, &err));
+        ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    }
     qkv_optim_kind k;
     ck_assert_int_eq(qkv_optim_parse("adamw", &k), 0);
     ck_assert_int_eq(k, QKV_ADAMW);

@@ -56,8 +56,9 @@ static const char *bad_config(const qkv_optim_config *c)
         return "momentum must be in [0, 1)";
     if (!(c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1))
         return "beta1 and beta2 must be in [0, 1)";
-    if (!(c->eps >= 0) || !(c->weight_decay >= 0) || !(c->clip >= 0))
-        return "eps, weight decay and clip must be >= 0";
+    if (!(c->eps >= 0) || !(c->weight_decay >= 0) || !(c->clip >= 0) || !isfinite(c->eps) ||
+        !isfinite(c->weight_decay) || !isfinite(c->clip))
+        return "eps, weight decay and clip must be finite and >= 0";
     return NULL;
 }
 
