@@ -143,6 +143,13 @@ START_TEST(test_initialisers_draw_one_stream_and_refuse_bad_ranges)
     ck_assert_ptr_nonnull(strstr(err.message, "standard deviation"));
     ck_assert(qkv_tensor_is_nil(
         qkv_params_add(p, "e", 1, (const int[]){1}, (qkv_init){(qkv_init_kind)99, 0, 0}, &err)));
+    /* a constant that is not a number, which the first save would refuse */
+    err = qkv_error_none();
+    ck_assert(qkv_tensor_is_nil(
+        qkv_params_add(p, "f", 1, (const int[]){1}, (qkv_init){QKV_INIT_CONST, NAN, 0}, &err)));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "g", 1, (const int[]){1},
+                                               (qkv_init){QKV_INIT_CONST, -INFINITY, 0}, &err)));
     ck_assert_int_eq(qkv_params_count(p), 2);
     qkv_params_free(p);
 }

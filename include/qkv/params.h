@@ -100,7 +100,8 @@ qkv_rng *qkv_params_rng(qkv_params *p);
 
 /* Fills t by init from g, with fans taken from t's shape (see above).
  * QKV_ERR_ARG for an init whose numbers make no sense (a negative
- * standard deviation, an empty uniform range). */
+ * standard deviation, an empty uniform range, a number that is not
+ * finite). */
 qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *err);
 
 /* An optimizer over every parameter of the list, with each parameter's

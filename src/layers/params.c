@@ -74,6 +74,8 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
     case QKV_INIT_ONES:
     case QKV_INIT_CONST: {
         const double v = init.kind == QKV_INIT_ZEROS ? 0 : init.kind == QKV_INIT_ONES ? 1 : init.a;
+        if (!isfinite(v))
+            return qkv_error_set(err, QKV_ERR_ARG, "init: the constant %g is not finite", v);
         for (size_t i = 0; i < t->numel; i++)
             t->data[i] = (qkv_real)v;
         return QKV_OK;
