@@ -286,6 +286,32 @@ START_TEST(test_tape_tensor_and_alloc)
 }
 END_TEST
 
+/* A node's output must have a gradient (backward would hand the op's
+ * backward a NULL dL/dout), and n_in inputs need an array to copy. */
+static void noop_backward(const qkv_node *n)
+{
+    n->out->grad[0] += 0;
+}
+
+START_TEST(test_record_refuses_an_output_without_gradient_and_no_inputs)
+{
+    static const qkv_op_def noop = {"noop", noop_backward, 0};
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){1}, NULL, 1);
+    qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){1}, 0);
+    ck_assert_ptr_null(qkv_tape_record(t, &noop, y, 1, &x));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "noop"));
+    qkv_tape_reset(t);
+    y = qkv_tape_tensor(t, 1, (const int[]){1}, 1);
+    ck_assert_ptr_null(qkv_tape_record(t, &noop, y, 1, NULL));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
 {
     qkv_tensor *x = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
@@ -493,6 +519,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_shape_mismatch_is_sticky_and_named);
     tcase_add_test(tc, test_nil_input_is_an_error_not_a_crash);
     tcase_add_test(tc, test_tape_tensor_and_alloc);
+    tcase_add_test(tc, test_record_refuses_an_output_without_gradient_and_no_inputs);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);

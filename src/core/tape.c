@@ -223,9 +223,15 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in)
 {
-    if (t == NULL || op == NULL || n_in < 0 || n_in > QKV_NODE_MAX_INPUTS) {
+    if (t == NULL || op == NULL || n_in < 0 || n_in > QKV_NODE_MAX_INPUTS ||
+        (n_in > 0 && in == NULL)) {
         qkv_tape_fail(t, QKV_ERR_ARG, "tape: a node needs an op and 0 to %d inputs",
                       QKV_NODE_MAX_INPUTS);
+        return NULL;
+    }
+    if (qkv_tensor_is_nil(out) || out->grad == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: a node's output must have a gradient",
+                      op->name != NULL ? op->name : "tape");
         return NULL;
     }
     qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
