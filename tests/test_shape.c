@@ -121,6 +121,9 @@ START_TEST(test_concat_and_slice_by_hand)
     ck_assert_str_eq(qkv_tape_error(t),
                      "concat: [2,2] and [1,2] (input 1): all sizes but dimension 1 must agree");
     qkv_tape_reset(t);
+    ck_assert(qkv_concat(t, 1, NULL, 0) == qkv_nil()); /* n is fine, the array is missing */
+    ck_assert_str_eq(qkv_tape_error(t), "concat: no array of tensors (NULL)");
+    qkv_tape_reset(t);
     ck_assert(qkv_slice(t, a, 0, 1, 2) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "slice: [2,2]: [1, 1 + 2) is not a non-empty range "
                                         "within [0, 2) of dimension 0");

@@ -209,7 +209,11 @@ qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
 {
     if (t == NULL || qkv_tape_status(t) != QKV_OK)
         return qkv_nil();
-    if (n < 1 || n > QKV_CONCAT_MAX || xs == NULL) {
+    if (xs == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "concat: no array of tensors (NULL)");
+        return qkv_nil();
+    }
+    if (n < 1 || n > QKV_CONCAT_MAX) {
         qkv_tape_fail(t, QKV_ERR_ARG, "concat: needs 1 to %d tensors, got %d", QKV_CONCAT_MAX, n);
         return qkv_nil();
     }
