@@ -3,6 +3,9 @@
  * values in tests/data/rng_golden.h come from scripts/golden.py run under
  * python3; equality is exact (the doubles are stored in hex).
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "tests.h"
 #include "data/rng_golden.h"
 
@@ -62,6 +65,26 @@ START_TEST(test_shuffle_matches_cpython)
     qkv_rng_shuffle(&g, deck, 100, sizeof deck[0]);
     for (int i = 0; i < 100; i++)
         ck_assert_int_eq(deck[i], (int)golden_shuffle_11[i]);
+    /* items of any size: 100-byte cards, each its index and a fill of
+     * bytes, land in the same order, whole */
+    typedef struct card {
+        int id;
+        unsigned char fill[96];
+    } card;
+    card *cards = malloc(sizeof *cards * 100);
+    ck_assert_ptr_nonnull(cards);
+    for (int i = 0; i < 100; i++) {
+        cards[i].id = i;
+        memset(cards[i].fill, i, sizeof cards[i].fill);
+    }
+    qkv_rng_seed(&g, 11);
+    qkv_rng_shuffle(&g, cards, 100, sizeof cards[0]);
+    for (int i = 0; i < 100; i++) {
+        ck_assert_int_eq(cards[i].id, (int)golden_shuffle_11[i]);
+        for (size_t b = 0; b < sizeof cards[i].fill; b++)
+            ck_assert_int_eq(cards[i].fill[b], cards[i].id);
+    }
+    free(cards);
 }
 END_TEST
 

@@ -43,8 +43,8 @@ uint32_t qkv_rng_getrandbits(qkv_rng *r, int k);
  * on getrandbits(bit_length(n)). Returns 0 for n = 0. */
 uint32_t qkv_rng_below(qkv_rng *r, uint64_t n);
 
-/* random.shuffle(x) for an array of n items of `size` bytes each (size at
- * most 64). */
+/* random.shuffle(x) for an array of n < 2^32 items of `size` bytes each
+ * (any size). */
 void qkv_rng_shuffle(qkv_rng *r, void *base, size_t n, size_t size);
 
 /* random.choice(range(n)): an index in [0, n). */

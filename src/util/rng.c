@@ -128,16 +128,27 @@ uint32_t qkv_rng_below(qkv_rng *r, uint64_t n)
     return v;
 }
 
+/* Swaps the size bytes at a and b, 64 at a time. */
+static void swap_bytes(unsigned char *a, unsigned char *b, size_t size)
+{
+    unsigned char tmp[64];
+    for (size_t o = 0; o < size; o += sizeof tmp) {
+        size_t k = size - o < sizeof tmp ? size - o : sizeof tmp;
+        memcpy(tmp, a + o, k);
+        memcpy(a + o, b + o, k);
+        memcpy(b + o, tmp, k);
+    }
+}
+
 void qkv_rng_shuffle(qkv_rng *r, void *base, size_t n, size_t size)
 {
-    unsigned char tmp[64], *p = base;
-    if (size > sizeof tmp || n < 2)
+    unsigned char *p = base;
+    if (p == NULL || size == 0 || n < 2)
         return;
     for (size_t i = n - 1; i > 0; i--) {
         size_t j = qkv_rng_below(r, (uint64_t)i + 1);
-        memcpy(tmp, p + i * size, size);
-        memcpy(p + i * size, p + j * size, size);
-        memcpy(p + j * size, tmp, size);
+        if (j != i)
+            swap_bytes(p + i * size, p + j * size, size);
     }
 }
 
