@@ -263,6 +263,9 @@ START_TEST(test_warmup_then_cosine)
     ASSERT_NEAR(qkv_lr_warmup_cosine(500, 10, 110, 1, 0.1), 0.1, 1e-15);
     /* no warm-up */
     ASSERT_NEAR(qkv_lr_warmup_cosine(0, 0, 100, 2, 0), 2, 1e-15);
+    /* a negative warm-up is none (not a decay already under way) */
+    ASSERT_NEAR(qkv_lr_warmup_cosine(0, -5, 100, 2, 0), 2, 1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(50, -5, 100, 2, 0), 1, 1e-15);
     /* a warm-up longer than the run: lr_min from total on, as documented */
     ASSERT_NEAR(qkv_lr_warmup_cosine(3, 10, 5, 1, 0.1), 0.4, 1e-15);
     ASSERT_NEAR(qkv_lr_warmup_cosine(7, 10, 5, 1, 0.1), 0.1, 1e-15);

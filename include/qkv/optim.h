@@ -84,7 +84,8 @@ const double *qkv_optim_state(const qkv_optim *o, int i, int which, size_t *n);
  * steps, from lr_max/warmup up to lr_max, followed by a cosine decay to
  * lr_min at step total: lr_min + (lr_max - lr_min)·(1 + cos(π·p))/2 with
  * p = (step - warmup)/(total - warmup); lr_min from total on, even when
- * the warm-up is longer than total. A step below 0 counts as step 0. */
+ * the warm-up is longer than total. A step below 0 counts as step 0, a
+ * warm-up below 0 as none. */
 double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, double lr_min);
 
 /* Parses "sgd", "adam" or "adamw"; returns 0 and sets *kind, or -1. */

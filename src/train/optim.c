@@ -267,6 +267,8 @@ double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, d
     const double pi = 3.14159265358979323846;
     if (step < 0) /* before the first step: the first step's rate, never below 0 */
         step = 0;
+    if (warmup < 0) /* none */
+        warmup = 0;
     if (step >= total) /* lr_min from total on, even inside a warm-up longer than the run */
         return lr_min;
     if (step < warmup) /* linear from lr_max/warmup at step 0 up to lr_max */
