@@ -624,6 +624,12 @@ START_TEST(test_layers_refuse_bad_shapes)
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_OK);
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_ERR_ARG); /* names taken */
     ck_assert_ptr_nonnull(strstr(err.message, "already in the list"));
+    /* a NULL layer or list is named as such, not as a bad size or name */
+    qkv_linear lin;
+    ck_assert_int_eq(qkv_linear_init(NULL, p, "l", 2, 3, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "linear: no layer to initialise (NULL)");
+    ck_assert_int_eq(qkv_linear_init(&lin, NULL, "l", 2, 3, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "params: no parameter list (NULL)");
     qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
     qkv_tensor *pad = qkv_tape_tensor(t, 2, (const int[]){3, 2}, 0);

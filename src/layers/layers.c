@@ -44,7 +44,9 @@ qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, 
 qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int in, int out,
                            int bias, qkv_error *err)
 {
-    if (l == NULL || in < 1 || out < 1)
+    if (l == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "linear: no layer to initialise (NULL)");
+    if (in < 1 || out < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "linear: in and out must be at least 1");
     memset(l, 0, sizeof *l);
     l->in = in;
@@ -70,7 +72,9 @@ qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x)
 qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefix, int n, int d,
                               qkv_error *err)
 {
-    if (e == NULL || n < 1 || d < 1)
+    if (e == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "embedding: no layer to initialise (NULL)");
+    if (n < 1 || d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "embedding: n and d must be at least 1");
     return qkv_layer_param(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
                            (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
@@ -88,7 +92,9 @@ qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int
 
 qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, qkv_error *err)
 {
-    if (n == NULL || d < 1)
+    if (n == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "norm: no layer to initialise (NULL)");
+    if (d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "norm: d must be at least 1");
     n->eps = 1e-5;
     qkv_status s = qkv_layer_param(&n->gamma, p, prefix, "weight", 1, (const int[]){d},
@@ -111,7 +117,9 @@ qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x)
 qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_model, int heads,
                         int causal, qkv_error *err)
 {
-    if (m == NULL || d_model < 1 || heads < 1 || d_model % heads != 0)
+    if (m == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "mha: no layer to initialise (NULL)");
+    if (d_model < 1 || heads < 1 || d_model % heads != 0)
         return qkv_error_set(err, QKV_ERR_ARG,
                              "mha: d_model %d must be a positive multiple of the heads %d", d_model,
                              heads);

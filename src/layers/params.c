@@ -123,8 +123,12 @@ static int grow(qkv_params *p)
 qkv_tensor *qkv_params_add(qkv_params *p, const char *name, int ndim, const int *shape,
                            qkv_init init, qkv_error *err)
 {
+    if (p == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "params: no parameter list (NULL)");
+        return qkv_nil();
+    }
     size_t len = name != NULL ? strlen(name) : 0;
-    if (p == NULL || len == 0 || len > NAME_MAX_BYTES || !qkv_utf8_valid(name, len, NULL)) {
+    if (len == 0 || len > NAME_MAX_BYTES || !qkv_utf8_valid(name, len, NULL)) {
         qkv_error_set(err, QKV_ERR_ARG, "params: a name must be 1 to %d bytes of UTF-8",
                       NAME_MAX_BYTES);
         return qkv_nil();
