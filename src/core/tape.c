@@ -290,8 +290,9 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
         return t->err.status;
     if (qkv_tensor_is_nil(y) || y->grad == NULL || !(y->flags & QKV_TENSOR_TAPE))
         return qkv_tape_fail(t, QKV_ERR_ARG,
-                             "%s: the tensor must be made on this tape with gradients on (was "
-                             "qkv_tape_set_grad(t, 0) left on?)",
+                             "%s: the tensor has no gradient on this tape: it was made "
+                             "elsewhere, or from nothing that needs a gradient, or while "
+                             "qkv_tape_set_grad(t, 0) was on",
                              name);
     if (!(y->flags & QKV_TENSOR_LAZY_GRAD)) /* a reshape view of a parameter, say */
         return qkv_tape_fail(t, QKV_ERR_ARG,
