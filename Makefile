@@ -251,5 +251,6 @@ install: lib $(QKV)
 	install -m 755 $(QKV) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@CFLAGS@|$(PC_CFLAGS)|' \
 	    qkv.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/qkv.pc
-	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
-	    echo "ldconfig"; ldconfig; fi
+	@case "$(PREFIX)" in /usr|/usr/|/usr/local|/usr/local/) sys=1;; *) sys=0;; esac; \
+	if [ $$sys = 1 ] && [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && \
+	    command -v ldconfig >/dev/null; then echo "ldconfig"; ldconfig; fi
