@@ -43,6 +43,13 @@ render() {
         status=1
         return
     fi
+    # a run that failed may leave its CSV with the header alone, on which
+    # gnuplot stops with "x range is invalid"
+    if ! awk 'NR > 1 { rows = 1; exit } END { exit !rows }' "$input"; then
+        echo "plots: skipped $name.png: $input has no data rows (did its run fail?)" >&2
+        status=1
+        return
+    fi
     order="$order $name"
     (
         gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
