@@ -3,7 +3,9 @@
 load dir."/common.gp"
 set terminal pngcairo size 1100,950 font "WenQuanYi Zen Hei,13" enhanced
 set output outfile
-set title "注意力权重：「小明是个运动达人，他平时很爱打篮球」（行：查询 Q，列：键 K）" font ",14"
+# the sentence is whatever qkv resolve was given: its tokens head the columns
+sentence = system("head -n 1 '".infile."' | cut -d, -f2- | tr -d ,")
+set title "注意力权重：「".sentence."」（行：查询 Q，列：键 K）" font ",14"
 set xlabel "键 key"
 set ylabel "查询 query"
 set yrange [*:*] reverse
