@@ -19,7 +19,7 @@ set boxwidth 0.9
 set yrange [0:1.3]
 set ytics 0, 0.2, 1
 set xtics rotate by -35 nomirror
-set key top center horizontal
+set key top center horizontal samplen 2
 set title "指代任务（他 → 小明）：测试集准确率与注意力去向"
 plot infile using "acc_mean":"acc_sd":xtic(stringcolumn("variant")) lc rgb "#7f7f7f" \
          title "测试准确率", \
