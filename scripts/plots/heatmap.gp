@@ -16,5 +16,6 @@ set cblabel "softmax 权重"
 unset grid
 set view map
 plot infile matrix rowheaders columnheaders using 1:2:3 with image, \
-     infile matrix rowheaders columnheaders using 1:2:($3 > 0.05 ? sprintf("%.2f", $3) : "") \
-        with labels font ",9" tc rgb "#cc0000"
+     infile matrix rowheaders columnheaders \
+        using 1:2:($3 > 0.05 ? sprintf("%.2f", $3) : ""):($3 > 0.5 ? 0xffffff : 0xcc0000) \
+        with labels font ",9" tc rgb variable
