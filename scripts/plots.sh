@@ -27,6 +27,10 @@ if ! command -v gnuplot >/dev/null 2>&1; then
     echo "plots: gnuplot is not installed; run scripts/deps.sh" >&2
     exit 1
 fi
+if [ ! -d "$data" ]; then
+    echo "plots: $data is not a directory (the data comes from make run or the qkv commands)" >&2
+    exit 1
+fi
 mkdir -p "$plots" || exit 1
 status=0
 
