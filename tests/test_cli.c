@@ -97,7 +97,14 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("distance --models rnn,rnn", 2, "is not a list of distinct models");
     expect("distance --distances 4,,8", 2, "--distances: '4,,8' is not a list");
     expect("distance --forget-bias lots", 2, "--forget-bias: 'lots' is not a number");
-    expect("bptt --rho 0.5,0", 2, "--rho: '0.5,0' is not a list of up to 16 radii in (0, 10]");
+    expect("bptt --rho 0.5,0", 2,
+           "--rho: '0.5,0' is not a list of up to 16 distinct radii in (0, 10]");
+    /* a repeat in a list would run and print the same cells twice */
+    expect("bptt --rho 0.5,0.50", 2, "is not a list of up to 16 distinct radii");
+    expect("distance --distances 0,0", 2, "is not a list of up to 16 distinct distances");
+    expect("saturation --dk 4,16,4", 2, "is not a list of up to 16 distinct values of d_k");
+    expect("parallel --lengths 16,16", 2, "is not a list of up to 16 distinct lengths");
+    expect("parallel --models rnn,rnn", 2, "is not a list of distinct models");
     expect("bptt --length 8", 2, "--length");
     expect("parallel --lengths 8", 2, "--lengths: '8' is not a list");
     expect("distance --models rnn,,lstm", 2, "--models: 'rnn,,lstm' is not a list");

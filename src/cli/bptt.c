@@ -274,10 +274,14 @@ int cmd_bptt(int argc, char **argv)
                 nr = -1;
             else
                 nr++;
+        for (int k = 1; k < nr; k++) /* a repeat would print the same rows twice */
+            for (int i = 0; i < k; i++)
+                if (rhos[i] == rhos[k])
+                    nr = -1;
         if (nr <= 0)
             return cli_usage_error("bptt",
-                                   "--rho: '%s' is not a list of up to %d radii in "
-                                   "(0, 10]",
+                                   "--rho: '%s' is not a list of up to %d distinct "
+                                   "radii in (0, 10]",
                                    o.rhos, MAX_RHO);
     }
     qkv_error err = qkv_error_none();

@@ -103,11 +103,18 @@ int cli_parse_ll(const char *s, long long *out);
 int cli_parse_u64(const char *s, uint64_t *out);
 int cli_parse_double(const char *s, double *out);
 
-/* Parses a comma-separated list of whole numbers in [lo, hi] ("4,16,64")
- * into out (at most max). Returns the count, or -1 for a malformed list:
- * an empty item, a leading or trailing comma, a sign where lo >= 0 allows
- * none, a number out of range, or more than max items. */
+/* Parses a comma-separated list of distinct whole numbers in [lo, hi]
+ * ("4,16,64") into out (at most max). Returns the count, or -1 for a
+ * malformed list: an empty item, a leading or trailing comma, a sign where
+ * lo >= 0 allows none, a number out of range, a repeat, or more than max
+ * items. */
 int cli_int_list(const char *s, int *out, int max, int lo, int hi);
+
+/* Parses a list of distinct sequence models ("attention,rnn,lstm,gru")
+ * into kinds (at most max, and at most CLI_MAX_MODELS). Returns the count,
+ * or -1 for a malformed list, an unknown model or a repeat. */
+#define CLI_MAX_MODELS 16
+int cli_model_list(const char *s, qkv_seq_kind *kinds, int max);
 
 /* Splits a comma-separated list into buf (len bytes) and items (at most
  * max), which point into buf. Returns the count, or -1 for an empty list,

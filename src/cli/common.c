@@ -260,11 +260,29 @@ int cli_int_list(const char *s, int *out, int max, int lo, int hi)
         item[len] = '\0';
         if (cli_parse_ll(item, &v) != 0 || v < lo || v > hi)
             return -1;
+        for (int i = 0; i < n; i++)
+            if (out[i] == v)
+                return -1; /* a repeat would run and print the same cells twice */
         out[n++] = (int)v;
         p += len;
         if (*p == '\0')
             return n;
     }
+}
+
+int cli_model_list(const char *s, qkv_seq_kind *kinds, int max)
+{
+    char buf[256], *item[CLI_MAX_MODELS];
+    const int n =
+        cli_split_list(s, buf, sizeof buf, item, max < CLI_MAX_MODELS ? max : CLI_MAX_MODELS);
+    for (int k = 0; k < n; k++) {
+        if (qkv_seq_parse(item[k], &kinds[k]) != 0)
+            return -1;
+        for (int i = 0; i < k; i++)
+            if (kinds[i] == kinds[k])
+                return -1;
+    }
+    return n;
 }
 
 int cli_split_list(const char *s, char *buf, size_t len, char **items, int max)

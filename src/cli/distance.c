@@ -215,20 +215,6 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
 }
 
 /* Parses the model list into kinds; the count, or -1. */
-static int parse_models(const char *s, qkv_seq_kind *kinds)
-{
-    char buf[256], *item[MAX_ITEMS];
-    const int n = cli_split_list(s, buf, sizeof buf, item, MAX_ITEMS);
-    for (int k = 0; k < n; k++) {
-        if (qkv_seq_parse(item[k], &kinds[k]) != 0)
-            return -1;
-        for (int i = 0; i < k; i++)
-            if (kinds[i] == kinds[k])
-                return -1;
-    }
-    return n;
-}
-
 /* The runs as tasks (cli_run_tasks), in the serial order: seeds, then
  * distances, then models; each gives its dist_result. */
 typedef struct dist_tasks {
@@ -322,7 +308,7 @@ int cmd_distance(int argc, char **argv)
                                "or 'pytorch'",
                                fb);
     qkv_seq_kind kinds[MAX_ITEMS];
-    int ks[MAX_ITEMS], nk = parse_models(o.models, kinds);
+    int ks[MAX_ITEMS], nk = cli_model_list(o.models, kinds, MAX_ITEMS);
     int nd = cli_int_list(o.distances, ks, MAX_ITEMS, 0, QKV_DISTANCE_MAX);
     if (nk < 0)
         return cli_usage_error("distance",
@@ -332,7 +318,7 @@ int cmd_distance(int argc, char **argv)
     if (nd <= 0)
         return cli_usage_error("distance",
                                "--distances: '%s' is not a list of up to %d "
-                               "distances from 0 to %d",
+                               "distinct distances from 0 to %d",
                                o.distances, MAX_ITEMS, QKV_DISTANCE_MAX);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL);

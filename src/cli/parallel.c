@@ -72,16 +72,6 @@ static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref
 }
 
 /* Parses the model list; the count, or -1. */
-static int parse_models(const char *s, qkv_seq_kind *kinds)
-{
-    char buf[256], *item[MAX_ITEMS];
-    const int n = cli_split_list(s, buf, sizeof buf, item, MAX_ITEMS);
-    for (int k = 0; k < n; k++)
-        if (qkv_seq_parse(item[k], &kinds[k]) != 0)
-            return -1;
-    return n;
-}
-
 int cmd_parallel(int argc, char **argv)
 {
     par_opts o = {"attention,rnn,lstm,gru", "16,32,64,128,256", "out/parallel", 32, 2, 0, 0.2, 1};
@@ -107,17 +97,17 @@ int cmd_parallel(int argc, char **argv)
     if (r != CLI_OK)
         return r;
     qkv_seq_kind kinds[MAX_ITEMS];
-    int Ts[MAX_ITEMS], nk = parse_models(o.models, kinds);
+    int Ts[MAX_ITEMS], nk = cli_model_list(o.models, kinds, MAX_ITEMS);
     int nt = cli_int_list(o.lengths, Ts, MAX_ITEMS, 9, QKV_DISTANCE_MAX + 8);
     if (nk < 0)
         return cli_usage_error("parallel",
-                               "--models: '%s' is not a list of models from "
+                               "--models: '%s' is not a list of distinct models from "
                                "attention, rnn, lstm, gru",
                                o.models);
     if (nt <= 0)
         return cli_usage_error("parallel",
-                               "--lengths: '%s' is not a list of up to %d lengths "
-                               "from 9 to %d",
+                               "--lengths: '%s' is not a list of up to %d distinct "
+                               "lengths from 9 to %d",
                                o.lengths, MAX_ITEMS, QKV_DISTANCE_MAX + 8);
     int tmax = 0;
     for (int i = 0; i < nt; i++)

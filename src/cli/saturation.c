@@ -331,7 +331,8 @@ int cmd_saturation(int argc, char **argv)
     int dks[MAX_DK], ndk = cli_int_list(o.dks, dks, MAX_DK, 1, QKV_COREF_MAX_DK);
     if (ndk <= 0)
         return cli_usage_error("saturation",
-                               "--dk: '%s' is not a list of up to %d values of d_k from 1 to %d",
+                               "--dk: '%s' is not a list of up to %d distinct values of d_k "
+                               "from 1 to %d",
                                o.dks, MAX_DK, QKV_COREF_MAX_DK);
     sat_ctx c;
     memset(&c, 0, sizeof c);
