@@ -80,6 +80,7 @@ START_TEST(test_every_command_has_help)
         snprintf(want, sizeof want, "Usage: qkv %s", cmds[i]);
         expect(args, 0, want);
     }
+    expect("gradcheck --help", 0, "Usage: qkv gradcheck\n"); /* no blank before the end */
 }
 END_TEST
 

@@ -48,7 +48,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 static void print_help(const char *cmd, const cli_opt *opts, int nopts, const char *usage,
                        const char *about)
 {
-    printf("Usage: qkv %s %s\n\n%s\n\nOptions:\n", cmd, usage, about);
+    printf("Usage: qkv %s%s%s\n\n%s\n\nOptions:\n", cmd, *usage != '\0' ? " " : "", usage, about);
     for (int i = 0; i < nopts; i++) {
         const char *h = opts[i].help, *colon = strstr(h, ": ");
         char left[64];

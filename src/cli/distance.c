@@ -296,7 +296,9 @@ int cmd_distance(int argc, char **argv)
                   "name and its pronoun, which follows it (小明今天跑步，看书，……，他很爱画画),\n"
                   "with the same optimizer, steps and batches. Writes DIR/runs.csv with\n"
                   "model,distance,seed,test_acc,steps_to_90,seconds (steps_to_90 is -1\n"
-                  "when validation accuracy never reached 0.9) and prints the tables.",
+                  "when validation accuracy never reached 0.9), DIR/summary.csv with\n"
+                  "each model and distance's test accuracy (mean and sd over the seeds)\n"
+                  "and mean steps to 90%, and prints the tables.",
                   NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
