@@ -91,6 +91,7 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("train --steps", 2, "--steps needs a value");
     expect("train --steps ten", 2, "--steps: 'ten' is not a whole number");
     expect("train --optim rmsprop", 2, "is not sgd, adam or adamw");
+    expect("train --momentum 0.9", 2, "--momentum is for --optim sgd, not adam");
     expect("train --levels 4", 2, "--levels");
     expect("demo --bogus", 2, "unknown option '--bogus'");
     expect("demo --seq-len 9", 2, "exceeds --d-model");

@@ -173,7 +173,8 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_BATCH(&o.batch, "N: sentences per step (default 32)"),
         CLI_OPT_LR(&o.lr, "X: learning rate (default 0.05)"),
         {"optim", OPT_STR, &o.optim, 0, 0, "NAME: sgd, adam or adamw (default adam)"},
-        {"momentum", OPT_DOUBLE, &o.momentum, 0, 0.999, "X: SGD momentum (default 0)"},
+        {"momentum", OPT_DOUBLE, &o.momentum, 0, 0.999,
+         "X: momentum, with --optim sgd (default 0)"},
         CLI_OPT_CLIP(&o.clip, "X: clip the global gradient norm (0 = off)"),
         {"weight-decay", OPT_DOUBLE, &o.weight_decay, 0, 1, "X: weight decay (AdamW default 0.01)"},
         {"d-k", OPT_INT, &o.d_k, 1, QKV_COREF_MAX_DK, "N: width of Q, K and V (default 16)"},
@@ -204,6 +205,8 @@ int cmd_train(int argc, char **argv)
     qkv_optim_kind kind;
     if (qkv_optim_parse(o.optim, &kind) != 0)
         return cli_usage_error("train", "--optim: '%s' is not sgd, adam or adamw", o.optim);
+    if (o.momentum != 0 && kind != QKV_SGD) /* Adam's moments have no such knob */
+        return cli_usage_error("train", "--momentum is for --optim sgd, not %s", o.optim);
     unsigned levels = qkv_coref_parse_levels(o.levels);
     if (levels == 0)
         return cli_usage_error("train", "--levels: '%s' is not a list of 1, 2, 3", o.levels);
