@@ -115,7 +115,7 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         r->curve[step / o->eval_every - 1] = val.loss;
         if (r->steps90 < 0 && val.acc >= 0.9)
             r->steps90 = step;
-        fprintf(log->curves, "%s,%llu,%d,%.6f,%.6f,%.4f\n", log->variant,
+        fprintf(log->curves, "%s,%llu,%d,%.6g,%.6g,%.4f\n", log->variant,
                 (unsigned long long)log->seed, step, train_loss / since, val.loss, val.acc);
         train_loss = 0;
         since = 0;
@@ -208,7 +208,7 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         r->curve[step / o->eval_every - 1] = test_loss;
         if (r->steps90 < 0 && both >= 0.9)
             r->steps90 = step;
-        fprintf(log->curves, "%s,%llu,%d,%.6f,%.6f,%.4f\n", log->variant,
+        fprintf(log->curves, "%s,%llu,%d,%.6g,%.6g,%.4f\n", log->variant,
                 (unsigned long long)log->seed, step, train_loss / since, test_loss, both);
         train_loss = 0;
         since = 0;
@@ -328,7 +328,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
                     (unsigned long long)(o->seed + (uint64_t)s), r->params, r->acc, r->steps90,
                     r->antecedent, r->self);
             if (!roles)
-                fprintf(f, ",%.6f", r->loss);
+                fprintf(f, ",%.6g", r->loss);
             fprintf(f, ",%.4f\n", r->train);
         }
     if (cli_fclose(f) != 0)

@@ -94,7 +94,7 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     if (st_eval != QKV_OK)
         return st_eval; /* the tape keeps the message */
     double tl = tr->loss_sum / (tr->seen / o->batch), ta = (double)tr->correct / tr->seen;
-    fprintf(tr->log, "%d,%.6f,%.4f,%.6f,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, tl, ta, val.loss,
+    fprintf(tr->log, "%d,%.6g,%.4f,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, tl, ta, val.loss,
             val.acc, val.mass, gn[0], gn[1], gn[2], gn[3]);
     char status[96];
     snprintf(status, sizeof status, "loss %.4f acc %.3f val_acc %.3f", tl, ta, val.acc);
