@@ -820,25 +820,38 @@ START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
     char *out;
     ck_assert_int_eq(run("train --quiet --steps 20 --save m.safetensors --log a.csv", &out), 0);
     free(out);
-    char path[128];
+    char path[128], log[128];
     snprintf(path, sizeof path, "%s/m.safetensors", tmp);
-    size_t n0, n1;
+    snprintf(log, sizeof log, "%s/a.csv", tmp);
+    size_t n0, n1, l0, l1;
     char *before = (char *)qkv_read_file(path, 1 << 20, &n0, NULL);
+    char *log_before = (char *)qkv_read_file(log, 1 << 20, &l0, NULL);
 #ifdef QKV_DOUBLE
     /* weights of 1e300 are finite in double: the second step's loss is not */
-    expect("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log b.csv", 1,
+    expect("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv", 1,
            "diverged at step 2: the loss or a gradient is not finite (try a smaller --lr); "
-           "m.safetensors was left untouched");
+           "m.safetensors and a.csv were left untouched");
 #else
     /* one step at lr 1e300: the loss and gradients of that step are
      * finite, the weights it leaves are not */
-    expect("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log b.csv", 1,
+    expect("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log a.csv", 1,
            "is not finite; m.safetensors was left untouched");
 #endif
+    /* the checkpoint and its log are the good run's; the failed run's log
+     * is beside them */
     char *after = (char *)qkv_read_file(path, 1 << 20, &n1, NULL);
+    char *log_after = (char *)qkv_read_file(log, 1 << 20, &l1, NULL);
     ck_assert(before != NULL && after != NULL && n0 == n1 && memcmp(before, after, n0) == 0);
+    ck_assert(log_before != NULL && log_after != NULL && l0 == l1 &&
+              memcmp(log_before, log_after, l0) == 0);
+    snprintf(log, sizeof log, "%s/a.csv.failed", tmp);
+    ck_assert_int_eq(access(log, F_OK), 0);
+    snprintf(log, sizeof log, "%s/a.csv.part", tmp);
+    ck_assert_int_ne(access(log, F_OK), 0);
     free(before);
     free(after);
+    free(log_before);
+    free(log_after);
 }
 END_TEST
 

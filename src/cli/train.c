@@ -2,10 +2,12 @@
  * train.c - `qkv train`: learn Wq, Wk, Wv and Wo on the coreference task,
  * log CSV, save a checkpoint, print a one-line summary.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "util/util.h"
@@ -25,7 +27,8 @@ typedef struct trainer {
     qkv_optim *opt;
     qkv_tape *tape;
     qkv_coref_batch *batch, *eval_batch;
-    FILE *log;
+    FILE *log;       /* part, while the run lasts: the log replaces o->log only */
+    char part[4096]; /* after the checkpoint is saved, so the two always match */
     double loss_sum; /* over the steps since the last log row */
     int correct, seen;
 } trainer;
@@ -62,7 +65,9 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
         (tr->batch = qkv_coref_batch_new(o->batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         (tr->eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL)
         return cli_fail("train: %s", err.message);
-    tr->log = cli_csv_create(o->log,
+    if (snprintf(tr->part, sizeof tr->part, "%s.part", o->log) >= (int)sizeof tr->part)
+        return cli_fail("train: the --log path is too long");
+    tr->log = cli_csv_create(tr->part,
                              "step,train_loss,train_acc,val_loss,val_acc,attn_antecedent,"
                              "gnorm_wq,gnorm_wk,gnorm_wv,gnorm_wo",
                              &err);
@@ -113,8 +118,8 @@ static int trainer_run(trainer *tr, const train_opts *o)
                                  o->seed + 1, log_step, tr, &done, &err);
     if (s == QKV_ERR_NUMERIC) {
         cli_progress(o->quiet, done + 1, o->steps, "", 1);
-        return cli_fail("train: %s (try a smaller --lr); %s was left untouched", err.message,
-                        o->save);
+        return cli_fail("train: %s (try a smaller --lr); %s and %s were left untouched",
+                        err.message, o->save, o->log);
     }
     if (s != QKV_OK)
         return cli_fail("train: %s", err.status != QKV_OK ? err.message : qkv_tape_error(tr->tape));
@@ -135,12 +140,15 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
         return cli_fail("train: final evaluation: %s", qkv_tape_error(tr->tape));
     if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
-        return cli_fail("train: cannot finish writing %s", o->log);
+        return cli_fail("train: cannot finish writing %s", tr->part);
     }
     tr->log = NULL;
     if (qkv_mkdirs_for(o->save, &err) != QKV_OK ||
         qkv_coref_save(m, qkv_coref_fingerprint(), o->save, &err) != QKV_OK)
         return cli_fail("train: %s", err.message);
+    if (rename(tr->part, o->log) != 0)
+        return cli_fail("train: cannot rename %s to %s: %s", tr->part, o->log, strerror(errno));
+    tr->part[0] = '\0';
     if (!o->quiet)
         fprintf(stderr, "trained in %.2f s; log %s; model %s\n", seconds, o->log, o->save);
     printf("final: steps=%d loss=%.4f train_acc=%.4f val_acc=%.4f test_acc=%.4f "
@@ -222,5 +230,15 @@ int cmd_train(int argc, char **argv)
         r = trainer_finish(&tr, &o,
                            (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
     trainer_free(&tr);
+    if (r != CLI_OK && tr.part[0] != '\0' && access(tr.part, F_OK) == 0) {
+        /* a failed run keeps its log beside the last good one, for a look */
+        char failed[4096 + 8];
+        snprintf(failed, sizeof failed, "%s.failed", o.log);
+        if (rename(tr.part, failed) == 0)
+            fprintf(stderr, "qkv: train: the failed run's log is %s; %s is the last good run's\n",
+                    failed, o.log);
+        else
+            remove(tr.part);
+    }
     return r;
 }
