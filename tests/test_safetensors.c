@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests.h"
@@ -486,6 +487,22 @@ START_TEST(test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes)
 }
 END_TEST
 
+START_TEST(test_opening_a_fifo_or_device_fails_at_once)
+{
+    /* a named pipe with no writer: open() of it alone would block for ever */
+    char fifo[160];
+    snprintf(fifo, sizeof fifo, "%s/pipe.safetensors", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(qkv_st_open(fifo, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_IO);
+    ck_assert_msg(strstr(err.message, "is not a regular file"), "%s", err.message);
+    err = qkv_error_none();
+    ck_assert_ptr_null(qkv_st_open("/dev/null", &err));
+    ck_assert_msg(strstr(err.message, "/dev/null is not a regular file"), "%s", err.message);
+}
+END_TEST
+
 Suite *safetensors_suite(void)
 {
     Suite *s = suite_create("safetensors");
@@ -501,6 +518,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
+    tcase_add_test(tc, test_opening_a_fifo_or_device_fails_at_once);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -56,7 +56,10 @@ qkv_status qkv_mkdirs_for(const char *path, qkv_error *err)
 unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_error *err)
 {
     struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a named pipe with no writer returns at once (and
+     * is then refused as not a regular file) instead of waiting for ever;
+     * reading a regular file ignores it */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         qkv_error_set(err, QKV_ERR_IO, "cannot open %s: %s", path, strerror(errno));
         return NULL;
