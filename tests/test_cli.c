@@ -1174,6 +1174,23 @@ START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 }
 END_TEST
 
+START_TEST(test_a_subnormal_number_is_a_number)
+{
+    /* strtod reports ERANGE for a result below DBL_MIN; only overflow is an
+     * error, so 1e-320 parses as 1e-400 (to 0) does */
+    double d = -1;
+    ck_assert_int_eq(cli_parse_double("1e-320", &d), 0);
+    ck_assert(d > 0 && d < 1e-300);
+    ck_assert_int_eq(cli_parse_double("-4.9e-324", &d), 0);
+    ck_assert(d < 0);
+    ck_assert_int_eq(cli_parse_double("1e-400", &d), 0);
+    ck_assert(d == 0);
+    ck_assert_int_ne(cli_parse_double("1e309", &d), 0);
+    ck_assert_int_ne(cli_parse_double("-1e309", &d), 0);
+    expect("softmax 1e-320,0", 0, "z = [1e-320,0]");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1211,6 +1228,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
     tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
+    tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -121,11 +121,11 @@ int cli_parse_double(const char *s, double *out)
     }
     if (*p != '\0')
         return -1;
-    errno = 0;
     char *end;
     double v = strtod(s, &end);
-    if (*end != '\0' || !isfinite(v) || (errno == ERANGE && v != 0))
-        return -1; /* overflow; an underflow to 0 or a subnormal is fine */
+    if (*end != '\0' || !isfinite(v))
+        return -1; /* overflow (inf); an underflow to 0 or a subnormal, which
+                    * strtod also flags with ERANGE, is fine */
     *out = v;
     return 0;
 }
