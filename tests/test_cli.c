@@ -1174,6 +1174,21 @@ START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 }
 END_TEST
 
+START_TEST(test_an_output_path_too_long_for_its_files_is_refused)
+{
+    /* DIR/grads.csv would not fit a path buffer: refused before anything is
+     * written, not cut short to DIR/grads.c or some other name */
+    expect("bptt --quiet --rho 1 --length 9 --batch 1 --train-steps 0 "
+           "--out \"$(printf 'ab/%.0s' $(seq 1362))\"",
+           2, "--out: the file or directory name is longer than 4000 bytes");
+    char *out;
+    ck_assert_int_eq(sh("test ! -e ab", &out), 0);
+    free(out);
+    expect("train --save \"$(printf 'x%.0s' $(seq 4001))\"", 2,
+           "--save: the file or directory name is longer than 4000 bytes");
+}
+END_TEST
+
 START_TEST(test_a_subnormal_number_is_a_number)
 {
     /* strtod reports ERANGE for a result below DBL_MIN; only overflow is an
@@ -1228,6 +1243,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
     tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
+    tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     suite_add_tcase(s, tc);
     return s;

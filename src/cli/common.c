@@ -130,6 +130,11 @@ int cli_parse_double(const char *s, double *out)
     return 0;
 }
 
+/* The longest file or directory name an option takes: the commands build
+ * DIR/name.csv from --out DIR in 4096-byte buffers, which must not cut it
+ * short. */
+#define MAX_PATH_OPT 4000
+
 static int set_value(const char *cmd, const cli_opt *o, const char *v)
 {
     switch (o->kind) {
@@ -137,6 +142,9 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
     case OPT_PATH:
         if (o->kind == OPT_PATH && *v == '\0')
             return cli_usage_error(cmd, "--%s: the file or directory name is empty", o->name);
+        if (o->kind == OPT_PATH && strlen(v) > MAX_PATH_OPT)
+            return cli_usage_error(cmd, "--%s: the file or directory name is longer than %d bytes",
+                                   o->name, MAX_PATH_OPT);
         *(const char **)o->dst = v;
         return CLI_OK;
     case OPT_DOUBLE: {
