@@ -1206,6 +1206,41 @@ START_TEST(test_a_subnormal_number_is_a_number)
 }
 END_TEST
 
+START_TEST(test_resolve_refuses_a_model_whose_attention_overflows)
+{
+    /* finite weights so large that Q·Kᵀ overflows: the loader takes them,
+     * and the attention is NaN. resolve must say so, not draw bars of NaN
+     * (a cast of NaN to int, and a loop of 2^31 dots) */
+    char *out, p[160];
+    ck_assert_int_eq(run("train --quiet --steps 2 --d-k 2 --save m.st --log l.csv", &out), 0);
+    free(out);
+    snprintf(p, sizeof p, "%s/m.st", tmp);
+    qkv_error err = qkv_error_none();
+    qkv_coref_model *m = qkv_coref_load(p, qkv_coref_fingerprint(), &err);
+    ck_assert_msg(m != NULL, "%s", err.message);
+#ifdef QKV_DOUBLE
+    const qkv_real big = 1e300;
+#else
+    const qkv_real big = 3e38f;
+#endif
+    for (size_t i = 0; i < m->wq->numel; i++)
+        m->wq->data[i] = m->wk->data[i] = big;
+    ck_assert_int_eq(qkv_coref_save(m, qkv_coref_fingerprint(), p, &err), QKV_OK);
+    qkv_coref_model_free(m);
+    /* the output is cut at 64 KiB, so a run that never ends is seen too */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "{ '%s' resolve --model m.st \"小明是个运动达人，他平时很爱打篮球\" 2>&1; "
+             "echo \"exit $?\"; } | head -c 65536",
+             QKV_BIN);
+    sh(cmd, &out);
+    ck_assert_msg(strcmp(out, "qkv: resolve: m.st gives non-finite attention weights for this "
+                              "sentence (are its weights too large?)\nexit 1\n") == 0,
+                  "%.300s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1245,6 +1280,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
+    tcase_add_test(tc, test_resolve_refuses_a_model_whose_attention_overflows);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -2,6 +2,7 @@
  * resolve.c - `qkv resolve "句子"`: tokenize a sentence, show each pronoun's
  * attention over the tokens as a bar chart, and name its antecedent.
  */
+#include <math.h>
 #include <string.h>
 
 #include "cli.h"
@@ -10,7 +11,7 @@
 
 static void print_bar(double w)
 {
-    int n = (int)(w * BAR + 0.5);
+    int n = w > 0 ? (int)(fmin(w, 1) * BAR + 0.5) : 0; /* NaN: no bar, and no UB */
     for (int i = 0; i < n; i++)
         fputs("█", stdout);
     for (int i = n; i < BAR; i++)
@@ -39,6 +40,19 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
     if (cli_fclose(out) != 0)
         return cli_fail("resolve: cannot write %s", path);
     return CLI_OK;
+}
+
+/* 1 if every attention weight and logit of f is finite: weights large
+ * enough to overflow Q·Kᵀ load (they are finite) but give NaN here. */
+static int finite_out(const qkv_coref_out *f)
+{
+    for (size_t i = 0; i < f->attn->numel; i++)
+        if (!isfinite(f->attn->data[i]))
+            return 0;
+    for (size_t i = 0; i < f->logits->numel; i++)
+        if (!isfinite(f->logits->data[i]))
+            return 0;
+    return 1;
 }
 
 static void explain(const qkv_coref_out *f, const qkv_coref_batch *b, int item, const int *ids,
@@ -108,6 +122,12 @@ int cmd_resolve(int argc, char **argv)
     qkv_tape_set_grad(t, 0);
     if (qkv_coref_forward(m, t, b, &f) != QKV_OK) {
         r = cli_fail("resolve: %s", qkv_tape_error(t));
+        goto done;
+    }
+    if (!finite_out(&f)) {
+        r = cli_fail("resolve: %s gives non-finite attention weights for this sentence (are its "
+                     "weights too large?)",
+                     path != NULL ? path : CLI_DEFAULT_MODEL);
         goto done;
     }
     printf("tokens:");
