@@ -196,7 +196,7 @@ valgrind: deps $(TESTS) $(QKV)
 # Fuzzing (libFuzzer, clang): every loader and parser, each for FUZZ_TIME
 # seconds from its committed seed corpus (copied, so runs never change it).
 # FUZZ_RUNS=N runs each for N inputs instead.
-FUZZ_TARGETS := checkpoint safetensors json tokenizer numbers
+FUZZ_TARGETS := checkpoint safetensors json tokenizer numbers options
 FUZZ_TIME    ?= 30
 FUZZ_CC      ?= clang
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
