@@ -1206,7 +1206,7 @@ START_TEST(test_a_subnormal_number_is_a_number)
 }
 END_TEST
 
-START_TEST(test_resolve_refuses_a_model_whose_attention_overflows)
+START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
 {
     /* finite weights so large that Q·Kᵀ overflows: the loader takes them,
      * and the attention is NaN. resolve must say so, not draw bars of NaN
@@ -1238,6 +1238,9 @@ START_TEST(test_resolve_refuses_a_model_whose_attention_overflows)
                               "sentence (are its weights too large?)\nexit 1\n") == 0,
                   "%.300s", out);
     free(out);
+    /* eval, which printed a table of -nan losses and exited 0 */
+    expect("eval --model m.st", 1,
+           "qkv: eval: m.st gives non-finite losses or attention (are its weights too large?)");
 }
 END_TEST
 
@@ -1280,7 +1283,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
-    tcase_add_test(tc, test_resolve_refuses_a_model_whose_attention_overflows);
+    tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
     suite_add_tcase(s, tc);
     return s;
 }

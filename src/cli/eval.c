@@ -2,6 +2,8 @@
  * eval.c - `qkv eval`: accuracy, loss and attention on the antecedent of a
  * saved model, per split and per level.
  */
+#include <math.h>
+
 #include "cli.h"
 
 int cmd_eval(int argc, char **argv)
@@ -43,6 +45,12 @@ int cmd_eval(int argc, char **argv)
             int lv = level > QKV_COREF_LEVELS ? 0 : level;
             if (qkv_coref_evaluate(m, t, b, sets[s], sizes[s], lv, &e) != QKV_OK) {
                 r = cli_fail("eval: %s", qkv_tape_error(t));
+                break;
+            }
+            if (!isfinite(e.loss) || !isfinite(e.mass)) { /* weights that overflow Q·Kᵀ */
+                r = cli_fail("eval: %s gives non-finite losses or attention (are its weights too "
+                             "large?)",
+                             path != NULL ? path : CLI_DEFAULT_MODEL);
                 break;
             }
             char lvl[8];
