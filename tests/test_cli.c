@@ -859,6 +859,14 @@ START_TEST(test_input_is_parsed_strictly_and_limits_agree)
 {
     expect("saturation --out ''", 2, "--out: the file or directory name is empty");
     expect("train --save ''", 2, "--save: the file or directory name is empty");
+    /* a file option that names a directory is refused before anything is
+     * made (train made nd/ first, then refused it as not a regular file) */
+    expect("train --save nd/", 2, "--save: 'nd/' names a directory, not a file");
+    expect("train --log nd/..", 2, "--log: 'nd/..' names a directory, not a file");
+    expect("resolve --csv . 小明他", 2, "--csv: '.' names a directory, not a file");
+    char nd[160];
+    snprintf(nd, sizeof nd, "%s/nd", tmp);
+    ck_assert_int_ne(access(nd, F_OK), 0);
     expect("train --levels 1,,2", 2, "--levels: '1,,2'");
     expect("train --levels 1,2,", 2, "--levels: '1,2,'");
     expect("train --levels 2,2", 2, "--levels: '2,2'");

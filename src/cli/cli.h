@@ -18,9 +18,18 @@
 #define CLI_USAGE 2
 #define CLI_HELP (-1) /* --help was printed: exit 0 */
 
-/* OPT_PATH is a string that must not be empty; OPT_U64 takes 0 to
+/* OPT_PATH is a string that must not be empty; OPT_FILE is an OPT_PATH
+ * that must not name a directory ("d/", ".", "d/.."); OPT_U64 takes 0 to
  * 2^64 - 1 whatever min and max say. */
-typedef enum cli_kind { OPT_FLAG, OPT_INT, OPT_U64, OPT_DOUBLE, OPT_STR, OPT_PATH } cli_kind;
+typedef enum cli_kind {
+    OPT_FLAG,
+    OPT_INT,
+    OPT_U64,
+    OPT_DOUBLE,
+    OPT_STR,
+    OPT_PATH,
+    OPT_FILE
+} cli_kind;
 
 /* One --long option. dst points at an int (OPT_FLAG, OPT_INT), uint64_t,
  * double or const char *. min/max bound numbers (inclusive). Numbers are

@@ -140,13 +140,23 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
     switch (o->kind) {
     case OPT_STR:
     case OPT_PATH:
-        if (o->kind == OPT_PATH && *v == '\0')
+    case OPT_FILE: {
+        const int path = o->kind != OPT_STR;
+        const size_t len = strlen(v);
+        if (path && len == 0)
             return cli_usage_error(cmd, "--%s: the file or directory name is empty", o->name);
-        if (o->kind == OPT_PATH && strlen(v) > MAX_PATH_OPT)
+        if (path && len > MAX_PATH_OPT)
             return cli_usage_error(cmd, "--%s: the file or directory name is longer than %d bytes",
                                    o->name, MAX_PATH_OPT);
+        /* "d/", "." or "d/..": a directory, which the command would make
+         * first and then refuse to write as a file */
+        const char *base = strrchr(v, '/') != NULL ? strrchr(v, '/') + 1 : v;
+        if (o->kind == OPT_FILE &&
+            (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0))
+            return cli_usage_error(cmd, "--%s: '%s' names a directory, not a file", o->name, v);
         *(const char **)o->dst = v;
         return CLI_OK;
+    }
     case OPT_DOUBLE: {
         double d;
         if (cli_parse_double(v, &d) != 0 || d < o->min || d > o->max)

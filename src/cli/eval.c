@@ -10,7 +10,7 @@ int cmd_eval(int argc, char **argv)
 {
     const char *path = NULL;
     const cli_opt opts[] = {
-        {"model", OPT_PATH, &path, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
+        {"model", OPT_FILE, &path, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
     };
     int r = cli_parse(argc, argv, opts, 1, "[--model FILE]",
                       "Evaluates a trained model on the train, validation and test splits of\n"

@@ -81,8 +81,8 @@ int cmd_resolve(int argc, char **argv)
     char *text[1];
     int npos = 0;
     const cli_opt opts[] = {
-        {"model", OPT_PATH, &path, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
-        {"csv", OPT_PATH, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
+        {"model", OPT_FILE, &path, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
+        {"csv", OPT_FILE, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
     };
     int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] [--] \"句子\"",
                       "Shows where each pronoun (他, 她) in the sentence looks, and which\n"

@@ -146,7 +146,7 @@ int cmd_softmax(int argc, char **argv)
     char *vec[MAX_VEC];
     int nvec = 0;
     const cli_opt opts[] = {
-        {"csv", OPT_PATH, &csv, 0, 0,
+        {"csv", OPT_FILE, &csv, 0, 0,
          "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
         {"base", OPT_STR, &bases, 0, 0,
          "LIST: also normalise in these bases, b^z/Σb^z (e.g. 2,e,10; up to 4)"},

@@ -190,9 +190,9 @@ int cmd_train(int argc, char **argv)
         CLI_OPT_INIT_STD(&o.init_std, "X: std of Wq, Wk, Wv at init (default 0.1)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: seed for weights, splits, batches (default 1)"},
         {"levels", OPT_STR, &o.levels, 0, 0, "LIST: task levels, e.g. 1,2,3 (default) or 2"},
-        {"log", OPT_PATH, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
+        {"log", OPT_FILE, &o.log, 0, 0, "FILE: CSV log (default out/train.csv)"},
         CLI_OPT_EVERY("log-every", &o.log_every, "N: steps between log rows (default 5)"),
-        {"save", OPT_PATH, &o.save, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
+        {"save", OPT_FILE, &o.save, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
         CLI_OPT_THREADS(
             &o.threads,
             "N: threads for the attention items (default QKV_THREADS or 1; same results)"),

@@ -60,17 +60,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int flag = 0, n = -7, npos = -1;
     uint64_t u = 0;
     double d = -7;
-    const char *str = NULL, *path = NULL;
+    const char *str = NULL, *path = NULL, *file = NULL;
     const cli_opt opts[] = {
         {"flag", OPT_FLAG, &flag, 0, 0, "a flag"},
         {"n", OPT_INT, &n, 1, 4096, "N: a whole number"},
         {"seed", OPT_U64, &u, 0, 0, "N: a seed"},
         {"lr", OPT_DOUBLE, &d, 1e-12, 1e300, "X: a number"},
         {"name", OPT_STR, &str, 0, 0, "NAME: a string"},
-        {"out", OPT_PATH, &path, 0, 0, "FILE: a path"},
+        {"out", OPT_PATH, &path, 0, 0, "DIR: a path"},
+        {"file", OPT_FILE, &file, 0, 0, "FILE: a file's path"},
     };
     char *pos[2] = {NULL, NULL};
-    int r = cli_parse(argc, argv, opts, 6, "[options]", "fuzz", pos, 2, &npos);
+    int r = cli_parse(argc, argv, opts, 7, "[options]", "fuzz", pos, 2, &npos);
     if (r != CLI_OK && r != CLI_USAGE && r != CLI_HELP)
         abort();
     if (r == CLI_OK) {
@@ -87,6 +88,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (path != NULL && (!is_arg(path, argv, argc) || path[0] == '\0'))
             abort();
+        if (file != NULL) { /* a path, and not one that ends in a directory's name */
+            const size_t k = strlen(file);
+            if (!is_arg(file, argv, argc) || k == 0 || file[k - 1] == '/' ||
+                strcmp(file, ".") == 0 || (k >= 2 && strcmp(file + k - 2, "/.") == 0))
+                abort();
+        }
     }
     for (int i = 1; i < argc; i++)
         check_list(argv[i]);
