@@ -235,8 +235,9 @@ int cmd_train(int argc, char **argv)
         char failed[4096 + 8];
         snprintf(failed, sizeof failed, "%s.failed", o.log);
         if (rename(tr.part, failed) == 0)
-            fprintf(stderr, "qkv: train: the failed run's log is %s; %s is the last good run's\n",
-                    failed, o.log);
+            fprintf(stderr, "qkv: train: the failed run's log is %s%s%s\n", failed,
+                    access(o.log, F_OK) == 0 ? "; the last good run's is " : "",
+                    access(o.log, F_OK) == 0 ? o.log : "");
         else
             remove(tr.part);
     }
