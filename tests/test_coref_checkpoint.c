@@ -189,6 +189,16 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
                         "the metadata 'init_std' is not valid");
     expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",
                         "\"vocab_fingerprint\":\"1234abc\"", "'vocab_fingerprint' is damaged");
+    /* the two fields are read exactly as written: the same values in
+     * another spelling (capitals, hex, a blank) are damage, not a match */
+    expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",
+                        "\"vocab_fingerprint\":\"1234ABCD\"", "'vocab_fingerprint' is damaged");
+    expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",
+                        "\"vocab_fingerprint\":\"0x34abcd\"", "'vocab_fingerprint' is damaged");
+    expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\"0x1p-1\"",
+                        "the metadata 'init_std' is not valid");
+    expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\" 0.5\"",
+                        "the metadata 'init_std' is not valid");
     /* the shapes must be the ones the metadata implies */
     expect_edit_refused(good, n, "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[3,4]",
                         "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[4,3]",

@@ -79,7 +79,10 @@ static int read_config(const qkv_st *f, const char *path, uint32_t fingerprint,
     }
     uint64_t fp, vocab, d_k, classes, scaled, seed;
     const char *fps = qkv_st_meta(f, "vocab_fingerprint");
-    if (fps == NULL || sscanf(fps, "%8" SCNx64, &fp) != 1 || strlen(fps) != 8) {
+    /* exactly as written: 8 lowercase hex digits (sscanf alone would take
+     * " 234abcd", "0x34abcd" or capitals) */
+    if (fps == NULL || strlen(fps) != 8 || strspn(fps, "0123456789abcdef") != 8 ||
+        sscanf(fps, "%8" SCNx64, &fp) != 1) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'vocab_fingerprint' is damaged", path);
         return -1;
     }
@@ -98,8 +101,12 @@ static int read_config(const qkv_st *f, const char *path, uint32_t fingerprint,
         return -1;
     const char *std = qkv_st_meta(f, "init_std");
     char *end = NULL;
-    double init_std = std != NULL ? strtod(std, &end) : NAN;
-    if (std == NULL || *end != '\0' || !isfinite(init_std) || init_std < 0) {
+    /* a decimal number as %.17g writes one: strtod alone would also take
+     * " 0.5", "0x1p-1" or "infinity" */
+    const int decimal =
+        std != NULL && *std >= '0' && *std <= '9' && strspn(std, "0123456789.e+-") == strlen(std);
+    double init_std = decimal ? strtod(std, &end) : NAN;
+    if (!decimal || *end != '\0' || !isfinite(init_std) || init_std < 0) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'init_std' is not valid", path);
         return -1;
     }
