@@ -904,6 +904,16 @@ START_TEST(test_messages_escape_control_characters)
     ck_assert_int_eq(run("train --optim \"$(printf 'a\\377b')\"", &out), 2);
     ck_assert_msg(strstr(out, "'a\\xffb'"), "%s", out);
     free(out);
+    /* characters that print as nothing, or steer the terminal (C1 CSI) or
+     * the line's direction (RLO), are shown by their code points: a BOM,
+     * a no-break space, U+009B and U+202E */
+    ck_assert_int_eq(
+        run("train --optim \"$(printf 'a\357\273\277b\302\240c\302\233d\342\200\256e')\"", &out),
+        2);
+    ck_assert_msg(strstr(out, "'a\\u{feff}b\\u{a0}c\\u{9b}d\\u{202e}e'"), "%s", out);
+    free(out);
+    /* visible text outside ASCII stays as it is */
+    expect("train --optim 小明", 2, "--optim: '小明' is not sgd");
 }
 END_TEST
 

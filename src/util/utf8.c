@@ -3,6 +3,8 @@
  * surrogates, nothing above U+10FFFF, no truncated sequences; and escaping
  * text for one-line messages.
  */
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "util/util.h"
@@ -50,6 +52,30 @@ int qkv_utf8_valid(const char *s, size_t n, size_t *bad)
     return 1;
 }
 
+/* The code point of the valid sequence of len bytes at p. */
+static uint32_t code_point(const unsigned char *p, size_t len)
+{
+    static const unsigned char lead_bits[5] = {0, 0x7f, 0x1f, 0x0f, 0x07};
+    uint32_t cp = p[0] & lead_bits[len];
+    for (size_t k = 1; k < len; k++)
+        cp = cp << 6 | (p[k] & 0x3f);
+    return cp;
+}
+
+/* Nonzero for a code point that prints as nothing, or that controls the
+ * terminal or the text's direction: the C1 controls, the no-break space,
+ * the soft hyphen, the zero-width and direction marks, the line and
+ * paragraph separators, the bidirectional embeddings, overrides and
+ * isolates, the invisible operators, the byte-order mark, the interlinear
+ * annotation marks and the tag characters. A message shows them escaped,
+ * so a quoted word never looks empty or reorders the line. */
+static int invisible(uint32_t cp)
+{
+    return (cp >= 0x80 && cp <= 0xa0) || cp == 0xad || (cp >= 0x200b && cp <= 0x200f) ||
+           (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff ||
+           (cp >= 0xfff9 && cp <= 0xfffb) || (cp >= 0xe0000 && cp <= 0xe007f);
+}
+
 size_t qkv_escape(char *dst, size_t cap, const char *src)
 {
     static const char hex[] = "0123456789abcdef";
@@ -59,6 +85,16 @@ size_t qkv_escape(char *dst, size_t cap, const char *src)
         return 0;
     for (size_t i = 0; i < n;) {
         size_t len = utf8_seq(p + i, n - i);
+        if (len > 1 && invisible(code_point(p + i, len))) { /* as \u{feff} */
+            char u[16];
+            int k = snprintf(u, sizeof u, "\\u{%" PRIx32 "}", code_point(p + i, len));
+            if (used + (size_t)k >= cap)
+                break;
+            memcpy(dst + used, u, (size_t)k);
+            used += (size_t)k;
+            i += len;
+            continue;
+        }
         int plain = len > 1 || (len == 1 && p[i] >= 0x20 && p[i] != 0x7f);
         size_t need = plain ? len : 4;
         if (used + need >= cap)
