@@ -490,6 +490,11 @@ START_TEST(test_critical_path_counts_the_longest_chain)
     qkv_sum(t, qkv_tanh(t, parts.attn));
     qkv_sum(t, o);
     ck_assert_uint_eq(critical_path(t), 3);
+    /* a link needs both ends to carry gradients */
+    ck_assert_ptr_null(
+        qkv_tape_record_output(t, parts.attn, qkv_tape_tensor(t, 1, (const int[]){2}, 0)));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "must have a gradient"));
     /* recording off: no nodes, so no path */
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);

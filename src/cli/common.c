@@ -150,7 +150,7 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
                                    o->name, MAX_PATH_OPT);
         /* "d/", "." or "d/..": a directory, which the command would make
          * first and then refuse to write as a file */
-        const char *base = strrchr(v, '/') != NULL ? strrchr(v, '/') + 1 : v;
+        const char *slash = strrchr(v, '/'), *base = slash != NULL ? slash + 1 : v;
         if (o->kind == OPT_FILE &&
             (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0))
             return cli_usage_error(cmd, "--%s: '%s' names a directory, not a file", o->name, v);

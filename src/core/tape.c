@@ -263,8 +263,8 @@ qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *mai
 {
     if (t == NULL)
         return NULL;
-    if (extra == NULL || main == NULL || extra->grad == NULL || main->grad == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "tape: an extra output and its node's output need gradients");
+    if (qkv_tensor_is_nil(main) || main->grad == NULL) { /* extra: qkv_tape_record checks it */
+        qkv_tape_fail(t, QKV_ERR_ARG, "output: the node's output must have a gradient");
         return NULL;
     }
     return qkv_tape_record(t, &op_output, extra, 1, &main);
