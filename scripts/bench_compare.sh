@@ -36,7 +36,7 @@ fi
 # detect a new CPU as an old one): the "pick:" line of --pick-coretype,
 # empty when OpenBLAS's own detection was the fastest
 echo "Choosing OPENBLAS_CORETYPE for PyTorch (512^3 sgemm per core type):"
-picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || picked=
+picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || exit 1
 printf '%s\n' "$picked" | grep -v '^pick:'
 core=$(printf '%s\n' "$picked" | sed -n 's/^pick://p')
 if [ -n "$core" ]; then

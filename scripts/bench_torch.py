@@ -314,6 +314,32 @@ def bench_block(rows):
              ("block", "block_bwd_over_fwd", t_bwd / t_fwd, "ratio")]
 
 
+def blas_in_use():
+    """The file behind the libblas.so.3 that PyTorch's products call, as
+    this process has it mapped, or None. Debian's PyTorch links
+    libblas.so.3, which the alternatives system points at OpenBLAS's or at
+    the reference BLAS; OpenBLAS's LAPACK may be mapped beside the
+    reference BLAS, so only libblas itself counts."""
+    torch.ones(2, 2) @ torch.ones(2, 2)
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            if os.path.basename(path).startswith("libblas.so"):
+                return path
+    return None
+
+
+def require_openblas():
+    """Refuse to time PyTorch on the reference BLAS: its products run at a
+    few GFLOP/s (6.7 at 512^3 here, against about 200 with OpenBLAS), and
+    every ratio against it would flatter qkv."""
+    lib = blas_in_use()
+    if lib is not None and "openblas" not in lib:
+        sys.exit(f"bench_torch: PyTorch's products go to {lib}, the reference BLAS; "
+                 "apt-get install libopenblas0-pthread (or point libblas.so.3 at OpenBLAS's "
+                 "with update-alternatives) to time PyTorch at its speed")
+
+
 def sgemm_rate():
     """GFLOP/s of one 512^3 float32 product on one thread (the best of 5)."""
     torch.set_num_threads(1)
@@ -350,6 +376,7 @@ def main():
     if sys.argv[1:] == ["--sgemm-rate"]:
         print(sgemm_rate())
         return
+    require_openblas()
     if sys.argv[1:] == ["--pick-coretype"]:
         pick_coretype()
         return
