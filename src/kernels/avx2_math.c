@@ -51,17 +51,10 @@ QKV_ALWAYS_INLINE __m256 abs8(__m256 x)
     return _mm256_andnot_ps(sign8(), x);
 }
 
-/* -v as two floats from v = hi + lo: -|hi|, and lo negated where hi's
- * sign bit is clear (hi = ±0 only where lo is 0, and e^(±0) is the
- * same); the AVX-512 set's neg_abs16 and neg_lo16. */
-QKV_ALWAYS_INLINE __m256 neg_abs8(__m256 hi)
+/* -|x|: the sign bit set. */
+QKV_ALWAYS_INLINE __m256 neg_abs8(__m256 x)
 {
-    return _mm256_or_ps(hi, sign8());
-}
-
-QKV_ALWAYS_INLINE __m256 neg_lo8(__m256 lo, __m256 hi)
-{
-    return _mm256_xor_ps(lo, _mm256_andnot_ps(hi, sign8()));
+    return _mm256_or_ps(x, sign8());
 }
 
 /* Where mask is set, b; elsewhere a. */
@@ -217,34 +210,38 @@ QKV_ALWAYS_INLINE void gelu_arg8(__m256 x, __m256 *hi, __m256 *lo)
     *hi = h;
 }
 
-/* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
- * C·x²) as two floats, carried into e^(-|v|) = p·2^t, that as
- * *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in *d.
- * Sets *pos (lanes where v >= 0); returns p. */
+/* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), -|v| =
+ * -|x|·K2·(1 + C·x²) as two floats, carried into e^(-|v|) = p·2^t, that
+ * as *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in
+ * *d. Sets *pos (lanes where v >= 0, which is where x >= 0); returns p.
+ * The AVX-512 set's gelu_parts16, with its savings over exp_parts8. */
 QKV_ALWAYS_INLINE __m256 gelu_parts8(__m256 x, __m256 *xc, __m256 *pos, __m256 *t, __m256 *z,
                                      __m256 *d)
 {
+    const __m256 round = SET1(12582912.0f); /* 1.5·2^23 */
     __m256 c = _mm256_min_ps(SET1(VM_GELU_BIG), _mm256_max_ps(SET1(-VM_GELU_BIG), x));
     __m256 hi, lo;
-    gelu_arg8(c, &hi, &lo);
-    *pos = _mm256_cmp_ps(hi, _mm256_setzero_ps(), _CMP_GE_OQ);
+    gelu_arg8(neg_abs8(c), &hi, &lo);
+    *pos = _mm256_cmp_ps(c, _mm256_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    __m256 nlo = neg_lo8(lo, hi);
-    __m256 p = exp_parts8(neg_abs8(hi), &nlo, t);
-    *z = exp_beside1_8(p, *t);
+    __m256 k = _mm256_sub_ps(_mm256_fmadd_ps(hi, SET1(VM_LOG2E), round), round);
+    __m256 r = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), hi); /* exact */
+    r = _mm256_add_ps(_mm256_fnmadd_ps(k, SET1(VM_LN2_LO), r), lo);
+    __m256 p = _mm256_add_ps(SET1(1.0f), expm1_poly8(r));
+    *t = k;
+    *z = exp_beside1_8(p, k);
     *d = _mm256_add_ps(SET1(1.0f), *z);
     return p;
 }
 
-/* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below; and x
- * itself beyond VM_GELU_BIG (where σ(v) = 1 in float, and x may be inf). */
+/* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below. Beyond
+ * VM_GELU_BIG, 1 + z is 1 and the result x itself (inf too). */
 QKV_ALWAYS_INLINE __m256 gelu8(__m256 x)
 {
     __m256 xc, pos, t, z, d;
     __m256 p = gelu_parts8(x, &xc, &pos, &t, &z, &d);
     __m256 q = _mm256_div_ps(pick8(pos, _mm256_mul_ps(xc, p), x), d);
-    __m256 y = scale8(q, _mm256_andnot_ps(pos, t));
-    return pick8(_mm256_cmp_ps(x, SET1(VM_GELU_BIG), _CMP_GT_OQ), y, x);
+    return scale8(q, _mm256_andnot_ps(pos, t));
 }
 
 /* gelu'(x) = σ(v)·(1 + x·(1 - σ(v))·K2·(1 + 3C·x²)), with σ(v) as m·2^t

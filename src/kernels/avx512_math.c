@@ -28,21 +28,11 @@ QKV_ALWAYS_INLINE __m512 abs16(__m512 x)
         _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
 }
 
-/* -|hi| + lo' with lo' = lo negated where hi's sign bit is clear: -v as
- * two floats from v = hi + lo, the sign of each picked by one bit
- * operation (hi = ±0 only where lo is 0, and e^(±0) is the same). */
-QKV_ALWAYS_INLINE __m512 neg_abs16(__m512 hi)
+/* -|x|: the sign bit set. */
+QKV_ALWAYS_INLINE __m512 neg_abs16(__m512 x)
 {
     return _mm512_castsi512_ps(
-        _mm512_or_si512(_mm512_castps_si512(hi), _mm512_set1_epi32((int)0x80000000u)));
-}
-
-QKV_ALWAYS_INLINE __m512 neg_lo16(__m512 lo, __m512 hi)
-{
-    /* lo ^ (~hi & sign): the truth table of (a, b, c) -> a ^ (~b & c) */
-    return _mm512_castsi512_ps(
-        _mm512_ternarylogic_epi32(_mm512_castps_si512(lo), _mm512_castps_si512(hi),
-                                  _mm512_set1_epi32((int)0x80000000u), 0xD2));
+        _mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
 }
 
 /* y (whose sign bit is clear) with the sign of x. */
@@ -159,35 +149,45 @@ QKV_ALWAYS_INLINE void gelu_arg16(__m512 x, __m512 *hi, __m512 *lo)
     *hi = h;
 }
 
-/* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), v = x·K2·(1 +
- * C·x²) as two floats, carried into e^(-|v|) = p·2^t, that
+/* GELU's shared start: x clamped to ±VM_GELU_BIG (in *xc), -|v| =
+ * -|x|·K2·(1 + C·x²) as two floats (the arithmetic is odd, so these are
+ * exactly the negated parts of v), carried into e^(-|v|) = p·2^t, that
  * as *z (its exponent raised to at least VM_EXP_SUM_MIN) and 1 + *z in
- * *d. Sets *pos where v >= 0; returns p. */
+ * *d. Sets *pos where v >= 0, which is where x >= 0; returns p.
+ *
+ * Fewer operations than exp_parts16, as GELU is bound by them (about 45
+ * a register): t rounded by adding and taking away 1.5·2^23 (two
+ * operations, against a multiply and a two-operation roundscale), and
+ * -|v| formed from -|x| (one sign operation, against two). */
 QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m512 *t, __m512 *z,
                                       __m512 *d)
 {
+    const __m512 round = SET1(12582912.0f); /* 1.5·2^23 */
     __m512 c = _mm512_min_ps(SET1(VM_GELU_BIG), _mm512_max_ps(SET1(-VM_GELU_BIG), x));
     __m512 hi, lo;
-    gelu_arg16(c, &hi, &lo);
-    *pos = _mm512_cmp_ps_mask(hi, _mm512_setzero_ps(), _CMP_GE_OQ);
+    gelu_arg16(neg_abs16(c), &hi, &lo);
+    *pos = _mm512_cmp_ps_mask(c, _mm512_setzero_ps(), _CMP_GE_OQ);
     *xc = c;
-    __m512 nlo = neg_lo16(lo, hi);
-    __m512 p = exp_parts16(neg_abs16(hi), &nlo, t);
-    *z = _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), *t));
+    __m512 k = _mm512_sub_ps(_mm512_fmadd_ps(hi, SET1(VM_LOG2E), round), round);
+    __m512 r = _mm512_fnmadd_ps(k, SET1(VM_LN2_HI), hi); /* exact */
+    r = _mm512_add_ps(_mm512_fnmadd_ps(k, SET1(VM_LN2_LO), r), lo);
+    __m512 p = _mm512_add_ps(SET1(1.0f), expm1_poly16(r));
+    *t = k;
+    *z = _mm512_scalef_ps(p, _mm512_max_ps(SET1(VM_EXP_SUM_MIN), k));
     *d = _mm512_add_ps(SET1(1.0f), *z);
     return p;
 }
 
-/* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below; and x
- * itself beyond VM_GELU_BIG (where σ(v) = 1 in float, and x may be inf). */
+/* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below. Beyond
+ * VM_GELU_BIG z is at most 2^VM_EXP_SUM_MIN, so 1 + z is 1 and the result
+ * x itself (inf too). */
 QKV_ALWAYS_INLINE __m512 gelu16(__m512 x)
 {
     __m512 xc, t, z, d;
     __mmask16 pos;
     __m512 p = gelu_parts16(x, &xc, &pos, &t, &z, &d);
     __m512 q = _mm512_div_ps(_mm512_mask_mov_ps(_mm512_mul_ps(xc, p), pos, x), d);
-    __m512 y = _mm512_scalef_ps(q, _mm512_maskz_mov_ps((__mmask16)~pos, t));
-    return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, SET1(VM_GELU_BIG), _CMP_GT_OQ), x);
+    return _mm512_scalef_ps(q, _mm512_maskz_mov_ps((__mmask16)~pos, t));
 }
 
 /* gelu'(x) = σ(v)·(1 + x·(1 - σ(v))·K2·(1 + 3C·x²)), with σ(v) as m·2^t
