@@ -26,7 +26,8 @@ def c_doubles(name, values):
 
 
 def c_uints(name, values, ctype="uint32_t"):
-    body = ",\n".join("    " + ", ".join(f"{v}u" for v in values[i:i + 8])
+    suffix = "ull" if ctype == "uint64_t" else "u"
+    body = ",\n".join("    " + ", ".join(f"{v}{suffix}" for v in values[i:i + 8])
                       for i in range(0, len(values), 8))
     return f"static const {ctype} {name}[{len(values)}] = {{\n{body}\n}};\n"
 
@@ -54,6 +55,15 @@ def main():
     gen = random.Random(5)
     out.append(c_uints("golden_below_5", [gen._randbelow(1 + i * 7919 % 100003)
                                           for i in range(N)]))
+    # past 32 bits: getrandbits(33..64), and _randbelow of bounds up to 2^64 - 1
+    random.seed(3)
+    out.append(c_uints("golden_bits64_3", [random.getrandbits(33 + i % 32) for i in range(N)],
+                       "uint64_t"))
+    bounds = [(2**32 + i * 7919 * 2**20) % 2**64 for i in range(N - 3)] + [2**64 - 1, 2**63,
+                                                                            2**32]
+    out.append(c_uints("golden_below64_bounds", bounds, "uint64_t"))
+    gen = random.Random(5)
+    out.append(c_uints("golden_below64_5", [gen._randbelow(n) for n in bounds], "uint64_t"))
     random.seed(11)
     deck = list(range(100))
     random.shuffle(deck)

@@ -55,6 +55,21 @@ START_TEST(test_getrandbits_and_randbelow_match_cpython)
 }
 END_TEST
 
+/* Past 32 bits (two words, as CPython draws them), up to bounds of
+ * 2^64 - 1: a shuffle or choice over more than 2^32 items draws these. */
+START_TEST(test_wide_getrandbits_and_randbelow_match_cpython)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 3);
+    for (size_t i = 0; i < COUNT(golden_bits64_3); i++)
+        ck_assert_uint_eq(qkv_rng_getrandbits(&g, 33 + (int)(i % 32)), golden_bits64_3[i]);
+    qkv_rng_seed(&g, 5);
+    for (size_t i = 0; i < COUNT(golden_below64_5); i++)
+        ck_assert_uint_eq(qkv_rng_below(&g, golden_below64_bounds[i]), golden_below64_5[i]);
+    ck_assert_uint_eq(qkv_rng_getrandbits(&g, 65), 0);
+}
+END_TEST
+
 START_TEST(test_shuffle_matches_cpython)
 {
     qkv_rng g;
@@ -96,6 +111,7 @@ Suite *rng_suite(void)
     tcase_add_test(tc, test_random_matches_cpython_for_1000_draws);
     tcase_add_test(tc, test_normalvariate_matches_cpython_for_1000_draws);
     tcase_add_test(tc, test_getrandbits_and_randbelow_match_cpython);
+    tcase_add_test(tc, test_wide_getrandbits_and_randbelow_match_cpython);
     tcase_add_test(tc, test_shuffle_matches_cpython);
     suite_add_tcase(s, tc);
     return s;

@@ -3,7 +3,7 @@
  *
  * MT19937, seeded as random.seed(n) seeds it for a non-negative integer n
  * (init_by_array over the 32-bit words of n). random(), normalvariate(),
- * getrandbits(k<=32), and the helpers below return exactly what CPython 3
+ * getrandbits(k<=64), and the helpers below return exactly what CPython 3
  * returns for the same seed and the same sequence of calls. This is what
  * lets `qkv demo` reproduce the tutorial's Python numbers.
  */
@@ -36,15 +36,15 @@ double qkv_rng_random(qkv_rng *r);
 /* random.normalvariate(mu, sigma) (Kinderman-Monahan ratio method). */
 double qkv_rng_normalvariate(qkv_rng *r, double mu, double sigma);
 
-/* random.getrandbits(k) for 1 <= k <= 32; returns 0 for other k. */
-uint32_t qkv_rng_getrandbits(qkv_rng *r, int k);
+/* random.getrandbits(k) for 1 <= k <= 64; returns 0 for other k. */
+uint64_t qkv_rng_getrandbits(qkv_rng *r, int k);
 
-/* random._randbelow(n) for 1 <= n < 2^32: uniform in [0, n), by rejection
- * on getrandbits(bit_length(n)). Returns 0 for n = 0. */
-uint32_t qkv_rng_below(qkv_rng *r, uint64_t n);
+/* random._randbelow(n) for any n >= 1: uniform in [0, n), by rejection on
+ * getrandbits(bit_length(n)). Returns 0 for n = 0. */
+uint64_t qkv_rng_below(qkv_rng *r, uint64_t n);
 
-/* random.shuffle(x) for an array of n < 2^32 items of `size` bytes each
- * (any size). */
+/* random.shuffle(x) for an array of n items of `size` bytes each (any
+ * size). */
 void qkv_rng_shuffle(qkv_rng *r, void *base, size_t n, size_t size);
 
 /* random.choice(range(n)): an index in [0, n). */

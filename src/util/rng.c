@@ -105,23 +105,26 @@ double qkv_rng_normalvariate(qkv_rng *r, double mu, double sigma)
     return mu + z * sigma;
 }
 
-uint32_t qkv_rng_getrandbits(qkv_rng *r, int k)
+uint64_t qkv_rng_getrandbits(qkv_rng *r, int k)
 {
-    if (k < 1 || k > 32)
+    if (k < 1 || k > 64)
         return 0;
-    return qkv_rng_u32(r) >> (32 - k);
+    if (k <= 32)
+        return qkv_rng_u32(r) >> (32 - k);
+    /* CPython fills 32-bit words from the least significant up, the last
+     * one cut to the bits left */
+    uint64_t lo = qkv_rng_u32(r);
+    return lo | (uint64_t)(qkv_rng_u32(r) >> (64 - k)) << 32;
 }
 
-uint32_t qkv_rng_below(qkv_rng *r, uint64_t n)
+uint64_t qkv_rng_below(qkv_rng *r, uint64_t n)
 {
     if (n == 0)
         return 0;
     int k = 0;
     while (k < 64 && (n >> k) != 0)
         k++;
-    if (k > 32)
-        return 0; /* beyond what the 32-bit contract covers */
-    uint32_t v;
+    uint64_t v;
     do
         v = qkv_rng_getrandbits(r, k);
     while (v >= n);
