@@ -211,6 +211,14 @@ START_TEST(test_pow_has_a_zero_gradient_at_exponent_zero)
     qkv_tape_reset(t);
     ck_assert(qkv_pow(t, x, NAN) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    /* and so is a factor for scale, whose message names it */
+    for (int i = 0; i < 3; i++) {
+        const double bad[3] = {NAN, INFINITY, -INFINITY};
+        qkv_tape_reset(t);
+        ck_assert(qkv_scale(t, x, bad[i]) == qkv_nil());
+        ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+        ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "scale: the factor"));
+    }
     qkv_tensor_free(x);
     qkv_tape_free(t);
 }

@@ -59,7 +59,8 @@ qkv_tensor *qkv_sub(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 qkv_tensor *qkv_mul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 qkv_tensor *qkv_div(qkv_tape *t, qkv_tensor *a, qkv_tensor *b);
 
-/* y = c·x (c rounded once per value, from double) and y = -x. */
+/* y = c·x (c rounded once per value, from double; a c that is not
+ * finite is refused with QKV_ERR_ARG) and y = -x. */
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c);
 qkv_tensor *qkv_neg(qkv_tape *t, qkv_tensor *x);
 

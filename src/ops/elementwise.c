@@ -411,6 +411,11 @@ static const qkv_op_def op_silu = {"silu", silu_backward, 0};
 
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 {
+    if (!isfinite(c)) { /* as pow's exponent: every value would be ±inf or NaN */
+        if (t != NULL && qkv_tape_status(t) == QKV_OK)
+            qkv_tape_fail(t, QKV_ERR_ARG, "scale: the factor %g is not finite", c);
+        return qkv_nil();
+    }
     return unary(t, "scale", &op_scale, x, scale_map, c);
 }
 
