@@ -183,7 +183,9 @@ struct qkv_node {
     const qkv_real *saved;      /* forward state kept for backward (probabilities) */
     void *state;                /* anything else: the op's own record, in the arena */
     int n_in;
-    qkv_tensor *in[]; /* (n_in) the inputs gradients flow back to */
+    qkv_tensor **in; /* (n_in) the inputs gradients flow back to, stored
+                        just after the node (a pointer, not a flexible
+                        array member, so the header is valid C++) */
 };
 
 /* Appends a node for the op's output out (which must have a gradient) with

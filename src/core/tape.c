@@ -220,6 +220,9 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
     return x;
 }
 
+/* A node's inputs follow it in the same allocation, aligned. */
+_Static_assert(sizeof(qkv_node) % _Alignof(qkv_tensor *) == 0, "qkv_node's size");
+
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in)
 {
@@ -238,6 +241,7 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
     if (n == NULL)
         return NULL;
     memset(n, 0, sizeof *n);
+    n->in = (qkv_tensor **)(n + 1);
     n->op = op;
     n->prev = t->last;
     n->out = out;
