@@ -1,6 +1,7 @@
 /*
  * test_gradcheck.c - every op's gradient against central finite
- * differences, and the checker itself catching a wrong gradient.
+ * differences, also with one tensor as several of an op's inputs, and the
+ * checker itself catching a wrong gradient.
  */
 #include <string.h>
 
@@ -36,6 +37,87 @@ static qkv_tensor *lying_loss(qkv_tape *t, void *ctx)
     qkv_tensor *sq = qkv_sum(t, qkv_mul(t, x, x));
     return qkv_tape_grad_enabled(t) ? sq : qkv_scale(t, sq, 2);
 }
+
+/* The aliasing check: one tensor h passed as two or three inputs of an op,
+ * or its output used twice. h is x itself (a parameter, whose gradient
+ * every op adds into) or a tape tensor made from it (whose gradient the
+ * ops that claim gradients overwrite first, once, then add into), so a
+ * backward that wrote one input's share over another's, or cleared or
+ * claimed a gradient twice, shows here. */
+typedef struct alias_ctx {
+    qkv_tensor *x; /* [4,4], |x| >= 0.3 (div) */
+    int op, tape;
+} alias_ctx;
+
+/* Σ y⊙c for a fixed c, plus Σ y⊙y: y used twice. */
+static qkv_tensor *alias_read(qkv_tape *t, qkv_tensor *y)
+{
+    const int was = qkv_tape_set_grad(t, 0);
+    qkv_tensor *c = qkv_tape_tensor(t, y->ndim, y->shape, 0);
+    qkv_tape_set_grad(t, was);
+    if (qkv_tensor_is_nil(c))
+        return c;
+    for (size_t i = 0; i < c->numel; i++)
+        c->data[i] = (qkv_real)(0.1 + sin(0.7 * (double)i + 0.3));
+    return qkv_add(t, qkv_sum(t, qkv_mul(t, y, c)), qkv_sum(t, qkv_mul(t, y, y)));
+}
+
+static const char *const alias_names[] = {
+    "sub(h, h) + div(h, h)",
+    "matmul(h, h)",
+    "matmul_nt(h, h)",
+    "affine(h, h, NULL)",
+    "concat {h, h, h}",
+    "attention(h, h, h), weights too",
+    "attention_online(h, h, h), causal",
+    "embed_attention(h, h, h)",
+    "layer_norm(h, g, g)",
+    "gelu(h), used twice",
+};
+#define N_ALIAS ((int)(sizeof alias_names / sizeof *alias_names))
+
+static qkv_tensor *alias_loss(qkv_tape *t, void *p)
+{
+    const alias_ctx *c = p;
+    static const int ids[6] = {0, 2, 2, 3, 1, 0};
+    qkv_tensor *h = c->tape ? qkv_scale(t, c->x, 1) : c->x;
+    qkv_tensor *h3 = qkv_reshape(t, h, 3, (const int[]){2, 4, 2});
+    qkv_attention_parts parts;
+    switch (c->op) {
+    case 0: return qkv_add(t, alias_read(t, qkv_sub(t, h, h)), alias_read(t, qkv_div(t, h, h)));
+    case 1: return alias_read(t, qkv_matmul(t, h, h));
+    case 2: return alias_read(t, qkv_matmul_nt(t, h, h));
+    case 3: return alias_read(t, qkv_affine(t, h, h, NULL));
+    case 4: return alias_read(t, qkv_concat(t, 3, (qkv_tensor *const[]){h, h, h}, 1));
+    case 5: {
+        qkv_tensor *o = qkv_attention(t, h3, h3, h3, NULL, 0.7, &parts);
+        return qkv_add(t, alias_read(t, o), alias_read(t, parts.attn));
+    }
+    case 6: return alias_read(t, qkv_attention_online(t, h3, h3, h3, NULL, 0.7, 1));
+    case 7: return alias_read(t, qkv_embed_attention(t, h, h, h, ids, 2, 3, NULL, 0.6, NULL));
+    case 8: {
+        qkv_tensor *g = qkv_reshape(t, qkv_slice(t, h, 0, 1, 1), 1, (const int[]){4});
+        return alias_read(t, qkv_layer_norm(t, h, g, g, 1e-5));
+    }
+    default: return alias_read(t, qkv_gelu(t, h));
+    }
+}
+
+START_TEST(test_aliased_inputs_and_reused_outputs_pass_gradcheck)
+{
+    /* _i: the op, and whether h is the parameter or a tape tensor */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    alias_ctx c = {tensor_of(2, (const int[]){4, 4}, NULL, 1), _i / 2, _i % 2};
+    for (int i = 0; i < 16; i++)
+        c.x->data[i] = (qkv_real)((i % 3 ? 1 : -1) * (0.3 + 0.6 * fabs(sin(1.3 * i + 0.2))));
+    qkv_gradcheck_result res;
+    ck_assert_int_eq(qkv_gradcheck(t, alias_loss, &c, &c.x, 1, 0, 0, 0, &res), QKV_OK);
+    ck_assert_msg(res.passed, "%s, h %s: max rel err %.3e (max abs %.3e)", alias_names[c.op],
+                  c.tape ? "on the tape" : "the parameter", res.max_rel, res.max_abs);
+    qkv_tape_free(t);
+    qkv_tensor_free(c.x);
+}
+END_TEST
 
 START_TEST(test_gradcheck_catches_a_wrong_gradient)
 {
@@ -85,6 +167,7 @@ Suite *gradcheck_suite(void)
     Suite *s = suite_create("gradcheck");
     TCase *tc = tcase_create("ops");
     tcase_add_loop_test(tc, test_builtin_gradcheck_passes, 0, qkv_gradcheck_builtin_count());
+    tcase_add_loop_test(tc, test_aliased_inputs_and_reused_outputs_pass_gradcheck, 0, 2 * N_ALIAS);
     tcase_add_test(tc, test_gradcheck_catches_a_wrong_gradient);
     tcase_add_test(tc, test_grad_compare_uses_the_floor_and_fails_on_nan);
     tcase_add_test(tc, test_gradcheck_reports_loss_errors);
