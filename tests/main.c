@@ -28,30 +28,14 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         Suite *(*make)(void);
-    } suites[] = {SUITE(tensor),
-                  SUITE(tape),
-                  SUITE(kernels),
-                  SUITE(gemm),
-                  SUITE(ops),
-                  SUITE(elementwise),
-                  SUITE(shape),
-                  SUITE(norm),
-                  SUITE(attention),
-                  SUITE(threads),
-                  SUITE(rng),
-                  SUITE(gradcheck),
-                  SUITE(optim),
-                  SUITE(params),
-                  SUITE(layers),
-                  SUITE(safetensors),
-                  SUITE(coref_data),
-                  SUITE(coref_model),
-                  SUITE(coref_checkpoint),
-                  SUITE(coref_seq),
-                  SUITE(coref_ablate),
-                  SUITE(demo),
-                  SUITE(cli),
-                  SUITE(faults)};
+    } suites[] = {
+        SUITE(tensor),      SUITE(tape),         SUITE(kernels),     SUITE(gemm),
+        SUITE(ops),         SUITE(elementwise),  SUITE(shape),       SUITE(norm),
+        SUITE(attention),   SUITE(threads),      SUITE(rng),         SUITE(gradcheck),
+        SUITE(torch),       SUITE(optim),        SUITE(params),      SUITE(layers),
+        SUITE(safetensors), SUITE(coref_data),   SUITE(coref_model), SUITE(coref_checkpoint),
+        SUITE(coref_seq),   SUITE(coref_ablate), SUITE(demo),        SUITE(cli),
+        SUITE(faults)};
     const size_t n = sizeof suites / sizeof suites[0];
     if (argc > 1 && strcmp(argv[1], "--list") == 0) { /* for scripts/suites.sh */
         for (size_t i = 0; i < n; i++)

@@ -54,6 +54,7 @@ Suite *attention_suite(void);
 Suite *threads_suite(void);
 Suite *rng_suite(void);
 Suite *gradcheck_suite(void);
+Suite *torch_suite(void);
 Suite *optim_suite(void);
 Suite *params_suite(void);
 Suite *layers_suite(void);
