@@ -184,8 +184,8 @@ def error(got, want):
     NaNs must sit in the same places (inf if not)."""
     got = got.reshape(want.shape)
     fin = torch.isfinite(want)
-    if not torch.equal(fin, torch.isfinite(got)) or not torch.equal(got[~fin].nan_to_num(0),
-                                                                    want[~fin].nan_to_num(0)):
+    if not (torch.equal(fin, torch.isfinite(got)) and torch.equal(got.isnan(), want.isnan())
+            and torch.equal(got.isposinf(), want.isposinf())):
         return math.inf
     if not fin.any():
         return 0.0

@@ -422,6 +422,86 @@ static void attention_cases(probe *p)
            qkv_rnn_scan(p->t, xw, in(p, 2, S(3, 3), NORMAL), NULL, 0));
 }
 
+/* An input holding these values. */
+static qkv_tensor *in_values(probe *p, int nd, const int *shape, const double *v)
+{
+    qkv_tensor *x = in(p, nd, shape, NORMAL);
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = (qkv_real)v[i];
+    return x;
+}
+
+/* The edges the ops document, where PyTorch has the same definition:
+ * zeros, infinities, NaN, ties, saturation, a constant row. */
+static void edge_cases(probe *p)
+{
+    static const double at0[6] = {0, -1.5, 0.25, 0, 2, -0.5};
+    static const double pos0[6] = {0, 0.25, 1, 0, 4, 2.5};
+    /* saturating maps: the error is judged against the scale that 0.5
+     * gives (a float y rounds to 1 from x = 9 on, so 1 - y² is 0 there,
+     * as in PyTorch's float32); exp stays below float's overflow */
+    static const double big[8] = {-1e4, -100, -30, -10, 0.5, 30, 100, 1e4};
+    static const double low[8] = {-1e4, -100, -88, -30, -1, 0, 0.5, 2};
+    begin(p, 900);
+    finish(p, "relu_at_0 relu", qkv_relu(p->t, in_values(p, 1, S(6), at0)));
+    begin(p, 901);
+    finish(p, "sqrt_at_0 sqrt", qkv_sqrt(p->t, in_values(p, 1, S(6), pos0)));
+    begin(p, 902);
+    finish(p, "log_at_0 log", qkv_log(p->t, in_values(p, 1, S(6), pos0)));
+    begin(p, 903);
+    finish(p, "pow_0_at_0 pow p=0", qkv_pow(p->t, in_values(p, 1, S(6), at0), 0));
+    begin(p, 904);
+    finish(p, "pow_0.5_at_0 pow p=0.5", qkv_pow(p->t, in_values(p, 1, S(6), pos0), 0.5));
+    begin(p, 905);
+    finish(p, "pow_2_at_0 pow p=2", qkv_pow(p->t, in_values(p, 1, S(6), at0), 2));
+    /* x/0 and 0/0 */
+    begin(p, 906);
+    qkv_tensor *a = in_values(p, 1, S(6), at0);
+    finish(p, "div_by_0 div",
+           qkv_div(p->t, a, in_values(p, 1, S(6), (const double[]){0, 0, 1, 2, 0, -1})));
+    static const struct {
+        const char *header;
+        qkv_tensor *(*op)(qkv_tape *, qkv_tensor *);
+    } maps[] = {{"exp_low exp", qkv_exp},
+                {"tanh_big tanh", qkv_tanh},
+                {"sigmoid_big sigmoid", qkv_sigmoid},
+                {"gelu_big gelu", qkv_gelu},
+                {"silu_big silu", qkv_silu}};
+    for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
+        begin(p, 910 + i);
+        finish(p, maps[i].header, maps[i].op(p->t, in_values(p, 1, S(8), i == 0 ? low : big)));
+    }
+    begin(p, 920);
+    qkv_tensor *x = in_values(p, 1, S(8), big);
+    qkv_tensor *y = constant(p, 1, S(8), NORMAL);
+    for (int i = 0; i < 8; i++)
+        y->data[i] = i % 2;
+    finish(p, "bce_big bce_with_logits", qkv_bce_with_logits(p->t, x, y));
+    /* ties go to the first maximum, and a NaN is the maximum */
+    begin(p, 921);
+    finish(p, "max_dim_ties_nan max_dim dim=1 keepdim=0",
+           qkv_max_dim(p->t,
+                       in_values(p, 2, S(3, 4),
+                                 (const double[]){1, 3, 3, 2, NAN, 1, NAN, 0, -1, -1, -1, -1}),
+                       1, 0));
+    /* rows with dropped entries, one all equal */
+    static const double masked[8] = {-INFINITY, 1, -INFINITY, 2, 0.5, 0.5, 0.5, 0.5};
+    begin(p, 922);
+    finish(p, "softmax_-inf softmax", qkv_softmax(p->t, in_values(p, 2, S(2, 4), masked)));
+    begin(p, 923);
+    finish(p, "log_softmax_-inf log_softmax",
+           qkv_log_softmax(p->t, in_values(p, 2, S(2, 4), masked)));
+    /* a constant row: x - μ is 0, 1/σ is 1/√eps */
+    begin(p, 924);
+    finish(p, "layer_norm_constant_row layer_norm eps=1e-5",
+           qkv_layer_norm(p->t, in_values(p, 2, S(2, 4), (const double[]){2, 2, 2, 2, 1, -1, 0, 3}),
+                          NULL, NULL, 1e-5));
+    begin(p, 925);
+    finish(p, "rms_norm_zero_row rms_norm eps=1e-6",
+           qkv_rms_norm(p->t, in_values(p, 2, S(2, 4), (const double[]){0, 0, 0, 0, 1, -1, 0, 3}),
+                        NULL, 1e-6));
+}
+
 /* Writes every case for the current kernel set. */
 static void write_cases(probe *p)
 {
@@ -434,6 +514,7 @@ static void write_cases(probe *p)
     softmax_and_loss_cases(p);
     norm_cases(p);
     attention_cases(p);
+    edge_cases(p);
 }
 
 START_TEST(test_ops_match_pytorch)
