@@ -997,6 +997,50 @@ START_TEST(test_progress_bars_leave_the_tables_alone_on_a_terminal)
 }
 END_TEST
 
+/* The widest bar in raw terminal output, in columns: the text before each
+ * "\033[K" (which ends every bar) back to the '\r' or '\n' before it. */
+static int widest_bar(const char *raw)
+{
+    int widest = 0;
+    for (const char *k = strstr(raw, "\033[K"); k != NULL; k = strstr(k + 3, "\033[K")) {
+        const char *start = k;
+        while (start > raw && start[-1] != '\r' && start[-1] != '\n')
+            start--;
+        char line[1024];
+        snprintf(line, sizeof line, "%.*s", (int)(k - start), start);
+        int w = cli_text_width(line);
+        widest = w > widest ? w : widest;
+    }
+    return widest;
+}
+
+START_TEST(test_a_bar_fits_a_narrow_terminal)
+{
+    if (system("script -q -c true /dev/null </dev/null >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "skipped: no util-linux script(1) to make a terminal\n");
+        return;
+    }
+    /* a line that wraps is redrawn from its last row only, so every update
+     * would leave the rows above it behind */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "script -q -c \"stty cols 20; '%s' train --steps 10 --batch 4 --log-every 5 "
+             "--log t.csv --save m.st 2>&1 >/dev/null\" /dev/null </dev/null",
+             QKV_BIN);
+    sh(cmd, &out);
+    ck_assert_msg(strstr(out, "10/10") != NULL, "%s", out);
+    ck_assert_msg(widest_bar(out) <= 19, "a bar wider than the terminal:\n%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "script -q -c \"stty cols 8; '%s' bptt --rho 0.5 --length 16 --train-steps 2 "
+             "--out b 2>&1 >/dev/null\" /dev/null </dev/null",
+             QKV_BIN);
+    sh(cmd, &out);
+    ck_assert_msg(widest_bar(out) <= 7, "a bar wider than the terminal:\n%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
 {
     char *out;
@@ -1293,6 +1337,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
+    tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);

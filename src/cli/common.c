@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -235,8 +236,61 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
     return CLI_OK;
 }
 
+/* Decodes one UTF-8 sequence at s (assumed valid); returns its length. */
+static int utf8_next(const unsigned char *s, unsigned *cp)
+{
+    if (s[0] < 0x80) {
+        *cp = s[0];
+        return 1;
+    }
+    int n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
+    unsigned v = s[0] & (0x7Fu >> n);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            *cp = 0xFFFD;
+            return i;
+        }
+        v = (v << 6) | (s[i] & 0x3Fu);
+    }
+    *cp = v;
+    return n;
+}
+
+static int wide(unsigned cp)
+{
+    return (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) ||
+           (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+           (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+           (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x20000 && cp <= 0x3FFFD);
+}
+
 /* 1 while a bar is on stderr's last line, not yet ended or cleared */
 static int bar_shown;
+
+/* The terminal's width in columns on stderr, or 0 if it does not say. */
+static int terminal_columns(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    return 0;
+}
+
+/* Cuts UTF-8 text s to at most cols display columns, at a character. */
+static void cut_to_columns(char *s, int cols)
+{
+    int w = 0;
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        unsigned cp;
+        int n = utf8_next(p, &cp), cw = wide(cp) ? 2 : 1;
+        if (w + cw > cols)
+            break;
+        w += cw;
+        p += n;
+    }
+    *p = '\0';
+}
 
 void cli_progress(int quiet, long step, long total, const char *status, int done)
 {
@@ -245,11 +299,25 @@ void cli_progress(int quiet, long step, long total, const char *status, int done
         tty = isatty(STDERR_FILENO);
     if (quiet || !tty || total <= 0)
         return;
-    const int width = 30;
+    /* a line as wide as the terminal wraps, and '\r' then redraws only its
+     * last row: the bar shrinks (or goes), then the text is cut, to the
+     * width less one column */
+    char tail[256], line[512];
+    snprintf(tail, sizeof tail, " %ld/%ld %s", step, total, status);
+    const int cols = terminal_columns(), room = cols - 1 - 2 - cli_text_width(tail);
+    int width = 30;
+    if (cols > 0 && room < width)
+        width = room < 0 ? 0 : room;
     int fill = (int)((double)step / (double)total * width);
     fill = fill > width ? width : fill;
-    fprintf(stderr, "\r[%.*s%*s] %ld/%ld %s\033[K", fill,
-            "==============================", width - fill, "", step, total, status);
+    if (width >= 3)
+        snprintf(line, sizeof line, "[%.*s%*s]%s", fill,
+                 "==============================", width - fill, "", tail);
+    else /* no room for a bar: the count alone */
+        snprintf(line, sizeof line, "%s", tail + 1);
+    if (cols > 0)
+        cut_to_columns(line, cols - 1);
+    fprintf(stderr, "\r%s\033[K", line);
     if (done)
         fputc('\n', stderr);
     bar_shown = !done;
@@ -319,34 +387,6 @@ int cli_split_list(const char *s, char *buf, size_t len, char **items, int max)
             return n;
         *p = '\0';
     }
-}
-
-/* Decodes one UTF-8 sequence at s (assumed valid); returns its length. */
-static int utf8_next(const unsigned char *s, unsigned *cp)
-{
-    if (s[0] < 0x80) {
-        *cp = s[0];
-        return 1;
-    }
-    int n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
-    unsigned v = s[0] & (0x7Fu >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            *cp = 0xFFFD;
-            return i;
-        }
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
-    *cp = v;
-    return n;
-}
-
-static int wide(unsigned cp)
-{
-    return (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF) ||
-           (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) ||
-           (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
-           (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x20000 && cp <= 0x3FFFD);
 }
 
 int cli_text_width(const char *s)
