@@ -1041,6 +1041,33 @@ START_TEST(test_a_bar_fits_a_narrow_terminal)
 }
 END_TEST
 
+START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
+{
+    /* the log was renamed over whatever --log named: as root, --log
+     * /dev/null replaced the device with a file; refuse it as --save does,
+     * before training, with nothing left behind */
+    char *out;
+    ck_assert_int_eq(sh("mkdir d && ln -s t.csv link && mkfifo fifo", &out), 0);
+    free(out);
+    const char *bad[][2] = {{"d", "a directory"},
+                            {"link", "a symbolic link"},
+                            {"fifo", "a device or other special file"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[256], want[256];
+        snprintf(args, sizeof args, "train --steps 2 --quiet --save m.st --log %s", bad[i][0]);
+        snprintf(want, sizeof want,
+                 "qkv: train: %s exists and is not a regular file (%s); refusing to replace it",
+                 bad[i][0], bad[i][1]);
+        expect(args, 1, want);
+        snprintf(args, sizeof args, "train --steps 2 --quiet --log t.csv --save %s", bad[i][0]);
+        expect(args, 1, want);
+    }
+    ck_assert_int_eq(sh("test -d d && test -L link && test -p fifo && ls", &out), 0);
+    ck_assert_str_eq(out, "d\nfifo\nlink\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
 {
     char *out;
@@ -1338,6 +1365,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
+    tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);

@@ -208,6 +208,12 @@ int cmd_train(int argc, char **argv)
         cli_fail("train: --log and --save name the same file, %s: give two", o.save);
         return CLI_USAGE;
     }
+    /* both outputs are renamed into place after the run: refuse what a
+     * rename must not replace (--log /dev/null) before it starts */
+    qkv_error err = qkv_error_none();
+    if (qkv_check_replaceable(o.log, &err) != QKV_OK ||
+        qkv_check_replaceable(o.save, &err) != QKV_OK)
+        return cli_fail("train: %s", err.message);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
     qkv_optim_kind kind;

@@ -126,12 +126,9 @@ static int sync_dir(const char *dir)
     return r;
 }
 
-qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
+qkv_status qkv_check_replaceable(const char *path, qkv_error *err)
 {
-    char dir[4096], tmp[4200];
     struct stat sb;
-    if (path == NULL || *path == '\0')
-        return qkv_error_set(err, QKV_ERR_IO, "no file name to save to");
     if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return qkv_error_set(err, QKV_ERR_IO,
                              "%s exists and is not a regular file (%s); refusing to replace it",
@@ -139,6 +136,17 @@ qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_
                              S_ISLNK(sb.st_mode)   ? "a symbolic link"
                              : S_ISDIR(sb.st_mode) ? "a directory"
                                                    : "a device or other special file");
+    return QKV_OK;
+}
+
+qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
+{
+    char dir[4096], tmp[4200];
+    if (path == NULL || *path == '\0')
+        return qkv_error_set(err, QKV_ERR_IO, "no file name to save to");
+    qkv_status s = qkv_check_replaceable(path, err);
+    if (s != QKV_OK)
+        return s;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     if (!dir_of(path, dir, sizeof dir) || *base == '\0' ||
         snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= (int)sizeof tmp)
@@ -150,7 +158,6 @@ qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_
                              path, dir, strerror(errno));
     fchmod(fd, 0644); /* mkstemp makes 0600; a saved file is readable as fopen's would be */
     FILE *f = fdopen(fd, "wb");
-    qkv_status s = QKV_OK;
     if (f == NULL) {
         close(fd);
         s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));

@@ -84,6 +84,12 @@ qkv_status qkv_mkdirs_for(const char *path, qkv_error *err);
  * memory. */
 unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_error *err);
 
+/* QKV_OK if nothing is at path or a regular file is; QKV_ERR_IO, naming
+ * what is there instead (a symbolic link, not followed; a directory; a
+ * device or other special file), for an output that a rename would
+ * replace. */
+qkv_status qkv_check_replaceable(const char *path, qkv_error *err);
+
 /* Writes a file's bytes to f; returns a status (with the reason in err). */
 typedef qkv_status (*qkv_write_fn)(void *ctx, FILE *f, qkv_error *err);
 
