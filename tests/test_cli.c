@@ -815,6 +815,48 @@ START_TEST(test_plots_on_a_full_disk_fail)
 }
 END_TEST
 
+START_TEST(test_a_csv_cut_short_by_a_full_disk_is_removed)
+{
+    /* each run fills more than the 512 bytes that ulimit -f 1 allows: the
+     * command fails, and leaves no truncated CSV for a plot to read */
+    const char *cmds[][2] = {
+        {"saturation --dk 4,16 --steps 20 --log-every 1 --no-variance --quiet --out o",
+         "o/runs.csv"},
+        {"bptt --rho 0.5,1 --length 16 --train-steps 2 --quiet --out o", "o/grads.csv"},
+        {"ablate --variants full,no-v --seeds 1 --steps 20 --eval-every 1 --quiet --out o",
+         "o/curves.csv"},
+        {"resolve --model m.st --csv o/r.csv 小红和阿杰是朋友，他爱打篮球，她喜欢唱歌", "o/r.csv"},
+    };
+    char *out, cmd[1024];
+    ck_assert_int_eq(run("train --steps 2 --quiet --log t.csv --save m.st", &out), 0);
+    free(out);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf o; (ulimit -f 1; trap '' XFSZ; '%s' %s 2>&1 >/dev/null); rc=$?; "
+                 "if test -e %s; then echo left behind; fi; exit $rc",
+                 QKV_BIN, cmds[i][0], cmds[i][1]);
+        int rc = sh(cmd, &out);
+        ck_assert_msg(rc == 1, "qkv %s: exit %d\n%s", cmds[i][0], rc, out);
+        ck_assert_msg(strstr(out, "cannot write") != NULL, "%s", out);
+        ck_assert_msg(strstr(out, "left behind") == NULL, "qkv %s: %s\n%s", cmds[i][0], cmds[i][1],
+                      out);
+        free(out);
+    }
+    /* but a device that refuses the bytes is no CSV of ours to remove,
+     * nor is a link to one (mknod needs root: then a node of /dev/full) */
+    const char *devs = "ln -s /dev/full link && { mknod -m 666 full c 1 7 2>/dev/null || "
+                       "ln -s /dev/full full; }";
+    ck_assert_int_eq(sh(devs, &out), 0);
+    free(out);
+    expect("softmax --csv full", 1, "qkv: softmax: cannot write full");
+    expect("softmax --csv link", 1, "qkv: softmax: cannot write link");
+    ck_assert_int_eq(sh("test -c full || test -L full", &out), 0);
+    free(out);
+    ck_assert_int_eq(sh("test -L link", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
 {
     char *out;
@@ -1360,6 +1402,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_every_example_runs_to_its_result);
     tcase_add_test(tc, test_a_full_stdout_is_a_failure);
     tcase_add_test(tc, test_plots_on_a_full_disk_fail);
+    tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);

@@ -331,7 +331,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
                 fprintf(f, ",%.6g", r->loss);
             fprintf(f, ",%.4f\n", r->train);
         }
-    if (cli_fclose(f) != 0)
+    if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s", path);
     /* summary.csv: per variant, means over the seeds (sd of the accuracy) */
     snprintf(path, sizeof path, "%s/summary.csv", o->out);
@@ -359,7 +359,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
         fprintf(f, "%s,%zu,%d,%.4f,%.4f,%.1f,%.1f,%d,%.4f,%.4f\n", names[v], res[v][0].params,
                 o->seeds, m, sd, sm, ssd, reached, a, b);
     }
-    if (cli_fclose(f) != 0)
+    if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s", path);
     return CLI_OK;
 }
@@ -518,7 +518,7 @@ int cmd_ablate(int argc, char **argv)
     ablate_tasks w = {&o, names, nv, roles, t, b, eb, curves, res};
     if (r == CLI_OK)
         r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, &w, o.quiet, "runs");
-    if (cli_fclose(curves) != 0 && r == CLI_OK)
+    if (cli_csv_close(curves, path) != 0 && r == CLI_OK)
         r = cli_fail("ablate: cannot write %s", path);
     if (r == CLI_OK)
         r = write_runs(&o, names, nv, res, roles);

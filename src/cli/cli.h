@@ -187,6 +187,12 @@ int cli_same_file(const char *a, const char *b);
  * or the last flush fails, else 0. */
 int cli_fclose(FILE *f);
 
+/* Closes a CSV that cli_csv_create opened at path, as cli_fclose does; if
+ * a write failed (a full disk), also removes the file, which is cut short,
+ * when path names a regular file (not a device or a symbolic link).
+ * 0 or -1. */
+int cli_csv_close(FILE *f, const char *path);
+
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the
  * default's absence gets a hint to run qkv train. NULL on failure. */
 qkv_coref_model *cli_load_model(const char *path);

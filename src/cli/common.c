@@ -501,6 +501,18 @@ int cli_fclose(FILE *f)
     return fclose(f) != 0 || bad ? -1 : 0;
 }
 
+int cli_csv_close(FILE *f, const char *path)
+{
+    if (cli_fclose(f) == 0)
+        return 0;
+    /* cut short: no plot or script may take it for a whole log; but a
+     * device (--csv /dev/full) or a link is not the CSV, and stays */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+        remove(path);
+    return -1;
+}
+
 void cli_mean_sd(const double *x, int n, double *mean, double *sd)
 {
     double s = 0, ss = 0;

@@ -209,7 +209,7 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
             fprintf(f, "%s,%d,%d,%.4f,%.4f,%.1f,%d\n", qkv_seq_name(kinds[i]), ks[d], o->seeds,
                     mean, sd, reached ? steps / reached : -1.0, reached);
         }
-    if (cli_fclose(f) != 0)
+    if (cli_csv_close(f, path) != 0)
         return cli_fail("distance: cannot write %s", path);
     return CLI_OK;
 }
@@ -342,7 +342,7 @@ int cmd_distance(int argc, char **argv)
     dist_tasks w = {&o, kinds, ks, nk, nd, t, b, eb, csv, res};
     if (r == CLI_OK)
         r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, &w, o.quiet, "runs");
-    if (cli_fclose(csv) != 0 && r == CLI_OK)
+    if (cli_csv_close(csv, path) != 0 && r == CLI_OK)
         r = cli_fail("distance: cannot write %s", path);
     if (r == CLI_OK)
         r = write_summary(&o, kinds, nk, ks, nd, res);

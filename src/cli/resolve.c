@@ -37,7 +37,7 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
             fprintf(out, ",%.6f", (double)f->attn->data[(size_t)i * n + j]);
         fputc('\n', out);
     }
-    if (cli_fclose(out) != 0)
+    if (cli_csv_close(out, path) != 0)
         return cli_fail("resolve: cannot write %s", path);
     return CLI_OK;
 }

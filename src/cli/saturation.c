@@ -225,7 +225,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
         fprintf(out, "%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
         fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], var, var / dks[d], dks[d]);
     }
-    if (cli_fclose(f) != 0)
+    if (cli_csv_close(f, path) != 0)
         return cli_fail("saturation: cannot write %s", path);
     return CLI_OK;
 }
@@ -357,7 +357,7 @@ int cmd_saturation(int argc, char **argv)
         r = cli_fail("saturation: %s", err.message);
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk);
-    if (cli_fclose(c.csv) != 0 && r == CLI_OK)
+    if (cli_csv_close(c.csv, path) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s", path);
     if (r == CLI_OK)
         printf(o.no_variance ? "\nwrote %s/runs.csv\n"

@@ -278,7 +278,7 @@ int cmd_softmax(int argc, char **argv)
         }
         printf("\n");
     }
-    if (out != NULL && cli_fclose(out) != 0 && r == CLI_OK)
+    if (out != NULL && cli_csv_close(out, csv) != 0 && r == CLI_OK)
         r = cli_fail("softmax: cannot write %s", csv);
     return r;
 }
