@@ -1110,6 +1110,21 @@ START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
 }
 END_TEST
 
+START_TEST(test_help_with_a_command_shows_that_commands_help)
+{
+    /* 'qkv help train' printed the list of commands and dropped 'train' */
+    char *out, *want;
+    ck_assert_int_eq(run("train --help", &want), 0);
+    ck_assert_int_eq(run("help train", &out), 0);
+    ck_assert_str_eq(out, want);
+    free(out);
+    free(want);
+    expect("help bogus", 2, "qkv: unknown command 'bogus'");
+    expect("help train eval", 2, "qkv: help takes one command, not 'eval'");
+    expect("help", 0, "Run 'qkv <command> --help'");
+}
+END_TEST
+
 START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
 {
     char *out;
@@ -1409,6 +1424,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
+    tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);

@@ -38,7 +38,8 @@ static void usage(FILE *out)
                  "Commands:\n");
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].about);
-    fprintf(out, "\nRun 'qkv <command> --help' for a command's options.\n");
+    fprintf(out, "\nRun 'qkv <command> --help' (or 'qkv help <command>') for a command's "
+                 "options.\n");
 }
 
 /* Checks the environment variables the library reads (runtime.h), which
@@ -85,6 +86,16 @@ static int run(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *name = argv[1];
+    if (strcmp(name, "help") == 0 && argc > 2) { /* qkv help CMD: qkv CMD --help */
+        if (argc > 3)
+            return cli_usage_error("", "help takes one command, not '%s'", argv[3]);
+        for (int i = 0; i < N_COMMANDS; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                char *help[] = {argv[2], "--help", NULL};
+                return commands[i].run(2, help);
+            }
+        return cli_usage_error("", "unknown command '%s'", argv[2]);
+    }
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
         usage(stdout);
         return CLI_OK;
