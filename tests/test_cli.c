@@ -1125,6 +1125,29 @@ START_TEST(test_help_with_a_command_shows_that_commands_help)
 }
 END_TEST
 
+START_TEST(test_train_does_not_follow_a_link_at_its_part_log)
+{
+    /* the log was written through a symbolic link planted at LOG.part,
+     * over the file it pointed to, and the link then renamed to LOG */
+    char *out;
+    ck_assert_int_eq(sh("echo precious > victim && ln -s victim t.csv.part", &out), 0);
+    free(out);
+    ck_assert_int_eq(run("train --steps 2 --quiet --log t.csv --save m.st", &out), 0);
+    free(out);
+    ck_assert_int_eq(sh("cat victim; test -f t.csv && test ! -L t.csv && head -c 5 t.csv", &out),
+                     0);
+    ck_assert_str_eq(out, "precious\nstep,");
+    free(out);
+    /* and a directory there is refused, not renamed to LOG.failed */
+    ck_assert_int_eq(sh("mkdir d.csv.part", &out), 0);
+    free(out);
+    expect("train --steps 2 --quiet --log d.csv --save m.st", 1,
+           "qkv: train: cannot replace d.csv.part: Is a directory\n");
+    ck_assert_int_eq(sh("test -d d.csv.part && test ! -e d.csv.failed", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
 {
     char *out;
@@ -1425,6 +1448,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
+    tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);
