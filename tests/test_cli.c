@@ -117,6 +117,9 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("ablate --task roles --variants shared-qk", 2, "distinct roles variants");
     expect("ablate --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
     expect("softmax --base 1", 2, "--base");
+    /* a repeat printed the same column twice, under one CSV header name */
+    expect("softmax --base e,e", 2, "--base: 'e,e' is not a list of up to 4 distinct bases");
+    expect("softmax --base 2,10,2.0", 2, "--base: '2,10,2.0' is not a list");
 #ifdef QKV_DOUBLE
     expect("softmax --base 10 1e308,1", 2, "is too large for the scalar type");
 #else

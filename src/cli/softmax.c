@@ -94,8 +94,8 @@ static int parse_vector(const char *s, double *out, int max)
 
 #define MAX_BASES 4
 
-/* Parses "2,e,10" into bases > 1 (at most 1e6; "e" is e) and their
- * labels: the count, or -1. */
+/* Parses "2,e,10" into distinct bases > 1 (at most 1e6; "e" is e) and
+ * their labels: the count, or -1. */
 static int parse_bases(const char *s, double *base, char (*label)[16])
 {
     char item[16];
@@ -110,6 +110,9 @@ static int parse_bases(const char *s, double *base, char (*label)[16])
             base[n] = QKV_ABLATE_E;
         else if (cli_parse_double(item, &base[n]) != 0 || !(base[n] > 1) || base[n] > 1e6)
             return -1;
+        for (int k = 0; k < n; k++)
+            if (base[k] == base[n])
+                return -1; /* a repeat: the same column twice, one CSV name */
         strcpy(label[n++], item);
         p += len;
         if (*p == '\0')
@@ -166,7 +169,7 @@ int cmd_softmax(int argc, char **argv)
     int nb = 0;
     if (bases != NULL && (nb = parse_bases(bases, base, blabel)) < 0)
         return cli_usage_error("softmax",
-                               "--base: '%s' is not a list of up to %d bases, each e or a "
+                               "--base: '%s' is not a list of up to %d distinct bases, each e or a "
                                "number in (1, 1e6]",
                                bases, MAX_BASES);
     char *defaults[2] = {"1,2,3", "-1,2,-0.5"};
