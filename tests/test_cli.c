@@ -1292,6 +1292,11 @@ START_TEST(test_bad_environment_values_are_usage_errors)
                  threads[i]);
         expect_env("QKV_THREADS", threads[i], "demo", 2, want);
     }
+    /* --help reads no environment: it shows the help a bad value would
+     * otherwise hide */
+    expect_env("QKV_KERNELS", "portabel", "train --help", 0, "Usage: qkv train");
+    expect_env("QKV_THREADS", "2x", "demo -h", 0, "Usage: qkv demo");
+    expect_env("QKV_THREADS", "-1", "demo -- --help", 2, want); /* want: -1's line */
     /* an empty value is the default, and good values work */
     expect_env("QKV_KERNELS", "", "demo", 0, "自注意力输出");
     expect_env("QKV_KERNELS", "portable", "demo", 0, "自注意力输出");

@@ -68,6 +68,16 @@ static int check_environment(void)
     return CLI_OK;
 }
 
+/* 1 if the command's arguments hold -h or --help before any "--": the
+ * help is shown whatever the environment holds. */
+static int asks_for_help(int argc, char **argv)
+{
+    for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return 1;
+    return 0;
+}
+
 /* Ends the program: a command that succeeded but whose output could not
  * all be written (a full disk, a closed pipe, /dev/full) fails after all. */
 static int finish(int r)
@@ -106,7 +116,7 @@ static int run(int argc, char **argv)
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(name, commands[i].name) == 0) {
-            int r = check_environment();
+            int r = asks_for_help(argc, argv) ? CLI_OK : check_environment();
             return r != CLI_OK ? r : commands[i].run(argc - 1, argv + 1);
         }
     return cli_usage_error("", "unknown command '%s'", name);
