@@ -143,6 +143,9 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
                             &steps, &loss, &tr, &va, &te, &mass),
                      6);
     ck_assert_msg(te >= 0.99 && mass >= 0.9, "test_acc %.4f attn %.4f", te, mass);
+    /* the loss ends near 1e-6: printed to four significant digits, not
+     * four decimals (which gave 0.0000) */
+    ck_assert_msg(loss > 0 && loss < 1e-3, "%s", final);
     free(out);
     char path[128];
     snprintf(path, sizeof path, "%s/out/train.csv", tmp);

@@ -160,7 +160,7 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
     tr->part[0] = '\0';
     if (!o->quiet)
         fprintf(stderr, "trained in %.2f s; log %s; model %s\n", seconds, o->log, o->save);
-    printf("final: steps=%d loss=%.4f train_acc=%.4f val_acc=%.4f test_acc=%.4f "
+    printf("final: steps=%d loss=%.4g train_acc=%.4f val_acc=%.4f test_acc=%.4f "
            "attn_antecedent=%.4f\n",
            o->steps, tr_e.loss, tr_e.acc, va_e.acc, te_e.acc, te_e.mass);
     return CLI_OK;
