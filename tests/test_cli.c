@@ -960,6 +960,12 @@ START_TEST(test_messages_escape_control_characters)
         2);
     ck_assert_msg(strstr(out, "'a\\u{feff}b\\u{a0}c\\u{9b}d\\u{202e}e'"), "%s", out);
     free(out);
+    /* and so are the noncharacters, which no font draws: U+FFFE, U+FDD0
+     * and U+10FFFF */
+    ck_assert_int_eq(
+        run("train --optim \"$(printf 'a\357\277\276b\357\267\220c\364\217\277\277d')\"", &out), 2);
+    ck_assert_msg(strstr(out, "'a\\u{fffe}b\\u{fdd0}c\\u{10ffff}d'"), "%s", out);
+    free(out);
     /* visible text outside ASCII stays as it is */
     expect("train --optim 小明", 2, "--optim: '小明' is not sgd");
 }

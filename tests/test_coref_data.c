@@ -88,6 +88,14 @@ START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
     ck_assert_int_eq(qkv_coref_tokenize("小明 hello 他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
                      QKV_ERR_FORMAT);
     ck_assert_str_eq(err.message, "unknown word \"hello\" at character 3");
+    /* a quote or backslash in the word is escaped, so the quotes still
+     * delimit it */
+    ck_assert_int_eq(qkv_coref_tokenize("小明说\"他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message, "unknown word \"\\\"\" at character 3");
+    ck_assert_int_eq(qkv_coref_tokenize("小明 a\\b 他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message, "unknown word \"a\\\\b\" at character 3");
     ck_assert_int_eq(qkv_coref_tokenize("他他他", ids, 2, &n, &err), QKV_ERR_ARG);
 }
 END_TEST

@@ -67,13 +67,16 @@ static uint32_t code_point(const unsigned char *p, size_t len)
  * the soft hyphen, the zero-width and direction marks, the line and
  * paragraph separators, the bidirectional embeddings, overrides and
  * isolates, the invisible operators, the byte-order mark, the interlinear
- * annotation marks and the tag characters. A message shows them escaped,
- * so a quoted word never looks empty or reorders the line. */
+ * annotation marks and the tag characters; and the noncharacters
+ * (U+FDD0..U+FDEF and the last two code points of every plane), which no
+ * font draws. A message shows them escaped, so a quoted word never looks
+ * empty or reorders the line. */
 static int invisible(uint32_t cp)
 {
     return (cp >= 0x80 && cp <= 0xa0) || cp == 0xad || (cp >= 0x200b && cp <= 0x200f) ||
            (cp >= 0x2028 && cp <= 0x202e) || (cp >= 0x2060 && cp <= 0x2069) || cp == 0xfeff ||
-           (cp >= 0xfff9 && cp <= 0xfffb) || (cp >= 0xe0000 && cp <= 0xe007f);
+           (cp >= 0xfff9 && cp <= 0xfffb) || (cp >= 0xe0000 && cp <= 0xe007f) ||
+           (cp >= 0xfdd0 && cp <= 0xfdef) || (cp & 0xfffe) == 0xfffe;
 }
 
 size_t qkv_escape(char *dst, size_t cap, const char *src)

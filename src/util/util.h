@@ -62,9 +62,9 @@ int qkv_abi_ok(unsigned abi, qkv_error *e);
  * message: control characters, DEL and bytes of invalid UTF-8 become \xNN,
  * and characters that print as nothing or steer the terminal or the text's
  * direction (C1 controls, U+00A0, U+200B..U+200F, U+202A..U+202E, U+FEFF,
- * ...) become \u{XXXX}; other valid UTF-8 (Chinese included) stays as it
- * is. Stops before a character that would not fit. Returns the length
- * written. (utf8.c) */
+ * ...) and the noncharacters (U+FFFE, U+FFFF, ...) become \u{XXXX};
+ * other valid UTF-8 (Chinese included) stays as it is. Stops before a
+ * character that would not fit. Returns the length written. (utf8.c) */
 size_t qkv_escape(char *dst, size_t cap, const char *src);
 
 /* ---- files (fs.c) ---- */

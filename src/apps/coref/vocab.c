@@ -158,12 +158,23 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
             size_t end = i + char_len((unsigned char)text[i]);
             while (end < total && text[end] != ' ' && longest_match(text + end, &len) < 0)
                 end += char_len((unsigned char)text[end]);
+            /* whole characters, as many as fit; a quote or backslash in
+             * the word is escaped, so that the quotes around it still
+             * delimit it: "\"" for a lone quote */
             char word[128];
-            size_t wl = end - i < sizeof word - 1 ? end - i : sizeof word - 1;
-            while (wl > 0 && ((unsigned char)text[i + wl] & 0xC0) == 0x80 && wl < end - i)
-                wl--; /* never cut a character in half */
-            memcpy(word, text + i, wl);
-            word[wl] = '\0';
+            size_t wn = 0;
+            for (size_t k = i; k < end;) {
+                const size_t cl = char_len((unsigned char)text[k]);
+                const int esc = text[k] == '"' || text[k] == '\\';
+                if (k + cl > end || wn + cl + (size_t)esc >= sizeof word)
+                    break;
+                if (esc)
+                    word[wn++] = '\\';
+                memcpy(word + wn, text + k, cl);
+                wn += cl;
+                k += cl;
+            }
+            word[wn] = '\0';
             qkv_error_set(err, QKV_ERR_FORMAT, "unknown word \"%s\" at character %zu", word,
                           char_count(text, i));
             return QKV_ERR_FORMAT;
