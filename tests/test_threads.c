@@ -1,11 +1,13 @@
 /*
  * test_threads.c - the thread pool (threads.c): which parts a job is cut
  * into, that every index runs exactly once in the part that owns it, over
- * many jobs in a row, and that a call from inside a job runs on its caller.
+ * many jobs in a row, that a call from inside a job runs on its caller,
+ * and that the workers run in their caller's floating-point mode.
  * (That results do not depend on the thread count is tested where the work
  * is: test_attention.c, test_nn.c, test_cli.c.)
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "tests.h"
 
@@ -125,6 +127,58 @@ START_TEST(test_a_call_inside_a_job_runs_on_its_caller)
 }
 END_TEST
 
+/* Each index i: the bits of a product whose exact value, 2^-140, is
+ * subnormal in float (0x00000200), or 0 where it was flushed, and which
+ * part ran it. Bits, because a thread that flushes reads a subnormal
+ * input as 0 too: comparing the float there would hide the difference. */
+typedef struct tiny_run {
+    uint32_t out[64];
+    int part[64];
+} tiny_run;
+
+static void tiny_products(void *ctx, int part, size_t i0, size_t i1)
+{
+    tiny_run *r = ctx;
+    for (size_t i = i0; i < i1; i++) {
+        volatile float a = 0x1p-70f, b = 0x1p-70f;
+        const float p = a * b;
+        memcpy(&r->out[i], &p, sizeof p);
+        r->part[i] = part;
+    }
+}
+#define TINY_BITS 0x00000200u
+
+/* qkv_flush_denormals flushes on the caller and on every worker that runs
+ * its jobs (a worker started before the call too), and 0 restores
+ * subnormals everywhere: the same bits on any thread count. */
+START_TEST(test_flush_denormals_reaches_the_workers)
+{
+    qkv_threads_use(4, NULL);
+    tiny_run r;
+    qkv_parallel_for(64, LOTS, 64, tiny_products, &r); /* workers started, IEEE mode */
+    for (int i = 0; i < 64; i++)
+        ck_assert_uint_eq(r.out[i], TINY_BITS);
+    if (qkv_flush_denormals(1) == 0) { /* no such mode here: nothing changes */
+        qkv_threads_use(1, NULL);
+        return;
+    }
+    memset(&r, 0, sizeof r);
+    qkv_parallel_for(64, LOTS, 64, tiny_products, &r);
+    int workers = 0;
+    for (int i = 0; i < 64; i++) {
+        ck_assert_msg(r.out[i] == 0, "index %d on part %d: bits %08x", i, r.part[i], r.out[i]);
+        workers += r.part[i] != 0;
+    }
+    ck_assert_int_gt(workers, 0);
+    ck_assert_int_eq(qkv_flush_denormals(0), 1);
+    qkv_parallel_for(64, LOTS, 64, tiny_products, &r);
+    for (int i = 0; i < 64; i++)
+        ck_assert_msg(r.out[i] == TINY_BITS, "index %d on part %d: bits %08x", i, r.part[i],
+                      r.out[i]);
+    qkv_threads_use(1, NULL);
+}
+END_TEST
+
 Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -134,6 +188,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, test_every_index_runs_once_in_its_part);
     tcase_add_test(tc, test_many_jobs_in_a_row);
     tcase_add_test(tc, test_a_call_inside_a_job_runs_on_its_caller);
+    tcase_add_test(tc, test_flush_denormals_reaches_the_workers);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,11 +12,22 @@
  * worker spins for a while after each job, watching for the next, and only
  * then sleeps on the condition variable; the caller spins until its
  * workers are done. At exit the workers are told to stop and are joined.
+ *
+ * A worker runs each job in its caller's floating-point mode (on x86, the
+ * MXCSR: rounding, and flushing subnormals to zero), so that a caller's
+ * qkv_flush_denormals, or its own fesetround, gives the same bits on any
+ * thread count.
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#if defined(__x86_64__) || (defined(__i386__) && defined(__SSE__))
+#include <xmmintrin.h>
+#define QKV_HAVE_MXCSR 1
+#endif
 
 #include "qkv/runtime.h"
 #include "util/util.h"
@@ -31,6 +42,7 @@ typedef struct slot {
     qkv_range_fn fn; /* NULL: stop */
     void *ctx;
     size_t i0, i1;
+    unsigned csr; /* the caller's floating-point mode (MXCSR), or 0 */
 } slot;
 
 static struct {
@@ -48,6 +60,59 @@ static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
+#endif
+}
+
+/* The calling thread's floating-point mode, and setting it: the MXCSR on
+ * x86 (its exception flags masked out, as they are not a mode), nothing
+ * elsewhere. */
+static unsigned fp_mode(void)
+{
+#ifdef QKV_HAVE_MXCSR
+    return _mm_getcsr() & ~0x3fu;
+#else
+    return 0;
+#endif
+}
+
+static void set_fp_mode(unsigned m)
+{
+#ifdef QKV_HAVE_MXCSR
+    if (fp_mode() != m)
+        _mm_setcsr(m | (_mm_getcsr() & 0x3fu));
+#else
+    (void)m;
+#endif
+}
+
+#define MXCSR_FTZ_DAZ 0x8040u /* flush to zero (bit 15), denormals are zero (bit 6) */
+
+#ifdef QKV_HAVE_MXCSR
+/* Nonzero when this thread's arithmetic flushes a subnormal result to 0
+ * (an emulator such as valgrind may accept the mode and not follow it). */
+static int flushes(void)
+{
+    volatile float a = 0x1p-70f, b = 0x1p-70f;
+    const float p = a * b; /* 2^-140, subnormal */
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits); /* as bits: a flushing thread reads it as 0 */
+    return bits == 0;
+}
+#endif
+
+int qkv_flush_denormals(int on)
+{
+#ifdef QKV_HAVE_MXCSR
+    const unsigned m = fp_mode();
+    set_fp_mode(on ? m | MXCSR_FTZ_DAZ : m & ~MXCSR_FTZ_DAZ);
+    if (on && !flushes()) { /* set, but not followed: as if there were no such mode */
+        set_fp_mode(m);
+        return 0;
+    }
+    return 1;
+#else
+    (void)on;
+    return 0;
 #endif
 }
 
@@ -93,6 +158,7 @@ static void *worker_main(void *arg)
         seen = wait_round(s, seen);
         if (s->fn == NULL)
             return NULL; /* stop_workers */
+        set_fp_mode(s->csr);
         s->fn(s->ctx, me, s->i0, s->i1);
         atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
     }
@@ -179,10 +245,12 @@ void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, voi
         parts = pool.started + 1; /* could not start them all: fewer parts */
     pool.busy = 1;
     atomic_store_explicit(&pool.pending, parts - 1, memory_order_relaxed);
+    const unsigned csr = fp_mode();
     for (int w = 1; w < parts; w++) { /* idle since their last job: fill in, post */
         slot *sl = &pool.slot[w];
         sl->fn = fn;
         sl->ctx = ctx;
+        sl->csr = csr;
         range_of(n, parts, w, &sl->i0, &sl->i1);
         atomic_fetch_add_explicit(&sl->round, 1, memory_order_release);
     }
