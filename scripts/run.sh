@@ -37,7 +37,8 @@ step "the gradient through time (qkv bptt)"
 "$qkv" bptt --out "$out/bptt"
 
 step "critical path and step time against T (qkv parallel)"
-"$qkv" parallel --min-time 0.02 --out "$out/parallel"
+# (subnormals flushed: see README, "The RNN chapter, measured")
+"$qkv" parallel --min-time 0.02 --flush-denormals --out "$out/parallel"
 
 step "ablations: why V, why Q and K, why e (qkv ablate)"
 "$qkv" ablate --jobs "$jobs" --out "$out/ablate"

@@ -129,6 +129,27 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
 }
 END_TEST
 
+/* parallel --flush-denormals: the same critical paths, and step times
+ * (x86 has the mode; elsewhere the option is refused with a message) */
+START_TEST(test_parallel_flushes_denormals_on_request)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    expect("parallel --models rnn --lengths 9 --threads 1 --min-time 0.001 --flush-denormals "
+           "--quiet",
+           0, "rnn");
+    char path[128];
+    snprintf(path, sizeof path, "%s/out/parallel/steps.csv", tmp);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_msg(strncmp(line, "rnn,9,1,31,", 11) == 0, "%s", line);
+    fclose(f);
+#endif
+}
+END_TEST
+
 START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
 {
     char *out;
@@ -1439,6 +1460,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_every_command_has_help);
     tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
+    tcase_add_test(tc, test_parallel_flushes_denormals_on_request);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);

@@ -17,7 +17,7 @@
 
 typedef struct par_opts {
     const char *models, *lengths, *out;
-    int batch, threads, quiet;
+    int batch, threads, quiet, flush;
     double min_time;
     uint64_t seed;
 } par_opts;
@@ -74,7 +74,8 @@ static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref
 /* Parses the model list; the count, or -1. */
 int cmd_parallel(int argc, char **argv)
 {
-    par_opts o = {"attention,rnn,lstm,gru", "16,32,64,128,256", "out/parallel", 32, 2, 0, 0.2, 1};
+    par_opts o = {
+        "attention,rnn,lstm,gru", "16,32,64,128,256", "out/parallel", 32, 2, 0, 0, 0.2, 1};
     const cli_opt opts[] = {
         {"models", OPT_STR, &o.models, 0, 0, "LIST: of attention, rnn, lstm, gru (default all)"},
         {"lengths", OPT_STR, &o.lengths, 0, 0,
@@ -86,16 +87,25 @@ int cmd_parallel(int argc, char **argv)
          "X: seconds per timed block, 5 blocks per cell (default 0.2)"},
         {"seed", OPT_U64, &o.seed, 0, 0, "N: seed of weights and sentences (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/parallel)"},
+        {"flush-denormals", OPT_FLAG, &o.flush, 0, 0,
+         "time with subnormal numbers flushed to zero (see above)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
                       "For each model and sentence length T, counts the training step's\n"
                       "critical path (the longest chain of dependent ops on the tape) and\n"
                       "times the step on 1 and N threads. Writes DIR/steps.csv with\n"
-                      "model,T,threads,critical_path,nodes,ms_per_step.",
+                      "model,T,threads,critical_path,nodes,ms_per_step.\n\n"
+                      "A recurrence's gradient vanishes through time; past about T = 200\n"
+                      "it reaches subnormal floats, on which x86 CPUs are many times\n"
+                      "slower. --flush-denormals times the steps with those flushed to\n"
+                      "zero (qkv_flush_denormals), which shows the algorithm's cost.",
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    if (o.flush && !qkv_flush_denormals(1))
+        return cli_fail("parallel: --flush-denormals: this CPU (or emulator) cannot flush "
+                        "subnormal numbers");
     qkv_seq_kind kinds[MAX_ITEMS];
     int Ts[MAX_ITEMS], nk = cli_model_list(o.models, kinds, MAX_ITEMS);
     int nt = cli_int_list(o.lengths, Ts, MAX_ITEMS, 9, QKV_DISTANCE_MAX + 8);
