@@ -6,6 +6,8 @@
  * and each order of qkv_gemm_order kept bit for bit. Compiled with
  * -mavx2 -mfma; runs only after dispatch.c found both.
  */
+#include <string.h>
+
 #include "kernels/kernels.h"
 
 #ifdef QKV_HAVE_X86_KERNELS
@@ -152,28 +154,47 @@ static const tile_fn tiles[2][2][4][MR] = {
 /* ---- the chain and blocks orders --------------------------------------- */
 
 /* Rows [i0, i0 + mc) of C against one strip of op(B) columns [j, j + w),
- * depth [p0, p0 + kc): tiles of balanced height (at most MR rows). */
-static void strip(const qkv_gemm_args *g, int add, int i0, int mc, int j, int w, int p0, int kc,
-                  const float *b, size_t ldb)
+ * depth kc: tiles of balanced height (at most MR rows). a points at
+ * op(A)'s row i0 at the strip's first depth, in A as stored (row stride
+ * lda) or in its packed copy. */
+static void strip(const qkv_gemm_args *g, int add, int i0, int mc, int j, int w, int kc,
+                  const float *a, size_t lda, const float *b, size_t ldb)
 {
     const int nv = w > 8 ? 2 : 1;
     const __m256i last = lanes8(w - 8 * (nv - 1));
     const tile_fn *fn = tiles[nv - 1][g->ta][add];
-    const size_t lda = g->ta ? (size_t)g->m : (size_t)g->k;
     const int nt = (mc + MR - 1) / MR;
     for (int t = 0, i = i0; t < nt; t++) {
         int R = mc / nt + (t < mc % nt);
-        const float *a = g->ta ? g->A + (size_t)p0 * lda + i : g->A + (size_t)i * lda + p0;
-        fn[R - 1](kc, a, lda, b, ldb, g->C + (size_t)i * g->n + j, (size_t)g->n, last);
+        const float *ai = g->ta ? a + (i - i0) : a + (size_t)(i - i0) * lda;
+        fn[R - 1](kc, ai, lda, b, ldb, g->C + (size_t)i * g->n + j, (size_t)g->n, last);
         i += R;
     }
+}
+
+/* With A transposed (stored k×m), a tile reads its R rows' depth-kc
+ * column as kc short runs lda apart. With lda a multiple of 64 floats the
+ * runs crowd into a few sets of the L1 cache (two for m = 512), which
+ * then misses throughout: 512³ tn ran at 85 to 87 GFLOP/s against nn's
+ * 102 to 104. So for such an lda, and n of 128 or more to pay for it,
+ * each MC×kc block of op(A) is copied first, its runs MC (144) floats
+ * apart: the same values, so the same bits. (512³ tn then ran at 98;
+ * the AVX-512 set, whose 12-row tile reads a run in one line, gained
+ * nothing, and copying slowed 64×32×64 tn from 105 to 72 here.) */
+static _Thread_local _Alignas(64) float pack_a_t[QKV_GEMM_KC * MC];
+
+static void pack_at(int kc, int mc, const float *a, size_t lda, float *dst)
+{
+    for (int p = 0; p < kc; p++)
+        memcpy(dst + (size_t)p * MC, a + (size_t)p * lda, sizeof(float) * (size_t)mc);
 }
 
 static void gemm_tiles(const qkv_gemm_args *g)
 {
     const int blocks = g->order == QKV_GEMM_BLOCKS, m = g->m, n = g->n, k = g->k;
     const int packed = g->tb || m >= qkv_kernels_avx2.gemm_pack_b_min;
-    const size_t ldb = g->tb ? (size_t)k : (size_t)n;
+    const size_t ldb = g->tb ? (size_t)k : (size_t)n, lda = g->ta ? (size_t)m : (size_t)k;
+    const int pack_a = g->ta && lda % 64 == 0 && n >= 128; /* see pack_at */
     for (int jc = 0; jc < n; jc += QKV_GEMM_NC) {
         int nc = n - jc < QKV_GEMM_NC ? n - jc : QKV_GEMM_NC;
         for (int pc = 0; pc < k; pc += QKV_GEMM_KC) {
@@ -185,13 +206,21 @@ static void gemm_tiles(const qkv_gemm_args *g)
                 pack_b(g->tb, kc, nc, bsrc, ldb, qkv_gemm_pack_b);
             for (int ic = 0; ic < m; ic += MC) {
                 int mc = m - ic < MC ? m - ic : MC;
+                const float *a =
+                    g->ta ? g->A + (size_t)pc * lda + ic : g->A + (size_t)ic * lda + pc;
+                size_t la = lda;
+                if (pack_a) { /* see pack_at */
+                    pack_at(kc, mc, a, lda, pack_a_t);
+                    a = pack_a_t;
+                    la = MC;
+                }
                 for (int jr = 0; jr < nc; jr += NR) {
                     int w = nc - jr < NR ? nc - jr : NR;
                     if (packed)
-                        strip(g, add, ic, mc, jc + jr, w, pc, kc, qkv_gemm_pack_b + (size_t)jr * kc,
-                              NR);
+                        strip(g, add, ic, mc, jc + jr, w, kc, a, la,
+                              qkv_gemm_pack_b + (size_t)jr * kc, NR);
                     else
-                        strip(g, add, ic, mc, jc + jr, w, pc, kc, bsrc + jr, ldb);
+                        strip(g, add, ic, mc, jc + jr, w, kc, a, la, bsrc + jr, ldb);
                 }
             }
         }
