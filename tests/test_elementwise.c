@@ -89,6 +89,14 @@ START_TEST(test_maps_at_their_edges)
         ck_assert(sg->data[0] == 0 && sg->data[5] == 1); /* saturated exactly at ±1e4 */
         ck_assert(g->data[0] == 0 && g->data[1] == 0);
         ck_assert(g->data[4] == 100 && g->data[5] == 1e4);
+        /* at the far ends: x·σ(v) tends to -0 below and to x above, on
+         * every set alike */
+        const double far[3] = {-INFINITY, -3e38, INFINITY};
+        qkv_tensor *gf = qkv_gelu(t, tape_values(t, 1, (const int[]){3}, far));
+        for (int i = 0; i < 2; i++)
+            ck_assert_msg(gf->data[i] == 0 && signbit(gf->data[i]), "gelu(%g) = %g (%s)", far[i],
+                          (double)gf->data[i], qkv_kernels_name());
+        ck_assert(gf->data[2] == INFINITY);
         const double special[6] = {0, -0.0, INFINITY, -1, 1e-45, NAN};
         qkv_tensor *z = tape_values(t, 1, n6, special);
         qkv_tensor *lg = qkv_log(t, z), *sq = qkv_sqrt(t, z), *ex = qkv_exp(t, z);

@@ -150,8 +150,8 @@ void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         double u = x[i];
-        if (fabs(u) > GELU_BIG)
-            y[i] = (qkv_real)(u > 0 ? u : 0);
+        if (fabs(u) > GELU_BIG) /* x·σ(v) tends to -0 from below, as the vector sets give */
+            y[i] = (qkv_real)(u > 0 ? u : -0.0);
         else /* x·σ(v); e^-v may overflow to inf, which gives the limit ±0 */
             y[i] = (qkv_real)(u / (1 + exp(-(u * GELU_K2 * (1 + GELU_C * u * u)))));
     }
