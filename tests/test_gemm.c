@@ -117,7 +117,8 @@ static void check_definition(operands *o, int accumulate)
  * size from 1 to 70 on each side (with the other sides spread over the
  * same range), the edges of the 48 that starts the blocked order, of the
  * depth blocks (256) and the packed column blocks (512), of a 144-row
- * block of A, and of the set's own gemm_pack_b_min. */
+ * block of A, of the set's own gemm_pack_b_min, and of the AVX2 set's
+ * copy of a transposed A. */
 static int shapes(int (*s)[3], int cap, const qkv_kernel_set *ks)
 {
     int n = 0;
@@ -127,13 +128,16 @@ static int shapes(int (*s)[3], int cap, const qkv_kernel_set *ks)
         s[n][0] = w, s[n][1] = v, s[n++][2] = x;
         s[n][0] = x, s[n][1] = w, s[n++][2] = v;
     }
+    /* the last five: the AVX2 set's copy of a transposed A (m a multiple
+     * of 64, n >= 128) */
     static const int edges[][3] = {
         {47, 48, 48},  {48, 47, 48},   {48, 48, 7},     {48, 48, 8},    {49, 49, 9},
         {50, 65, 255}, {50, 65, 256},  {50, 65, 257},   {49, 33, 513},  {13, 40, 600},
         {48, 511, 9},  {48, 512, 9},   {49, 513, 17},   {50, 1030, 20}, {143, 40, 20},
         {144, 40, 20}, {145, 40, 20},  {289, 33, 30},   {3, 2100, 40},  {47, 1500, 45},
         {5, 17, 4100}, {2, 520, 260},  {16, 512, 16},   {12, 12, 16},   {1, 1, 300},
-        {7, 300, 301}, {50, 47, 1999}, {100, 40, 2048},
+        {7, 300, 301}, {50, 47, 1999}, {100, 40, 2048}, {64, 128, 257}, {128, 130, 33},
+        {192, 160, 9}, {64, 128, 1},   {320, 140, 17},
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0] && n < cap; e++, n++)
         memcpy(s[n], edges[e], sizeof edges[e]);
