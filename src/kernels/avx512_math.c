@@ -179,7 +179,7 @@ QKV_ALWAYS_INLINE __m512 gelu_parts16(__m512 x, __m512 *xc, __mmask16 *pos, __m5
 }
 
 /* gelu x = x·σ(v): x/(1 + z) for v >= 0, (xc·p/(1 + z))·2^t below. Beyond
- * VM_GELU_BIG z is at most 2^VM_EXP_SUM_MIN, so 1 + z is 1 and the result
+ * VM_GELU_BIG z is below 2^(VM_EXP_SUM_MIN + 1), so 1 + z is 1 and the result
  * x itself (inf too). */
 QKV_ALWAYS_INLINE __m512 gelu16(__m512 x)
 {
