@@ -129,6 +129,38 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
 }
 END_TEST
 
+/* The train log's part file is created exclusively: a symbolic link (or
+ * file) planted at its path, even after train removed what was there, is
+ * refused and its target left as it was. */
+START_TEST(test_a_new_csv_never_writes_through_a_planted_link)
+{
+    char victim[128], part[128];
+    snprintf(victim, sizeof victim, "%s/victim.txt", tmp);
+    snprintf(part, sizeof part, "%s/planted.csv.part", tmp);
+    FILE *v = fopen(victim, "w");
+    ck_assert_ptr_nonnull(v);
+    fputs("keep\n", v);
+    fclose(v);
+    ck_assert_int_eq(symlink(victim, part), 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(cli_csv_create_new(part, "a,b", &err));
+    ck_assert_msg(strstr(err.message, "cannot write") != NULL, "%s", err.message);
+    char line[16] = "";
+    v = fopen(victim, "r");
+    ck_assert_ptr_nonnull(v);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, v));
+    fclose(v);
+    ck_assert_str_eq(line, "keep\n");
+    /* and where nothing is planted, it writes as cli_csv_create does */
+    ck_assert_int_eq(unlink(part), 0);
+    FILE *f = cli_csv_create_new(part, "a,b", &err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(cli_fclose(f), 0);
+    unlink(part);
+    unlink(victim);
+}
+END_TEST
+
 /* parallel --flush-denormals: the same critical paths, and step times
  * (x86 has the mode; elsewhere the option is refused with a message) */
 START_TEST(test_parallel_flushes_denormals_on_request)
@@ -1461,6 +1493,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);
+    tcase_add_test(tc, test_a_new_csv_never_writes_through_a_planted_link);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);

@@ -176,6 +176,11 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void
  * header line. Returns NULL with the reason in err on failure. */
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
 
+/* cli_csv_create for a file that must not exist yet: created exclusively,
+ * so a file or symbolic link planted at path after a check is refused,
+ * never written through. */
+FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err);
+
 /* 1 if paths a and b name the same file: the same string, the same file
  * (device and inode) when both exist, or otherwise the same path once the
  * directories on their way are made ("sub/../x" is "x" even before sub

@@ -5,6 +5,7 @@
 #define _XOPEN_SOURCE 700 /* realpath: POSIX, though XSI */
 #include <errno.h>
 #include <math.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,17 +461,36 @@ int cli_same_file(const char *a, const char *b)
            strcmp(ra, rb) == 0;
 }
 
-FILE *cli_csv_create(const char *path, const char *header, qkv_error *err)
+/* cli_csv_create's body; with excl, the file must not exist yet (and a
+ * symbolic link there is not followed). */
+static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
 {
     if (qkv_mkdirs_for(path, err) != QKV_OK)
         return NULL;
-    FILE *f = fopen(path, "w");
+    FILE *f = NULL;
+    if (excl) {
+        const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
+        if (fd >= 0 && (f = fdopen(fd, "w")) == NULL)
+            close(fd);
+    } else {
+        f = fopen(path, "w");
+    }
     if (f == NULL) {
         qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         return NULL;
     }
     fprintf(f, "%s\n", header);
     return f;
+}
+
+FILE *cli_csv_create(const char *path, const char *header, qkv_error *err)
+{
+    return csv_open(path, header, 0, err);
+}
+
+FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err)
+{
+    return csv_open(path, header, 1, err);
 }
 
 qkv_coref_model *cli_load_model(const char *path)

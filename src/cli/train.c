@@ -68,16 +68,17 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
     if (snprintf(tr->part, sizeof tr->part, "%s.part", o->log) >= (int)sizeof tr->part)
         return cli_fail("train: the --log path is too long");
     /* a part left by a killed run goes; a symbolic link planted there is
-     * removed, not written through */
+     * removed, not written through, and one planted after that is refused
+     * (the part is created exclusively) */
     if (unlink(tr->part) != 0 && errno != ENOENT) {
         cli_fail("train: cannot replace %s: %s", tr->part, strerror(errno));
         tr->part[0] = '\0'; /* not ours: no failed log to keep */
         return CLI_FAIL;
     }
-    tr->log = cli_csv_create(tr->part,
-                             "step,train_loss,train_acc,val_loss,val_acc,attn_antecedent,"
-                             "gnorm_wq,gnorm_wk,gnorm_wv,gnorm_wo",
-                             &err);
+    tr->log = cli_csv_create_new(tr->part,
+                                 "step,train_loss,train_acc,val_loss,val_acc,attn_antecedent,"
+                                 "gnorm_wq,gnorm_wk,gnorm_wv,gnorm_wo",
+                                 &err);
     if (tr->log == NULL) {
         tr->part[0] = '\0';
         return cli_fail("train: %s", err.message);
