@@ -517,7 +517,8 @@ int cmd_ablate(int argc, char **argv)
     memset(res, 0, sizeof res);
     ablate_tasks w = {&o, names, nv, roles, t, b, eb, curves, res};
     if (r == CLI_OK)
-        r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, &w, o.quiet, "runs");
+        r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, NULL, &w, o.quiet,
+                          "runs");
     if (cli_csv_close(curves, path) != 0 && r == CLI_OK)
         r = cli_fail("ablate: cannot write %s", path);
     if (r == CLI_OK)

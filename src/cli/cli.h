@@ -162,13 +162,17 @@ int cmd_ablate(int argc, char **argv);
  * CLI_OK or a failure. With jobs > 1 (and n <= CLI_TASKS_MAX) the tasks
  * run in that many forked worker processes, so run must depend only on
  * the task number and what ctx held before: the output is then the same
- * as with one job. A progress bar counts the tasks (cli_progress). Returns
+ * as with one job. cost, if not NULL, estimates a task's run time in any
+ * unit: the workers then take the costliest tasks first, so that no long
+ * task starts last while the other workers sit idle (the output does not
+ * depend on it). A progress bar counts the tasks (cli_progress). Returns
  * CLI_OK or the first failure. */
 #define CLI_TASKS_MAX 1024
 typedef int (*cli_task_fn)(void *ctx, int task, FILE *out);
 typedef int (*cli_collect_fn)(void *ctx, int task, const char *bytes, size_t len);
-int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void *ctx, int quiet,
-                  const char *what);
+typedef double (*cli_cost_fn)(void *ctx, int task);
+int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
+                  void *ctx, int quiet, const char *what);
 
 #define CLI_DEFAULT_MODEL "out/coref.safetensors"
 

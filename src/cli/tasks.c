@@ -4,7 +4,8 @@
  * cli_run_tasks runs each task into a memory stream and hands the bytes to
  * the caller's collect function in task order. With more than one job the
  * tasks run in forked worker processes, which take the next task from a
- * queue (a pipe holding every task number) and append (task, length,
+ * queue (a pipe holding every task number, the costliest first: longest
+ * processing time first, the classic greedy schedule) and append (task, length,
  * bytes) records to a temporary file of their own; the parent counts the
  * finished tasks for the progress bar, waits for the workers, and then
  * collects every task in order. The serial path goes through the same
@@ -102,8 +103,36 @@ static int read_records(FILE *f, int n, char **bufs, size_t *lens)
     return ferror(f) ? -1 : 0;
 }
 
-static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void *ctx,
-                        int quiet, const char *what)
+typedef struct task_cost {
+    double cost;
+    int task;
+} task_cost;
+
+/* Costliest first; equal costs in task order. */
+static int by_cost(const void *a, const void *b)
+{
+    const task_cost *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost < y->cost ? 1 : -1;
+    return (x->task > y->task) - (x->task < y->task);
+}
+
+/* Writes every task number into the queue (CLI_TASKS_MAX of them fit in
+ * the 4096 bytes that any pipe holds), the costliest first. */
+static int queue_tasks(int fd, int n, cli_cost_fn cost, void *ctx)
+{
+    task_cost order[CLI_TASKS_MAX];
+    for (int t = 0; t < n; t++)
+        order[t] = (task_cost){cost != NULL ? cost(ctx, t) : 0, t};
+    qsort(order, (size_t)n, sizeof order[0], by_cost);
+    for (int t = 0; t < n; t++)
+        if (write_all(fd, &order[t].task, sizeof order[t].task) != 0)
+            return cli_fail("cannot queue the tasks: %s", strerror(errno));
+    return CLI_OK;
+}
+
+static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
+                        void *ctx, int quiet, const char *what)
 {
     int queue[2] = {-1, -1}, done[2] = {-1, -1};
     FILE **outs = calloc((size_t)jobs, sizeof *outs);
@@ -115,11 +144,8 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         r = cli_fail("out of memory");
     if (r == CLI_OK && (pipe(queue) != 0 || pipe(done) != 0))
         r = cli_fail("cannot make a pipe for the workers: %s", strerror(errno));
-    /* every task number into the queue at once (CLI_TASKS_MAX of them fit
-     * in the 4096 bytes that any pipe holds) */
-    for (int t = 0; r == CLI_OK && t < n; t++)
-        if (write_all(queue[1], &t, sizeof t) != 0)
-            r = cli_fail("cannot queue the tasks: %s", strerror(errno));
+    if (r == CLI_OK)
+        r = queue_tasks(queue[1], n, cost, ctx);
     if (r == CLI_OK) {
         close(queue[1]);
         queue[1] = -1;
@@ -193,13 +219,13 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     return r;
 }
 
-int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, void *ctx, int quiet,
-                  const char *what)
+int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
+                  void *ctx, int quiet, const char *what)
 {
     if (jobs > n)
         jobs = n;
     if (jobs > 1 && n <= CLI_TASKS_MAX)
-        return run_parallel(n, jobs, run, collect, ctx, quiet, what);
+        return run_parallel(n, jobs, run, collect, cost, ctx, quiet, what);
     for (int t = 0; t < n; t++) {
         cli_progress(quiet, t, n, what, 0);
         char *buf;
