@@ -5,6 +5,9 @@
 # behind the commands' flags), run the ablations, and draw every plot. Expects `make` to have
 # built build/qkv. The sweeps' runs go to JOBS worker processes (default:
 # the cores online), which changes no number: JOBS=1 gives the same output.
+# With JOBS > 1 the gradient-through-time run (qkv bptt, one process) also
+# starts early, beside the sweeps, and its output is shown at its step.
+# Nothing runs beside the timed step (qkv parallel).
 set -eu
 qkv=${QKV:-build/qkv}
 out=${OUT:-out}
@@ -23,6 +26,14 @@ step "resolve the tutorial's sentence"
 step "linear vs exponential normalisation, and the softmax's base"
 "$qkv" softmax --base 2,e,10 --csv "$out/softmax.csv"
 
+bptt_pid=
+if [ "$jobs" -gt 1 ]; then
+    mkdir -p "$out"
+    "$qkv" bptt --quiet --out "$out/bptt" >"$out/bptt.txt" 2>&1 &
+    bptt_pid=$!
+    trap '[ -z "$bptt_pid" ] || kill "$bptt_pid" 2>/dev/null' EXIT
+fi
+
 step "sqrt(d_k) saturation sweep, SGD then Adam"
 "$qkv" saturation --seeds 3 --jobs "$jobs" --out "$out/saturation"
 # the Var(q·k) table depends only on --dk and --seed: the SGD sweep's serves
@@ -34,11 +45,20 @@ step "RNN, LSTM, GRU and attention as the pronoun moves away (qkv distance)"
     --out "$out/distance"
 
 step "the gradient through time (qkv bptt)"
-"$qkv" bptt --out "$out/bptt"
+if [ -n "$bptt_pid" ]; then
+    status=0
+    wait "$bptt_pid" || status=$?
+    bptt_pid=
+    cat "$out/bptt.txt"
+    rm -f "$out/bptt.txt"
+    [ "$status" -eq 0 ] || exit "$status"
+else
+    "$qkv" bptt --out "$out/bptt"
+fi
 
 step "critical path and step time against T (qkv parallel)"
 # (subnormals flushed: see README, "The RNN chapter, measured")
-"$qkv" parallel --min-time 0.02 --flush-denormals --out "$out/parallel"
+"$qkv" parallel --min-time 0.01 --flush-denormals --out "$out/parallel"
 
 step "ablations: why V, why Q and K, why e (qkv ablate)"
 "$qkv" ablate --jobs "$jobs" --out "$out/ablate"

@@ -41,31 +41,26 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* The median over 5 blocks of the time of one training step, each block
- * running enough steps to last min_time seconds; -1 after an error. */
+ * running enough steps to last min_time seconds; -1 after an error. The
+ * block that first lasts min_time is the first of the 5. */
 static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref_batch *b,
                         double min_time)
 {
     qkv_seq_out out;
     long reps = 1;
+    double times[5];
     if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
         return -1;
-    for (;;) {
+    for (int k = 0; k < 5;) {
         double t0 = wall();
         for (long r = 0; r < reps; r++)
             if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
                 return -1;
         double dt = wall() - t0;
-        if (dt >= min_time || reps > 100000)
-            break;
-        reps = dt > 0 ? (long)(reps * fmin(100, 1.5 * min_time / dt)) + 1 : reps * 10;
-    }
-    double times[5];
-    for (int k = 0; k < 5; k++) {
-        double t0 = wall();
-        for (long r = 0; r < reps; r++)
-            if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
-                return -1;
-        times[k] = (wall() - t0) / (double)reps;
+        if (k > 0 || dt >= min_time || reps > 100000)
+            times[k++] = dt / (double)reps;
+        else
+            reps = dt > 0 ? (long)(reps * fmin(100, 1.5 * min_time / dt)) + 1 : reps * 10;
     }
     qsort(times, 5, sizeof times[0], cmp_double);
     return times[2];
