@@ -9,6 +9,7 @@
 
 #ifdef QKV_HAVE_X86_KERNELS
 #include <math.h>
+#include <string.h>
 #include "kernels/avx512.h"
 #include "kernels/vmath.h"
 
@@ -59,6 +60,10 @@ static void softmax16_avx512(size_t n, const float *x, float *y)
 }
 static void zero_avx512(float *x, size_t n)
 {
+    if (n >= 4096) {
+        memset(x, 0, n * sizeof *x);
+        return;
+    }
     for (size_t i = 0; i < n; i += 16)
         store16(x + i, lanes((int)(n - i < 16 ? n - i : 16)), _mm512_setzero_ps());
 }
