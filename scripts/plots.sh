@@ -1,7 +1,9 @@
 #!/bin/sh
 # Render every qkv plot that its CSV input exists for.
 #
-#   scripts/plots.sh [DATA_DIR [PLOT_DIR]]     (defaults: out, DATA_DIR/plots)
+#   scripts/plots.sh [DATA_DIR [PLOT_DIR [NAME...]]]   (defaults: out, DATA_DIR/plots)
+#
+# With NAMEs (loss, saturation, ..., softmax_base), only those plots.
 #
 # Inputs, and the command that makes each:
 #   DATA_DIR/train.csv                 qkv train                      -> loss.png
@@ -21,6 +23,19 @@
 set -u
 data=${1:-out}
 plots=${2:-$data/plots}
+if [ $# -gt 2 ]; then shift 2; else set --; fi
+names="loss saturation saturation_adam variance heatmap softmax distance bptt parallel ablate"
+names="$names softmax_base"
+for name in "$@"; do
+    case " $names " in
+    *" $name "*) ;;
+    *)
+        echo "plots: no plot is called '$name' (the plots: $names)" >&2
+        exit 2
+        ;;
+    esac
+done
+only=" $* "
 here=$(cd "$(dirname "$0")" && pwd)/plots
 
 if ! command -v gnuplot >/dev/null 2>&1; then
@@ -42,6 +57,7 @@ trap 'rm -rf "$work"' EXIT
 order=
 render() {
     name=$1 script=$2 input=$3 how=$4 extra=${5:-}
+    wanted "$name" || return 0
     if [ ! -s "$input" ]; then
         echo "plots: skipped $name.png: missing $input (make it with: $how)" >&2
         status=1
@@ -60,6 +76,11 @@ render() {
             "$here/$script.gp" >"$work/$name.log" 2>&1
         echo $? >"$work/$name.rc"
     ) &
+}
+
+# wanted NAME: true when NAME is to be drawn.
+wanted() {
+    [ "$only" = "  " ] || case $only in *" $1 "*) ;; *) return 1 ;; esac
 }
 
 finish() {
@@ -153,7 +174,7 @@ if [ -s "$curves" ] && head -n 1 "$data/softmax.csv" 2>/dev/null |
     render softmax_base softmax_base "$data/softmax.csv" "" \
         "vec='$(first_value "$data/softmax.csv" vector)'; curves='$curves';
          seed='$(first_value "$curves" seed)'"
-else
+elif wanted softmax_base; then
     echo "plots: skipped softmax_base.png: missing $data/softmax.csv with bases 2,e,10 or" \
         "$curves (make them with: build/qkv softmax --base 2,e,10 --csv $data/softmax.csv;" \
         "build/qkv ablate --out $data/ablate)" >&2

@@ -6,7 +6,8 @@
 # built build/qkv. The sweeps' runs go to JOBS worker processes (default:
 # the cores online), which changes no number: JOBS=1 gives the same output.
 # With JOBS > 1 the gradient-through-time run (qkv bptt, one process) also
-# starts early, beside the sweeps, and its output is shown at its step.
+# starts early, beside the sweeps, and the plots of the first steps are
+# drawn beside the distance runs; their output is shown in its place.
 # Nothing runs beside the timed step (qkv parallel).
 set -eu
 qkv=${QKV:-build/qkv}
@@ -26,12 +27,18 @@ step "resolve the tutorial's sentence"
 step "linear vs exponential normalisation, and the softmax's base"
 "$qkv" softmax --base 2,e,10 --csv "$out/softmax.csv"
 
-bptt_pid=
+bptt_pid='' plots_pid='' plots_status=0
+# on a failure, stop what still runs in the background; keep the status
+stop_background() {
+    rc=$?
+    for pid in $bptt_pid $plots_pid; do kill "$pid" 2>/dev/null || :; done
+    exit "$rc"
+}
 if [ "$jobs" -gt 1 ]; then
     mkdir -p "$out"
     "$qkv" bptt --quiet --out "$out/bptt" >"$out/bptt.txt" 2>&1 &
     bptt_pid=$!
-    trap '[ -z "$bptt_pid" ] || kill "$bptt_pid" 2>/dev/null' EXIT
+    trap stop_background EXIT
 fi
 
 step "sqrt(d_k) saturation sweep, SGD then Adam"
@@ -39,6 +46,13 @@ step "sqrt(d_k) saturation sweep, SGD then Adam"
 # the Var(q·k) table depends only on --dk and --seed: the SGD sweep's serves
 "$qkv" saturation --seeds 3 --optim adam --jobs "$jobs" --no-variance \
     --out "$out/saturation-adam"
+
+early_plots="loss heatmap softmax saturation saturation_adam variance"
+if [ "$jobs" -gt 1 ]; then
+    # shellcheck disable=SC2086 # the names are words
+    sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots >"$out/plots.txt" 2>&1 &
+    plots_pid=$!
+fi
 
 step "RNN, LSTM, GRU and attention as the pronoun moves away (qkv distance)"
 "$qkv" distance --seeds 2 --steps 500 --distances 0,4,16,32,64 --jobs "$jobs" \
@@ -48,12 +62,16 @@ step "the gradient through time (qkv bptt)"
 if [ -n "$bptt_pid" ]; then
     status=0
     wait "$bptt_pid" || status=$?
-    bptt_pid=
+    bptt_pid=''
     cat "$out/bptt.txt"
     rm -f "$out/bptt.txt"
     [ "$status" -eq 0 ] || exit "$status"
 else
     "$qkv" bptt --out "$out/bptt"
+fi
+if [ -n "$plots_pid" ]; then # nothing may run beside the timed step
+    wait "$plots_pid" || plots_status=$?
+    plots_pid=''
 fi
 
 step "critical path and step time against T (qkv parallel)"
@@ -65,7 +83,15 @@ step "ablations: why V, why Q and K, why e (qkv ablate)"
 "$qkv" ablate --task roles --seeds 10 --jobs "$jobs" --out "$out/ablate-roles"
 
 step "plots"
-sh "$(dirname "$0")/plots.sh" "$out" "$out/plots"
+if [ -f "$out/plots.txt" ]; then
+    cat "$out/plots.txt"
+    rm -f "$out/plots.txt"
+    sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" distance bptt parallel ablate softmax_base ||
+        plots_status=$?
+    [ "$plots_status" -eq 0 ] || exit "$plots_status"
+else
+    sh "$(dirname "$0")/plots.sh" "$out" "$out/plots"
+fi
 printf '\nDone. Plots are in %s/plots/: loss.png saturation.png saturation_adam.png\n' "$out"
 printf 'variance.png heatmap.png softmax.png distance.png bptt.png parallel.png\n'
 printf 'ablate.png softmax_base.png\n'

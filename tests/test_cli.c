@@ -640,6 +640,20 @@ START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
         strstr(out, "skipped loss.png: missing empty/train.csv (make it with: build/qkv train)"),
         "%s", out);
     free(out);
+    /* named plots: those alone; a name that is no plot is refused */
+    snprintf(cmd, sizeof cmd,
+             "sh '%s/../../scripts/plots.sh' '%s/plots' some softmax_base variance 2>&1 && ls some",
+             QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "softmax_base.png\nvariance.png\n") != NULL &&
+                      strstr(out, "loss.png") == NULL,
+                  "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "sh '%s/../../scripts/plots.sh' '%s/plots' some loss lost",
+             QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "plots: no plot is called 'lost'"), "%s", out);
+    free(out);
 }
 END_TEST
 
