@@ -335,7 +335,9 @@ def require_openblas():
     every ratio against it would flatter qkv."""
     lib = blas_in_use()
     if lib is not None and "openblas" not in lib:
-        sys.exit(f"bench_torch: PyTorch's products go to {lib}, the reference BLAS; "
+        what = ("the reference BLAS" if os.path.basename(os.path.dirname(lib)) == "blas"
+                else "not OpenBLAS (whose kernel this benchmark picks)")
+        sys.exit(f"bench_torch: PyTorch's products go to {lib}, {what}; "
                  "apt-get install libopenblas0-pthread (or point libblas.so.3 at OpenBLAS's "
                  "with update-alternatives) to time PyTorch at its speed")
 
