@@ -551,6 +551,31 @@ START_TEST(test_attention_errors_name_the_shapes)
 }
 END_TEST
 
+/* A scale that is not finite is refused, as qkv_scale refuses it, by every
+ * form: a NaN scale made every score NaN, and the rows came out zero with
+ * no error. */
+START_TEST(test_attention_refuses_a_scale_not_finite)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *a = tensor_of(3, (const int[]){1, 2, 6}, NULL, 1);
+    qkv_tensor *w = tensor_of(2, (const int[]){3, 2}, NULL, 1);
+    const int ids[2] = {0, 2};
+    EXPECT_ERROR_ON(t, qkv_attention(t, a, a, a, NULL, NAN, NULL), QKV_ERR_ARG,
+                    "attention: the scale nan is not finite");
+    EXPECT_ERROR_ON(t, qkv_attention_online(t, a, a, a, NULL, INFINITY, 0), QKV_ERR_ARG,
+                    "attention_online: the scale inf is not finite");
+    EXPECT_ERROR_ON(t, qkv_attention_heads(t, a, 1, NULL, -INFINITY, NULL), QKV_ERR_ARG,
+                    "attention_heads: the scale -inf is not finite");
+    EXPECT_ERROR_ON(t, qkv_attention_heads_online(t, a, 2, NULL, NAN, 1), QKV_ERR_ARG,
+                    "attention_heads_online: the scale nan is not finite");
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 1, 2, NULL, INFINITY, NULL),
+                    QKV_ERR_ARG, "embed_attention: the scale inf is not finite");
+    qkv_tensor_free(a);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
 /* ---- the online form against a double reference ------------------------ */
 
 typedef struct online_case {
@@ -854,6 +879,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
     tcase_add_test(tc, test_attention_gradients_flow_from_the_parts_alone);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);
+    tcase_add_test(tc, test_attention_refuses_a_scale_not_finite);
     tcase_add_test(tc, test_attention_online_within_its_bound);
     tcase_add_test(tc, test_attention_online_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_online_errors_name_the_op);

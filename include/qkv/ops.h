@@ -226,7 +226,9 @@ typedef struct qkv_attention_parts {
  * q: [...,Tq,dk]; k: [...,Tk,dk]; v: [...,Tk,dv], all with the same
  * leading dimensions (2 to 4 dimensions in all). mask is NULL or an
  * additive mask (0 keeps, -INFINITY drops; no gradient) that broadcasts to
- * [...,Tq,Tk] as in qkv_add. Returns O: [...,Tq,dv]. If parts is not NULL
+ * [...,Tq,Tk] as in qkv_add. A scale that is not finite is refused with
+ * QKV_ERR_ARG, as qkv_scale refuses it (so by every attention op here).
+ * Returns O: [...,Tq,dv]. If parts is not NULL
  * it receives the scores and the attention weights; they are ordinary tape
  * tensors, so other ops may use them and their gradients flow back, and
  * after qkv_backward their grads hold dL/dscores and dL/dattn.

@@ -16,6 +16,7 @@
  * [B,H,T,d_h] tensor is made. Every result and gradient is bit for bit
  * what the unfused ops give (see qkv_attention in ops.h).
  */
+#include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
@@ -445,8 +446,15 @@ static shapes3 shapes_of(const qkv_tensor *a, const qkv_tensor *b, const qkv_ten
     return n;
 }
 
-static attn_rec *new_rec(qkv_tape *t, qkv_tensor *v, const qkv_tensor *mask, double scale)
+/* The node's record, or NULL after recording an error (a scale that is
+ * not finite is refused, as qkv_scale refuses it). */
+static attn_rec *new_rec(qkv_tape *t, const char *name, qkv_tensor *v, const qkv_tensor *mask,
+                         double scale)
 {
+    if (!isfinite(scale)) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: the scale %g is not finite", name, scale);
+        return NULL;
+    }
     attn_rec *r = qkv_tape_alloc(t, sizeof *r);
     if (r != NULL) {
         memset(r, 0, sizeof *r);
@@ -472,7 +480,7 @@ static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, in
                       name, n.s[0], n.s[1], n.s[2]);
         return qkv_nil();
     }
-    attn_rec *r = new_rec(t, v, mask, scale);
+    attn_rec *r = new_rec(t, name, v, mask, scale);
     if (r == NULL)
         return qkv_nil();
     const int nd = q->ndim;
@@ -521,7 +529,7 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
                       name, ids[bad], bad, rows);
         return qkv_nil();
     }
-    attn_rec *r = new_rec(t, wv, mask, scale);
+    attn_rec *r = new_rec(t, name, wv, mask, scale);
     if (r == NULL || (r->ids = qkv_tape_ints(t, ids, n)) == NULL)
         return qkv_nil();
     r->tq = r->tk = T;
@@ -545,7 +553,7 @@ static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, in
                       sx, heads);
         return qkv_nil();
     }
-    attn_rec *r = new_rec(t, x, mask, scale);
+    attn_rec *r = new_rec(t, name, x, mask, scale);
     if (r == NULL)
         return qkv_nil();
     const int B = x->shape[0], T = x->shape[1];
