@@ -312,6 +312,28 @@ START_TEST(test_record_refuses_an_output_without_gradient_and_no_inputs)
 }
 END_TEST
 
+/* An input that is NULL (an optional one, say a missing bias, passed in
+ * the array) is refused when recorded: it was kept, and
+ * qkv_tape_critical_path then read through it and crashed. */
+START_TEST(test_record_refuses_a_null_input)
+{
+    static const qkv_op_def noop = {"noop", noop_backward, 0};
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){1}, NULL, 1);
+    qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){1}, 1);
+    qkv_tensor *in[2] = {x, NULL};
+    ck_assert_ptr_null(qkv_tape_record(t, &noop, y, 2, in));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "noop: input 1 of the node is NULL");
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    size_t length = 99;
+    ck_assert_int_eq(qkv_tape_critical_path(t, &length), QKV_OK);
+    ck_assert_uint_eq(length, 0);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
 {
     qkv_tensor *x = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
@@ -525,6 +547,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_nil_input_is_an_error_not_a_crash);
     tcase_add_test(tc, test_tape_tensor_and_alloc);
     tcase_add_test(tc, test_record_refuses_an_output_without_gradient_and_no_inputs);
+    tcase_add_test(tc, test_record_refuses_a_null_input);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);

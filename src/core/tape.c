@@ -237,6 +237,12 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
                       op->name != NULL ? op->name : "tape");
         return NULL;
     }
+    for (int i = 0; i < n_in; i++)
+        if (in[i] == NULL) { /* an optional input left out: count only those given */
+            qkv_tape_fail(t, QKV_ERR_ARG, "%s: input %d of the node is NULL",
+                          op->name != NULL ? op->name : "tape", i);
+            return NULL;
+        }
     qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
     if (n == NULL)
         return NULL;
