@@ -251,13 +251,15 @@ START_TEST(test_the_header_must_be_strict_json)
         strcat(deep, "]");
     strcat(deep, "}");
     expect_reject(make(deep, NULL, 0), QKV_ERR_FORMAT, "nesting too deep at byte 31");
-    /* a duplicate key: two tensors named w */
-    expect_reject(make("{" W_ENTRY "," W_ENTRY "}", d, 24), QKV_ERR_FORMAT, "repeat");
+    /* a duplicate key: two tensors named w; the message names the key and
+     * the first byte of its second place (it gave the object's first byte, 0) */
+    expect_reject(make("{" W_ENTRY "," W_ENTRY "}", d, 24), QKV_ERR_FORMAT,
+                  "an object repeats the key \"w\" at byte 58");
     /* a duplicate key inside an entry */
     expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[2,3],"
                        "\"data_offsets\":[0,24]}}",
                        d, 24),
-                  QKV_ERR_FORMAT, "repeat");
+                  QKV_ERR_FORMAT, "an object repeats the key \"dtype\" at byte 21");
     /* metadata that is not strings */
     expect_reject(make("{\"__metadata__\":{\"a\":1}}", NULL, 0), QKV_ERR_FORMAT,
                   "__metadata__ values must be strings (byte 29)");

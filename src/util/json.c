@@ -3,6 +3,7 @@
  * text, appending a token per value, with a depth limit, and a duplicate-key
  * check per object on the decoded keys.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -236,8 +237,17 @@ static int check_duplicates(parser *p, int o)
         qsort(keys, (size_t)n, sizeof *keys, cmp_keys);
         for (int m = 1; r == 0 && m < n; m++)
             if (strcmp(keys[m - 1], keys[m]) == 0) {
-                p->pos = j->tok[o].start;
-                r = fail(p, "an object repeats a key");
+                /* name the key and point at its later place: buf holds
+                 * the keys in the object's order */
+                const char *later = keys[m] > keys[m - 1] ? keys[m] : keys[m - 1], *key = buf;
+                for (int k = o + 1, i = 0; i < n; i++, k = j->tok[k + 1].next) {
+                    if (key == later)
+                        p->pos = j->tok[k].start;
+                    key += j->tok[k].end - j->tok[k].start + 1;
+                }
+                char why[96];
+                snprintf(why, sizeof why, "an object repeats the key \"%.48s\"", later);
+                r = fail(p, why);
             }
     }
     free(keys);
