@@ -689,6 +689,45 @@ static void cell_inputs(qkv_tensor **x, double (*xd)[CB * CI])
     }
 }
 
+/* A zeroed qkv_lstm_state (h and c NULL) is a zero state, as a NULL one
+ * is and as the sequence form's shape check calls it ("none"): it failed
+ * inside the cell with "mul: input is nil". One step from it against
+ * c = σ(z_i)·tanh(z_g), h = σ(z_o)·tanh(c), z = x·W_x + b. */
+START_TEST(test_a_zeroed_lstm_state_is_a_zero_state)
+{
+    qkv_params *p = qkv_params_new(4, NULL);
+    qkv_lstm lstm;
+    ck_assert_int_eq(qkv_lstm_init(&lstm, p, "lstm", CI, CH, NULL), QKV_OK);
+    qkv_tensor *x[CT];
+    double xd[CT][CB * CI], z[CB * 4 * CH];
+    cell_inputs(x, xd);
+    ref_pre(xd[0], NULL, lstm.wx, NULL, lstm.b, 4 * CH, z);
+    qkv_tensor *xseq = qkv_tensor_new(3, (const int[]){1, CB, CI}, 0, NULL);
+    ck_assert_int_eq(qkv_tensor_set(xseq, x[0]->data, CB * CI), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const qkv_lstm_state zero = {NULL, NULL};
+    for (int form = 0; form < 2; form++) {
+        qkv_tape_reset(t);
+        qkv_lstm_state s = form == 0 ? qkv_lstm_cell(t, &lstm, x[0], &zero)
+                                     : qkv_lstm_forward(t, &lstm, xseq, &zero, NULL);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        for (int b = 0; b < CB; b++)
+            for (int j = 0; j < CH; j++) {
+                const double *zb = z + b * 4 * CH;
+                double c = sigm(zb[j]) * tanh(zb[2 * CH + j]);
+                double h = sigm(zb[3 * CH + j]) * tanh(c);
+                ASSERT_NEAR(s.c->data[b * CH + j], c, 1e-5);
+                ASSERT_NEAR(s.h->data[b * CH + j], h, 1e-5);
+            }
+    }
+    qkv_tape_free(t);
+    qkv_tensor_free(xseq);
+    for (int s = 0; s < CT; s++)
+        qkv_tensor_free(x[s]);
+    qkv_params_free(p);
+}
+END_TEST
+
 START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
 {
     qkv_params *p = qkv_params_new(4, NULL);
@@ -910,6 +949,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
+    tcase_add_test(tc, test_a_zeroed_lstm_state_is_a_zero_state);
     tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);
     suite_add_tcase(s, tc);
     return s;

@@ -202,8 +202,9 @@ typedef struct qkv_lstm_state {
 
 qkv_status qkv_lstm_init(qkv_lstm *l, qkv_params *p, const char *prefix, int in, int hidden,
                          qkv_error *err);
-/* The next state from x (or its projection) and s (NULL: zeros). Failures
- * give nil tensors and leave the reason on the tape. */
+/* The next state from x (or its projection) and s (NULL: zeros; so is an
+ * h or c of s that is NULL, as in a zeroed qkv_lstm_state). Failures give
+ * nil tensors and leave the reason on the tape. */
 qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
                              const qkv_lstm_state *s);
 qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw,

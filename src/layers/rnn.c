@@ -210,7 +210,7 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
     qkv_tensor *i = qkv_sigmoid(t, part(t, z, 0, H)), *g = qkv_tanh(t, part(t, z, 2, H));
     qkv_tensor *o = qkv_sigmoid(t, part(t, z, 3, H));
     qkv_tensor *c = qkv_mul(t, i, g);
-    if (s != NULL)
+    if (s != NULL && s->c != NULL) /* a NULL c, as a NULL s, is a zero state */
         c = qkv_add(t, qkv_mul(t, qkv_sigmoid(t, part(t, z, 1, H)), s->c), c);
     out.h = qkv_mul(t, o, qkv_tanh(t, c));
     out.c = c;
