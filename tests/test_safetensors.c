@@ -436,6 +436,31 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
 }
 END_TEST
 
+/* A saved file gets the mode fopen would give a new one, 0666 less the
+ * umask: it was always 0644, so a umask of 077 still left the weights
+ * readable by everyone. The temporary file is gone either way. */
+START_TEST(test_saving_follows_the_umask)
+{
+    qkv_params *p = two_params();
+    qkv_error err = qkv_error_none();
+    const mode_t masks[3] = {077, 022, 002}, want[3] = {0600, 0644, 0664};
+    const mode_t old = umask(077);
+    for (int i = 0; i < 3; i++) {
+        umask(masks[i]);
+        ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_OK);
+        struct stat sb;
+        ck_assert_int_eq(stat(path, &sb), 0);
+        ck_assert_msg((sb.st_mode & 0777) == want[i], "umask %03o: mode %03o, expected %03o",
+                      (unsigned)masks[i], (unsigned)(sb.st_mode & 0777), (unsigned)want[i]);
+    }
+    umask(old);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    qkv_params_free(p);
+}
+END_TEST
+
 /* Runs the numpy script (scripts/st_numpy.py) with these arguments; its
  * output, which the caller frees. */
 static char *numpy(const char *args)
@@ -527,6 +552,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_qkv_metadata_is_checked);
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
+    tcase_add_test(tc, test_saving_follows_the_umask);
     tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
     tcase_add_test(tc, test_opening_a_fifo_or_device_fails_at_once);
     suite_add_tcase(s, tc);

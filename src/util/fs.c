@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/util.h"
@@ -139,6 +141,31 @@ qkv_status qkv_check_replaceable(const char *path, qkv_error *err)
     return QKV_OK;
 }
 
+/* Creates the file tmp, whose name ends in XXXXXX, as mkstemp does (those
+ * six letters made unique, O_EXCL: nothing planted there is followed), but
+ * with mode 0666 less the umask, as fopen gives a new file; mkstemp's are
+ * 0600 whatever the umask. The descriptor, or -1 with errno set. */
+static int create_unique(char *tmp)
+{
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    char *x = tmp + strlen(tmp) - 6;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    /* the time, the process and this thread's stack: another saver in the
+     * same directory draws other names */
+    uint64_t seed = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 40 ^
+                    (uint64_t)(uintptr_t)&ts;
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        uint64_t r = (seed + (uint64_t)attempt) * 0x9E3779B97F4A7C15u;
+        for (int i = 0; i < 6; i++, r /= 62)
+            x[i] = abc[r % 62];
+        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0 || errno != EEXIST)
+            return fd;
+    }
+    return -1; /* errno is EEXIST */
+}
+
 qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
 {
     char dir[4096], tmp[4200];
@@ -152,11 +179,10 @@ qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_
         snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= (int)sizeof tmp)
         return qkv_error_set(err, QKV_ERR_IO, "%s: not a usable file name", path);
     /* a new, unique file that nobody else can have planted: O_EXCL */
-    int fd = mkstemp(tmp);
+    int fd = create_unique(tmp);
     if (fd < 0)
         return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",
                              path, dir, strerror(errno));
-    fchmod(fd, 0644); /* mkstemp makes 0600; a saved file is readable as fopen's would be */
     FILE *f = fdopen(fd, "wb");
     if (f == NULL) {
         close(fd);

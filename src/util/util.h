@@ -94,8 +94,9 @@ qkv_status qkv_check_replaceable(const char *path, qkv_error *err);
 typedef qkv_status (*qkv_write_fn)(void *ctx, FILE *f, qkv_error *err);
 
 /* Saves a file durably and atomically: write() fills a new temporary file
- * in path's directory, created with O_EXCL (mkstemp) so that no planted
- * file or symbolic link is ever followed; it is flushed and fsynced, renamed
+ * in path's directory, created with O_EXCL (as mkstemp, but with mode 0666
+ * less the umask, as fopen's) so that no planted file or symbolic link is
+ * ever followed; it is flushed and fsynced, renamed
  * over path, and the directory is fsynced. A path that exists and is not a
  * regular file (a device, a directory, a symbolic link) is refused. On any
  * failure the temporary file is removed and path is untouched; QKV_ERR_IO
