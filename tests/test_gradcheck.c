@@ -136,6 +136,24 @@ START_TEST(test_gradcheck_catches_a_wrong_gradient)
 }
 END_TEST
 
+/* The tape's gradient setting is the caller's again afterwards: a check
+ * run on a tape in evaluation (qkv_tape_set_grad(t, 0)) left it
+ * recording. */
+START_TEST(test_gradcheck_restores_the_grad_setting)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){0.5, -1, 2}, 1);
+    qkv_gradcheck_result res;
+    for (int on = 0; on < 2; on++) {
+        qkv_tape_set_grad(t, on);
+        ck_assert_int_eq(qkv_gradcheck(t, lying_loss, x, &x, 1, 0, 0, 0, &res), QKV_OK);
+        ck_assert_int_eq(qkv_tape_grad_enabled(t), on);
+    }
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 START_TEST(test_grad_compare_uses_the_floor_and_fails_on_nan)
 {
     qkv_gradcheck_result res = {0};
@@ -169,6 +187,7 @@ Suite *gradcheck_suite(void)
     tcase_add_loop_test(tc, test_builtin_gradcheck_passes, 0, qkv_gradcheck_builtin_count());
     tcase_add_loop_test(tc, test_aliased_inputs_and_reused_outputs_pass_gradcheck, 0, 2 * N_ALIAS);
     tcase_add_test(tc, test_gradcheck_catches_a_wrong_gradient);
+    tcase_add_test(tc, test_gradcheck_restores_the_grad_setting);
     tcase_add_test(tc, test_grad_compare_uses_the_floor_and_fails_on_nan);
     tcase_add_test(tc, test_gradcheck_reports_loss_errors);
     suite_add_tcase(s, tc);

@@ -93,19 +93,11 @@ static qkv_status central(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor *x,
     return s;
 }
 
-qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
-                         double step, double floor, double tol, qkv_gradcheck_result *res)
+/* The check proper, on valid arguments: it records with gradients on. */
+static qkv_status run_check(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params,
+                            int nparams, double step, double floor, double tol,
+                            qkv_gradcheck_result *res)
 {
-    if (t == NULL)
-        return QKV_ERR_ARG;
-    if (fn == NULL || res == NULL || nparams < 0 || (nparams && params == NULL))
-        return qkv_tape_fail(t, QKV_ERR_ARG,
-                             "gradcheck: needs a loss function, a result and "
-                             "a parameter array");
-    for (int p = 0; p < nparams; p++)
-        if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
-            return qkv_tape_fail(t, QKV_ERR_ARG,
-                                 "gradcheck: parameter %d is nil or has no gradient buffer", p);
     step = step > 0 ? step : GC_STEP;
     floor = floor > 0 ? floor : GC_FLOOR;
     tol = tol > 0 ? tol : GC_TOL;
@@ -146,4 +138,24 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **pa
         res->passed = 1;
     qkv_tape_reset(t);
     return QKV_OK;
+}
+
+qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
+                         double step, double floor, double tol, qkv_gradcheck_result *res)
+{
+    if (t == NULL)
+        return QKV_ERR_ARG;
+    if (fn == NULL || res == NULL || nparams < 0 || (nparams && params == NULL))
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "gradcheck: needs a loss function, a result and "
+                             "a parameter array");
+    for (int p = 0; p < nparams; p++)
+        if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
+            return qkv_tape_fail(t, QKV_ERR_ARG,
+                                 "gradcheck: parameter %d is nil or has no gradient buffer", p);
+    /* the caller's setting comes back, as the parameters' values do */
+    const int grad_was = qkv_tape_grad_enabled(t);
+    qkv_status s = run_check(t, fn, ctx, params, nparams, step, floor, tol, res);
+    qkv_tape_set_grad(t, grad_was);
+    return s;
 }
