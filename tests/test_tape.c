@@ -282,6 +282,18 @@ START_TEST(test_tape_tensor_and_alloc)
     ck_assert(qkv_tape_tensor(t, 2, (const int[]){3, -1}, 0) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
     ck_assert(qkv_tape_tensor(t, 1, (const int[]){2}, 0) == qkv_nil()); /* sticky */
+    /* each refusal says what is wrong with the shape: the message was
+     * "tensor: invalid shape (ndim 2)" for all of them */
+    EXPECT_ERROR_ON(t, qkv_tape_tensor(t, 2, (const int[]){4, 0}, 0), QKV_ERR_ARG,
+                    "tensor: the shape [4,0] has a dimension below 1");
+    EXPECT_ERROR_ON(t, qkv_tape_tensor(t, 5, (const int[]){1, 1, 1, 1, 1}, 0), QKV_ERR_ARG,
+                    "tensor: a shape needs 0 to 4 dimensions, not 5");
+    EXPECT_ERROR_ON(t, qkv_tape_tensor(t, 2, NULL, 0), QKV_ERR_ARG,
+                    "tensor: no shape (NULL) for 2 dimensions");
+    EXPECT_ERROR_ON(t, qkv_tape_tensor(t, 3, (const int[]){1 << 30, 1 << 30, 1 << 30}, 0),
+                    QKV_ERR_NOMEM,
+                    "tensor: the size of the shape [1073741824,1073741824,"
+                    "1073741824] overflows");
     qkv_tape_free(t);
 }
 END_TEST
