@@ -624,6 +624,19 @@ START_TEST(test_layers_refuse_bad_shapes)
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_OK);
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_ERR_ARG); /* names taken */
     ck_assert_ptr_nonnull(strstr(err.message, "already in the list"));
+    /* a block refused for its sizes adds nothing (it left ln1, or ln1, the
+     * attention and ln2, in the list), so the same prefix works at once */
+    qkv_params *q = qkv_params_new(0, NULL);
+    qkv_block blk;
+    ck_assert_int_eq(qkv_block_init(&blk, q, "b", 6, 4, 8, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "block: d_model 6 must be a positive multiple of the heads 4, "
+                                  "and hidden 8 at least 1");
+    ck_assert_int_eq(qkv_params_count(q), 0);
+    ck_assert_int_eq(qkv_block_init(&blk, q, "b", 8, 4, 0, 1, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_params_count(q), 0);
+    ck_assert_int_eq(qkv_block_init(&blk, q, "b", 8, 4, 16, 1, &err), QKV_OK);
+    ck_assert_int_eq(qkv_params_count(q), 12);
+    qkv_params_free(q);
     /* a NULL layer or list is named as such, not as a bad size or name */
     qkv_linear lin;
     ck_assert_int_eq(qkv_linear_init(NULL, p, "l", 2, 3, 1, &err), QKV_ERR_ARG);

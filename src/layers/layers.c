@@ -234,6 +234,14 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
     char name[128];
     if (b == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "block: no layer");
+    /* every size checked before anything is added: a refusal halfway
+     * through left ln1 (and more) in the list, and a retry under the same
+     * prefix then failed on the name */
+    if (d_model < 1 || heads < 1 || d_model % heads != 0 || hidden < 1)
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "block: d_model %d must be a positive multiple of the heads %d, "
+                             "and hidden %d at least 1",
+                             d_model, heads, hidden);
     qkv_status s = qkv_layer_name(name, sizeof name, prefix, "ln1", err);
     if (s == QKV_OK)
         s = qkv_norm_init(&b->ln1, p, name, d_model, err);
