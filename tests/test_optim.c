@@ -133,6 +133,15 @@ START_TEST(test_bad_configs_are_refused)
     c = qkv_optim_defaults(QKV_SGD);
     ck_assert_ptr_null(qkv_optim_new(&c, &nograd, 1, NULL));
     ck_assert_ptr_null(qkv_optim_new(&c, &p, 0, NULL));
+    /* a parameter listed twice took two updates per step (w = 1, dw = 1,
+     * lr 0.1: 0.8 where one update gives 0.9); it is refused */
+    {
+        qkv_tensor *twice[2] = {p, p};
+        qkv_error err = qkv_error_none();
+        ck_assert_ptr_null(qkv_optim_new(&c, twice, 2, &err));
+        ck_assert_int_eq(err.status, QKV_ERR_ARG);
+        ck_assert_str_eq(err.message, "optim: parameter 1 is parameter 0 again (or a view of it)");
+    }
     /* an infinite decay would step a finite weight to inf and call it OK */
     for (int which = 0; which < 3; which++) {
         c = qkv_optim_defaults(which == 1 ? QKV_SGD : QKV_ADAMW);

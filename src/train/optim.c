@@ -78,6 +78,13 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
                           qkv_tensor_is_nil(params[i]) ? "is nil" : "has no gradient buffer");
             return NULL;
         }
+    for (int i = 1; i < n; i++) /* one listed twice would take two updates a step */
+        for (int j = 0; j < i; j++)
+            if (params[i]->data == params[j]->data) {
+                qkv_error_set(err, QKV_ERR_ARG,
+                              "optim: parameter %d is parameter %d again (or a view of it)", i, j);
+                return NULL;
+            }
     qkv_optim *o = qkv_calloc(1, sizeof *o);
     if (o == NULL) {
         qkv_error_set(err, QKV_ERR_NOMEM, "optim: out of memory");
