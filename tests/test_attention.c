@@ -534,10 +534,10 @@ START_TEST(test_attention_errors_name_the_shapes)
     EXPECT_ERROR_ON(t, qkv_attention(t, a, a, a, w, 1, NULL), QKV_ERR_SHAPE,
                     "attention: mask [5,3] does not broadcast to the scores [2,3,3]");
     EXPECT_ERROR_ON(t, qkv_attention_heads(t, a, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
-                    "attention_heads: x [2,3,4] with 2 heads: need [B,T,3D] with D a multiple of "
+                    "attention_heads: x [2,3,4], heads 2: need [B,T,3D] with D a multiple of "
                     "the heads");
     EXPECT_ERROR_ON(t, qkv_attention_heads(t, w, 1, NULL, 1, NULL), QKV_ERR_SHAPE,
-                    "attention_heads: x [5,3] with 1 heads: need [B,T,3D] with D a multiple of "
+                    "attention_heads: x [5,3], heads 1: need [B,T,3D] with D a multiple of "
                     "the heads");
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_ARG,
                     "embed_attention: id 5 at position 1 is outside [0,5) of the tables");

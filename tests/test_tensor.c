@@ -83,6 +83,13 @@ START_TEST(test_print_shows_shape_and_values)
     fclose(f);
     ck_assert_uint_gt(n, 0);
     ck_assert_str_eq(buf, "tensor[2,2]\n  1.0000 -0.5000\n  0.2500 3.0000\n");
+    f = tmpfile();
+    qkv_tensor_print(qkv_nil(), f, 0);
+    rewind(f);
+    memset(buf, 0, sizeof buf);
+    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
+    fclose(f);
+    ck_assert_str_eq(buf, "tensor nil\n");
     ck_assert_str_eq(qkv_status_string(QKV_ERR_SHAPE), "shape mismatch");
     qkv_tensor_free(t);
 }

@@ -128,11 +128,11 @@ void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values)
 {
     char shape[64];
     qkv_shape_str(t, shape, sizeof shape);
-    fprintf(out, "tensor%s", shape);
     if (qkv_tensor_is_nil(t)) {
-        fputc('\n', out);
+        fputs("tensor nil\n", out);
         return;
     }
+    fprintf(out, "tensor%s", shape);
     size_t n = t->numel;
     size_t row = t->ndim > 0 ? (size_t)t->shape[t->ndim - 1] : 1;
     if (max_values != 0 && n > max_values)

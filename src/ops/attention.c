@@ -549,8 +549,8 @@ static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, in
         char sx[64];
         qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "%s: x %s with %d heads: need [B,T,3D] with D a multiple of the heads", name,
-                      sx, heads);
+                      "%s: x %s, heads %d: need [B,T,3D] with D a multiple of the heads", name, sx,
+                      heads);
         return qkv_nil();
     }
     attn_rec *r = new_rec(t, name, x, mask, scale);
