@@ -88,7 +88,9 @@ qkv_tensor *qkv_params_at(const qkv_params *p, int i, const char **name);
  * next add), for qkv_optim_new and qkv_gradcheck. */
 qkv_tensor **qkv_params_tensors(qkv_params *p);
 
-/* Whether parameter i gets weight decay; set it. */
+/* Whether parameter i gets weight decay; set it. An optimizer takes the
+ * settings when qkv_params_optim makes it: later changes here do not reach
+ * it (qkv_optim_set_decay does). */
 int qkv_params_decay(const qkv_params *p, int i);
 void qkv_params_set_decay(qkv_params *p, int i, int on);
 
