@@ -346,6 +346,31 @@ START_TEST(test_record_refuses_a_null_input)
 }
 END_TEST
 
+/* A node writes its output's gradient as the tape's: an output made on
+ * the heap or on another tape is refused, as the header asks. */
+START_TEST(test_record_refuses_an_output_not_made_on_the_tape)
+{
+    static const qkv_op_def noop = {"noop", noop_backward, 0};
+    qkv_tape *t = qkv_tape_new(0, NULL), *other = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){1}, NULL, 1);
+    qkv_tensor *heap = tensor_of(1, (const int[]){1}, NULL, 1);
+    qkv_tensor *elsewhere = qkv_tape_tensor(other, 1, (const int[]){1}, 1);
+    qkv_tensor *outs[2] = {heap, elsewhere};
+    for (int i = 0; i < 2; i++) {
+        ck_assert_ptr_null(qkv_tape_record(t, &noop, outs[i], 1, &x));
+        ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+        ck_assert_str_eq(qkv_tape_error(t), "noop: a node's output must be made on its tape "
+                                            "(qkv_tape_tensor), not elsewhere");
+        ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+        qkv_tape_reset(t);
+    }
+    qkv_tape_free(t);
+    qkv_tape_free(other);
+    qkv_tensor_free(x);
+    qkv_tensor_free(heap);
+}
+END_TEST
+
 START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
 {
     qkv_tensor *x = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
@@ -560,6 +585,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_tape_tensor_and_alloc);
     tcase_add_test(tc, test_record_refuses_an_output_without_gradient_and_no_inputs);
     tcase_add_test(tc, test_record_refuses_a_null_input);
+    tcase_add_test(tc, test_record_refuses_an_output_not_made_on_the_tape);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);

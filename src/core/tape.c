@@ -235,6 +235,8 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
 /* A node's inputs follow it in the same allocation, aligned. */
 _Static_assert(sizeof(qkv_node) % _Alignof(qkv_tensor *) == 0, "qkv_node's size");
 
+static int in_arena(const qkv_tape *t, const void *p);
+
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in)
 {
@@ -246,6 +248,13 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
     }
     if (qkv_tensor_is_nil(out) || out->grad == NULL) {
         qkv_tape_fail(t, QKV_ERR_ARG, "%s: a node's output must have a gradient",
+                      op->name != NULL ? op->name : "tape");
+        return NULL;
+    }
+    if (!(out->flags & QKV_TENSOR_TAPE) || !in_arena(t, out)) {
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "%s: a node's output must be made on its tape (qkv_tape_tensor), "
+                      "not elsewhere",
                       op->name != NULL ? op->name : "tape");
         return NULL;
     }
