@@ -1497,6 +1497,27 @@ START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
 }
 END_TEST
 
+START_TEST(test_ablate_plot_draws_a_run_where_no_variant_reached_90)
+{
+    /* a short `qkv ablate --steps 30` run: no variant reaches 90%, every
+     * steps_to_90_mean is -1, and gnuplot refused the middle panel ("No
+     * valid points in histogram"), so ablate.png was not drawn at all */
+    char cmd[512], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p d/ablate && printf '%%s\\n' "
+             "variant,params,seeds,acc_mean,acc_sd,steps_to_90_mean,steps_to_90_sd,reached,"
+             "attn_antecedent_mean,attn_self_mean "
+             "full,2544,1,0.8590,0.0000,-1.0,0.0,0,0.1065,0.1036 "
+             "no-v,2156,1,0.4647,0.0000,-1.0,0.0,0,0.0909,0.1017 >d/ablate/summary.csv && "
+             "sh '%s/../../scripts/plots.sh' d png",
+             QKV_TEST_DATA);
+    sh(cmd, &out);
+    ck_assert_msg(strstr(out, "plots: wrote png/ablate.png") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "ablate.gp") == NULL, "%s", out); /* no gnuplot message */
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1544,6 +1565,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
+    tcase_add_test(tc, test_ablate_plot_draws_a_run_where_no_variant_reached_90);
     suite_add_tcase(s, tc);
     return s;
 }

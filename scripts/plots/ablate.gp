@@ -7,6 +7,10 @@
 # Variables: infile (ablate/summary.csv), roles (ablate-roles/summary.csv,
 # or "" to leave the right panel out), outfile.
 load dir."/common.gp"
+# steps to 90%: a variant that never got there (-1) has no bar but a
+# label, and a run so short that none got there still draws the panel
+stats infile using "steps_to_90_mean" nooutput
+steps_max = STATS_max
 set terminal pngcairo size 1900,700 font "WenQuanYi Zen Hei,12" enhanced
 set output outfile
 set multiplot layout 1,(roles eq "" ? 2 : 3) \
@@ -30,8 +34,11 @@ set autoscale y
 set yrange [0:*]
 set ytics autofreq
 unset key
-plot infile using (column("steps_to_90_mean") < 0 ? 1/0 : column("steps_to_90_mean")): \
-         "steps_to_90_sd":xtic(stringcolumn("variant")) lc rgb c_scaled
+if (steps_max <= 0) { set yrange [0:100] }
+plot infile using (column("steps_to_90_mean") < 0 ? 0 : column("steps_to_90_mean")): \
+         "steps_to_90_sd":xtic(stringcolumn("variant")) lc rgb c_scaled, \
+     infile using ($0):(0):(column("steps_to_90_mean") < 0 ? "未达到" : "") \
+         with labels rotate by 90 left offset 0,0.5
 if (roles ne "") {
     set title "两个角色（A喜欢B。），两个头：留出的句子"
     set yrange [0:1.3]
