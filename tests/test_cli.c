@@ -1518,6 +1518,28 @@ START_TEST(test_ablate_plot_draws_a_run_where_no_variant_reached_90)
 }
 END_TEST
 
+START_TEST(test_bptt_says_why_a_row_has_no_slope_instead_of_nan)
+{
+    /* --rho takes (0, 10] and --length up to 1024, but a linear recurrence
+     * with rho 10 over 400 tokens grows as 10^396, past the range of float
+     * and of double (and at rho 1.1 the softmax saturates and sends back
+     * no gradient): the rows read "nan" and "-nan", with no word of why */
+    char *out;
+    int rc = run("bptt --quiet --rho 1.1,10 --length 400 --train-steps 0 --batch 2 --out b", &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "nan") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "10.00     overflow") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "try a smaller --rho or --length") != NULL, "%s", out);
+    free(out);
+    /* a slope that can be fitted: no word, no note */
+    rc = run("bptt --quiet --rho 1.1 --train-steps 0 --batch 2 --out b", &out);
+    ck_assert_msg(rc == 0 && strstr(out, "overflow") == NULL && strstr(out, "no grad") == NULL &&
+                      strstr(out, "try a smaller") == NULL,
+                  "exit %d\n%s", rc, out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1566,6 +1588,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
     tcase_add_test(tc, test_ablate_plot_draws_a_run_where_no_variant_reached_90);
+    tcase_add_test(tc, test_bptt_says_why_a_row_has_no_slope_instead_of_nan);
     suite_add_tcase(s, tc);
     return s;
 }

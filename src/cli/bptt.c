@@ -108,11 +108,17 @@ typedef struct bptt_ctx {
     int k; /* fillers: the sentence has o->length tokens */
 } bptt_ctx;
 
+/* Why a row has no slope: its states or gradient overflowed, or fewer
+ * than two steps got a gradient at all (a saturated softmax sends back 0,
+ * or it underflowed); the footnotes under the table say so. */
+enum { FIT_OK, FIT_OVERFLOW, FIT_NO_GRAD };
+static const char *const unfit_word[] = {"", "overflow", "no grad"};
+
 /* One backward pass of m on a fixed batch; writes ‖∂L/∂h_{p-j}‖ for j = 0
  * .. p to the CSV and returns the fitted slope (NAN after an error, with
- * *rc set). */
+ * *rc set); *fit is FIT_OK or why there is no slope. */
 static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const char *rho,
-                      const char *act, double *g0_over_gp, int *rc)
+                      const char *act, double *g0_over_gp, int *fit, int *rc)
 {
     qkv_rng g;
     qkv_rng_seed(&g, c->o->seed + 77);
@@ -129,12 +135,33 @@ static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const ch
     }
     const int p = c->batch->query[0]; /* every sentence has its pronoun here */
     double norms[QKV_DISTANCE_MAX + 8] = {0};
+    int finite = isfinite(out.loss->data[0]);
     for (int j = 0; j <= p; j++) {
         norms[j] = qkv_grad_norm(&out.h[p - j], 1);
+        finite &= isfinite(norms[j]);
         fprintf(c->csv, "%s,%s,%s,%d,%.6g\n", model, rho, act, j, norms[j]);
     }
     *g0_over_gp = norms[p] / norms[1];
-    return log_slope(norms, p + 1);
+    const double slope = log_slope(norms, p + 1);
+    *fit = !finite ? FIT_OVERFLOW : isnan(slope) ? FIT_NO_GRAD : FIT_OK;
+    return slope;
+}
+
+/* The slope, slope/ln rho and ‖g_p‖/‖g_1‖ cells of a row (ln_rho NAN: no
+ * rho), or the word for why there is no slope and dashes. */
+static void row_cells(int fit, double slope, double ln_rho, double total, char *s, char *r, char *q,
+                      size_t n)
+{
+    snprintf(s, n, "%.4f", slope);
+    snprintf(r, n, "%.3f", ln_rho != 0 ? slope / ln_rho : NAN);
+    snprintf(q, n, "%.3g", total);
+    if (isnan(ln_rho))
+        snprintf(r, n, "-");
+    if (fit != FIT_OK) {
+        snprintf(s, n, "%s", unfit_word[fit]);
+        snprintf(r, n, "-");
+        snprintf(q, n, "-");
+    }
 }
 
 /* Trains m on distance sentences for o->train_steps steps. */
@@ -180,6 +207,8 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
 {
     const bptt_opts *o = c->o;
     int rc = CLI_OK, done = 0, total = 2 * nr + 2 + (o->train_steps > 0 ? 2 : 0);
+    int unfit[3] = {0}; /* rows without a slope, by why */
+    char cs[32], cr[32], cq[32];
     printf("\n‖∂L/∂h_{p-j}‖ against the steps back j, for a sentence of %d tokens (the pronoun "
            "p = %d);\nslope: least squares of ln‖∂L/∂h_{p-j}‖ over j = 1..%d\n\n",
            o->length, c->k + QKV_DISTANCE_BASE, c->k + QKV_DISTANCE_BASE);
@@ -198,12 +227,16 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
             qkv_rng g;
             qkv_rng_seed(&g, o->seed + 1000 + (uint64_t)i);
             scaled_orthogonal(m->rnn.wh, rhos[i], &g);
-            double total_factor, slope = measure(c, m, "rnn", rho, acts[a], &total_factor, &rc);
+            int fit = FIT_OK;
+            double total_factor,
+                slope = measure(c, m, "rnn", rho, acts[a], &total_factor, &fit, &rc);
             cli_progress_clear(); /* the row takes the bar's line */
-            if (rc == CLI_OK)
-                printf("%-12s %-7s %8.2f %12.4f %12.4f %10.3f %16.3g\n", "rnn", acts[a], rhos[i],
-                       slope, log(rhos[i]), rhos[i] != 1 ? slope / log(rhos[i]) : NAN,
-                       total_factor);
+            row_cells(fit, slope, log(rhos[i]), total_factor, cs, cr, cq, sizeof cs);
+            if (rc == CLI_OK) {
+                unfit[fit]++;
+                printf("%-12s %-7s %8.2f %12s %12.4f %10s %16s\n", "rnn", acts[a], rhos[i], cs,
+                       log(rhos[i]), cr, cq);
+            }
             qkv_seq_model_free(m);
         }
     /* the tanh RNN with PyTorch's initialisation and the LSTM, before and
@@ -224,19 +257,30 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
             if (kind == QKV_SEQ_RNN)
                 snprintf(rho, sizeof rho, "%.4g", r);
             double total_factor = NAN, slope = NAN;
+            int fit = FIT_OK;
             if (rc == CLI_OK)
                 slope = measure(c, m, name, rho, kind == QKV_SEQ_RNN ? "tanh" : "gates",
-                                &total_factor, &rc);
+                                &total_factor, &fit, &rc);
             cli_progress_clear();
+            row_cells(fit, slope, log(r), total_factor, cs, cr, cq, sizeof cs);
+            if (rc == CLI_OK)
+                unfit[fit]++;
             if (rc == CLI_OK && kind == QKV_SEQ_RNN)
-                printf("%-12s %-7s %8.4f %12.4f %12.4f %10.3f %16.3g\n", name, "tanh", r, slope,
-                       log(r), slope / log(r), total_factor);
+                printf("%-12s %-7s %8.4f %12s %12.4f %10s %16s\n", name, "tanh", r, cs, log(r), cr,
+                       cq);
             else if (rc == CLI_OK)
-                printf("%-12s %-7s %8s %12.4f %12s %10s %16.3g\n", name, "gates", "-", slope, "-",
-                       "-", total_factor);
+                printf("%-12s %-7s %8s %12s %12s %10s %16s\n", name, "gates", "-", cs, "-", cr, cq);
             qkv_seq_model_free(m);
         }
     cli_progress_clear();
+    if (rc == CLI_OK && unfit[FIT_OVERFLOW] > 0)
+        printf("\noverflow: the states or the gradient grew past the largest number the scalar "
+               "type holds\nwithin the sentence, so no slope can be fitted\n");
+    if (rc == CLI_OK && unfit[FIT_NO_GRAD] > 0)
+        printf("\nno grad: the loss sent back no gradient (its softmax saturated, or the "
+               "gradient\nunderflowed to 0), so no slope can be fitted\n");
+    if (rc == CLI_OK && (unfit[FIT_OVERFLOW] > 0 || unfit[FIT_NO_GRAD] > 0))
+        printf("(try a smaller --rho or --length)\n");
     return rc;
 }
 
