@@ -1540,6 +1540,25 @@ START_TEST(test_bptt_says_why_a_row_has_no_slope_instead_of_nan)
 }
 END_TEST
 
+START_TEST(test_distance_names_pytorchs_forget_bias_in_its_header)
+{
+    /* --forget-bias pytorch is stored as NAN, and the header printed
+     * "LSTM forget-gate bias nan at init" */
+    char *out;
+    int rc = run("distance --quiet --forget-bias pytorch --steps 1 --eval-every 1 --seeds 1 "
+                 "--distances 0 --models lstm --out d",
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "LSTM forget-gate bias PyTorch's U(±1/√H) at init") != NULL, "%s",
+                  out);
+    ck_assert_msg(strstr(out, "nan") == NULL, "%s", out);
+    free(out);
+    expect("distance --quiet --forget-bias 0.5 --steps 1 --eval-every 1 --seeds 1 --distances 0 "
+           "--models lstm --out d",
+           0, "LSTM forget-gate bias 0.5 at init");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1589,6 +1608,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
     tcase_add_test(tc, test_ablate_plot_draws_a_run_where_no_variant_reached_90);
     tcase_add_test(tc, test_bptt_says_why_a_row_has_no_slope_instead_of_nan);
+    tcase_add_test(tc, test_distance_names_pytorchs_forget_bias_in_its_header);
     suite_add_tcase(s, tc);
     return s;
 }
