@@ -1559,6 +1559,28 @@ START_TEST(test_distance_names_pytorchs_forget_bias_in_its_header)
 }
 END_TEST
 
+START_TEST(test_eval_rebuilds_the_splits_of_the_levels_trained_on)
+{
+    /* a model trained with --levels 2 was evaluated on the splits of all
+     * three levels: rows of "train" sentences it never saw (levels 1 and
+     * 3), and a level-2 validation split shuffled differently from the one
+     * it trained with, so "val" held sentences it had trained on */
+    char *out;
+    ck_assert_int_eq(run("train --quiet --levels 2 --steps 30 --save m.st --log l.csv", &out), 0);
+    free(out);
+    ck_assert_int_eq(run("eval --model m.st", &out), 0);
+    ck_assert_msg(strstr(out, "seed=1  levels=2\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "train  1 ") == NULL && strstr(out, "train  3 ") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "train  2         231 ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "val    2          57 ") != NULL, "%s", out);
+    free(out);
+    /* every level: the header is as before */
+    ck_assert_int_eq(run("train --quiet --steps 30 --save m.st --log l.csv", &out), 0);
+    free(out);
+    expect("eval --model m.st", 0, "seed=1\n\nsplit");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1609,6 +1631,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_ablate_plot_draws_a_run_where_no_variant_reached_90);
     tcase_add_test(tc, test_bptt_says_why_a_row_has_no_slope_instead_of_nan);
     tcase_add_test(tc, test_distance_names_pytorchs_forget_bias_in_its_header);
+    tcase_add_test(tc, test_eval_rebuilds_the_splits_of_the_levels_trained_on);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,7 +14,8 @@ int cmd_eval(int argc, char **argv)
     };
     int r = cli_parse(argc, argv, opts, 1, "[--model FILE]",
                       "Evaluates a trained model on the train, validation and test splits of\n"
-                      "every level (the splits are rebuilt from the seed stored in the model).",
+                      "every level it was trained on (the splits are rebuilt from the seed and\n"
+                      "the levels stored in the model).",
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
@@ -25,15 +26,25 @@ int cmd_eval(int argc, char **argv)
     qkv_error err = qkv_error_none();
     qkv_tape *t = qkv_tape_new(0, &err);
     qkv_coref_batch *b = t ? qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err) : NULL;
-    if (b == NULL || qkv_coref_data_build(&d, QKV_COREF_ALL_LEVELS, m->cfg.seed, &err) != QKV_OK) {
+    /* the levels it was trained on: the validation split of a part differs
+     * from that part of all the levels' split (a checkpoint without them
+     * is from before they were recorded, when train took all) */
+    const unsigned levels = m->levels != 0 ? m->levels : QKV_COREF_ALL_LEVELS;
+    if (b == NULL || qkv_coref_data_build(&d, levels, m->cfg.seed, &err) != QKV_OK) {
         qkv_coref_model_free(m);
         qkv_tape_free(t);
         qkv_coref_batch_free(b);
         return cli_fail("eval: %s", err.message);
     }
-    printf("model: %s  d_k=%d  %s  init_std=%g  seed=%llu\n\n", path ? path : CLI_DEFAULT_MODEL,
+    printf("model: %s  d_k=%d  %s  init_std=%g  seed=%llu", path ? path : CLI_DEFAULT_MODEL,
            m->cfg.d_k, m->cfg.scaled ? "scaled" : "unscaled", m->cfg.init_std,
            (unsigned long long)m->cfg.seed);
+    for (int l = 1, first = 1; levels != QKV_COREF_ALL_LEVELS && l <= QKV_COREF_LEVELS; l++)
+        if (levels & (1u << (l - 1))) {
+            printf("%s%d", first ? "  levels=" : ",", l);
+            first = 0;
+        }
+    printf("\n\n");
     printf("%-6s %-6s %6s %9s %9s %16s\n", "split", "level", "items", "accuracy", "loss",
            "attn_antecedent");
     const char *names[3] = {"train", "val", "test"};
@@ -43,6 +54,8 @@ int cmd_eval(int argc, char **argv)
         for (int level = 1; level <= QKV_COREF_LEVELS + 1; level++) {
             qkv_coref_eval e;
             int lv = level > QKV_COREF_LEVELS ? 0 : level;
+            if (lv != 0 && !(levels & (1u << (lv - 1))))
+                continue; /* not trained on: no split of it */
             if (qkv_coref_evaluate(m, t, b, sets[s], sizes[s], lv, &e) != QKV_OK) {
                 r = cli_fail("eval: %s", qkv_tape_error(t));
                 break;

@@ -65,6 +65,7 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
         (tr->batch = qkv_coref_batch_new(o->batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         (tr->eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL)
         return cli_fail("train: %s", err.message);
+    tr->model->levels = levels; /* saved, so that eval rebuilds these splits */
     if (snprintf(tr->part, sizeof tr->part, "%s.part", o->log) >= (int)sizeof tr->part)
         return cli_fail("train: the --log path is too long");
     /* a part left by a killed run goes; a symbolic link planted there is

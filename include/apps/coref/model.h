@@ -58,6 +58,8 @@ typedef struct qkv_coref_config {
 
 typedef struct qkv_coref_model {
     qkv_coref_config cfg;
+    unsigned levels;                      /* the task levels it was trained on, as a bit set for
+                      * qkv_coref_data_build; 0: not recorded (all) */
     qkv_params *list;                     /* owns the four tensors: "wq", "wk", "wv", "wo" */
     qkv_tensor *wq, *wk, *wv;             /* (vocab, d_k) */
     qkv_tensor *wo;                       /* (d_k, classes), ~ N(0, 1/d_k) */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "apps/coref/checkpoint.h"
+#include "apps/coref/data.h"
 #include "qkv/safetensors.h"
 #include "util/util.h"
 
@@ -34,11 +35,22 @@ qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const 
         {"format", KIND},  {"version", "1"}, {"vocab", v[0]},    {"d_k", v[1]},
         {"classes", v[2]}, {"scaled", v[3]}, {"init_std", v[4]}, {"seed", v[5]},
     };
-    const qkv_meta_entry last[1] = {{"vocab_fingerprint", fp}};
-    qkv_meta_entry all[9];
+    /* the task levels, "1,2,3" or a part, when known: eval rebuilds the
+     * splits the model was trained on from them and the seed */
+    char levels[2 * QKV_COREF_LEVELS];
+    size_t nl = 0;
+    for (int l = 1; l <= QKV_COREF_LEVELS; l++)
+        if (m->levels & (1u << (l - 1))) {
+            if (nl > 0)
+                levels[nl++] = ',';
+            levels[nl++] = (char)('0' + l);
+        }
+    levels[nl] = '\0';
+    qkv_meta_entry all[10];
     memcpy(all, meta, sizeof meta);
-    all[8] = last[0];
-    return qkv_safetensors_save(m->list, path, all, 9, err);
+    all[8] = (qkv_meta_entry){"vocab_fingerprint", fp};
+    all[9] = (qkv_meta_entry){"levels", levels};
+    return qkv_safetensors_save(m->list, path, all, *levels ? 10 : 9, err);
 }
 
 /* Metadata key of f as a whole number in [lo, hi]; 0, or -1 after
@@ -145,11 +157,21 @@ static qkv_coref_model *model_of(const qkv_st *f, const char *path, uint32_t fin
             return NULL;
         }
     }
+    /* the task levels: optional, as files from before they were recorded
+     * lack them */
+    const char *lv = qkv_st_meta(f, "levels");
+    const unsigned levels = lv != NULL ? qkv_coref_parse_levels(lv) : 0;
+    if (lv != NULL && levels == 0) {
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'levels' is not valid", path);
+        return NULL;
+    }
     qkv_coref_model *m = qkv_coref_model_alloc(&cfg, err);
     if (m != NULL && qkv_st_load(f, m->list, err) != QKV_OK) {
         qkv_coref_model_free(m);
         return NULL;
     }
+    if (m != NULL)
+        m->levels = levels;
     return m;
 }
 
