@@ -1581,6 +1581,25 @@ START_TEST(test_eval_rebuilds_the_splits_of_the_levels_trained_on)
 }
 END_TEST
 
+START_TEST(test_parallel_plot_on_one_thread_names_no_second_count)
+{
+    /* qkv parallel --threads 1 times one thread only, and the timing
+     * panel's title read "实线 1 线程，虚线 1 线程": dashed lines that are
+     * not there, for a thread count that was not run */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "'%s' parallel --quiet --models rnn --lengths 16,32 --batch 2 --threads 1 "
+             "--min-time 0.001 --out p >/dev/null && "
+             "gnuplot -e \"dir='%s/../../scripts/plots'; infile='p/steps.csv'; "
+             "outfile='p.png'; models='rnn'; threads=1\" "
+             "'%s/../../scripts/plots/parallel.gp' -e 'show title'",
+             QKV_BIN, QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "title is \"每个训练步的耗时（1 线程）\"") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1632,6 +1651,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bptt_says_why_a_row_has_no_slope_instead_of_nan);
     tcase_add_test(tc, test_distance_names_pytorchs_forget_bias_in_its_header);
     tcase_add_test(tc, test_eval_rebuilds_the_splits_of_the_levels_trained_on);
+    tcase_add_test(tc, test_parallel_plot_on_one_thread_names_no_second_count);
     suite_add_tcase(s, tc);
     return s;
 }

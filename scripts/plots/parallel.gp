@@ -18,7 +18,9 @@ set yrange [2:*]
 plot for [i=1:words(models)] infile using "T":(sel(word(models, i), 1, column("critical_path"))) \
          with linespoints lw 2 pt 7 lc rgb color(word(models, i)) \
          title label(word(models, i))
-set title sprintf("每个训练步的耗时（实线 1 线程，虚线 %d 线程）", threads)
+# qkv parallel --threads 1 times one thread only: no dashed lines
+set title threads > 1 ? sprintf("每个训练步的耗时（实线 1 线程，虚线 %d 线程）", threads) \
+    : "每个训练步的耗时（1 线程）"
 set ylabel "毫秒 / 步"
 set yrange [*:*] # the first panel's floor of 2 nodes would hide every step under 2 ms
 set logscale y 10
