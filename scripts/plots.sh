@@ -152,7 +152,7 @@ fi
 csv=$data/bptt/grads.csv
 if [ -s "$csv" ]; then
     render bptt bptt "$csv" "" "rhos='$(awk -F, 'NR > 1 && $1 == "rnn" && $3 == "linear" &&
-        !seen[$2]++ { printf "%s ", $2 }' "$csv")'"
+        !seen[$2]++ { printf "%s ", $2 }' "$csv")'; trained=$(grep -c '^rnn-trained,' "$csv")"
 else
     render bptt bptt "$csv" "build/qkv bptt --out $data/bptt"
 fi

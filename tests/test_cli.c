@@ -1600,6 +1600,30 @@ START_TEST(test_parallel_plot_on_one_thread_names_no_second_count)
 }
 END_TEST
 
+START_TEST(test_bptt_plot_without_training_lists_no_trained_lines)
+{
+    /* qkv bptt --train-steps 0 measures no trained model, yet the third
+     * panel's key listed "RNN 训练后" and "LSTM 训练后" for lines that
+     * were not there, under a title that promised before and after */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "'%s' bptt --quiet --rho 0.5 --train-steps 0 --batch 2 --out d/bptt >/dev/null && "
+             "mkdir bin && printf '#!/bin/sh\\necho \"$2\" >>args\\nexec %%s \"$@\"\\n' "
+             "\"$(command -v gnuplot)\" >bin/gnuplot && chmod +x bin/gnuplot && "
+             "PATH=\"$PWD/bin:$PATH\" sh '%s/../../scripts/plots.sh' d png; "
+             "grep -o 'trained=[0-9]*' args && "
+             "gnuplot -e \"dir='%s/../../scripts/plots'; infile='d/bptt/grads.csv'; "
+             "outfile='b.png'; rhos='0.5'; $(grep -o 'trained=[0-9]*' args)\" "
+             "'%s/../../scripts/plots/bptt.gp' -e 'show title'",
+             QKV_BIN, QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+    sh(cmd, &out);
+    ck_assert_msg(strstr(out, "plots: wrote png/bptt.png") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "trained=0\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "title is \"PyTorch 初始化的 RNN 与 LSTM\"") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1652,6 +1676,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_distance_names_pytorchs_forget_bias_in_its_header);
     tcase_add_test(tc, test_eval_rebuilds_the_splits_of_the_levels_trained_on);
     tcase_add_test(tc, test_parallel_plot_on_one_thread_names_no_second_count);
+    tcase_add_test(tc, test_bptt_plot_without_training_lists_no_trained_lines);
     suite_add_tcase(s, tc);
     return s;
 }

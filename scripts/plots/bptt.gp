@@ -1,7 +1,8 @@
 # bptt.png: ‖∂L/∂h_{p-j}‖ against the steps back j (log scale), for the
 # linear and the tanh recurrence with W_h = rho·Q, one line per rho, and for
 # the RNN and LSTM at initialisation and after training (qkv bptt).
-# Variables: infile (grads.csv), outfile, rhos ("0.5 0.9 1 1.1 1.5").
+# Variables: infile (grads.csv), outfile, rhos ("0.5 0.9 1 1.1 1.5"),
+# trained (0 when grads.csv has no trained model's rows; default 1).
 load dir."/common.gp"
 set terminal pngcairo size 1800,650 font "WenQuanYi Zen Hei,12" enhanced
 set output outfile
@@ -20,14 +21,17 @@ plot for [i=1:words(rhos)] infile using "steps_back":(sel("rnn", "linear", word(
 set title "tanh 递归：tanh′ ≤ 1 让梯度衰减得更快"
 plot for [i=1:words(rhos)] infile using "steps_back":(sel("rnn", "tanh", word(rhos, i), \
          column("grad_norm"))) with lines lw 2 lc rgb colr(i) title "ρ = ".word(rhos, i)
-set title "PyTorch 初始化的 RNN 与 LSTM：训练前后"
 only(m, v) = strcol("model") eq m ? v : 1/0
+# qkv bptt --train-steps 0 measures no trained model: no such lines, and
+# no key entries for them (trained: the CSV's rnn-trained rows)
+if (!exists("trained")) trained = 1
+set title trained ? "PyTorch 初始化的 RNN 与 LSTM：训练前后" : "PyTorch 初始化的 RNN 与 LSTM"
 plot infile using "steps_back":(only("rnn-init", column("grad_norm"))) \
          with lines lw 2 lc rgb c_unscaled dt 2 title "RNN 初始化", \
      infile using "steps_back":(only("rnn-trained", column("grad_norm"))) \
-         with lines lw 2 lc rgb c_unscaled title "RNN 训练后", \
+         with lines lw 2 lc rgb c_unscaled title (trained ? "RNN 训练后" : ""), \
      infile using "steps_back":(only("lstm-init", column("grad_norm"))) \
          with lines lw 2 lc rgb "#2ca02c" dt 2 title "LSTM 初始化", \
      infile using "steps_back":(only("lstm-trained", column("grad_norm"))) \
-         with lines lw 2 lc rgb "#2ca02c" title "LSTM 训练后"
+         with lines lw 2 lc rgb "#2ca02c" title (trained ? "LSTM 训练后" : "")
 unset multiplot
