@@ -169,7 +169,17 @@ roles=$data/ablate-roles/summary.csv
 [ -s "$roles" ] || roles=
 render ablate ablate "$csv" "build/qkv ablate --out $data/ablate" "roles='$roles'"
 curves=$data/ablate/curves.csv
-if [ -s "$curves" ] && head -n 1 "$data/softmax.csv" 2>/dev/null |
+# the right panel draws these variants of ablate's curves; a run of some
+# (qkv ablate --variants full,no-v) would leave lines out under their keys
+bases="full base-2 base-10 base-2-matched base-10-matched"
+lacking=$(for v in $bases; do
+    grep -q "^$v," "$curves" 2>/dev/null || printf '%s ' "$v"
+done)
+if [ -s "$curves" ] && [ -n "$lacking" ]; then
+    echo "plots: skipped softmax_base.png: $curves lacks the variants ${lacking% }" \
+        "(make them with: build/qkv ablate --out $data/ablate)" >&2
+    status=1
+elif [ -s "$curves" ] && head -n 1 "$data/softmax.csv" 2>/dev/null |
     grep -q 'base_2,base_e,base_10'; then
     render softmax_base softmax_base "$data/softmax.csv" "" \
         "vec='$(first_value "$data/softmax.csv" vector)'; curves='$curves';

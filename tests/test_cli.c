@@ -1624,6 +1624,28 @@ START_TEST(test_bptt_plot_without_training_lists_no_trained_lines)
 }
 END_TEST
 
+START_TEST(test_softmax_base_plot_needs_the_base_variants)
+{
+    /* the Chinese guide runs `qkv ablate --variants full,no-v`, whose
+     * curves.csv has no base-2 or base-10 rows: softmax_base.png was drawn
+     * with base e's line alone under a key of five, or not at all when
+     * full was missing too (gnuplot: "all points y value undefined") */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p d/ablate && cp '%s/softmax.csv' d/ && "
+             "grep -E '^(variant|full|no-v),' '%s/ablate/curves.csv' >d/ablate/curves.csv && "
+             "sh '%s/../../scripts/plots.sh' d png",
+             QKV_TEST_DATA "/plots", QKV_TEST_DATA "/plots", QKV_TEST_DATA);
+    sh(cmd, &out);
+    ck_assert_msg(strstr(out, "plots: skipped softmax_base.png: d/ablate/curves.csv lacks the "
+                              "variants base-2 base-10 base-2-matched base-10-matched (make them "
+                              "with: build/qkv ablate --out d/ablate)") != NULL,
+                  "%s", out);
+    ck_assert_msg(strstr(out, "wrote png/softmax_base.png") == NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1677,6 +1699,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_eval_rebuilds_the_splits_of_the_levels_trained_on);
     tcase_add_test(tc, test_parallel_plot_on_one_thread_names_no_second_count);
     tcase_add_test(tc, test_bptt_plot_without_training_lists_no_trained_lines);
+    tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
     suite_add_tcase(s, tc);
     return s;
 }
