@@ -1646,6 +1646,24 @@ START_TEST(test_softmax_base_plot_needs_the_base_variants)
 }
 END_TEST
 
+START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
+{
+    /* a run whose loss stops being finite has no final accuracy, and the
+     * table printed "nan | nan" for it, exit 0, with no word of why (in
+     * float: double has the range to keep these runs finite) */
+#ifdef QKV_DOUBLE
+    return;
+#endif
+    char *out;
+    int rc = run("saturation --quiet --dk 2 --steps 3 --lr 1e300 --no-variance --out s", &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "nan") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, "diverged | diverged") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "try a smaller --lr") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1700,6 +1718,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_parallel_plot_on_one_thread_names_no_second_count);
     tcase_add_test(tc, test_bptt_plot_without_training_lists_no_trained_lines);
     tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
+    tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     suite_add_tcase(s, tc);
     return s;
 }

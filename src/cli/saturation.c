@@ -173,6 +173,7 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
     for (int col = 0; col < 5; col++)
         printf("  %-27s", heads[col]);
     printf("\n");
+    int diverged = 0; /* runs whose final_acc is NAN */
     for (int d = 0; d < ndk; d++) {
         printf("%5d", dks[d]);
         for (int col = 0; col < 5; col++) {
@@ -180,15 +181,26 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
             for (int s = 0; s < 2; s++) {
                 const run_result *r = res[d][1 - s];
                 double x[MAX_SEEDS];
-                for (int i = 0; i < o->seeds; i++)
-                    x[i] = col == 0   ? r[i].var0
+                int n = 0;
+                for (int i = 0; i < o->seeds; i++) {
+                    x[n] = col == 0   ? r[i].var0
                            : col == 1 ? r[i].entropy0
                            : col == 2 ? r[i].jacobian0
                                       : r[i].final_acc;
+                    n += col != 4 || !isnan(x[n]); /* a diverged run has no accuracy */
+                }
+                if (col == 4)
+                    diverged += o->seeds - n;
                 if (col == 3)
                     fmt_steps(cell[s], sizeof cell[s], r, o->seeds);
+                else if (n == 0)
+                    snprintf(cell[s], sizeof cell[s], "diverged");
                 else
-                    fmt_stat(cell[s], sizeof cell[s], x, o->seeds, fmts[col]);
+                    fmt_stat(cell[s], sizeof cell[s], x, n, fmts[col]);
+                if (n > 0 && n < o->seeds) {
+                    size_t u = strlen(cell[s]);
+                    snprintf(cell[s] + u, sizeof cell[s] - u, " (%d/%d)", n, o->seeds);
+                }
             }
             char both[90];
             snprintf(both, sizeof both, "%s | %s", cell[0], cell[1]);
@@ -196,6 +208,11 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
         }
         printf("\n");
     }
+    if (diverged > 0)
+        printf("\ndiverged: in %d run(s) the loss or a gradient stopped being finite, so they "
+               "have no\nfinal accuracy (an (n/N) cell averages the n seeds that did not; try "
+               "a smaller --lr)\n",
+               diverged);
 }
 
 /* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k. */
