@@ -1664,6 +1664,26 @@ START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
 }
 END_TEST
 
+START_TEST(test_softmax_plot_keeps_a_long_vectors_title_to_its_panel)
+{
+    /* qkv softmax takes up to 32 numbers; a panel titled with all of them
+     * ran into the next panel's title, and its 32 tick labels into each
+     * other */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "'%s' softmax --csv s.csv 1,2 "
+             "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30 "
+             ">/dev/null && gnuplot -e \"dir='%s/../../scripts/plots'; infile='s.csv'; "
+             "outfile='s.png'; vecs='1;2 "
+             "1;2;3;4;5;6;7;8;9;10;11;12;13;14;15;16;17;18;19;20;21;22;23;24;25;26;27;28;29;30'\" "
+             "'%s/../../scripts/plots/softmax.gp' -e 'show title'",
+             QKV_BIN, QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "title is \"z = [1;2;3;4;5;6;7;8;9;10;…]\"") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1719,6 +1739,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bptt_plot_without_training_lists_no_trained_lines);
     tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
+    tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -12,8 +12,12 @@ set xlabel "分量 i"
 set key top left
 do for [k=1:n] {
     v = word(vecs, k)
-    set title sprintf("z = [%s]", v)
-    set xtics 1
+    # a long vector (up to 32 numbers) would run its title into the next
+    # panel's and its tick labels into each other: cut the one, thin the other
+    set title sprintf("z = [%s]", strlen(v) > 24 ? v[1:21]."…" : v)
+    count = 1
+    do for [c=1:strlen(v)] { count = count + (v[c:c] eq ";") }
+    if (count > 12) { set xtics autofreq } else { set xtics 1 }
     at(dx) = strcol("vector") eq v ? column("i") + dx : 1/0
     plot infile using (at(-0.18)):"linear" with boxes lc rgb c_unscaled title "线性 z/Σz", \
          infile using (at(0.18)):"softmax" with boxes lc rgb c_scaled title "Softmax e^z/Σe^z"
