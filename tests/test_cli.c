@@ -1684,6 +1684,15 @@ START_TEST(test_softmax_plot_keeps_a_long_vectors_title_to_its_panel)
 }
 END_TEST
 
+START_TEST(test_ablate_header_states_the_d_k_it_trained)
+{
+    /* the coref header ended in "; d_k as --d-k", the same words whatever
+     * --d-k was, so a run at --d-k 4 never said so */
+    expect("ablate --d-k 4 --variants full --steps 10 --eval-every 5 --seeds 1 --quiet --out a", 0,
+           "1 seed from 1; d_k 4\n");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1740,6 +1749,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
+    tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);
     suite_add_tcase(s, tc);
     return s;
 }
