@@ -1693,6 +1693,17 @@ START_TEST(test_ablate_header_states_the_d_k_it_trained)
 }
 END_TEST
 
+START_TEST(test_ablate_roles_refuses_d_k_rather_than_ignore_it)
+{
+    /* --d-k sets the coref layer's width; with --task roles it was taken
+     * and silently ignored, and the run trained the fixed 16-wide heads */
+    expect("ablate --task roles --d-k 8 --steps 10 --eval-every 5 --seeds 1 --quiet --out r", 2,
+           "qkv: --d-k is for --task coref; the roles task's widths are fixed");
+    expect("ablate --d-k 8 --variants full --steps 10 --eval-every 5 --seeds 1 --quiet --out c", 0,
+           "; d_k 8\n");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1750,6 +1761,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);
+    tcase_add_test(tc, test_ablate_roles_refuses_d_k_rather_than_ignore_it);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -433,7 +433,7 @@ static int ablate_collect(void *ctx, int task, const char *bytes, size_t len)
 
 int cmd_ablate(int argc, char **argv)
 {
-    ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, 16, 10, 0, 0, 1, 0.01, 1};
+    ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, -1, 10, 0, 0, 1, 0.01, 1};
     const cli_opt opts[] = {
         {"task", OPT_STR, &o.task, 0, 0, "NAME: coref (default) or roles"},
         {"variants", OPT_STR, &o.variants, 0, 0,
@@ -478,6 +478,11 @@ int cmd_ablate(int argc, char **argv)
     int roles = strcmp(o.task, "roles") == 0;
     if (!roles && strcmp(o.task, "coref") != 0)
         return cli_usage_error("ablate", "--task: '%s' is neither coref nor roles", o.task);
+    if (roles && o.d_k > 0) /* its heads are d_model/2 = 16 wide, fixed */
+        return cli_usage_error("ablate", "--d-k is for --task coref; the roles task's widths "
+                                         "are fixed");
+    if (o.d_k < 0)
+        o.d_k = 16;
     if (o.steps < 0)
         o.steps = roles ? 600 : 300;
     if (o.out == NULL)
