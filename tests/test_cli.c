@@ -1704,6 +1704,26 @@ START_TEST(test_ablate_roles_refuses_d_k_rather_than_ignore_it)
 }
 END_TEST
 
+START_TEST(test_heatmap_title_keeps_a_long_sentence_on_the_page)
+{
+    /* resolve takes up to 48 tokens, and heatmap.png put the whole
+     * sentence in its title, which then ran off both edges of the image */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "'%s' train --quiet --steps 2 --save m.st --log l.csv >/dev/null && '%s' resolve "
+             "--model m.st --csv h.csv "
+             "\"小红和阿杰是朋友，他爱打篮球，她喜欢唱歌，小明是个运动达人，他平时很爱打篮球\" "
+             ">/dev/null && gnuplot -e \"dir='%s/../../scripts/plots'; infile='h.csv'; "
+             "outfile='h.png'\" '%s/../../scripts/plots/heatmap.gp' -e 'show title'",
+             QKV_BIN, QKV_BIN, QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "title is \"注意力权重：「小红和阿杰是朋友，他爱打篮球，她喜欢唱歌，"
+                              "小明是个运动达……」（行：查询 Q，列：键 K）\"") != NULL,
+                  "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1762,6 +1782,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);
     tcase_add_test(tc, test_ablate_roles_refuses_d_k_rather_than_ignore_it);
+    tcase_add_test(tc, test_heatmap_title_keeps_a_long_sentence_on_the_page);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -5,6 +5,9 @@ set terminal pngcairo size 1100,950 font "WenQuanYi Zen Hei,13" enhanced
 set output outfile
 # the sentence is whatever qkv resolve was given: its tokens head the columns
 sentence = system("head -n 1 '".infile."' | cut -d, -f2- | tr -d ,")
+# resolve takes up to 48 tokens: a long sentence, whole, ran off both
+# edges of the title, so past 30 characters it is cut, with an ellipsis
+if (strlen(sentence) > 30) { sentence = sentence[1:28]."……" }
 set title "注意力权重：「".sentence."」（行：查询 Q，列：键 K）" font ",14"
 set xlabel "键 key"
 set ylabel "查询 query"
