@@ -115,6 +115,16 @@ distinct() {
         c && !seen[$c]++ { v = $c; gsub(/"/, "", v); printf "%s ", v }' "$1"
 }
 
+# Whether the CSV file $1 has every column named $2, $3, ... (in any order:
+# qkv softmax --base 10,2,e writes base_10,base_2,base_e).
+has_columns() {
+    csv=$1
+    shift
+    for col in "$@"; do
+        head -n 1 "$csv" 2>/dev/null | tr , '\n' | grep -qx "$col" || return 1
+    done
+}
+
 # The first row's value in the column named $2 of the CSV file $1.
 first_value() {
     awk -F, -v name="$2" '
@@ -179,8 +189,7 @@ if [ -s "$curves" ] && [ -n "$lacking" ]; then
     echo "plots: skipped softmax_base.png: $curves lacks the variants ${lacking% }" \
         "(make them with: build/qkv ablate --out $data/ablate)" >&2
     status=1
-elif [ -s "$curves" ] && head -n 1 "$data/softmax.csv" 2>/dev/null |
-    grep -q 'base_2,base_e,base_10'; then
+elif [ -s "$curves" ] && has_columns "$data/softmax.csv" base_2 base_e base_10; then
     render softmax_base softmax_base "$data/softmax.csv" "" \
         "vec='$(first_value "$data/softmax.csv" vector)'; curves='$curves';
          seed='$(first_value "$curves" seed)'"

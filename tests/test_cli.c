@@ -1724,6 +1724,23 @@ START_TEST(test_heatmap_title_keeps_a_long_sentence_on_the_page)
 }
 END_TEST
 
+START_TEST(test_softmax_base_plot_takes_the_bases_in_any_order)
+{
+    /* plots.sh looked for the header text "base_2,base_e,base_10", so
+     * after qkv softmax --base 10,2,e (the same columns in another order)
+     * it skipped softmax_base.png, saying the bases were missing */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p d/ablate && cp '%s/plots/ablate/curves.csv' d/ablate/ && "
+             "'%s' softmax --base 10,2,e --csv d/softmax.csv >/dev/null && "
+             "sh '%s/../../scripts/plots.sh' d png",
+             QKV_TEST_DATA, QKV_BIN, QKV_TEST_DATA);
+    sh(cmd, &out);
+    ck_assert_msg(strstr(out, "plots: wrote png/softmax_base.png") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1783,6 +1800,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);
     tcase_add_test(tc, test_ablate_roles_refuses_d_k_rather_than_ignore_it);
     tcase_add_test(tc, test_heatmap_title_keeps_a_long_sentence_on_the_page);
+    tcase_add_test(tc, test_softmax_base_plot_takes_the_bases_in_any_order);
     suite_add_tcase(s, tc);
     return s;
 }
