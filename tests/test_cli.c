@@ -1741,6 +1741,20 @@ START_TEST(test_softmax_base_plot_takes_the_bases_in_any_order)
 }
 END_TEST
 
+START_TEST(test_bptt_prints_the_radius_it_was_given)
+{
+    /* --rho takes any radius in (0, 10], and the table printed it with two
+     * decimals: rho 0.001 read "0.00" and 0.005 "0.01" */
+    char *out;
+    int rc = run("bptt --quiet --rho 0.001,0.005,0.5 --train-steps 0 --batch 2 --out b", &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "rnn          linear     0.001 ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "rnn          linear     0.005 ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "rnn          linear      0.50 ") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -1801,6 +1815,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_ablate_roles_refuses_d_k_rather_than_ignore_it);
     tcase_add_test(tc, test_heatmap_title_keeps_a_long_sentence_on_the_page);
     tcase_add_test(tc, test_softmax_base_plot_takes_the_bases_in_any_order);
+    tcase_add_test(tc, test_bptt_prints_the_radius_it_was_given);
     suite_add_tcase(s, tc);
     return s;
 }

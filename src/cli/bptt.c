@@ -232,9 +232,15 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
                 slope = measure(c, m, "rnn", rho, acts[a], &total_factor, &fit, &rc);
             cli_progress_clear(); /* the row takes the bar's line */
             row_cells(fit, slope, log(rhos[i]), total_factor, cs, cr, cq, sizeof cs);
+            /* two decimals, as the defaults read, unless they would round
+             * the radius given (0.001 is not 0.00) */
+            char shown[32];
+            snprintf(shown, sizeof shown, "%.2f", rhos[i]);
+            if (strtod(shown, NULL) != rhos[i])
+                snprintf(shown, sizeof shown, "%g", rhos[i]);
             if (rc == CLI_OK) {
                 unfit[fit]++;
-                printf("%-12s %-7s %8.2f %12s %12.4f %10s %16s\n", "rnn", acts[a], rhos[i], cs,
+                printf("%-12s %-7s %8s %12s %12.4f %10s %16s\n", "rnn", acts[a], shown, cs,
                        log(rhos[i]), cr, cq);
             }
             qkv_seq_model_free(m);
