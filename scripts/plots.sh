@@ -185,7 +185,9 @@ bases="full base-2 base-10 base-2-matched base-10-matched"
 lacking=$(for v in $bases; do
     grep -q "^$v," "$curves" 2>/dev/null || printf '%s ' "$v"
 done)
-if [ -s "$curves" ] && [ -n "$lacking" ]; then
+if ! wanted softmax_base; then
+    :
+elif [ -s "$curves" ] && [ -n "$lacking" ]; then
     echo "plots: skipped softmax_base.png: $curves lacks the variants ${lacking% }" \
         "(make them with: build/qkv ablate --out $data/ablate)" >&2
     status=1
@@ -193,7 +195,7 @@ elif [ -s "$curves" ] && has_columns "$data/softmax.csv" base_2 base_e base_10; 
     render softmax_base softmax_base "$data/softmax.csv" "" \
         "vec='$(first_value "$data/softmax.csv" vector)'; curves='$curves';
          seed='$(first_value "$curves" seed)'"
-elif wanted softmax_base; then
+else
     echo "plots: skipped softmax_base.png: missing $data/softmax.csv with bases 2,e,10 or" \
         "$curves (make them with: build/qkv softmax --base 2,e,10 --csv $data/softmax.csv;" \
         "build/qkv ablate --out $data/ablate)" >&2
