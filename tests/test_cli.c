@@ -1214,6 +1214,14 @@ START_TEST(test_help_with_a_command_shows_that_commands_help)
 }
 END_TEST
 
+START_TEST(test_help_lists_version)
+{
+    /* --help did not mention --version, which works */
+    expect("--help", 0, "--version");
+    expect("--version", 0, "qkv ");
+}
+END_TEST
+
 START_TEST(test_train_does_not_follow_a_link_at_its_part_log)
 {
     /* the log was written through a symbolic link planted at LOG.part,
@@ -1802,6 +1810,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
+    tcase_add_test(tc, test_help_lists_version);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);

@@ -39,7 +39,7 @@ static void usage(FILE *out)
     for (int i = 0; i < N_COMMANDS; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].about);
     fprintf(out, "\nRun 'qkv <command> --help' (or 'qkv help <command>') for a command's "
-                 "options.\n");
+                 "options,\n'qkv --version' for the version.\n");
 }
 
 /* Checks the environment variables the library reads (runtime.h), which
