@@ -1577,6 +1577,26 @@ START_TEST(test_distance_names_pytorchs_forget_bias_in_its_header)
 }
 END_TEST
 
+START_TEST(test_distance_says_a_run_diverged)
+{
+    /* a run whose loss stops being finite was evaluated as it stood, and
+     * the table printed its accuracy (about 0.07), exit 0, with no word
+     * that training diverged (in float: double has the range to keep
+     * these runs finite) */
+#ifdef QKV_DOUBLE
+    return;
+#endif
+    char *out;
+    int rc = run("distance --quiet --lr 1e300 --steps 5 --distances 0 --seeds 1 "
+                 "--models attention --out d",
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, " diverged\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "try a\nsmaller --lr") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_eval_rebuilds_the_splits_of_the_levels_trained_on)
 {
     /* a model trained with --levels 2 was evaluated on the splits of all
@@ -1811,6 +1831,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);
+    tcase_add_test(tc, test_distance_says_a_run_diverged);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);

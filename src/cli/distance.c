@@ -27,6 +27,7 @@ typedef struct dist_opts {
 typedef struct dist_result {
     double acc, seconds;
     int steps90;
+    int diverged; /* the loss or a gradient stopped being finite */
 } dist_result;
 
 static double wall(void)
@@ -88,6 +89,7 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
     qkv_rng g;
     qkv_rng_seed(&g, data_seed(seed, k, 0));
     r->steps90 = -1;
+    r->diverged = 0;
     int rc = CLI_OK;
     const double t0 = wall();
     for (int step = 1; step <= o->steps && rc == CLI_OK; step++) {
@@ -95,8 +97,10 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
         qkv_status s = qkv_distance_batch(b, o->batch, k, &g, &err);
         if (s == QKV_OK)
             s = qkv_seq_train_step(m, opt, t, b, &out);
-        if (s == QKV_ERR_NUMERIC)
-            break; /* diverged: evaluated as it stands */
+        if (s == QKV_ERR_NUMERIC) {
+            r->diverged = 1;
+            break; /* evaluated as it stands, and said in the table */
+        }
         if (s != QKV_OK) {
             rc = cli_fail("distance: %s: %s", qkv_seq_name(kind),
                           err.status != QKV_OK ? err.message : qkv_tape_error(t));
@@ -138,6 +142,7 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
     for (int d = 0; d < nd; d++)
         printf(" %11d", ks[d]);
     printf("\n");
+    int diverged = 0; /* runs whose training stopped on a non-finite value */
     for (int i = 0; i < nk; i++) {
         qkv_seq_config c = {kinds[i],
                             qkv_coref_vocab_size(),
@@ -150,17 +155,30 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
         printf("%-10s %7zu", qkv_seq_name(kinds[i]), m != NULL ? qkv_params_numel(m->list) : 0);
         qkv_seq_model_free(m);
         for (int d = 0; d < nd; d++) {
-            double x[MAX_SEEDS], mean, sd;
+            double x[MAX_SEEDS], mean = 0, sd = 0;
+            int n = 0;
             for (int s = 0; s < o->seeds; s++)
-                x[s] = res[i][d][s].acc;
-            cli_mean_sd(x, o->seeds, &mean, &sd);
-            if (o->seeds > 1)
+                if (!res[i][d][s].diverged)
+                    x[n++] = res[i][d][s].acc;
+            diverged += o->seeds - n;
+            if (n > 0)
+                cli_mean_sd(x, n, &mean, &sd);
+            if (n == 0)
+                printf(" %*s", o->seeds > 1 ? 12 : 11, "diverged");
+            else if (o->seeds > 1)
                 printf("  %.3f±%.3f", mean, sd);
             else
                 printf(" %11.3f", mean);
+            if (n > 0 && n < o->seeds)
+                printf(" (%d/%d)", n, o->seeds);
         }
         printf("\n");
     }
+    if (diverged > 0)
+        printf("\ndiverged: in %d run(s) the loss or a gradient stopped being finite, so "
+               "their\naccuracy means nothing (an (n/N) cell averages the n seeds that did "
+               "not; try a\nsmaller --lr)\n",
+               diverged);
     printf("\nSteps to 90%% validation accuracy (mean over the seeds that got there; "
            "never: -)\n\n%-10s %7s",
            "model", "");
