@@ -1597,6 +1597,24 @@ START_TEST(test_distance_says_a_run_diverged)
 }
 END_TEST
 
+START_TEST(test_distance_names_the_forget_bias_only_with_an_lstm)
+{
+    /* the header printed the LSTM's forget-gate bias for models that
+     * have no LSTM among them */
+    char *out;
+    int rc = run("distance --quiet --steps 1 --eval-every 1 --seeds 1 --distances 0 "
+                 "--models attention,rnn --out d",
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "1 steps of 32 sentences\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "forget-gate") == NULL, "%s", out);
+    free(out);
+    expect("distance --quiet --steps 1 --eval-every 1 --seeds 1 --distances 0 "
+           "--models rnn,lstm --out d",
+           0, "1 steps of 32 sentences; LSTM forget-gate bias 1 at init\n");
+}
+END_TEST
+
 START_TEST(test_eval_rebuilds_the_splits_of_the_levels_trained_on)
 {
     /* a model trained with --levels 2 was evaluated on the splits of all
@@ -1832,6 +1850,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);
     tcase_add_test(tc, test_distance_says_a_run_diverged);
+    tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);

@@ -131,12 +131,15 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
     printf("\nTest accuracy (%d fresh sentences) against the distance k between the name and "
            "its pronoun%s\n",
            TEST_N, o->seeds > 1 ? "; mean±sd over seeds" : "");
-    char bias[48]; /* NAN: --forget-bias pytorch */
-    if (isnan(o->forget_bias))
-        snprintf(bias, sizeof bias, "PyTorch's U(±1/√H)");
-    else
-        snprintf(bias, sizeof bias, "%g", o->forget_bias);
-    printf("Adam lr %g, clip %g, %d steps of %d sentences; LSTM forget-gate bias %s at init\n\n"
+    char bias[80] = ""; /* NAN: --forget-bias pytorch */
+    for (int i = 0; i < nk; i++)
+        if (kinds[i] == QKV_SEQ_LSTM) { /* the bias is the LSTM's alone */
+            if (isnan(o->forget_bias))
+                snprintf(bias, sizeof bias, "; LSTM forget-gate bias PyTorch's U(±1/√H) at init");
+            else
+                snprintf(bias, sizeof bias, "; LSTM forget-gate bias %g at init", o->forget_bias);
+        }
+    printf("Adam lr %g, clip %g, %d steps of %d sentences%s\n\n"
            "%-10s %7s",
            o->lr, o->clip, o->steps, o->batch, bias, "model", "params");
     for (int d = 0; d < nd; d++)
