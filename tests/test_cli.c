@@ -116,6 +116,7 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("ablate --variants full,no-q", 2, "--variants: 'full,no-q' is not a list");
     expect("ablate --task roles --variants shared-qk", 2, "distinct roles variants");
     expect("ablate --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
+    expect("distance --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
     expect("softmax --base 1", 2, "--base");
     /* a repeat printed the same column twice, under one CSV header name */
     expect("softmax --base e,e", 2, "--base: 'e,e' is not a list of up to 4 distinct bases");
@@ -1587,7 +1588,7 @@ START_TEST(test_distance_says_a_run_diverged)
     return;
 #endif
     char *out;
-    int rc = run("distance --quiet --lr 1e300 --steps 5 --distances 0 --seeds 1 "
+    int rc = run("distance --quiet --lr 1e300 --steps 5 --eval-every 5 --distances 0 --seeds 1 "
                  "--models attention --out d",
                  &out);
     ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);

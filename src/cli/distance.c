@@ -341,6 +341,9 @@ int cmd_distance(int argc, char **argv)
                   NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    if (o.eval_every > o.steps)
+        return cli_usage_error("distance", "--eval-every %d is more than --steps %d", o.eval_every,
+                               o.steps);
     if (fb != NULL && strcmp(fb, "pytorch") == 0)
         o.forget_bias = NAN;
     else if (fb != NULL && (cli_parse_double(fb, &o.forget_bias) != 0 || fabs(o.forget_bias) > 100))
