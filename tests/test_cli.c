@@ -1129,6 +1129,27 @@ START_TEST(test_progress_bars_leave_the_tables_alone_on_a_terminal)
 }
 END_TEST
 
+START_TEST(test_parallel_runs_draw_their_last_count_once)
+{
+    /* with --jobs 2 the bar drew "2/2 runs" when the last run ended and
+     * again when it closed the bar */
+    char cmd[1024], *out;
+    if (system("script -q -c true /dev/null </dev/null >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "skipped: no util-linux script(1) to make a terminal\n");
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "script -q -c \"'%s' ablate --variants full,no-v --steps 10 --eval-every 5 "
+             "--seeds 1 --jobs 2 --out a\" /dev/null </dev/null",
+             QKV_BIN);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    const char *last = strstr(out, "] 2/2 runs");
+    ck_assert_msg(last != NULL, "%s", out);
+    ck_assert_msg(strstr(last + 1, "] 2/2 runs") == NULL, "drawn twice:\n%s", out);
+    free(out);
+}
+END_TEST
+
 /* The widest bar in raw terminal output, in columns: the text before each
  * "\033[K" (which ends every bar) back to the '\r' or '\n' before it. */
 static int widest_bar(const char *raw)
@@ -1852,6 +1873,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_help_lists_version);
     tcase_add_test(tc, test_distance_says_a_run_diverged);
     tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
+    tcase_add_test(tc, test_parallel_runs_draw_their_last_count_once);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);

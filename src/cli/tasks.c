@@ -179,7 +179,8 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
                 continue;
             if (got < 0)
                 break;
-            cli_progress(quiet, ++finished, n, what, 0);
+            if (++finished < n) /* the last count is drawn once, below */
+                cli_progress(quiet, finished, n, what, 0);
         }
         cli_progress(quiet, finished, n, what, 1);
         close(done[0]);
