@@ -1724,6 +1724,24 @@ START_TEST(test_softmax_base_plot_needs_the_base_variants)
 }
 END_TEST
 
+START_TEST(test_heatmap_of_a_one_token_sentence_is_drawn)
+{
+    /* `qkv resolve --csv` of a one-token sentence writes a 1x1 matrix,
+     * and heatmap.png came out blank, exit 0, with gnuplot's "Image grid
+     * must be at least 4 points" */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p d && printf 'query\\\\key,他\\n他,1.000000\\n' >d/heatmap.csv && "
+             "sh '%s/../../scripts/plots.sh' d png heatmap",
+             QKV_TEST_DATA);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "plots: wrote png/heatmap.png") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "arning") == NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
 {
     /* a run whose loss stops being finite has no final accuracy, and the
@@ -1874,6 +1892,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_distance_says_a_run_diverged);
     tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
     tcase_add_test(tc, test_parallel_runs_draw_their_last_count_once);
+    tcase_add_test(tc, test_heatmap_of_a_one_token_sentence_is_drawn);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);

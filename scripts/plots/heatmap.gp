@@ -18,7 +18,22 @@ set cbrange [0:1]
 set cblabel "softmax 权重"
 unset grid
 set view map
-plot infile matrix rowheaders columnheaders using 1:2:3 with image, \
-     infile matrix rowheaders columnheaders \
-        using 1:2:($3 > 0.05 ? sprintf("%.2f", $3) : ""):($3 > 0.5 ? 0xffffff : 0xcc0000) \
-        with labels font ",9" tc rgb variable
+# a one-token sentence is a 1x1 matrix: 'with image' needs a 2x2 grid and
+# left the PNG blank, and gnuplot reads no 1x1 matrix, so its one row is
+# read as plain CSV and drawn as one box
+tokens = int(system("head -n 1 '".infile."' | awk -F, '{ print NF - 1 }'"))
+if (tokens == 1) {
+    set xrange [-0.5:0.5]
+    set yrange [-0.5:0.5] reverse
+    set xtics (sentence 0)
+    set ytics (sentence 0)
+    plot infile skip 1 using (0):(0):(0.5):(0.5):2 with boxxy fs solid fc palette notitle, \
+         infile skip 1 \
+            using (0):(0):($2 > 0.05 ? sprintf("%.2f", $2) : ""):($2 > 0.5 ? 0xffffff : 0xcc0000) \
+            with labels font ",9" tc rgb variable notitle
+} else {
+    plot infile matrix rowheaders columnheaders using 1:2:3 with image, \
+         infile matrix rowheaders columnheaders \
+            using 1:2:($3 > 0.05 ? sprintf("%.2f", $3) : ""):($3 > 0.5 ? 0xffffff : 0xcc0000) \
+            with labels font ",9" tc rgb variable
+}
