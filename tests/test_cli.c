@@ -1757,6 +1757,13 @@ START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
     ck_assert_msg(strstr(out, "diverged | diverged") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "try a smaller --lr") != NULL, "%s", out);
     free(out);
+    /* stopped by a gradient that is not finite, with the weights still
+     * finite (the optimizer refused the step): diverged too */
+    rc = run("saturation --quiet --dk 2 --steps 3 --lr 1e30 --log-every 1 --no-variance --out s",
+             &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "diverged | diverged") != NULL, "%s", out);
+    free(out);
 }
 END_TEST
 

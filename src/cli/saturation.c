@@ -125,7 +125,9 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
         for (int i = 0; i < QKV_COREF_PARAMS; i++)
             for (size_t j = 0; j < m->params[i]->numel; j++)
                 finite &= isfinite(m->params[i]->data[j]);
-        r->final_acc = finite ? te.acc : NAN;
+        /* stopped by a loss or gradient that was not finite (the step
+         * refused, the weights still finite), or weights gone infinite */
+        r->final_acc = finite && s != QKV_ERR_NUMERIC ? te.acc : NAN;
     }
     qkv_optim_free(opt);
     qkv_coref_model_free(m);
