@@ -355,8 +355,11 @@ START_TEST(test_record_refuses_an_output_not_made_on_the_tape)
     qkv_tensor *x = tensor_of(1, (const int[]){1}, NULL, 1);
     qkv_tensor *heap = tensor_of(1, (const int[]){1}, NULL, 1);
     qkv_tensor *elsewhere = qkv_tape_tensor(other, 1, (const int[]){1}, 1);
-    qkv_tensor *outs[2] = {heap, elsewhere};
-    for (int i = 0; i < 2; i++) {
+    /* a view made on t whose gradient is the heap tensor's */
+    qkv_tensor *view = qkv_reshape(t, heap, 1, (const int[]){1});
+    ck_assert_ptr_eq(view->grad, heap->grad);
+    qkv_tensor *outs[3] = {view, heap, elsewhere}; /* the view dies with the reset */
+    for (int i = 0; i < 3; i++) {
         ck_assert_ptr_null(qkv_tape_record(t, &noop, outs[i], 1, &x));
         ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
         ck_assert_str_eq(qkv_tape_error(t), "noop: a node's output must be made on its tape "

@@ -251,7 +251,7 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
                       op->name != NULL ? op->name : "tape");
         return NULL;
     }
-    if (!(out->flags & QKV_TENSOR_TAPE) || !in_arena(t, out)) {
+    if (!(out->flags & QKV_TENSOR_TAPE) || !in_arena(t, out) || !in_arena(t, out->grad)) {
         qkv_tape_fail(t, QKV_ERR_ARG,
                       "%s: a node's output must be made on its tape (qkv_tape_tensor), "
                       "not elsewhere",
