@@ -54,6 +54,11 @@ status=0
 # and exit status kept in $work; finish reports them in the order rendered.
 work=$(mktemp -d "${TMPDIR:-/tmp}/qkv-plots.XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
+# stopped (make run stops a background plots.sh on a failure): stop the
+# renderers, which stop their gnuplot, and let the EXIT trap clean up
+renderers=
+trap 'kill $renderers 2>/dev/null; wait; exit 143' TERM
+trap 'kill $renderers 2>/dev/null; wait; exit 130' INT
 order=
 render() {
     name=$1 script=$2 input=$3 how=$4 extra=${5:-}
@@ -73,9 +78,13 @@ render() {
     order="$order $name"
     (
         gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
-            "$here/$script.gp" >"$work/$name.log" 2>&1
+            "$here/$script.gp" >"$work/$name.log" 2>&1 &
+        gp=$!
+        trap 'kill "$gp" 2>/dev/null; wait "$gp"; exit 143' TERM
+        wait "$gp"
         echo $? >"$work/$name.rc"
     ) &
+    renderers="$renderers $!"
 }
 
 # wanted NAME: true when NAME is to be drawn.

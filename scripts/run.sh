@@ -27,18 +27,22 @@ step "resolve the tutorial's sentence"
 step "linear vs exponential normalisation, and the softmax's base"
 "$qkv" softmax --base 2,e,10 --csv "$out/softmax.csv"
 
-bptt_pid='' plots_pid='' plots_status=0
-# on a failure, stop what still runs in the background; keep the status
-stop_background() {
+# Jobs beside others keep their output in a temporary directory until
+# their step; a failure, or an interrupt, stops them and removes it.
+bg='' bptt_pid='' plots_pid='' plots_status=0
+on_exit() {
     rc=$?
     for pid in $bptt_pid $plots_pid; do kill "$pid" 2>/dev/null || :; done
+    [ -z "$bg" ] || rm -rf "$bg"
     exit "$rc"
 }
 if [ "$jobs" -gt 1 ]; then
-    mkdir -p "$out"
-    "$qkv" bptt --quiet --out "$out/bptt" >"$out/bptt.txt" 2>&1 &
+    trap on_exit EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    bg=$(mktemp -d "${TMPDIR:-/tmp}/qkv-run.XXXXXX")
+    "$qkv" bptt --quiet --out "$out/bptt" >"$bg/bptt.txt" 2>&1 &
     bptt_pid=$!
-    trap stop_background EXIT
 fi
 
 step "sqrt(d_k) saturation sweep, SGD then Adam"
@@ -50,7 +54,7 @@ step "sqrt(d_k) saturation sweep, SGD then Adam"
 early_plots="loss heatmap softmax saturation saturation_adam variance"
 if [ "$jobs" -gt 1 ]; then
     # shellcheck disable=SC2086 # the names are words
-    sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots >"$out/plots.txt" 2>&1 &
+    sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots >"$bg/plots.txt" 2>&1 &
     plots_pid=$!
 fi
 
@@ -63,8 +67,7 @@ if [ -n "$bptt_pid" ]; then
     status=0
     wait "$bptt_pid" || status=$?
     bptt_pid=''
-    cat "$out/bptt.txt"
-    rm -f "$out/bptt.txt"
+    cat "$bg/bptt.txt"
     [ "$status" -eq 0 ] || exit "$status"
 else
     "$qkv" bptt --out "$out/bptt"
@@ -83,9 +86,8 @@ step "ablations: why V, why Q and K, why e (qkv ablate)"
 "$qkv" ablate --task roles --seeds 10 --jobs "$jobs" --out "$out/ablate-roles"
 
 step "plots"
-if [ -f "$out/plots.txt" ]; then
-    cat "$out/plots.txt"
-    rm -f "$out/plots.txt"
+if [ -n "$bg" ]; then
+    cat "$bg/plots.txt"
     sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" distance bptt parallel ablate softmax_base ||
         plots_status=$?
     [ "$plots_status" -eq 0 ] || exit "$plots_status"
