@@ -624,6 +624,28 @@ START_TEST(test_layers_refuse_bad_shapes)
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_OK);
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 8, 2, 1, &err), QKV_ERR_ARG); /* names taken */
     ck_assert_ptr_nonnull(strstr(err.message, "already in the list"));
+    ck_assert_int_eq(qkv_params_count(p), 4); /* the first layer's, no more */
+    ck_assert_ptr_null(m.qkv.weight);         /* nothing that points at a freed tensor */
+    ck_assert_int_eq(qkv_mha_init(&m, p, "c", 8, 2, 1, &err), QKV_OK);
+    /* a block refused part way (a name too long for its last parameters)
+     * adds nothing and draws nothing: the next layer's weights are those
+     * of a list where the refused block never was */
+    {
+        char prefix[120];
+        memset(prefix, 'x', 111);
+        prefix[111] = '\0';
+        qkv_params *r1 = qkv_params_new(7, NULL), *r2 = qkv_params_new(7, NULL);
+        qkv_block bad;
+        qkv_linear l1, l2;
+        ck_assert_int_eq(qkv_block_init(&bad, r1, prefix, 8, 2, 16, 1, &err), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_params_count(r1), 0);
+        ck_assert_ptr_null(bad.attn.qkv.weight);
+        ck_assert_int_eq(qkv_linear_init(&l1, r1, "l", 3, 4, 1, &err), QKV_OK);
+        ck_assert_int_eq(qkv_linear_init(&l2, r2, "l", 3, 4, 1, &err), QKV_OK);
+        ck_assert_int_eq(memcmp(l1.weight->data, l2.weight->data, 12 * sizeof(qkv_real)), 0);
+        qkv_params_free(r1);
+        qkv_params_free(r2);
+    }
     /* a block refused for its sizes adds nothing (it left ln1, or ln1, the
      * attention and ln2, in the list), so the same prefix works at once */
     qkv_params *q = qkv_params_new(0, NULL);

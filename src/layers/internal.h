@@ -18,4 +18,14 @@ qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char 
 qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
                            int ndim, const int *shape, qkv_init init, qkv_error *err);
 
+/* Where a list stands: its count and its generator's state. A layer's init
+ * that fails part way undoes what it added (qkv_params_undo), so a refused
+ * init leaves the list, and the draws of later inits, as they were. */
+typedef struct qkv_params_mark {
+    int n;
+    qkv_rng rng;
+} qkv_params_mark;
+qkv_params_mark qkv_params_mark_get(const qkv_params *p);
+void qkv_params_undo(qkv_params *p, const qkv_params_mark *m);
+
 #endif

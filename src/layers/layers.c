@@ -52,11 +52,16 @@ qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int
     l->in = in;
     l->out = out;
     const double bound = 1 / sqrt((double)in);
+    const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_param(&l->weight, p, prefix, "weight", 2, (const int[]){in, out},
                                    (qkv_init){QKV_INIT_UNIFORM, -bound, bound}, err);
     if (s == QKV_OK && bias)
         s = qkv_layer_param(&l->bias, p, prefix, "bias", 1, (const int[]){out},
                             (qkv_init){QKV_INIT_ZEROS, 0, 0}, err);
+    if (s != QKV_OK) { /* nothing of it stays, nor pointers to what was freed */
+        qkv_params_undo(p, &m0);
+        memset(l, 0, sizeof *l);
+    }
     return s;
 }
 
@@ -97,11 +102,16 @@ qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, 
     if (d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "norm: d must be at least 1");
     n->eps = 1e-5;
+    const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_param(&n->gamma, p, prefix, "weight", 1, (const int[]){d},
                                    (qkv_init){QKV_INIT_ONES, 0, 0}, err);
     if (s == QKV_OK)
         s = qkv_layer_param(&n->beta, p, prefix, "bias", 1, (const int[]){d},
                             (qkv_init){QKV_INIT_ZEROS, 0, 0}, err);
+    if (s != QKV_OK) { /* nothing of it stays, nor pointers to what was freed */
+        qkv_params_undo(p, &m0);
+        memset(n, 0, sizeof *n);
+    }
     return s;
 }
 
@@ -127,6 +137,7 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
     m->d_model = d_model;
     m->heads = heads;
     m->causal = causal != 0;
+    const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_name(name, sizeof name, prefix, "qkv", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&m->qkv, p, name, d_model, 3 * d_model, 1, err);
@@ -134,6 +145,10 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
         s = qkv_layer_name(name, sizeof name, prefix, "proj", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&m->proj, p, name, d_model, d_model, 1, err);
+    if (s != QKV_OK) { /* nothing of it stays, nor pointers to what was freed */
+        qkv_params_undo(p, &m0);
+        memset(m, 0, sizeof *m);
+    }
     return s;
 }
 
@@ -209,6 +224,7 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
     char name[128];
     if (f == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "ffn: no layer");
+    const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_name(name, sizeof name, prefix, "up", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&f->up, p, name, d_model, hidden, 1, err);
@@ -216,6 +232,10 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
         s = qkv_layer_name(name, sizeof name, prefix, "down", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&f->down, p, name, hidden, d_model, 1, err);
+    if (s != QKV_OK) { /* nothing of it stays, nor pointers to what was freed */
+        qkv_params_undo(p, &m0);
+        memset(f, 0, sizeof *f);
+    }
     return s;
 }
 
@@ -242,6 +262,7 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
                              "block: d_model %d must be a positive multiple of the heads %d, "
                              "and hidden %d at least 1",
                              d_model, heads, hidden);
+    const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_name(name, sizeof name, prefix, "ln1", err);
     if (s == QKV_OK)
         s = qkv_norm_init(&b->ln1, p, name, d_model, err);
@@ -251,6 +272,10 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
         s = qkv_norm_init(&b->ln2, p, name, d_model, err);
     if (s == QKV_OK && (s = qkv_layer_name(name, sizeof name, prefix, "ffn", err)) == QKV_OK)
         s = qkv_ffn_init(&b->ffn, p, name, d_model, hidden, err);
+    if (s != QKV_OK) { /* nothing of it stays, nor pointers to what was freed */
+        qkv_params_undo(p, &m0);
+        memset(b, 0, sizeof *b);
+    }
     return s;
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers/internal.h"
 #include "qkv/params.h"
 #include "util/util.h"
 
@@ -154,6 +155,26 @@ qkv_tensor *qkv_params_add(qkv_params *p, const char *name, int ndim, const int 
     it->decay = ndim >= 2;
     p->tensors[p->n++] = t;
     return t;
+}
+
+qkv_params_mark qkv_params_mark_get(const qkv_params *p)
+{
+    qkv_params_mark m;
+    memset(&m, 0, sizeof m);
+    if (p != NULL) {
+        m.n = p->n;
+        m.rng = p->rng;
+    }
+    return m;
+}
+
+void qkv_params_undo(qkv_params *p, const qkv_params_mark *m)
+{
+    if (p == NULL || m->n > p->n)
+        return;
+    while (p->n > m->n)
+        qkv_tensor_free(p->items[--p->n].t);
+    p->rng = m->rng;
 }
 
 qkv_tensor *qkv_params_get(const qkv_params *p, const char *name)

@@ -18,6 +18,7 @@ static qkv_status cell_params(qkv_params *p, const char *prefix, int in, int hid
 {
     const double bound = 1 / sqrt((double)hidden);
     const qkv_init u = {QKV_INIT_UNIFORM, -bound, bound};
+    const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_param(wx, p, prefix, "wx", 2, (const int[]){in, k * hidden}, u, err);
     if (s == QKV_OK)
         s = qkv_layer_param(wh, p, prefix, "wh", 2, (const int[]){hidden, k * hidden}, u, err);
@@ -25,6 +26,12 @@ static qkv_status cell_params(qkv_params *p, const char *prefix, int in, int hid
         s = qkv_layer_param(b1, p, prefix, b1_name, 1, (const int[]){k * hidden}, u, err);
     if (s == QKV_OK && b2 != NULL)
         s = qkv_layer_param(b2, p, prefix, b2_name, 1, (const int[]){k * hidden}, u, err);
+    if (s != QKV_OK) { /* nothing of it stays, nor pointers to what was freed */
+        qkv_params_undo(p, &m0);
+        *wx = *wh = *b1 = NULL;
+        if (b2 != NULL)
+            *b2 = NULL;
+    }
     return s;
 }
 
