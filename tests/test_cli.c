@@ -447,6 +447,10 @@ START_TEST(test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step)
     ck_assert_int_eq(
         run("bptt --quiet --rho 0.5,0.9,1.1,1.5 --length 32 --train-steps 0 --out b", &out), 0);
     free(out);
+    /* rho = 1: ln rho is 0, and slope/ln rho has no value to print */
+    ck_assert_int_eq(run("bptt --quiet --rho 1 --length 16 --train-steps 0 --out b1", &out), 0);
+    ck_assert_msg(strstr(out, "nan") == NULL, "%s", out);
+    free(out);
     char path[160];
     snprintf(path, sizeof path, "%s/b/grads.csv", tmp);
     char *csv = slurp_path(path);

@@ -148,14 +148,15 @@ static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const ch
 }
 
 /* The slope, slope/ln rho and ‖g_p‖/‖g_1‖ cells of a row (ln_rho NAN: no
- * rho), or the word for why there is no slope and dashes. */
+ * rho; ln_rho 0, rho = 1: no ratio), or the word for why there is no slope
+ * and dashes. */
 static void row_cells(int fit, double slope, double ln_rho, double total, char *s, char *r, char *q,
                       size_t n)
 {
     snprintf(s, n, "%.4f", slope);
     snprintf(r, n, "%.3f", ln_rho != 0 ? slope / ln_rho : NAN);
     snprintf(q, n, "%.3g", total);
-    if (isnan(ln_rho))
+    if (isnan(ln_rho) || ln_rho == 0)
         snprintf(r, n, "-");
     if (fit != FIT_OK) {
         snprintf(s, n, "%s", unfit_word[fit]);
