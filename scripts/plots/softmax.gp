@@ -8,6 +8,10 @@ set multiplot layout 1,n title "为什么用 e^x：线性归一化会给出负�
 set style fill solid 0.8 border -1
 set boxwidth 0.35
 set xzeroaxis lt -1 lw 1.5
+# bars start at 0 (a one-number vector's single bar of 1 too), and the
+# tallest do not touch the frame
+set yrange [*<0:0<*]
+set offsets 0, 0, graph 0.06, graph 0.06
 set xlabel "分量 i"
 set key top left
 do for [k=1:n] {
