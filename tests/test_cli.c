@@ -1237,6 +1237,9 @@ START_TEST(test_help_with_a_command_shows_that_commands_help)
     expect("help bogus", 2, "qkv: unknown command 'bogus'");
     expect("help train eval", 2, "qkv: help takes one command, not 'eval'");
     expect("help", 0, "Run 'qkv <command> --help'");
+    /* help on help is the general help, not an unknown command */
+    expect("help help", 0, "Run 'qkv <command> --help'");
+    expect("help --help", 0, "Run 'qkv <command> --help'");
 }
 END_TEST
 

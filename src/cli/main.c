@@ -99,6 +99,11 @@ static int run(int argc, char **argv)
     if (strcmp(name, "help") == 0 && argc > 2) { /* qkv help CMD: qkv CMD --help */
         if (argc > 3)
             return cli_usage_error("", "help takes one command, not '%s'", argv[3]);
+        if (strcmp(argv[2], "help") == 0 || strcmp(argv[2], "-h") == 0 ||
+            strcmp(argv[2], "--help") == 0) { /* qkv help help: this help */
+            usage(stdout);
+            return CLI_OK;
+        }
         for (int i = 0; i < N_COMMANDS; i++)
             if (strcmp(argv[2], commands[i].name) == 0) {
                 char *help[] = {argv[2], "--help", NULL};
