@@ -1420,6 +1420,10 @@ START_TEST(test_bad_environment_values_are_usage_errors)
     expect_env("QKV_KERNELS", "portabel", "train --help", 0, "Usage: qkv train");
     expect_env("QKV_THREADS", "2x", "demo -h", 0, "Usage: qkv demo");
     expect_env("QKV_THREADS", "-1", "demo -- --help", 2, want); /* want: -1's line */
+    /* an option's value that reads --help is no help: the environment is
+     * checked, and nothing is written to a file called --help */
+    expect_env("QKV_THREADS", "-1", "softmax --csv --help", 2, want);
+    expect_env("QKV_THREADS", "-1", "train --steps 1 --log --help", 2, want);
     /* an empty value is the default, and good values work */
     expect_env("QKV_KERNELS", "", "demo", 0, "自注意力输出");
     expect_env("QKV_KERNELS", "portable", "demo", 0, "自注意力输出");

@@ -185,9 +185,61 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
     return CLI_USAGE;
 }
 
+/* Checks the environment variables the library reads (runtime.h), which
+ * it would otherwise ignore when malformed: QKV_KERNELS must name a kernel
+ * set this build and CPU have, QKV_THREADS a thread count, as --threads
+ * takes it. Unset or empty means the default. Returns CLI_OK, or
+ * CLI_USAGE after one line naming the variable, its value and what it
+ * takes. */
+static int check_environment(void)
+{
+    const char *k = getenv("QKV_KERNELS"), *t = getenv("QKV_THREADS");
+    qkv_error err = qkv_error_none();
+    if (k != NULL && *k != '\0' && qkv_kernels_use(k, &err) != QKV_OK) {
+        const char *why = strncmp(err.message, "kernels: ", 9) == 0 ? err.message + 9 : err.message;
+        cli_fail("QKV_KERNELS: %s", why);
+        return CLI_USAGE;
+    }
+    long long n;
+    if (t != NULL && *t != '\0' &&
+        (cli_parse_ll(t, &n) != 0 || n < 1 || n > CLI_MAX_THREADS ||
+         qkv_threads_use((int)n, NULL) != QKV_OK)) {
+        cli_fail("QKV_THREADS: '%s' is not a whole number of threads in [1, %d]", t,
+                 CLI_MAX_THREADS);
+        return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+/* 1 if the arguments ask for the help as cli_parse reads them: -h or
+ * --help as an option, not as an option's value (--log --help) nor after
+ * "--". */
+static int wants_help(int argc, char **argv, const cli_opt *opts, int nopts)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+            return 1;
+        if (strncmp(a, "--", 2) != 0 || strchr(a, '=') != NULL)
+            continue;
+        for (int j = 0; j < nopts; j++)
+            if (strcmp(opts[j].name, a + 2) == 0 && opts[j].kind != OPT_FLAG) {
+                i++; /* its value, whatever it reads */
+                break;
+            }
+    }
+    return 0;
+}
+
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos)
 {
+    /* the environment first, but the help is shown whatever it holds */
+    if (!wants_help(argc, argv, opts, nopts)) {
+        int r = check_environment();
+        if (r != CLI_OK)
+            return r;
+    }
     const char *cmd = argv[0];
     int np = 0, options = 1; /* 0 after "--": the rest is positional */
     for (int i = 1; i < argc; i++) {

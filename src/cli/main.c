@@ -42,42 +42,6 @@ static void usage(FILE *out)
                  "options,\n'qkv --version' for the version.\n");
 }
 
-/* Checks the environment variables the library reads (runtime.h), which
- * it would otherwise ignore when malformed: QKV_KERNELS must name a kernel
- * set this build and CPU have, QKV_THREADS a thread count, as --threads
- * takes it. Unset or empty means the default. Returns CLI_OK, or
- * CLI_USAGE after one line naming the variable, its value and what it
- * takes. */
-static int check_environment(void)
-{
-    const char *k = getenv("QKV_KERNELS"), *t = getenv("QKV_THREADS");
-    qkv_error err = qkv_error_none();
-    if (k != NULL && *k != '\0' && qkv_kernels_use(k, &err) != QKV_OK) {
-        const char *why = strncmp(err.message, "kernels: ", 9) == 0 ? err.message + 9 : err.message;
-        cli_fail("QKV_KERNELS: %s", why);
-        return CLI_USAGE;
-    }
-    long long n;
-    if (t != NULL && *t != '\0' &&
-        (cli_parse_ll(t, &n) != 0 || n < 1 || n > CLI_MAX_THREADS ||
-         qkv_threads_use((int)n, NULL) != QKV_OK)) {
-        cli_fail("QKV_THREADS: '%s' is not a whole number of threads in [1, %d]", t,
-                 CLI_MAX_THREADS);
-        return CLI_USAGE;
-    }
-    return CLI_OK;
-}
-
-/* 1 if the command's arguments hold -h or --help before any "--": the
- * help is shown whatever the environment holds. */
-static int asks_for_help(int argc, char **argv)
-{
-    for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
-            return 1;
-    return 0;
-}
-
 /* Ends the program: a command that succeeded but whose output could not
  * all be written (a full disk, a closed pipe, /dev/full) fails after all. */
 static int finish(int r)
@@ -121,8 +85,7 @@ static int run(int argc, char **argv)
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(name, commands[i].name) == 0) {
-            int r = asks_for_help(argc, argv) ? CLI_OK : check_environment();
-            return r != CLI_OK ? r : commands[i].run(argc - 1, argv + 1);
+            return commands[i].run(argc - 1, argv + 1); /* cli_parse checks the env */
         }
     return cli_usage_error("", "unknown command '%s'", name);
 }
