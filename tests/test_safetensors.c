@@ -260,6 +260,11 @@ START_TEST(test_the_header_must_be_strict_json)
                        "\"data_offsets\":[0,24]}}",
                        d, 24),
                   QKV_ERR_FORMAT, "an object repeats the key \"dtype\" at byte 21");
+    /* two keys repeated: the one that repeats first in the text is named
+     * (z again at byte 34, counted by hand; b only at 42) */
+    expect_reject(
+        make("{\"__metadata__\":{\"z\":\"1\",\"b\":\"2\",\"z\":\"3\",\"b\":\"4\"}}", NULL, 0),
+        QKV_ERR_FORMAT, "an object repeats the key \"z\" at byte 34");
     /* metadata that is not strings */
     expect_reject(make("{\"__metadata__\":{\"a\":1}}", NULL, 0), QKV_ERR_FORMAT,
                   "__metadata__ values must be strings (byte 29)");

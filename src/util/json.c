@@ -201,9 +201,13 @@ static int parse_literal(parser *p, const char *word, qkv_json_kind kind)
 }
 
 /* Orders decoded keys for the duplicate check. */
+/* By name, then by place (the keys point into one buffer in the object's
+ * order), so a repeated key's places come out in order. */
 static int cmp_keys(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    const int c = strcmp(x, y);
+    return c != 0 ? c : (x > y) - (x < y);
 }
 
 /* Fails if object token o (parsed) repeats a key. */
@@ -235,20 +239,23 @@ static int check_duplicates(parser *p, int o)
     }
     if (r == 0) {
         qsort(keys, (size_t)n, sizeof *keys, cmp_keys);
-        for (int m = 1; r == 0 && m < n; m++)
-            if (strcmp(keys[m - 1], keys[m]) == 0) {
-                /* name the key and point at its later place: buf holds
-                 * the keys in the object's order */
-                const char *later = keys[m] > keys[m - 1] ? keys[m] : keys[m - 1], *key = buf;
-                for (int k = o + 1, i = 0; i < n; i++, k = j->tok[k + 1].next) {
-                    if (key == later)
-                        p->pos = j->tok[k].start;
-                    key += j->tok[k].end - j->tok[k].start + 1;
-                }
-                char why[96];
-                snprintf(why, sizeof why, "an object repeats the key \"%.48s\"", later);
-                r = fail(p, why);
+        /* the first repetition in the text: the earliest second place of
+         * any key (buf holds the keys in the object's order) */
+        const char *later = NULL;
+        for (int m = 1; m < n; m++)
+            if (strcmp(keys[m - 1], keys[m]) == 0 && (later == NULL || keys[m] < later))
+                later = keys[m];
+        if (later != NULL) {
+            const char *key = buf;
+            for (int k = o + 1, i = 0; i < n; i++, k = j->tok[k + 1].next) {
+                if (key == later)
+                    p->pos = j->tok[k].start;
+                key += j->tok[k].end - j->tok[k].start + 1;
             }
+            char why[96];
+            snprintf(why, sizeof why, "an object repeats the key \"%.48s\"", later);
+            r = fail(p, why);
+        }
     }
     free(keys);
     free(buf);
