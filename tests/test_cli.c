@@ -672,6 +672,27 @@ START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
 }
 END_TEST
 
+/* make run's script (scripts/run.sh) with a stand-in for qkv whose bptt,
+ * run beside the sweeps, fails: the run fails with bptt's status, and
+ * leaves neither bptt's nor the early plots' output in the output
+ * directory, nor its temporary directory (a failed run once left
+ * out/plots.txt, which the next run printed as its own). */
+START_TEST(test_make_runs_script_fails_with_a_background_jobs_status)
+{
+    char cmd[1024], *out;
+    snprintf(
+        cmd, sizeof cmd,
+        "mkdir -p rt ro && printf '#!/bin/sh\\n[ \"$1\" = bptt ] && exit 3\\nexit 0\\n' > fq && "
+        "chmod +x fq && TMPDIR=$PWD/rt JOBS=2 QKV=./fq OUT=ro "
+        "sh '%s/../../scripts/run.sh' >/dev/null 2>&1; echo \"rc=$?\"; ls -A ro rt",
+        QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strncmp(out, "rc=3\n", 5) == 0, "%s", out);
+    ck_assert_msg(strstr(out, ".txt") == NULL && strstr(out, "qkv-") == NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 /* Splits text into lines with leading white space removed (in place). */
 static int trimmed_lines(char *text, char **lines, int max)
 {
@@ -1891,6 +1912,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed_and_any_thread_count);
     tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);
+    tcase_add_test(tc, test_make_runs_script_fails_with_a_background_jobs_status);
     tcase_add_test(tc, test_readme_c_snippets_are_compiled_example_code);
     tcase_add_test(tc, test_csv_create_makes_directories_and_writes_the_header);
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
