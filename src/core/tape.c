@@ -235,7 +235,17 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
 /* A node's inputs follow it in the same allocation, aligned. */
 _Static_assert(sizeof(qkv_node) % _Alignof(qkv_tensor *) == 0, "qkv_node's size");
 
-static int in_arena(const qkv_tape *t, const void *p);
+/* Nonzero if p points into one of t's arena blocks. */
+static int in_arena(const qkv_tape *t, const void *p)
+{
+    const uintptr_t a = (uintptr_t)p;
+    for (int i = 0; i < t->n_blocks; i++) {
+        const uintptr_t lo = (uintptr_t)t->block[i];
+        if (a >= lo && a - lo < t->block_cap[i])
+            return 1;
+    }
+    return 0;
+}
 
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in)
@@ -246,22 +256,23 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
                       QKV_NODE_MAX_INPUTS);
         return NULL;
     }
+    const char *name = op->name != NULL ? op->name : "tape";
     if (qkv_tensor_is_nil(out) || out->grad == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "%s: a node's output must have a gradient",
-                      op->name != NULL ? op->name : "tape");
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: a node's output must have a gradient", name);
         return NULL;
     }
-    if (!(out->flags & QKV_TENSOR_TAPE) || !in_arena(t, out) || !in_arena(t, out->grad)) {
+    /* its gradient in this tape's arena: not a heap tensor's, another
+     * tape's, or a parameter's behind a view made here */
+    if (!(out->flags & QKV_TENSOR_TAPE) || !in_arena(t, out->grad)) {
         qkv_tape_fail(t, QKV_ERR_ARG,
                       "%s: a node's output must be made on its tape (qkv_tape_tensor), "
                       "not elsewhere",
-                      op->name != NULL ? op->name : "tape");
+                      name);
         return NULL;
     }
     for (int i = 0; i < n_in; i++)
         if (in[i] == NULL) { /* an optional input left out: count only those given */
-            qkv_tape_fail(t, QKV_ERR_ARG, "%s: input %d of the node is NULL",
-                          op->name != NULL ? op->name : "tape", i);
+            qkv_tape_fail(t, QKV_ERR_ARG, "%s: input %d of the node is NULL", name, i);
             return NULL;
         }
     qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
@@ -299,18 +310,6 @@ qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *mai
         return NULL;
     }
     return qkv_tape_record(t, &op_output, extra, 1, &main);
-}
-
-/* Nonzero if p points into one of t's arena blocks. */
-static int in_arena(const qkv_tape *t, const void *p)
-{
-    const uintptr_t a = (uintptr_t)p;
-    for (int i = 0; i < t->n_blocks; i++) {
-        const uintptr_t lo = (uintptr_t)t->block[i];
-        if (a >= lo && a - lo < t->block_cap[i])
-            return 1;
-    }
-    return 0;
 }
 
 /* Checks that backward may start from y (n values of seed); records why
