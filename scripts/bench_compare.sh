@@ -13,7 +13,15 @@ mkdir -p out
 # The benchmark's own GEMM tables load OpenBLAS too: its kernel for the
 # widest vector set here (Debian's build may detect this CPU as an older
 # one), so the ratios are against OpenBLAS at its best
-if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
+# QKV_KERNELS=avx2 stands in for a CPU without AVX-512, so PyTorch runs as
+# it would on one: ATen's kernels held to AVX2 (ATEN_CPU_CAPABILITY) and
+# OpenBLAS's kernel the fastest of those for AVX2 CPUs
+avx2_only=0
+if [ "${QKV_KERNELS:-}" = avx2 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
+    avx2_only=1
+    export ATEN_CPU_CAPABILITY=avx2
+fi
+if [ "$avx2_only" = 0 ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
     blas_core=SkylakeX
 elif grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
     blas_core=Haswell
@@ -35,8 +43,13 @@ fi
 # PyTorch's OpenBLAS at its fastest kernel for this CPU (Debian's build may
 # detect a new CPU as an old one): the "pick:" line of --pick-coretype,
 # empty when OpenBLAS's own detection was the fastest
-echo "Choosing OPENBLAS_CORETYPE for PyTorch (512^3 sgemm per core type):"
-picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || exit 1
+if [ "$avx2_only" = 1 ]; then
+    echo "Choosing OPENBLAS_CORETYPE for PyTorch among AVX2 CPUs' kernels, ATen held to AVX2:"
+    picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype avx2) || exit 1
+else
+    echo "Choosing OPENBLAS_CORETYPE for PyTorch (512^3 sgemm per core type):"
+    picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || exit 1
+fi
 printf '%s\n' "$picked" | grep -v '^pick:'
 core=$(printf '%s\n' "$picked" | sed -n 's/^pick://p')
 if [ -n "$core" ]; then

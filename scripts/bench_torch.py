@@ -8,7 +8,7 @@ Needs Debian's PyTorch, which the build never requires:
 
     apt-get install python3-torch libopenblas0-pthread
     /usr/bin/python3 scripts/bench_torch.py [out/bench_torch.csv [ops|block]]
-    /usr/bin/python3 scripts/bench_torch.py --pick-coretype
+    /usr/bin/python3 scripts/bench_torch.py --pick-coretype [avx2]
 
 Prints a table like qkv's and writes section,name,value,unit rows.
 """
@@ -355,14 +355,20 @@ def sgemm_rate():
     return best
 
 
-def pick_coretype():
+def pick_coretype(avx2_only=False):
     """Debian's OpenBLAS may not recognise a new CPU and fall back to an old
     kernel, so PyTorch is timed with the OPENBLAS_CORETYPE whose 512^3
     product is fastest here; each candidate runs in a fresh process, since
-    OpenBLAS reads the variable once, when it loads."""
+    OpenBLAS reads the variable once, when it loads. With avx2_only, only
+    the kernels an AVX2 CPU without AVX-512 would run are tried (OpenBLAS's
+    own detection is left out: on an AVX-512 CPU it may pick an AVX-512
+    kernel)."""
     import subprocess
     best, best_rate = "", 0.0
-    for core in ["", "SkylakeX", "Cooperlake", "Zen", "Haswell", "Sandybridge", "Prescott"]:
+    cores = ["", "SkylakeX", "Cooperlake", "Zen", "Haswell", "Sandybridge", "Prescott"]
+    if avx2_only:
+        cores = ["Zen", "Haswell"]
+    for core in cores:
         env = dict(os.environ, OPENBLAS_CORETYPE=core)
         r = subprocess.run([sys.executable, __file__, "--sgemm-rate"], env=env,
                            capture_output=True, text=True)
@@ -379,13 +385,16 @@ def main():
         print(sgemm_rate())
         return
     require_openblas()
-    if sys.argv[1:] == ["--pick-coretype"]:
-        pick_coretype()
+    if sys.argv[1:2] == ["--pick-coretype"] and sys.argv[2:] in ([], ["avx2"]):
+        pick_coretype(sys.argv[2:] == ["avx2"])
         return
     out = sys.argv[1] if len(sys.argv) > 1 else "out/bench_torch.csv"
     torch.set_num_threads(1)
+    capability = [line.split(":", 1)[1].strip() for line in torch.__config__.show().splitlines()
+                  if "CPU capability usage" in line]
     print(f"PyTorch {torch.__version__} eager, {torch.get_num_threads()} thread "
-          f"(OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']})")
+          f"(OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; "
+          f"ATen kernels {capability[0] if capability else 'unknown'})")
     print("Training step (forward + backward + Adam), median of 7 blocks; 12 classes")
     print(f"{'cfg':<3} {'B':>5} {'T':>4} {'V':>4} {'d_k':>5} {'step (µs)':>12} {'fwd (µs)':>12} "
           f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
