@@ -1353,6 +1353,8 @@ START_TEST(test_softmax_summary_rows_line_up_with_the_table)
 {
     expect_softmax_aligned("softmax --base 2,e,10 1,2,3");
     expect_softmax_aligned("softmax --base 2 1e38,1e38 0,1");
+    /* a base whose header is wider than the 12 columns of the others */
+    expect_softmax_aligned("softmax --base 1000000,2.5 1,2,3");
 }
 END_TEST
 

@@ -222,17 +222,19 @@ int cmd_softmax(int argc, char **argv)
         printf("  %3s %10s", "i", "z");
         print_right("z/Σz", 12);
         print_right("e^z/Σe^z", 12);
+        int w[MAX_BASES]; /* a base's column: 12, or its header's width */
         for (int k = 0; k < nb; k++) {
             char h[160];
             snprintf(h, sizeof h, "%s^z/Σ%s^z", blabel[k], blabel[k]);
-            print_right(h, 12);
+            w[k] = cli_text_width(h) > 12 ? cli_text_width(h) : 12;
+            print_right(h, w[k]);
         }
         printf("\n");
         for (int i = 0; i < n; i++) {
             double lin = sum != 0 ? z[i] / sum : NAN;
             printf("  %3d %10g %12.4f %12.4f", i, z[i], lin, p[i]);
             for (int k = 0; k < nb; k++)
-                printf(" %12.4f", pb[k][i]);
+                printf(" %*.4f", w[k], pb[k][i]);
             printf("%s\n", sum == 0             ? "   <- undefined: Σz = 0"
                            : lin < 0 || lin > 1 ? "   <- not a weight"
                                                 : "");
@@ -247,12 +249,12 @@ int cmd_softmax(int argc, char **argv)
             /* the labels below span the columns i, z and z/Σz (27) */
             printf("  %3s %10s %12s %12s", "", "ln b", "", "1");
             for (int k = 0; k < nb; k++)
-                printf(" %12.4f", log(base[k]));
+                printf(" %*.4f", w[k], log(base[k]));
             printf("\n  ");
             cli_print_padded(stdout, "largest / smallest weight", 27);
             printf(" %12.4g", p[argmax(p, n)] / p[argmin(p, n)]);
             for (int k = 0; k < nb; k++)
-                printf(" %12.4g", pb[k][argmax(pb[k], n)] / pb[k][argmin(pb[k], n)]);
+                printf(" %*.4g", w[k], pb[k][argmax(pb[k], n)] / pb[k][argmin(pb[k], n)]);
             printf("\n");
             /* the gradient: ∂p_k/∂z_k = ln b · p_k(1 - p_k), by the tape */
             const int k = argmax(p, n);
@@ -268,7 +270,7 @@ int cmd_softmax(int argc, char **argv)
                 if (self_gradient(z, n, log(base[j]), k, &g) != QKV_OK)
                     r = CLI_FAIL;
                 else
-                    printf(" %12.4f", g);
+                    printf(" %*.4f", w[j], g);
             }
             if (r != CLI_OK)
                 break;
@@ -276,7 +278,7 @@ int cmd_softmax(int argc, char **argv)
             cli_print_padded(stdout, "= ln b · p(1 - p)", 27);
             printf(" %12.4f", p[k] * (1 - p[k]));
             for (int j = 0; j < nb; j++)
-                printf(" %12.4f", log(base[j]) * pb[j][k] * (1 - pb[j][k]));
+                printf(" %*.4f", w[j], log(base[j]) * pb[j][k] * (1 - pb[j][k]));
             printf("\n");
         }
         printf("\n");
