@@ -1776,6 +1776,29 @@ START_TEST(test_heatmap_of_a_one_token_sentence_is_drawn)
 }
 END_TEST
 
+START_TEST(test_bptt_plot_draws_every_rho_qkv_bptt_takes)
+{
+    /* `qkv bptt --rho` takes up to 16 values, but bptt.gp's palette had 7
+     * colours: from the 8th rho on gnuplot stopped with "unrecognized
+     * color name" and bptt.png was not drawn */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p d/bptt && awk 'BEGIN { print \"model,rho,activation,steps_back,grad_norm\"; "
+             "for (r = 1; r <= 16; r++) for (a = 0; a < 2; a++) for (j = 0; j < 4; j++) "
+             "printf \"rnn,%%g,%%s,%%d,%%g\\n\", r / 8, a ? \"tanh\" : \"linear\", j, "
+             "(r / 8) ^ j; "
+             "for (j = 0; j < 4; j++) printf \"rnn-init,,,%%d,%%g\\nlstm-init,,,%%d,%%g\\n\", "
+             "j, 0.5 ^ j, j, 0.9 ^ j }' >d/bptt/grads.csv && "
+             "sh '%s/../../scripts/plots.sh' d png bptt",
+             QKV_TEST_DATA);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "plots: wrote png/bptt.png") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "bptt.gp") == NULL, "%s", out); /* no gnuplot message */
+    free(out);
+}
+END_TEST
+
 START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
 {
     /* a run whose loss stops being finite has no final accuracy, and the
@@ -1935,6 +1958,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
     tcase_add_test(tc, test_parallel_runs_draw_their_last_count_once);
     tcase_add_test(tc, test_heatmap_of_a_one_token_sentence_is_drawn);
+    tcase_add_test(tc, test_bptt_plot_draws_every_rho_qkv_bptt_takes);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);
     tcase_add_test(tc, test_gradcheck_shows_the_tolerance_each_row_passed_at);
     tcase_add_test(tc, test_softmax_summary_rows_line_up_with_the_table);

@@ -11,16 +11,19 @@ set xlabel "向前回溯的步数 j"
 set ylabel "‖∂L/∂h_{p−j}‖（对数）"
 set logscale y
 set format y "10^{%L}"
-set key bottom left box opaque font ",10"
-colr(i) = word("#1f77b4 #2ca02c #7f7f7f #ff7f0e #d62728 #9467bd #8c564b", i)
+# up to 16 rhos (qkv bptt's limit): 8 colours, solid then dashed, and
+# a key of at most 8 rows a column
+set key bottom left box opaque font ",10" maxrows 8
+colr(i) = word("#1f77b4 #2ca02c #7f7f7f #ff7f0e #d62728 #9467bd #8c564b #17becf", (i - 1) % 8 + 1)
+dash(i) = 1 + (i - 1) / 8
 sel(m, a, r, v) = (strcol("model") eq m && strcol("activation") eq a \
                    && strcol("rho") eq r) ? v : 1/0
 set title "线性递归 h_t = x_tW_x + h_{t−1}W_h：恰好每步乘 ρ"
 plot for [i=1:words(rhos)] infile using "steps_back":(sel("rnn", "linear", word(rhos, i), \
-         column("grad_norm"))) with lines lw 2 lc rgb colr(i) title "ρ = ".word(rhos, i)
+         column("grad_norm"))) with lines lw 2 lc rgb colr(i) dt dash(i) title "ρ = ".word(rhos, i)
 set title "tanh 递归：tanh′ ≤ 1 让梯度衰减得更快"
 plot for [i=1:words(rhos)] infile using "steps_back":(sel("rnn", "tanh", word(rhos, i), \
-         column("grad_norm"))) with lines lw 2 lc rgb colr(i) title "ρ = ".word(rhos, i)
+         column("grad_norm"))) with lines lw 2 lc rgb colr(i) dt dash(i) title "ρ = ".word(rhos, i)
 only(m, v) = strcol("model") eq m ? v : 1/0
 # qkv bptt --train-steps 0 measures no trained model: no such lines, and
 # no key entries for them (trained: the CSV's rnn-trained rows)
