@@ -693,6 +693,35 @@ START_TEST(test_make_runs_script_fails_with_a_background_jobs_status)
 }
 END_TEST
 
+/* make run's script interrupted (Ctrl-C sends SIGINT to the terminal's
+ * whole process group): a stand-in qkv whose saturation, once bptt runs
+ * beside it, sends SIGINT to its process group, which setsid makes the
+ * script's own. The script exits 130, stops bptt (started in the
+ * background, so SIGINT does not reach it) and removes its temporary
+ * directory. */
+START_TEST(test_make_runs_script_interrupted_stops_its_jobs_and_cleans_up)
+{
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p it io && printf '#!/bin/sh\\ncase \"$1\" in\\n"
+             "bptt) echo $$ >bptt.pid; exec sleep 20 ;;\\n"
+             "saturation) i=0; while [ ! -s bptt.pid ] && [ $i -lt 500 ]; do sleep 0.01; "
+             "i=$((i+1)); done; kill -INT 0; exec sleep 20 ;;\\nesac\\nexit 0\\n' >fi && "
+             "chmod +x fi && TMPDIR=$PWD/it JOBS=2 QKV=./fi OUT=io "
+             "setsid -w sh '%s/../../scripts/run.sh' >/dev/null 2>&1; echo \"rc=$?\"; "
+             "i=0; while kill -0 \"$(cat bptt.pid)\" 2>/dev/null && [ $i -lt 100 ]; do "
+             "sleep 0.01; i=$((i+1)); done; "
+             "kill -0 \"$(cat bptt.pid)\" 2>/dev/null && { echo 'bptt alive'; "
+             "kill \"$(cat bptt.pid)\"; }; ls -A io it",
+             QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strncmp(out, "rc=130\n", 7) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "alive") == NULL, "%s", out);
+    ck_assert_msg(strstr(out, ".txt") == NULL && strstr(out, "qkv-") == NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 /* Splits text into lines with leading white space removed (in place). */
 static int trimmed_lines(char *text, char **lines, int max)
 {
@@ -1938,6 +1967,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed_and_any_thread_count);
     tcase_add_test(tc, test_every_gnuplot_script_renders_a_png_from_fixtures);
     tcase_add_test(tc, test_make_runs_script_fails_with_a_background_jobs_status);
+    tcase_add_test(tc, test_make_runs_script_interrupted_stops_its_jobs_and_cleans_up);
     tcase_add_test(tc, test_readme_c_snippets_are_compiled_example_code);
     tcase_add_test(tc, test_csv_create_makes_directories_and_writes_the_header);
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
