@@ -1787,6 +1787,23 @@ START_TEST(test_softmax_base_plot_needs_the_base_variants)
 }
 END_TEST
 
+START_TEST(test_plot_axis_labels_are_chinese)
+{
+    /* the plots are for the Chinese tutorial's readers, yet saturation.png
+     * labelled its axes "step", "loss", "gradient norm (log)" and
+     * "entropy (nats)", and variance.png "d_k" and "Var": every axis
+     * label must carry Chinese, as the other plots' do */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "grep -h 'set [xyz]2\\{0,1\\}label' '%s/../../scripts/plots/'*.gp "
+             "| grep -o '\"[^\"]*\"' | grep -v '^\"\"$' | LC_ALL=C grep -v '[^ -~]'",
+             QKV_TEST_DATA);
+    sh(cmd, &out);
+    ck_assert_msg(out[0] == '\0', "labels without Chinese:\n%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_heatmap_of_a_one_token_sentence_is_drawn)
 {
     /* `qkv resolve --csv` of a one-token sentence writes a 1x1 matrix,
@@ -2006,6 +2023,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_parallel_plot_on_one_thread_names_no_second_count);
     tcase_add_test(tc, test_bptt_plot_without_training_lists_no_trained_lines);
     tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
+    tcase_add_test(tc, test_plot_axis_labels_are_chinese);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);

@@ -8,11 +8,11 @@ n = words(dks)
 set multiplot layout 4,n title sprintf("√d_k 缩放与 Softmax 饱和（%s，蓝：除以 √d_k，红：不缩放）", optim) font ",16"
 # the value v on rows of this d_k, scaling and seed (columns by name)
 sel(dk, sc, v) = (column("d_k") == dk && column("scaled") == sc && column("seed") == seed) ? v : 1/0
-set xlabel "step"
+set xlabel "训练步数"
 do for [i=1:n] {
     dk = word(dks, i) + 0
     set title sprintf("d_k = %d：损失", dk)
-    set ylabel (i == 1 ? "loss" : "")
+    set ylabel (i == 1 ? "损失" : "")
     unset logscale y
     set autoscale y
     plot infile using "step":(sel(dk, 1, column("loss"))) with lines lw 2 lc rgb c_scaled, \
@@ -21,7 +21,7 @@ do for [i=1:n] {
 do for [i=1:n] {
     dk = word(dks, i) + 0
     set title sprintf("d_k = %d：梯度范数 ‖∂L/∂S‖（实线）‖∂L/∂Wq‖（虚线）", dk) font ",9"
-    set ylabel (i == 1 ? "gradient norm (log)" : "")
+    set ylabel (i == 1 ? "梯度范数（对数）" : "")
     set logscale y
     set format y "10^{%L}"
     plot infile using "step":(sel(dk, 1, column("gnorm_scores"))) with lines lw 2 lc rgb c_scaled, \
@@ -36,14 +36,14 @@ set format y "%g"
 do for [i=1:n] {
     dk = word(dks, i) + 0
     set title sprintf("d_k = %d：注意力熵", dk) font ",11"
-    set ylabel (i == 1 ? "entropy (nats)" : "")
+    set ylabel (i == 1 ? "熵（nats）" : "")
     set yrange [0:*]
     plot infile using "step":(sel(dk, 1, column("entropy"))) with lines lw 2 lc rgb c_scaled, \
          infile using "step":(sel(dk, 0, column("entropy"))) with lines lw 2 lc rgb c_unscaled
 }
 do for [i=1:n] {
     dk = word(dks, i) + 0
-    set title sprintf("d_k = %d：Jacobian 范数", dk)
+    set title sprintf("d_k = %d：Softmax 雅可比范数", dk)
     set ylabel (i == 1 ? "‖diag(a) − aaᵀ‖_F" : "")
     set yrange [0:*]
     plot infile using "step":(sel(dk, 1, column("jacobian"))) with lines lw 2 lc rgb c_scaled, \

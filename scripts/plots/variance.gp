@@ -5,8 +5,8 @@ set terminal pngcairo size 1000,750 font "WenQuanYi Zen Hei,12" enhanced
 set output outfile
 set title "点积方差：Var(q·k) ≈ d_k，除以 √d_k 后 ≈ 1" font ",16"
 set logscale xy
-set xlabel "d_k"
-set ylabel "Var"
+set xlabel "维度 d_k"
+set ylabel "方差 Var"
 set key top left
 set xrange [2:1024]
 set yrange [0.3:2000]
