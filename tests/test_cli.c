@@ -502,6 +502,28 @@ START_TEST(test_parallel_rnn_paths_grow_with_t_and_attentions_do_not)
 }
 END_TEST
 
+START_TEST(test_resolve_lists_the_words_it_knows)
+{
+    /* a reader who tries a sentence of their own met "unknown word" with
+     * no way to learn which words the model knows: --help lists them,
+     * and the error points there */
+    expect("resolve --help", 0,
+           "Words the model knows (48):\n"
+           "  names      小明 小刚 小强 小军 大伟 阿杰 (他)\n"
+           "             小红 小丽 小芳 小美 小雪 阿珍 (她)\n"
+           "  pronouns   他 她\n"
+           "  others     是 个 运动达人 平时 很 爱 打 篮球 和 去 公园 喜欢 唱歌 跳舞 跑步 踢\n"
+           "             足球 画画 看书 老师 学生 朋友 今天 说 因为 所以 的 ， 。 也 一起\n"
+           "             昨天 同学 ！\n");
+    expect("resolve \"小明很爱打排球，他\"", 1,
+           "qkv: resolve: unknown word \"排球\" at character 5 "
+           "('qkv resolve --help' lists the 48 words the model knows)\n");
+    expect("resolve \"小明是个运动达人,他平时很爱打篮球\"", 1,
+           "qkv: resolve: unknown word \",\" at character 8 (write the full-width \"，\"; "
+           "'qkv resolve --help' lists the 48 words the model knows)\n");
+}
+END_TEST
+
 START_TEST(test_resolve_without_a_model_says_to_train)
 {
     expect("resolve \"他很爱唱歌\"", 1, "run 'qkv train' first");
@@ -1973,6 +1995,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);
     tcase_add_test(tc, test_a_new_csv_never_writes_through_a_planted_link);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
+    tcase_add_test(tc, test_resolve_lists_the_words_it_knows);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_is_the_same_on_any_number_of_jobs);

@@ -96,6 +96,21 @@ START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
     ck_assert_int_eq(qkv_coref_tokenize("小明 a\\b 他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
                      QKV_ERR_FORMAT);
     ck_assert_str_eq(err.message, "unknown word \"a\\\\b\" at character 3");
+    /* ASCII punctuation, as an English keyboard types it, is not the
+     * vocabulary's full-width mark: the message names the one to write */
+    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人,他平时很爱打篮球.", ids,
+                                        QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message,
+                     "unknown word \",\" at character 8 (write the full-width \"，\")");
+    ck_assert_int_eq(qkv_coref_tokenize("他很爱唱歌.", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message,
+                     "unknown word \".\" at character 5 (write the full-width \"。\")");
+    ck_assert_int_eq(qkv_coref_tokenize("他很爱唱歌!", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message,
+                     "unknown word \"!\" at character 5 (write the full-width \"！\")");
     ck_assert_int_eq(qkv_coref_tokenize("他他他", ids, 2, &n, &err), QKV_ERR_ARG);
 }
 END_TEST

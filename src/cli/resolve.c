@@ -75,6 +75,60 @@ static void explain(const qkv_coref_out *f, const qkv_coref_batch *b, int item, 
            present ? "" : "  (not in the sentence: a guess)");
 }
 
+/* Appends s to buf (of size cap) at *used, as much as fits. */
+static void append(char *buf, size_t cap, size_t *used, const char *s)
+{
+    int k = snprintf(buf + *used, cap - *used, "%s", s);
+    if (k > 0)
+        *used = *used + (size_t)k < cap ? *used + (size_t)k : cap - 1;
+}
+
+/* Appends the words of one kind to a help line that is at column *col,
+ * wrapped at 80 columns under column 13. */
+static void append_words(char *buf, size_t cap, size_t *used, qkv_coref_word_kind kind, int *col)
+{
+    for (int i = 1, first = 1; i < qkv_coref_vocab_size(); i++) {
+        if (qkv_coref_kind(i) != kind)
+            continue;
+        const int w = cli_text_width(qkv_coref_word(i));
+        if (!first && *col + 1 + w > 80) {
+            append(buf, cap, used, "\n             ");
+            *col = 13;
+        } else if (!first) {
+            append(buf, cap, used, " ");
+            ++*col;
+        }
+        append(buf, cap, used, qkv_coref_word(i));
+        *col += w;
+        first = 0;
+    }
+}
+
+/* The help's text: what resolve does, and the words it knows, since a
+ * sentence of any other word is refused. */
+static const char *about(void)
+{
+    static char buf[2048];
+    size_t used = 0;
+    append(buf, sizeof buf, &used,
+           "Shows where each pronoun (他, 她) in the sentence looks, and which\n"
+           "person the model says it refers to. After --, the next argument is\n"
+           "the sentence even if it starts with '-'.\n\n");
+    char head[64];
+    snprintf(head, sizeof head, "Words the model knows (%d):\n  names      ",
+             qkv_coref_vocab_size() - 1);
+    append(buf, sizeof buf, &used, head);
+    int col = 13;
+    append_words(buf, sizeof buf, &used, QKV_COREF_MALE, &col);
+    append(buf, sizeof buf, &used, " (他)\n             ");
+    col = 13;
+    append_words(buf, sizeof buf, &used, QKV_COREF_FEMALE, &col);
+    append(buf, sizeof buf, &used, " (她)\n  pronouns   他 她\n  others     ");
+    col = 13;
+    append_words(buf, sizeof buf, &used, QKV_COREF_OTHER, &col);
+    return buf;
+}
+
 int cmd_resolve(int argc, char **argv)
 {
     const char *path = NULL, *csv = NULL;
@@ -84,10 +138,7 @@ int cmd_resolve(int argc, char **argv)
         {"model", OPT_FILE, &path, 0, 0, "FILE: checkpoint (default out/coref.safetensors)"},
         {"csv", OPT_FILE, &csv, 0, 0, "FILE: also write the attention matrix as CSV"},
     };
-    int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] [--] \"句子\"",
-                      "Shows where each pronoun (他, 她) in the sentence looks, and which\n"
-                      "person the model says it refers to. After --, the next argument is\n"
-                      "the sentence even if it starts with '-'.",
+    int r = cli_parse(argc, argv, opts, 2, "[--model FILE] [--csv FILE] [--] \"句子\"", about(),
                       text, 1, &npos);
     if (r != CLI_OK)
         return r;
@@ -100,7 +151,17 @@ int cmd_resolve(int argc, char **argv)
     }
     int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
     qkv_error err = qkv_error_none();
-    if (qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err) != QKV_OK)
+    qkv_status s = qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err);
+    if (s == QKV_ERR_FORMAT && strncmp(err.message, "unknown word", 12) == 0) {
+        /* point at the list of words, inside the message's parentheses
+         * if it has them */
+        size_t len = strlen(err.message);
+        const int paren = len > 0 && err.message[len - 1] == ')';
+        return cli_fail("resolve: %.*s%s'qkv resolve --help' lists the %d words the model knows)",
+                        (int)(len - (size_t)paren), err.message, paren ? "; " : " (",
+                        qkv_coref_vocab_size() - 1);
+    }
+    if (s != QKV_OK)
         return cli_fail("resolve: %s", err.message);
     for (int i = 0; i < n; i++)
         if (qkv_coref_kind(ids[i]) == QKV_COREF_HE || qkv_coref_kind(ids[i]) == QKV_COREF_SHE)

@@ -46,7 +46,8 @@ int qkv_coref_name_id(int cls); /* the name of a class, or -1 */
  * count to *n. Errors, with the message in err:
  *   QKV_ERR_FORMAT  invalid UTF-8 ("invalid UTF-8 at byte 7"), or a word
  *                   not in the vocabulary, quoted with its character offset
- *                   ("unknown word \"排球\" at character 15");
+ *                   ("unknown word \"排球\" at character 15"; an ASCII
+ *                   ',', '.' or '!' adds "(write the full-width \"，\")");
  *   QKV_ERR_ARG     more than max tokens. */
 qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_error *err);
 

@@ -175,8 +175,19 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
                 k += cl;
             }
             word[wn] = '\0';
-            qkv_error_set(err, QKV_ERR_FORMAT, "unknown word \"%s\" at character %zu", word,
-                          char_count(text, i));
+            /* ASCII punctuation, as an English keyboard types it: name the
+             * vocabulary's full-width mark */
+            const char *wide = strcmp(word, ",") == 0   ? "，"
+                               : strcmp(word, ".") == 0 ? "。"
+                               : strcmp(word, "!") == 0 ? "！"
+                                                        : NULL;
+            if (wide != NULL)
+                qkv_error_set(err, QKV_ERR_FORMAT,
+                              "unknown word \"%s\" at character %zu (write the full-width \"%s\")",
+                              word, char_count(text, i), wide);
+            else
+                qkv_error_set(err, QKV_ERR_FORMAT, "unknown word \"%s\" at character %zu", word,
+                              char_count(text, i));
             return QKV_ERR_FORMAT;
         }
         if (*n >= max) {
