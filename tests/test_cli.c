@@ -441,6 +441,18 @@ static double fitted_slope(const double *y, int n)
     return (m * sxy - sx * sy) / (m * sxx - sx * sx);
 }
 
+START_TEST(test_bptt_table_header_lines_up_with_its_rows)
+{
+    /* the header's "slope/ln rho" overran its 10 columns and ran into
+     * "ln rho", and "‖g_p‖/‖g_1‖" was padded by bytes (‖ is 3 of them),
+     * so the header ended 3 columns before the rows did */
+    expect("bptt --quiet --rho 0.5 --length 16 --batch 2 --train-steps 0 --out b", 0,
+           "\nmodel        act          rho        slope       ln rho slope/ln rho      "
+           "‖g_p‖/‖g_1‖\n"
+           "rnn          linear      0.50      -0.6931      -0.6931        1.000 ");
+}
+END_TEST
+
 START_TEST(test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step)
 {
     char *out;
@@ -2002,6 +2014,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);
+    tcase_add_test(tc, test_bptt_table_header_lines_up_with_its_rows);
     tcase_add_test(tc, test_parallel_rnn_paths_grow_with_t_and_attentions_do_not);
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed_and_any_thread_count);

@@ -213,8 +213,10 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
     printf("\n‖∂L/∂h_{p-j}‖ against the steps back j, for a sentence of %d tokens (the pronoun "
            "p = %d);\nslope: least squares of ln‖∂L/∂h_{p-j}‖ over j = 1..%d\n\n",
            o->length, c->k + QKV_DISTANCE_BASE, c->k + QKV_DISTANCE_BASE);
-    printf("%-12s %-7s %8s %12s %12s %10s %16s\n", "model", "act", "rho", "slope", "ln rho",
-           "slope/ln rho", "‖g_p‖/‖g_1‖");
+    /* ‖ is one column but three bytes: pad the last header by columns */
+    static const char gain[] = "‖g_p‖/‖g_1‖";
+    printf("%-12s %-7s %8s %12s %12s %12s %*s\n", "model", "act", "rho", "slope", "ln rho",
+           "slope/ln rho", 16 + (int)strlen(gain) - cli_text_width(gain), gain);
     static const char *acts[2] = {"linear", "tanh"};
     for (int a = 0; a < 2 && rc == CLI_OK; a++)
         for (int i = 0; i < nr && rc == CLI_OK; i++) {
@@ -241,7 +243,7 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
                 snprintf(shown, sizeof shown, "%g", rhos[i]);
             if (rc == CLI_OK) {
                 unfit[fit]++;
-                printf("%-12s %-7s %8s %12s %12.4f %10s %16s\n", "rnn", acts[a], shown, cs,
+                printf("%-12s %-7s %8s %12s %12.4f %12s %16s\n", "rnn", acts[a], shown, cs,
                        log(rhos[i]), cr, cq);
             }
             qkv_seq_model_free(m);
@@ -273,10 +275,10 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
             if (rc == CLI_OK)
                 unfit[fit]++;
             if (rc == CLI_OK && kind == QKV_SEQ_RNN)
-                printf("%-12s %-7s %8.4f %12s %12.4f %10s %16s\n", name, "tanh", r, cs, log(r), cr,
+                printf("%-12s %-7s %8.4f %12s %12.4f %12s %16s\n", name, "tanh", r, cs, log(r), cr,
                        cq);
             else if (rc == CLI_OK)
-                printf("%-12s %-7s %8s %12s %12s %10s %16s\n", name, "gates", "-", cs, "-", cr, cq);
+                printf("%-12s %-7s %8s %12s %12s %12s %16s\n", name, "gates", "-", cs, "-", cr, cq);
             qkv_seq_model_free(m);
         }
     cli_progress_clear();
