@@ -441,6 +441,49 @@ static double fitted_slope(const double *y, int n)
     return (m * sxy - sx * sy) / (m * sxx - sx * sx);
 }
 
+/* The display columns (a UTF-8 character is one) at which the cells of
+ * one line of a table start: after the line's start or two spaces. */
+static int cell_starts(const char *line, int *starts, int max)
+{
+    int n = 0, col = 0, spaces = 2;
+    for (const char *c = line; *c != '\0' && *c != '\n'; c++) {
+        if (((unsigned char)*c & 0xC0) == 0x80)
+            continue;
+        if (*c == ' ')
+            spaces++;
+        else {
+            if (spaces >= 2 && n < max)
+                starts[n++] = col;
+            spaces = 0;
+        }
+        col++;
+    }
+    return n;
+}
+
+START_TEST(test_saturation_table_columns_line_up)
+{
+    /* the header gave each column 27 places, and a wider cell (the
+     * Jacobian's "0.3093±0.0099 | 0.2813±0.025" at 3 seeds) pushed the
+     * rest of its row to the right of the header */
+    char *out;
+    ck_assert_int_eq(
+        run("saturation --quiet --dk 4,16 --seeds 3 --steps 2 --no-variance --out s", &out), 0);
+    const char *l = strstr(out, "\n  d_k");
+    ck_assert_msg(l != NULL, "%s", out);
+    int head[8], cells[8];
+    ck_assert_int_eq(cell_starts(++l, head, 8), 6);
+    for (int row = 0; row < 2; row++) {
+        l = strchr(l, '\n') + 1;
+        ck_assert_int_eq(cell_starts(l, cells, 8), 6);
+        for (int i = 1; i < 6; i++)
+            ck_assert_msg(cells[i] == head[i], "column %d of row %d starts at %d, not %d:\n%s", i,
+                          row, cells[i], head[i], out);
+    }
+    free(out);
+}
+END_TEST
+
 START_TEST(test_bptt_table_header_lines_up_with_its_rows)
 {
     /* the header's "slope/ln rho" overran its 10 columns and ran into
@@ -2015,6 +2058,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);
     tcase_add_test(tc, test_bptt_table_header_lines_up_with_its_rows);
+    tcase_add_test(tc, test_saturation_table_columns_line_up);
     tcase_add_test(tc, test_parallel_rnn_paths_grow_with_t_and_attentions_do_not);
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);
     tcase_add_test(tc, test_saturation_is_deterministic_for_a_seed_and_any_thread_count);

@@ -171,13 +171,14 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
     printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d steps, "
            "init std %g, %d seed(s)%s\n",
            o->optim, o->lr, o->steps, o->init_std, o->seeds, o->seeds > 1 ? " (mean±sd)" : "");
-    printf("(each cell: scaled | unscaled; at init = before the first update)\n\n%5s", "d_k");
+    printf("(each cell: scaled | unscaled; at init = before the first update)\n\n");
+    /* every cell first, so that each column is as wide as its widest */
+    static char both[MAX_DK][5][90];
+    int width[5];
     for (int col = 0; col < 5; col++)
-        printf("  %-27s", heads[col]);
-    printf("\n");
+        width[col] = cli_text_width(heads[col]);
     int diverged = 0; /* runs whose final_acc is NAN */
     for (int d = 0; d < ndk; d++) {
-        printf("%5d", dks[d]);
         for (int col = 0; col < 5; col++) {
             char cell[2][40];
             for (int s = 0; s < 2; s++) {
@@ -204,9 +205,24 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
                     snprintf(cell[s] + u, sizeof cell[s] - u, " (%d/%d)", n, o->seeds);
                 }
             }
-            char both[90];
-            snprintf(both, sizeof both, "%s | %s", cell[0], cell[1]);
-            printf("  %-*s", 27 + (int)(strlen(both) - (size_t)cli_text_width(both)), both);
+            snprintf(both[d][col], sizeof both[d][col], "%s | %s", cell[0], cell[1]);
+            if (cli_text_width(both[d][col]) > width[col])
+                width[col] = cli_text_width(both[d][col]);
+        }
+    }
+    printf("%5s", "d_k");
+    for (int col = 0; col < 4; col++)
+        printf("  %-*s", width[col], heads[col]);
+    printf("  %s", heads[4]);
+    printf("\n");
+    for (int d = 0; d < ndk; d++) {
+        printf("%5d", dks[d]);
+        for (int col = 0; col < 5; col++) {
+            const char *c = both[d][col];
+            if (col < 4)
+                printf("  %-*s", width[col] + (int)strlen(c) - cli_text_width(c), c);
+            else
+                printf("  %s", c);
         }
         printf("\n");
     }
