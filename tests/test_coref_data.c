@@ -48,6 +48,21 @@ START_TEST(test_tokenizer_splits_the_tutorial_sentence)
     /* ASCII spaces are skipped */
     ck_assert_int_eq(qkv_coref_tokenize(" 小明 是 ", ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_OK);
     ck_assert_int_eq(n, 2);
+    /* and so is the ideographic space U+3000, which a Chinese input method
+     * types in full-width mode: it was an invisible "unknown word" */
+    ck_assert_int_eq(qkv_coref_tokenize("小明是个运动达人，\u3000他平时很爱打篮球\u3000", ids,
+                                        QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_OK);
+    ck_assert_int_eq(n, 11);
+    for (int i = 0; i < n; i++)
+        ck_assert_str_eq(qkv_coref_word(ids[i]), want[i]);
+    /* the offset of a later unknown word counts the space as a character */
+    ck_assert_int_eq(qkv_coref_tokenize("小明\u3000排球", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message, "unknown word \"排球\" at character 3");
+    ck_assert_int_eq(qkv_coref_tokenize("小明排球\u3000他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message, "unknown word \"排球\" at character 2");
 }
 END_TEST
 

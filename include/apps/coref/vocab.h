@@ -42,8 +42,8 @@ int qkv_coref_class_of(int id); /* a name's class, or -1 for other words */
 int qkv_coref_name_id(int cls); /* the name of a class, or -1 */
 
 /* Tokenizes NUL-terminated UTF-8 text by greedy longest match over the
- * vocabulary, skipping ASCII white space. Writes at most max ids and the
- * count to *n. Errors, with the message in err:
+ * vocabulary, skipping ASCII white space and the ideographic space U+3000.
+ * Writes at most max ids and the count to *n. Errors, with the message in err:
  *   QKV_ERR_FORMAT  invalid UTF-8 ("invalid UTF-8 at byte 7"), or a word
  *                   not in the vocabulary, quoted with its character offset
  *                   ("unknown word \"排球\" at character 15"; an ASCII

@@ -151,12 +151,17 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
             i++;
             continue;
         }
+        if (strncmp(text + i, "\u3000", 3) == 0) { /* the ideographic (full-width) space */
+            i += 3;
+            continue;
+        }
         size_t len;
         int id = longest_match(text + i, &len);
         if (id < 0) {
             /* quote the run of characters up to the next known word or space */
             size_t end = i + char_len((unsigned char)text[i]);
-            while (end < total && text[end] != ' ' && longest_match(text + end, &len) < 0)
+            while (end < total && text[end] != ' ' && strncmp(text + end, "\u3000", 3) != 0 &&
+                   longest_match(text + end, &len) < 0)
                 end += char_len((unsigned char)text[end]);
             /* whole characters, as many as fit; a quote or backslash in
              * the word is escaped, so that the quotes around it still
