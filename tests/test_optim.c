@@ -34,6 +34,36 @@ START_TEST(test_sgd_with_momentum_by_hand)
 }
 END_TEST
 
+/* SGD's L2 decay is added to the gradient before the momentum, as in
+ * PyTorch's SGD (torch 2, weight_decay=0.1, momentum=0.9, lr=0.1 gives the
+ * same 0.94 and 0.8266), and a parameter with decay off skips it. */
+START_TEST(test_sgd_weight_decay_by_hand)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){0.5}, 1);
+    qkv_tensor *b = param((const double[]){1}, (const double[]){0.5}, 1);
+    qkv_tensor *ps[2] = {p, b};
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.lr = 0.1;
+    c.momentum = 0.9;
+    c.weight_decay = 0.1;
+    qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
+    ck_assert_ptr_nonnull(o);
+    qkv_optim_set_decay(o, 1, 0);
+    /* step 1: g = 0.5 + 0.1·1 = 0.6, v = 0.6, p = 1 - 0.06 = 0.94 */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.94, 2 * REAL_EPS);
+    ASSERT_NEAR(b->data[0], 0.95, 2 * REAL_EPS); /* no decay: 1 - 0.1·0.5 */
+    /* step 2: g = 0.5 + 0.1·0.94 = 0.594, v = 0.9·0.6 + 0.594 = 1.134,
+     * p = 0.94 - 0.1134 = 0.8266; a few roundings of values below 1 */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.8266, 4 * REAL_EPS);
+    ASSERT_NEAR(b->data[0], 0.855, 4 * REAL_EPS); /* v = 0.95, 0.95 - 0.095 */
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+    qkv_tensor_free(b);
+}
+END_TEST
+
 START_TEST(test_adam_two_steps_by_hand)
 {
     qkv_tensor *p = param((const double[]){1}, (const double[]){0.5}, 1);
@@ -150,6 +180,16 @@ START_TEST(test_bad_configs_are_refused)
         ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, &err));
         ck_assert_int_eq(err.status, QKV_ERR_ARG);
     }
+    /* the open end of [0, 1): momentum 1 never forgets a gradient, and
+     * beta 1 makes the bias correction 1 - beta^t zero, a division by 0 */
+    for (int which = 0; which < 3; which++) {
+        c = qkv_optim_defaults(which == 0 ? QKV_SGD : QKV_ADAM);
+        *(which == 0 ? &c.momentum : which == 1 ? &c.beta1 : &c.beta2) = 1;
+        qkv_error err = qkv_error_none();
+        ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, &err));
+        ck_assert_str_eq(err.message, which == 0 ? "optim: momentum must be in [0, 1)"
+                                                 : "optim: beta1 and beta2 must be in [0, 1)");
+    }
     qkv_optim_kind k;
     ck_assert_int_eq(qkv_optim_parse("adamw", &k), 0);
     ck_assert_int_eq(k, QKV_ADAMW);
@@ -242,6 +282,7 @@ Suite *optim_suite(void)
     Suite *s = suite_create("optim");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_sgd_with_momentum_by_hand);
+    tcase_add_test(tc, test_sgd_weight_decay_by_hand);
     tcase_add_test(tc, test_adam_two_steps_by_hand);
     tcase_add_test(tc, test_adamw_decays_weights_apart_from_the_gradient);
     tcase_add_test(tc, test_clip_by_global_norm);
