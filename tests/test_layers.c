@@ -250,6 +250,34 @@ START_TEST(test_each_parameter_can_have_its_own_rate)
 }
 END_TEST
 
+/* AdamW's decoupled decay is the parameter's own rate times wd, as with
+ * PyTorch's per-group lr (torch 2: groups at lr 0.1, 0.05, 0 and wd 0.5
+ * give 1.9, 1.95, 2): a parameter at scale 0 is frozen, decay included.
+ * Zero gradients keep the moments at 0, so only the decay moves. */
+START_TEST(test_adamw_decay_follows_each_parameters_rate)
+{
+    const double scale[3] = {1, 0.5, 0}, want[3] = {1.9, 1.95, 2};
+    qkv_tensor *p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = tensor_of(1, (const int[]){1}, (const double[]){2}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAMW);
+    c.lr = 0.1;
+    c.weight_decay = 0.5;
+    qkv_optim *o = qkv_optim_new(&c, p, 3, NULL);
+    ck_assert_ptr_nonnull(o);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(qkv_optim_set_lr_scale(o, i, scale[i]), QKV_OK);
+        p[i]->grad[0] = 0;
+    }
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    for (int i = 0; i < 3; i++) /* one rounding of a value near 2 */
+        ASSERT_NEAR(p[i]->data[0], want[i], 4 * REAL_EPS);
+    qkv_optim_free(o);
+    for (int i = 0; i < 3; i++)
+        qkv_tensor_free(p[i]);
+}
+END_TEST
+
 START_TEST(test_warmup_then_cosine)
 {
     /* warm-up 10 steps to 1, cosine down to 0.1 at step 110 */
@@ -268,6 +296,7 @@ START_TEST(test_warmup_then_cosine)
     ASSERT_NEAR(qkv_lr_warmup_cosine(50, -5, 100, 2, 0), 1, 1e-15);
     /* a warm-up longer than the run: lr_min from total on, as documented */
     ASSERT_NEAR(qkv_lr_warmup_cosine(3, 10, 5, 1, 0.1), 0.4, 1e-15);
+    ASSERT_NEAR(qkv_lr_warmup_cosine(5, 10, 5, 1, 0.1), 0.1, 1e-15); /* step == total */
     ASSERT_NEAR(qkv_lr_warmup_cosine(7, 10, 5, 1, 0.1), 0.1, 1e-15);
     /* a step before the first: the first step's rate, never negative */
     ASSERT_NEAR(qkv_lr_warmup_cosine(-5, 10, 110, 1, 0.1), 0.1, 1e-15);
@@ -967,6 +996,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_initialisers_draw_one_stream_and_refuse_bad_ranges);
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
+    tcase_add_test(tc, test_adamw_decay_follows_each_parameters_rate);
     tcase_add_test(tc, test_warmup_then_cosine);
     tcase_add_test(tc, test_each_parameter_can_have_its_own_rate);
     suite_add_tcase(s, tc);
