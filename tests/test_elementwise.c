@@ -116,7 +116,7 @@ END_TEST
 START_TEST(test_map_gradients_at_their_edges)
 {
     /* sigmoid and gelu at ±1e4: gradients 0 (and 1 for gelu's +1e4), never
-     * NaN; log and sqrt at 0: infinite, as PyTorch gives */
+     * NaN; log and sqrt at 0: infinite, as PyTorch gives; SiLU and ReLU at 0 */
     qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){-1e4, 1e4}, 1);
     ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_sigmoid(t, x))), QKV_OK);
@@ -133,6 +133,16 @@ START_TEST(test_map_gradients_at_their_edges)
     qkv_tape_reset(t);
     ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_sqrt(t, z))), QKV_OK);
     ck_assert(z->grad[0] == INFINITY);
+    /* SiLU at 0, where s = y/x is 0/0: silu'(0) = σ(0) + 0 = 1/2 exactly
+     * (PyTorch gives 0.5); ReLU at 0 takes PyTorch's subgradient 0 */
+    qkv_tensor_zero_grad(z);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_silu(t, z))), QKV_OK);
+    ck_assert(z->grad[0] == 0.5);
+    qkv_tensor_zero_grad(z);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_relu(t, z))), QKV_OK);
+    ck_assert(z->grad[0] == 0);
     qkv_tensor_free(x);
     qkv_tensor_free(z);
     qkv_tape_free(t);
