@@ -70,6 +70,24 @@ START_TEST(test_a_constant_row_normalises_to_beta)
 }
 END_TEST
 
+/* eps = 0 is a valid choice (the check is eps >= 0, as PyTorch allows):
+ * the row [1, 3] has mean 2 and variance 1, so y = [-1, 1] exactly, every
+ * step being exact in binary. An infinite eps is refused, naming it. */
+START_TEST(test_norm_takes_eps_zero_and_refuses_an_infinite_one)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){1, 2}, (const double[]){1, 3}, 0);
+    qkv_tensor *y = qkv_layer_norm(t, x, NULL, NULL, 0);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert(y->data[0] == -1 && y->data[1] == 1);
+    ck_assert(qkv_layer_norm(t, x, NULL, NULL, INFINITY) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "layer_norm: eps inf must be finite and >= 0");
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 /* Every kernel set's layer norm and RMS norm, forward and backward, give
  * the portable set's bits: rows of widths 1 to 300 (full vectors and
  * tails), with and without γ and β, centred or not, and the backward with
@@ -376,6 +394,7 @@ Suite *norm_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_layer_norm_and_rms_norm_match_cpython);
     tcase_add_test(tc, test_a_constant_row_normalises_to_beta);
+    tcase_add_test(tc, test_norm_takes_eps_zero_and_refuses_an_infinite_one);
     tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
     tcase_add_test(tc, test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused);
     tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
