@@ -369,6 +369,13 @@ START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
     /* Σ_j log p_j: d/dx_i = 1 - n·p_i */
     double p0 = 1 / (1 + exp(1.0));
     ASSERT_NEAR(x->grad[0], 1 - 2 * p0, TOL);
+    /* a row whose one live entry is the last is not a masked row: y = [-inf,
+     * 0], and d(Σ y)/dx = dy - e^y·Σdy = [1 - 0·2, 1 - 1·2] = [1, -1]
+     * exactly, as PyTorch gives */
+    qkv_tensor *z = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){-INFINITY, 2}, 1));
+    qkv_tape_reset(f.t);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_log_softmax(f.t, z))), QKV_OK);
+    ck_assert(z->grad[0] == 1 && z->grad[1] == -1);
     fx_free(&f);
 }
 END_TEST
