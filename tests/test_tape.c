@@ -250,6 +250,11 @@ START_TEST(test_shape_mismatch_is_sticky_and_named)
     ck_assert_uint_eq(qkv_tape_nodes(t), nodes);
     ck_assert_str_eq(qkv_tape_error(t), "matmul: [4,8] x [6,6]: inner dimensions differ");
     ck_assert_int_eq(qkv_backward(t, bad), QKV_ERR_SHAPE);
+    /* a custom op that fails without checking the status first (as
+     * examples/custom_op.c does) neither replaces the error nor its code */
+    ck_assert_int_eq(qkv_tape_fail(t, QKV_ERR_ARG, "custom: a later error"), QKV_ERR_SHAPE);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_str_eq(qkv_tape_error(t), "matmul: [4,8] x [6,6]: inner dimensions differ");
     /* reset clears it */
     qkv_tape_reset(t);
     ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
