@@ -218,6 +218,14 @@ START_TEST(test_the_header_length_must_fit_the_file_and_the_cap)
     f = make("{}", NULL, 0);
     memset(f.b, 0, 8);
     expect_reject(f, QKV_ERR_FORMAT, "its header length is 0 (a header is a JSON object");
+    /* a length one byte past the end: {} in a 10-byte file said to be 3
+     * bytes long (the byte after the file set, so that only the length
+     * check can refuse it) */
+    f = make("{}", NULL, 0);
+    f.b[0] = 3;
+    f.b[10] = ' ';
+    expect_reject(f, QKV_ERR_FORMAT,
+                  "its header length 3 goes past the end of the file (10 bytes)");
     /* a header over the cap (here all spaces after {}) in a file as long */
     size_t h = QKV_SAFETENSORS_MAX_HEADER + 8;
     char *big = malloc(h + 1);
@@ -358,6 +366,28 @@ START_TEST(test_qkv_metadata_is_checked)
     ck_assert_ptr_nonnull(crc);
     crc[13] = 'G';
     expect_reject((file){b, n}, QKV_ERR_FORMAT, "a damaged qkv_crc32");
+    /* the formats either side of 1: 0 is no format, 2 is a newer one */
+    b = qkv_read_file(path, 1 << 20, &n, NULL);
+    strstr((char *)b + 8, "\"qkv_format\":\"1\"")[14] = '0';
+    expect_reject((file){b, n}, QKV_ERR_FORMAT, "a damaged qkv_format");
+    b = qkv_read_file(path, 1 << 20, &n, NULL);
+    strstr((char *)b + 8, "\"qkv_format\":\"1\"")[14] = '2';
+    expect_reject((file){b, n}, QKV_ERR_FORMAT, "has qkv format 2; this qkv reads format 1");
+    /* a CRC is 8 hex digits: the data's own CRC (51d517f6, from CPython's
+     * zlib.crc32 of wb_data's 36 bytes) passes, and the same value with a
+     * leading 0, 9 digits, is damaged */
+    unsigned char d[36];
+    wb_data(d);
+    file ok =
+        make("{\"__metadata__\":{\"qkv_crc32\":\"51d517f6\"}," W_ENTRY "," B_ENTRY "}", d, 36);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(ok.b, ok.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    qkv_st_close(st);
+    free(ok.b);
+    expect_reject(
+        make("{\"__metadata__\":{\"qkv_crc32\":\"051d517f6\"}," W_ENTRY "," B_ENTRY "}", d, 36),
+        QKV_ERR_FORMAT, "a damaged qkv_crc32");
     qkv_params_free(p);
 }
 END_TEST
@@ -381,6 +411,37 @@ START_TEST(test_loading_matches_names_and_shapes)
         make("{\"w\":{\"dtype\":\"F32\",\"shape\":[3,2],\"data_offsets\":[0,24]}," B_ENTRY "}", d,
              36),
         p, QKV_ERR_SHAPE, "tensor 'w' is [3,2], the model's is [2,3]");
+    /* a shape with an extra dimension of 1 is another shape */
+    expect_load_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3,1],\"data_offsets\":[0,24]}," B_ENTRY "}", d,
+             36),
+        p, QKV_ERR_SHAPE, "tensor 'w' is [2,3,1], the model's is [2,3]");
+    /* an F64 value beyond float's range: inf in a float build, so refused
+     * there; finite, and loaded, in the double build */
+    unsigned char wide[48];
+    memcpy(wide, d, 24);
+    const double bv[3] = {1e39, -2, -3};
+    for (int i = 0; i < 3; i++) {
+        uint64_t u;
+        memcpy(&u, &bv[i], 8);
+        for (int k = 0; k < 8; k++)
+            wide[24 + 8 * i + k] = (unsigned char)(u >> (8 * k));
+    }
+    file fw = make("{" W_ENTRY ",\"b\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[24,48]}}",
+                   wide, 48);
+#ifdef QKV_DOUBLE
+    {
+        qkv_st *st = qkv_st_parse(fw.b, fw.n, "t.safetensors", NULL);
+        ck_assert_ptr_nonnull(st);
+        ck_assert_int_eq(qkv_st_load(st, p, NULL), QKV_OK);
+        ck_assert(qkv_params_get(p, "b")->data[0] == 1e39);
+        qkv_st_close(st);
+        free(fw.b);
+        w->data[0] = 42; /* the load above set it */
+    }
+#else
+    expect_load_reject(fw, p, QKV_ERR_NUMERIC, "tensor 'b' value 0 (1e+39) is not finite");
+#endif
     /* a value that is not finite */
     unsigned char nan[36];
     memcpy(nan, d, 36);
