@@ -56,6 +56,17 @@ START_TEST(test_a_list_holds_named_parameters)
     ck_assert_int_eq(err.status, QKV_ERR_ARG);
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "neg", 1, (const int[]){-1}, ZEROS, &err)));
     ck_assert_int_eq(qkv_params_count(p), 3);
+    /* names of 127 bytes fit; 128 do not (the name buffer holds 127 and a NUL) */
+    {
+        char name[130];
+        memset(name, 'n', sizeof name);
+        name[127] = '\0';
+        ck_assert(!qkv_tensor_is_nil(qkv_params_add(p, name, 1, (const int[]){1}, ZEROS, &err)));
+        name[127] = 'n';
+        name[128] = '\0';
+        ck_assert(qkv_tensor_is_nil(qkv_params_add(p, name, 1, (const int[]){1}, ZEROS, &err)));
+        ck_assert_str_eq(err.message, "params: a name must be 1 to 127 bytes of UTF-8");
+    }
     /* zero_grad reaches every gradient */
     w->grad[5] = 1, b->grad[0] = 2, e->grad[9] = 3;
     qkv_params_zero_grad(p);
@@ -118,6 +129,26 @@ START_TEST(test_initialisers_match_cpython)
                 (const double[]){-0.49827618643742455, -0.98754766709947817, 0.42690715760519482});
     expect_init((qkv_init){QKV_INIT_CONST, 0.25, 0}, (const double[]){0.25, 0.25, 0.25});
     expect_init((qkv_init){QKV_INIT_ONES, 0, 0}, (const double[]){1, 1, 1});
+}
+END_TEST
+
+/* A vector's fans are both its length (params.h): a [4] vector from seed
+ * 7, against CPython with fan_in = fan_out = 4: Kaiming uniform
+ * l = √2·√(3/4), Xavier uniform l = √(6/8), each -l + 2l·random(). The
+ * same operations as the library's, then one rounding to qkv_real. */
+START_TEST(test_a_vectors_fans_are_its_length)
+{
+    const qkv_init kinds[2] = {{QKV_INIT_KAIMING_UNIFORM, 0, 0}, {QKV_INIT_XAVIER_UNIFORM, 0, 0}};
+    const double want[2][3] = {{-0.43151983555564077, -0.85524136715620602, 0.36971244354350596},
+                               {-0.30513060193789743, -0.60474697026740709, 0.26142617591866157}};
+    for (int k = 0; k < 2; k++) {
+        qkv_params *p = qkv_params_new(7, NULL);
+        qkv_tensor *t = qkv_params_add(p, "v", 1, (const int[]){4}, kinds[k], NULL);
+        ck_assert(!qkv_tensor_is_nil(t));
+        for (int i = 0; i < 3; i++)
+            ASSERT_NEAR(t->data[i], want[k][i], 2 * REAL_EPS * fabs(want[k][i]));
+        qkv_params_free(p);
+    }
 }
 END_TEST
 
@@ -993,6 +1024,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_a_list_holds_named_parameters);
     tcase_add_test(tc, test_a_list_grows_past_its_first_capacity);
     tcase_add_test(tc, test_initialisers_match_cpython);
+    tcase_add_test(tc, test_a_vectors_fans_are_its_length);
     tcase_add_test(tc, test_initialisers_draw_one_stream_and_refuse_bad_ranges);
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
