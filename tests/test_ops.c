@@ -449,6 +449,22 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "transpose: [3]: needs at least 2 dimensions");
     EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,
                  "pick_rows: [5,3]: input must be [B,T,D] with B indices");
+    /* a 3-D b under a 4-D a is neither shared [k,n] nor of a's batch
+     * dimensions, even where its first two sizes happen to match a's */
+    qkv_tensor *a4 = hold(&f, tensor_of(4, (const int[]){2, 4, 3, 4}, NULL, 0));
+    qkv_tensor *b3 = hold(&f, tensor_of(3, (const int[]){2, 4, 5}, NULL, 0));
+    EXPECT_ERROR(qkv_matmul(f.t, a4, b3), QKV_ERR_SHAPE,
+                 "matmul: [2,4,3,4] x [2,4,5]: batch dimensions differ");
+    /* affine's bias: a vector of w's second size, not an [n,1] column
+     * (whose first size alone matches) or a vector of another length */
+    qkv_tensor *w42 = hold(&f, tensor_of(2, (const int[]){4, 2}, NULL, 0));
+    qkv_tensor *col = hold(&f, tensor_of(2, (const int[]){2, 1}, NULL, 0));
+    EXPECT_ERROR(qkv_affine(f.t, a, w42, col), QKV_ERR_SHAPE,
+                 "affine: x [2,3,4], w [4,2], b [2,1]: b must be a vector as long as w's second "
+                 "dimension");
+    EXPECT_ERROR(qkv_affine(f.t, a, w42, v), QKV_ERR_SHAPE,
+                 "affine: x [2,3,4], w [4,2], b [3]: b must be a vector as long as w's second "
+                 "dimension");
     fx_free(&f);
 }
 END_TEST
