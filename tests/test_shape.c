@@ -120,6 +120,25 @@ START_TEST(test_concat_and_slice_by_hand)
     ck_assert(qkv_concat(t, 2, bad, 1) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "concat: [2,2] and [1,2] (input 1): all sizes but dimension 1 must agree");
+    /* a third dimension that the first input lacks: its sizes agree with
+     * the first input's two, but it is another shape */
+    qkv_tape_reset(t);
+    qkv_tensor *deeper = tensor_of(3, (const int[]){2, 1, 3}, NULL, 0);
+    qkv_tensor *mixed[2] = {a, deeper};
+    ck_assert(qkv_concat(t, 2, mixed, 1) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "concat: [2,2] and [2,1,3] (input 1): all sizes but dimension 1 must agree");
+    qkv_tensor_free(deeper);
+    /* sizes whose sum overflows an int: two [2^30] inputs, described and
+     * never read (the check comes before any copy), so no 8 GiB is needed */
+    qkv_tape_reset(t);
+    qkv_real one = 0;
+    qkv_tensor huge = {&one, NULL, (size_t)1 << 30, 1, {1 << 30, 1, 1, 1}, 0};
+    qkv_tensor *twice[2] = {&huge, &huge};
+    ck_assert(qkv_concat(t, 2, twice, 0) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_str_eq(qkv_tape_error(t), "concat: [1073741824] and [1073741824] (input 1): all "
+                                        "sizes but dimension 0 must agree");
     qkv_tape_reset(t);
     ck_assert(qkv_concat(t, 1, NULL, 0) == qkv_nil()); /* n is fine, the array is missing */
     ck_assert_str_eq(qkv_tape_error(t), "concat: no array of tensors (NULL)");
