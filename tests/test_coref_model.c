@@ -148,6 +148,36 @@ START_TEST(test_attention_metrics_by_hand)
 }
 END_TEST
 
+/* Two items, only the first with a marked token: the mark mass is the mean
+ * over marked items (0.5, the first item's query row on token 7), not over
+ * all items (0.25). The second item's logits tie, and the argmax is the
+ * first of them, as torch.argmax gives: class 0, its target, with p = 1/2. */
+START_TEST(test_mark_mass_counts_marked_items_and_ties_go_to_the_first_class)
+{
+    qkv_coref_batch *b = qkv_coref_batch_new(2, 2, NULL);
+    ck_assert_int_eq(qkv_coref_batch_add(b, (const int[]){5, 7}, 2, 0, 1, 7), QKV_OK);
+    ck_assert_int_eq(qkv_coref_batch_add(b, (const int[]){5, 6}, 2, 0, 0, -1), QKV_OK);
+    qkv_tensor *attn =
+        tensor_of(3, (const int[]){2, 2, 2}, (const double[]){0.5, 0.5, 1, 0, 0.25, 0.75, 0, 1}, 0);
+    qkv_tensor *scores = tensor_of(3, (const int[]){2, 2, 2}, NULL, 0);
+    qkv_tensor *logits = tensor_of(2, (const int[]){2, 2}, (const double[]){0, 2, 1, 1}, 0);
+    qkv_tensor *loss = tensor_of(0, NULL, (const double[]){0}, 0);
+    qkv_coref_out f = {scores, attn, logits, loss};
+    qkv_coref_stats st;
+    qkv_coref_stats_of(&f, b, &st);
+    ASSERT_NEAR(st.mark_mass, 0.5, 0);
+    double p;
+    ck_assert_int_eq(qkv_coref_predict(&f, 1, &p), 0);
+    ASSERT_NEAR(p, 0.5, 0); /* 1/(e^0 + e^0), exact */
+    ck_assert_int_eq(st.correct, 2);
+    qkv_tensor_free(attn);
+    qkv_tensor_free(scores);
+    qkv_tensor_free(logits);
+    qkv_tensor_free(loss);
+    qkv_coref_batch_free(b);
+}
+END_TEST
+
 /* A model with d_k columns, its optimizer (lr 0 keeps the default), a tape
  * and a batch of 32. */
 typedef struct rig {
@@ -356,6 +386,7 @@ Suite *coref_model_suite(void)
     tcase_add_test(tc, test_padding_gets_no_attention);
     tcase_add_loop_test(tc, test_whole_model_gradcheck_on_real_sentences, 0, 2);
     tcase_add_test(tc, test_attention_metrics_by_hand);
+    tcase_add_test(tc, test_mark_mass_counts_marked_items_and_ties_go_to_the_first_class);
     tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
     tcase_add_test(tc, test_training_step_allocates_nothing_after_the_first);
     tcase_add_test(tc, test_thread_count_changes_no_bit);
