@@ -449,6 +449,12 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "transpose: [3]: needs at least 2 dimensions");
     EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,
                  "pick_rows: [5,3]: input must be [B,T,D] with B indices");
+    /* ids of 4 dimensions would make a 5-D output; a negative row index is
+     * outside [0,T) too */
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 4, (const int[]){1, 1, 1, 1}), QKV_ERR_SHAPE,
+                 "gather: table [5,3] must be [V,D] and the ids 1 to 3 dimensions");
+    EXPECT_ERROR(qkv_pick_rows(f.t, a, (const int[]){-1, 0}), QKV_ERR_ARG,
+                 "pick_rows: index -1 for item 0 is outside [0,3) of [2,3,4]");
     /* a 3-D b under a 4-D a is neither shared [k,n] nor of a's batch
      * dimensions, even where its first two sizes happen to match a's */
     qkv_tensor *a4 = hold(&f, tensor_of(4, (const int[]){2, 4, 3, 4}, NULL, 0));
