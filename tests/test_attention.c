@@ -544,6 +544,30 @@ START_TEST(test_attention_errors_name_the_shapes)
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, a, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
                     "embed_attention: tables [5,3], [2,3,4], [5,3] with ids [1,2]: need [V,d], "
                     "[V,d], [V,dv] and B, T >= 1");
+    /* v must share q's leading dimensions and k's Tk; the heads must divide D */
+    qkv_tensor *k = tensor_of(3, (const int[]){2, 5, 4}, NULL, 0);
+    qkv_tensor *v_batch = tensor_of(3, (const int[]){3, 5, 6}, NULL, 0);
+    qkv_tensor *v_tk = tensor_of(3, (const int[]){2, 6, 7}, NULL, 0);
+    qkv_tensor *x6 = tensor_of(3, (const int[]){2, 3, 6}, NULL, 0);
+    EXPECT_ERROR_ON(t, qkv_attention(t, a, k, v_batch, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "attention: q [2,3,4], k [2,5,4], v [3,5,6]: need [...,Tq,d], [...,Tk,d] and "
+                    "[...,Tk,dv] with the same leading dimensions");
+    EXPECT_ERROR_ON(t, qkv_attention(t, a, k, v_tk, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "attention: q [2,3,4], k [2,5,4], v [2,6,7]: need [...,Tq,d], [...,Tk,d] and "
+                    "[...,Tk,dv] with the same leading dimensions");
+    EXPECT_ERROR_ON(t, qkv_attention_heads(t, x6, 4, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "attention_heads: x [2,3,6], heads 4: need [B,T,3D] with D a multiple of "
+                    "the heads");
+    /* an id is checked against the shortest table, here v's 2 rows */
+    qkv_tensor *wv = tensor_of(2, (const int[]){2, 3}, NULL, 0);
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, wv, (const int[]){1, 4}, 1, 2, NULL, 1, NULL),
+                    QKV_ERR_ARG,
+                    "embed_attention: id 4 at position 1 is outside [0,2) of the tables");
+    qkv_tensor_free(k);
+    qkv_tensor_free(v_batch);
+    qkv_tensor_free(v_tk);
+    qkv_tensor_free(x6);
+    qkv_tensor_free(wv);
     qkv_tensor_free(a);
     qkv_tensor_free(b);
     qkv_tensor_free(w);
