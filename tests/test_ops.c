@@ -208,6 +208,23 @@ START_TEST(test_rnn_scan_by_hand)
     ck_assert(qkv_rnn_scan(f.t, xw, c, h0, 1) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(f.t),
                      "rnn_scan: xw [3,1,2] must be [T,B,H], W_h [3,1,2] [H,H] and h0 [1,2] [B,H]");
+    /* nor a W_h that is not square, nor an h0 of another batch size */
+    qkv_tensor *wide = tensor_of(2, (const int[]){3, 2}, NULL, 0);
+    qkv_tensor *h0b = tensor_of(2, (const int[]){2, 2}, NULL, 0);
+    EXPECT_ERROR_ON(f.t, qkv_rnn_scan(f.t, xw, wide, h0, 1), QKV_ERR_SHAPE,
+                    "rnn_scan: xw [3,1,2] must be [T,B,H], W_h [3,2] [H,H] and h0 [1,2] [B,H]");
+    EXPECT_ERROR_ON(f.t, qkv_rnn_scan(f.t, xw, wh, h0b, 1), QKV_ERR_SHAPE,
+                    "rnn_scan: xw [3,1,2] must be [T,B,H], W_h [2,2] [H,H] and h0 [2,2] [B,H]");
+    /* T·B = 2^31 rows overflow the int depth of dW_h's product: refused
+     * before anything is read or allocated, so xw is only described */
+    qkv_real one = 0;
+    qkv_tensor huge = {&one, NULL, (size_t)1 << 31, 3, {1 << 16, 1 << 15, 1, 1}, 0};
+    qkv_tensor *w1 = tensor_of(2, (const int[]){1, 1}, NULL, 0);
+    EXPECT_ERROR_ON(f.t, qkv_rnn_scan(f.t, &huge, w1, NULL, 1), QKV_ERR_SHAPE,
+                    "rnn_scan: T·B = 2147483648 rows is too many");
+    qkv_tensor_free(wide);
+    qkv_tensor_free(h0b);
+    qkv_tensor_free(w1);
     fx_free(&f);
 }
 END_TEST
