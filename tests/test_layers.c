@@ -730,6 +730,11 @@ START_TEST(test_layers_refuse_bad_shapes)
     qkv_tensor *pad = qkv_tape_tensor(t, 2, (const int[]){3, 2}, 0);
     ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [3,2] must be [2,3]");
+    qkv_tape_reset(t); /* one row of the right length for two items is refused too */
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
+    pad = qkv_tape_tensor(t, 2, (const int[]){1, 3}, 0);
+    ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [1,3] must be [2,3]");
     qkv_tape_reset(t);
     x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 6}, 0);
     qkv_mha_parts parts;
