@@ -41,6 +41,17 @@ START_TEST(test_bad_shapes_give_nil_not_null)
     /* 2^31-1 cubed overflows size_t on 64-bit machines too (after sizeof) */
     ck_assert(qkv_tensor_new(3, (const int[]){INT32_MAX, INT32_MAX, INT32_MAX}, 0, NULL) ==
               qkv_nil());
+    /* 2·(2^31-1)² ≈ 9.2e18 values fit a 64-bit size_t, but not their bytes
+     * (4 or 8 each): the count alone must not pass, and a tape tensor of
+     * that shape is refused, naming it */
+    size_t n = 0;
+    const int big[3] = {INT32_MAX, INT32_MAX, 2};
+    ck_assert_int_eq(qkv_shape_numel(3, big, &n), QKV_ERR_NOMEM);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    ck_assert(qkv_tape_tensor(t, 3, big, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "tensor: the size of the shape [2147483647,2147483647,2] overflows");
+    qkv_tape_free(t);
     ck_assert(qkv_tensor_is_nil(qkv_nil()));
     ck_assert(qkv_tensor_is_nil(NULL));
     ck_assert_uint_eq(qkv_nil()->numel, 0);
@@ -68,6 +79,13 @@ START_TEST(test_shape_str_and_set)
     ck_assert_int_eq(qkv_tensor_set(t, v, 31), QKV_ERR_SHAPE);
     ck_assert_int_eq(qkv_tensor_set(t, v, 32), QKV_OK);
     ck_assert(t->data[5] == 2.5f);
+    /* the same sizes with another ndim are another shape */
+    qkv_tensor *u = qkv_tensor_new(3, (const int[]){4, 8, 1}, 0, NULL);
+    qkv_tensor *w = qkv_tensor_new(2, (const int[]){4, 8}, 0, NULL);
+    ck_assert(!qkv_tensor_same_shape(t, u) && !qkv_tensor_same_shape(u, t));
+    ck_assert(qkv_tensor_same_shape(t, w));
+    qkv_tensor_free(u);
+    qkv_tensor_free(w);
     qkv_tensor_free(t);
 }
 END_TEST
