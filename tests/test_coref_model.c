@@ -22,6 +22,23 @@ START_TEST(test_model_weights_follow_cpython_normalvariate)
     qkv_coref_config bad = c;
     bad.d_k = 0;
     ck_assert_ptr_null(qkv_coref_model_new(&bad, NULL));
+    /* the edges of the config: d_k up to QKV_COREF_MAX_DK and no further;
+     * init_std 0 (every query, key and value weight 0) is valid */
+    qkv_coref_config edge = c;
+    edge.d_k = QKV_COREF_MAX_DK;
+    qkv_coref_model *wide = qkv_coref_model_alloc(&edge, NULL);
+    ck_assert_ptr_nonnull(wide);
+    qkv_coref_model_free(wide);
+    edge.d_k = QKV_COREF_MAX_DK + 1;
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(qkv_coref_model_alloc(&edge, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    edge = c;
+    edge.init_std = 0;
+    qkv_coref_model *flat = qkv_coref_model_new(&edge, NULL);
+    ck_assert_ptr_nonnull(flat);
+    ck_assert(flat->wq->data[0] == 0 && flat->wv->data[47] == 0);
+    qkv_coref_model_free(flat);
     qkv_coref_model_free(m);
     qkv_coref_model_free(NULL);
 }
