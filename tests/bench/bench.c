@@ -143,6 +143,9 @@ static void bench_matmul(void)
     sgemm_fn blas = load_openblas();
     const char *impls[] = {"portable", "avx2", "avx512"};
     const char *chosen = qkv_kernels_name(); /* QKV_KERNELS, restored after each size */
+    /* best/blas is of the sets up to the one in use: QKV_KERNELS=avx2 stands
+     * in for a CPU without AVX-512, whose OpenBLAS kernel is Haswell's */
+    const int top = strcmp(chosen, "portable") == 0 ? 0 : strcmp(chosen, "avx2") == 0 ? 1 : 2;
     printf(
         "Matmul GFLOP/s (square n×n·n×n, float32, one thread; qkv auto = %s; OpenBLAS core %s)\n",
         qkv_kernels_name(), blas_core);
@@ -169,7 +172,8 @@ static void bench_matmul(void)
                 continue;
             }
             double g = flop / median_time(mm_qkv, &x, 5, 0.1) / 1e9;
-            best = fmax(best, g);
+            if (i <= top)
+                best = fmax(best, g);
             snprintf(name, sizeof name, "qkv_%s_%d", impls[i], n);
             record("matmul", name, g, "GFLOP/s");
             printf(" %*.2f", i == 0 ? 10 : 8, g);
