@@ -213,10 +213,10 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
     printf("\n‖∂L/∂h_{p-j}‖ against the steps back j, for a sentence of %d tokens (the pronoun "
            "p = %d);\nslope: least squares of ln‖∂L/∂h_{p-j}‖ over j = 1..%d\n\n",
            o->length, c->k + QKV_DISTANCE_BASE, c->k + QKV_DISTANCE_BASE);
-    /* ‖ is one column but three bytes: pad the last header by columns */
-    static const char gain[] = "‖g_p‖/‖g_1‖";
-    printf("%-12s %-7s %8s %12s %12s %12s %*s\n", "model", "act", "rho", "slope", "ln rho",
-           "slope/ln rho", 16 + (int)strlen(gain) - cli_text_width(gain), gain);
+    printf("%-12s %-7s %8s %12s %12s %12s ", "model", "act", "rho", "slope", "ln rho",
+           "slope/ln rho");
+    cli_print_right(stdout, "‖g_p‖/‖g_1‖", 16); /* ‖: one column, three bytes */
+    printf("\n");
     static const char *acts[2] = {"linear", "tanh"};
     for (int a = 0; a < 2 && rc == CLI_OK; a++)
         for (int i = 0; i < nr && rc == CLI_OK; i++) {

@@ -138,8 +138,11 @@ void cli_mean_sd(const double *x, int n, double *mean, double *sd);
  * full-width forms count 2, other characters 1. */
 int cli_text_width(const char *s);
 
-/* Prints s left-aligned in a field of `width` columns (by display width). */
+/* Prints s left-aligned (padded) or right-aligned (right) in a field of
+ * `width` columns, by display width: printf's widths count bytes, and Σ,
+ * ‖ or a Chinese character is one or two columns of two or three bytes. */
 void cli_print_padded(FILE *out, const char *s, int width);
+void cli_print_right(FILE *out, const char *s, int width);
 
 /* Subcommands. */
 int cmd_demo(int argc, char **argv);

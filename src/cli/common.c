@@ -462,6 +462,13 @@ void cli_print_padded(FILE *out, const char *s, int width)
         fputc(' ', out);
 }
 
+void cli_print_right(FILE *out, const char *s, int width)
+{
+    for (int pad = width - cli_text_width(s); pad > 0; pad--)
+        fputc(' ', out);
+    fputs(s, out);
+}
+
 /* path as the file it will be once the directories on its way exist, in
  * out (len bytes): the part that exists resolved by realpath (symbolic
  * links and ".." followed), the rest appended a component at a time, a

@@ -210,19 +210,18 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
                 width[col] = cli_text_width(both[d][col]);
         }
     }
+    /* the last column unpadded: no trailing spaces */
     printf("%5s", "d_k");
-    for (int col = 0; col < 4; col++)
-        printf("  %-*s", width[col], heads[col]);
-    printf("  %s", heads[4]);
+    for (int col = 0; col < 5; col++) {
+        printf("  ");
+        cli_print_padded(stdout, heads[col], col < 4 ? width[col] : 0);
+    }
     printf("\n");
     for (int d = 0; d < ndk; d++) {
         printf("%5d", dks[d]);
         for (int col = 0; col < 5; col++) {
-            const char *c = both[d][col];
-            if (col < 4)
-                printf("  %-*s", width[col] + (int)strlen(c) - cli_text_width(c), c);
-            else
-                printf("  %s", c);
+            printf("  ");
+            cli_print_padded(stdout, both[d][col], col < 4 ? width[col] : 0);
         }
         printf("\n");
     }

@@ -120,11 +120,11 @@ static int parse_bases(const char *s, double *base, char (*label)[16])
     }
 }
 
-/* Prints " " and s right-aligned in a field of width columns: printf's
- * widths count bytes, and Σ or ∂ take two bytes for one column. */
+/* Prints " " and s right-aligned in a field of width columns. */
 static void print_right(const char *s, int width)
 {
-    printf(" %*s", width + (int)strlen(s) - cli_text_width(s), s);
+    putchar(' ');
+    cli_print_right(stdout, s, width);
 }
 
 static int argmax(const double *x, int n)

@@ -200,9 +200,9 @@ static int parse_literal(parser *p, const char *word, qkv_json_kind kind)
     return t;
 }
 
-/* Orders decoded keys for the duplicate check. */
-/* By name, then by place (the keys point into one buffer in the object's
- * order), so a repeated key's places come out in order. */
+/* Orders decoded keys for the duplicate check: by name, then by place
+ * (the keys point into one buffer in the object's order), so a repeated
+ * key's places come out in order. */
 static int cmp_keys(const void *a, const void *b)
 {
     const char *x = *(char *const *)a, *y = *(char *const *)b;

@@ -112,6 +112,13 @@ static size_t char_len(unsigned char c)
     return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
 }
 
+/* Nonzero if s starts with the ideographic (full-width) space U+3000,
+ * which a Chinese input method types: 3 bytes. */
+static int wide_space(const char *s)
+{
+    return strncmp(s, "\u3000", 3) == 0;
+}
+
 /* The longest vocabulary word that starts at s, or -1. */
 static int longest_match(const char *s, size_t *len)
 {
@@ -151,7 +158,7 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
             i++;
             continue;
         }
-        if (strncmp(text + i, "\u3000", 3) == 0) { /* the ideographic (full-width) space */
+        if (wide_space(text + i)) {
             i += 3;
             continue;
         }
@@ -160,7 +167,7 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
         if (id < 0) {
             /* quote the run of characters up to the next known word or space */
             size_t end = i + char_len((unsigned char)text[i]);
-            while (end < total && text[end] != ' ' && strncmp(text + end, "\u3000", 3) != 0 &&
+            while (end < total && text[end] != ' ' && !wide_space(text + end) &&
                    longest_match(text + end, &len) < 0)
                 end += char_len((unsigned char)text[end]);
             /* whole characters, as many as fit; a quote or backslash in
