@@ -175,8 +175,7 @@ QKV_ALWAYS_INLINE __m256 tanh8(__m256 x)
     __m256 w = _mm256_min_ps(SET1(VM_TANH_CAP), _mm256_add_ps(ax, ax)); /* NaN stays */
     __m256 k = _mm256_round_ps(_mm256_mul_ps(w, SET1(VM_LOG2E)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), w);
-    r = _mm256_fnmadd_ps(k, SET1(VM_LN2_LO), r);
+    __m256 r = _mm256_fnmadd_ps(k, SET1(VM_LN2_HI), w); /* exact; ln 2's low part left out */
     __m256 tk = pow2_8(k);
     __m256 e = _mm256_fmadd_ps(expm1_poly8(r), tk, _mm256_sub_ps(tk, SET1(1.0f)));
     __m256 y = _mm256_div_ps(e, _mm256_add_ps(e, SET1(2.0f)));
