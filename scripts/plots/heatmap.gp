@@ -22,6 +22,11 @@ set view map
 # left the PNG blank, and gnuplot reads no 1x1 matrix, so its one row is
 # read as plain CSV and drawn as one box
 tokens = int(system("head -n 1 '".infile."' | awk -F, '{ print NF - 1 }'"))
+# past about 20 columns the slanted key labels run into each other: stand
+# them upright, and past 30 shrink them and the numbers in the cells
+cellfont = ",9"
+if (tokens > 20) { set xtics rotate by -90 nomirror }
+if (tokens > 30) { set xtics font ",10"; set ytics font ",10"; cellfont = ",7" }
 if (tokens == 1) {
     set xrange [-0.5:0.5]
     set yrange [-0.5:0.5] reverse
@@ -30,10 +35,10 @@ if (tokens == 1) {
     plot infile skip 1 using (0):(0):(0.5):(0.5):2 with boxxy fs solid fc palette notitle, \
          infile skip 1 \
             using (0):(0):($2 > 0.05 ? sprintf("%.2f", $2) : ""):($2 > 0.5 ? 0xffffff : 0xcc0000) \
-            with labels font ",9" tc rgb variable notitle
+            with labels font cellfont tc rgb variable notitle
 } else {
     plot infile matrix rowheaders columnheaders using 1:2:3 with image, \
          infile matrix rowheaders columnheaders \
             using 1:2:($3 > 0.05 ? sprintf("%.2f", $3) : ""):($3 > 0.5 ? 0xffffff : 0xcc0000) \
-            with labels font ",9" tc rgb variable
+            with labels font cellfont tc rgb variable
 }
