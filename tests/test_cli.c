@@ -326,6 +326,75 @@ START_TEST(test_distance_is_the_same_on_any_number_of_jobs)
 }
 END_TEST
 
+/* The steps-to-90% table: a cell is the mean steps_to_90 over the seeds
+ * whose run reached 90% validation accuracy, followed by "(n/N)" when only
+ * n of the N seeds did, and "-" when none did. Each cell is checked against
+ * the rows of runs.csv. 30 steps leave attention short of 90% on two of
+ * the four seeds at both distances. */
+START_TEST(test_distance_steps_to_90_counts_the_seeds_that_got_there)
+{
+    static const char *models[] = {"attention", "rnn"};
+    enum { SEEDS = 4, ND = 2 };
+    char *out;
+    int rc = run("distance --quiet --models attention,rnn --distances 0,2 --seeds 4 --steps 30 "
+                 "--eval-every 5 --out d",
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/d/runs.csv", tmp);
+    char *csv = slurp_path(path);
+    const char *table = strstr(out, "Steps to 90% validation accuracy");
+    ck_assert_msg(table != NULL, "%s", out);
+    int partial = 0; /* cells where some seeds, not all, got there */
+    for (int i = 0; i < 2; i++) {
+        double dist[16], steps[16];
+        int n = csv_column(csv, "model", models[i], "distance", dist, 16);
+        ck_assert_int_eq(csv_column(csv, "model", models[i], "steps_to_90", steps, 16), n);
+        char key[16];
+        snprintf(key, sizeof key, "\n%s ", models[i]);
+        const char *row = strstr(table, key);
+        ck_assert_msg(row != NULL, "no %s row in\n%s", models[i], table);
+        row++;
+        ck_assert_msg(strcspn(row, "\n") == 18 + 12 * ND, "%s", table);
+        for (int d = 0; d < ND; d++) {
+            int seeds = 0, got = 0;
+            double sum = 0;
+            for (int r = 0; r < n; r++)
+                if (dist[r] == 2 * d) {
+                    seeds++;
+                    if (steps[r] >= 0)
+                        sum += steps[r], got++;
+                }
+            ck_assert_int_eq(seeds, SEEDS);
+            /* the row: "%-10s %7s", then " %11s" per distance */
+            char cell[12];
+            memcpy(cell, row + 18 + 12 * d + 1, 11);
+            cell[11] = '\0';
+            const char *c = cell + strspn(cell, " ");
+            if (got == 0) {
+                ck_assert_msg(strcmp(c, "-") == 0, "%s at %d: '%s', none got there", models[i],
+                              2 * d, c);
+                continue;
+            }
+            double mean = -1;
+            int k = -1, of = -1, f = sscanf(c, "%lf (%d/%d)", &mean, &k, &of);
+            if (got < seeds) {
+                partial++;
+                ck_assert_msg(f == 3 && k == got && of == seeds, "%s at %d: '%s', expected (%d/%d)",
+                              models[i], 2 * d, c, got, seeds);
+            } else
+                ck_assert_msg(f == 1 && strchr(c, '(') == NULL, "%s at %d: '%s', all got there",
+                              models[i], 2 * d, c);
+            ck_assert_msg(fabs(mean - sum / got) <= 0.5, "%s at %d: '%s', mean %g", models[i],
+                          2 * d, c, sum / got);
+        }
+    }
+    ck_assert_msg(partial > 0, "no cell has some seeds short of 90%%:\n%s", table);
+    free(csv);
+    free(out);
+}
+END_TEST
+
 /* ablate's runs in worker processes: the same report and files, curves
  * included (each run's curve travels back with its result). */
 START_TEST(test_ablate_is_the_same_on_any_number_of_jobs)
@@ -2053,6 +2122,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_resolve_lists_the_words_it_knows);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);
+    tcase_add_test(tc, test_distance_steps_to_90_counts_the_seeds_that_got_there);
     tcase_add_test(tc, test_ablate_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
