@@ -506,6 +506,34 @@ START_TEST(test_backward_from_another_tapes_loss_is_refused)
 }
 END_TEST
 
+/* A loss recorded before qkv_tape_reset is no longer on the tape: its
+ * nodes are forgotten, so backward would leave every parameter's gradient
+ * as it was and report success. It is refused instead, as a loss from
+ * another tape is. */
+START_TEST(test_backward_from_a_loss_recorded_before_reset_is_refused)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    qkv_tensor *l = qkv_sum(t, qkv_mul(t, w, w));
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, l), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "before the last qkv_tape_reset"));
+    ck_assert(w->grad[0] == 0 && w->grad[1] == 0);
+    qkv_tape_reset(t);
+    const qkv_real dy[1] = {1};
+    ck_assert_int_eq(qkv_backward_from(t, l, dy, 1), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "before the last qkv_tape_reset"));
+    /* recorded again after the reset, it works: d(w0² + w1²) = 2w */
+    qkv_tape_reset(t);
+    l = qkv_sum(t, qkv_mul(t, w, w));
+    ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+    ASSERT_NEAR(w->grad[0], 2, 0);
+    ASSERT_NEAR(w->grad[1], 4, 0);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -598,6 +626,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);
     tcase_add_test(tc, test_backward_from_another_tapes_loss_is_refused);
+    tcase_add_test(tc, test_backward_from_a_loss_recorded_before_reset_is_refused);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -100,7 +100,8 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n);
  * recorded after the loss, say) are skipped, and their gradients read as
  * zero. Call it at most once per recording. Returns the tape status, or
  * QKV_ERR_ARG if loss is not such a scalar (or is a view of a tensor made
- * elsewhere, whose gradient it would overwrite). */
+ * elsewhere, whose gradient it would overwrite, or was made before the
+ * last qkv_tape_reset). */
 qkv_status qkv_backward(qkv_tape *t, qkv_tensor *loss);
 
 /* Backpropagates from any tensor y made on this tape while recording,

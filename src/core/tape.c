@@ -312,6 +312,25 @@ qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *mai
     return qkv_tape_record(t, &op_output, extra, 1, &main);
 }
 
+/* x's gradient header, or NULL when x has no lazily filled gradient. */
+static grad_hdr *hdr_of(const qkv_tensor *x)
+{
+    if (x == NULL || x->grad == NULL || !(x->flags & QKV_TENSOR_LAZY_GRAD))
+        return NULL;
+    return (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
+}
+
+/* Nonzero if h is the header of a gradient made since the last reset. A
+ * tensor kept from before a reset points into memory the tape still owns,
+ * so in_arena alone cannot tell. */
+static int live_grad(const qkv_tape *t, const grad_hdr *h)
+{
+    for (const grad_hdr *g = t->grads; g != NULL; g = g->next)
+        if (g == h)
+            return 1;
+    return 0;
+}
+
 /* Checks that backward may start from y (n values of seed); records why
  * not. */
 static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y, size_t n)
@@ -332,6 +351,11 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
     if (!in_arena(t, y->grad)) /* its nodes, if any, are on that tape */
         return qkv_tape_fail(t, QKV_ERR_ARG,
                              "%s: the tensor must be made on this tape, not another one", name);
+    if (!live_grad(t, hdr_of(y))) /* its nodes are forgotten */
+        return qkv_tape_fail(t, QKV_ERR_ARG,
+                             "%s: the tensor was made before the last qkv_tape_reset; record "
+                             "it again",
+                             name);
     if (y->numel != n) {
         char sy[64];
         qkv_shape_str(y, sy, sizeof sy);
@@ -344,14 +368,6 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
                              "again",
                              name);
     return QKV_OK;
-}
-
-/* x's gradient header, or NULL when x has no lazily filled gradient. */
-static grad_hdr *hdr_of(const qkv_tensor *x)
-{
-    if (x == NULL || x->grad == NULL || !(x->flags & QKV_TENSOR_LAZY_GRAD))
-        return NULL;
-    return (grad_hdr *)(void *)((unsigned char *)x->grad - GRAD_HDR);
 }
 
 /* Zero-fills the gradient behind h if nothing has filled it yet. */
