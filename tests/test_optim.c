@@ -190,6 +190,23 @@ START_TEST(test_bad_configs_are_refused)
         ck_assert_str_eq(err.message, which == 0 ? "optim: momentum must be in [0, 1)"
                                                  : "optim: beta1 and beta2 must be in [0, 1)");
     }
+    /* Adam with eps 0 divides 0 by 0 for every weight whose gradient has
+     * been 0 so far (m = v = 0: an embedding row no batch has used), and
+     * the step wrote NaN into it and returned QKV_OK; it is refused. SGD
+     * does not use eps. */
+    for (int kind = QKV_ADAM; kind <= QKV_ADAMW; kind++) {
+        c = qkv_optim_defaults((qkv_optim_kind)kind);
+        c.eps = 0;
+        qkv_error err = qkv_error_none();
+        ck_assert_ptr_null(qkv_optim_new(&c, &p, 1, &err));
+        ck_assert_int_eq(err.status, QKV_ERR_ARG);
+        ck_assert_str_eq(err.message, "optim: Adam's eps must be above 0");
+    }
+    c = qkv_optim_defaults(QKV_SGD);
+    c.eps = 0;
+    qkv_optim *sgd = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_ptr_nonnull(sgd);
+    qkv_optim_free(sgd);
     qkv_optim_kind k;
     ck_assert_int_eq(qkv_optim_parse("adamw", &k), 0);
     ck_assert_int_eq(k, QKV_ADAMW);

@@ -21,7 +21,7 @@ typedef struct qkv_optim_config {
     double lr;           /* finite, >= 0 (0 moves nothing, as in PyTorch) */
     double momentum;     /* SGD: v = μ·v + g; p -= lr·v (0 = plain SGD) */
     double beta1, beta2; /* Adam(W) moment decay, e.g. 0.9 and 0.999 */
-    double eps;          /* Adam(W) denominator guard, e.g. 1e-8 */
+    double eps;          /* Adam(W) denominator guard, > 0, e.g. 1e-8 */
     double weight_decay; /* SGD/Adam: g += wd·p; AdamW: p -= lr·wd·p (decoupled) */
     double clip;         /* clip the global gradient norm to this; 0 = off */
 } qkv_optim_config;
@@ -36,7 +36,8 @@ qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind);
 /* Makes an optimizer for n parameters (not owned; they must outlive it;
  * each needs a gradient buffer, and may be listed once). Returns NULL with
  * the reason in err for a bad config (a negative rate, an eps, decay or
- * clip below 0, any of them not finite, a momentum or beta outside [0, 1))
+ * clip below 0, any of them not finite, an eps of 0 for Adam or AdamW, a
+ * momentum or beta outside [0, 1))
  * or parameter (nil, no gradient, listed twice: QKV_ERR_ARG) or when
  * memory runs out (QKV_ERR_NOMEM). */
 qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n, qkv_error *err);

@@ -59,6 +59,8 @@ static const char *bad_config(const qkv_optim_config *c)
     if (!(c->eps >= 0) || !(c->weight_decay >= 0) || !(c->clip >= 0) || !isfinite(c->eps) ||
         !isfinite(c->weight_decay) || !isfinite(c->clip))
         return "eps, weight decay and clip must be finite and >= 0";
+    if (c->kind != QKV_SGD && c->eps == 0) /* 0/0 where no gradient has come yet */
+        return "Adam's eps must be above 0";
     return NULL;
 }
 
