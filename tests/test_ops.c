@@ -469,7 +469,22 @@ START_TEST(test_errors_name_the_op_and_shapes)
     /* ids of 4 dimensions would make a 5-D output; a negative row index is
      * outside [0,T) too */
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 4, (const int[]){1, 1, 1, 1}), QKV_ERR_SHAPE,
-                 "gather: table [5,3] must be [V,D] and the ids 1 to 3 dimensions");
+                 "gather: table [5,3], ids [1,1,1,1]: need a table [V,D] and ids of 1 to 3 "
+                 "dimensions, each at least 1");
+    /* the message names the ids' shape, which the table's alone did not:
+     * "table [5,3] must be [V,D]" blamed a table that was right */
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 2, (const int[]){1, -2}), QKV_ERR_SHAPE,
+                 "gather: table [5,3], ids [1,-2]: need a table [V,D] and ids of 1 to 3 "
+                 "dimensions, each at least 1");
+    EXPECT_ERROR(qkv_gather(f.t, w, NULL, 1, (const int[]){2}), QKV_ERR_SHAPE,
+                 "gather: table [5,3], ids [2] with no ids (NULL): need a table [V,D] and ids of "
+                 "1 to 3 dimensions, each at least 1");
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 1, NULL), QKV_ERR_SHAPE,
+                 "gather: table [5,3], ids none (NULL): need a table [V,D] and ids of 1 to 3 "
+                 "dimensions, each at least 1");
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 9, (const int[]){1}), QKV_ERR_SHAPE,
+                 "gather: table [5,3], ids of 9 dimensions: need a table [V,D] and ids of 1 to "
+                 "3 dimensions, each at least 1");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, (const int[]){-1, 0}), QKV_ERR_ARG,
                  "pick_rows: index -1 for item 0 is outside [0,3) of [2,3,4]");
     /* a 3-D b under a 4-D a is neither shared [k,n] nor of a's batch
