@@ -212,6 +212,11 @@ START_TEST(test_bad_configs_are_refused)
     ck_assert_int_eq(k, QKV_ADAMW);
     ck_assert_int_eq(qkv_optim_parse("rmsprop", &k), -1);
     ck_assert_str_eq(qkv_optim_name(QKV_SGD), "sgd");
+    ck_assert_str_eq(qkv_optim_name(QKV_ADAM), "adam");
+    ck_assert_str_eq(qkv_optim_name(QKV_ADAMW), "adamw");
+    /* a kind qkv_optim_new refuses as unknown is not named "adamw" */
+    ck_assert_str_eq(qkv_optim_name((qkv_optim_kind)7), "unknown");
+    ck_assert_str_eq(qkv_optim_name((qkv_optim_kind)-1), "unknown");
     qkv_optim_free(NULL);
     qkv_tensor_free(p);
     qkv_tensor_free(nograd);

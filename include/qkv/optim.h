@@ -92,6 +92,8 @@ double qkv_lr_warmup_cosine(long step, long warmup, long total, double lr_max, d
 
 /* Parses "sgd", "adam" or "adamw"; returns 0 and sets *kind, or -1. */
 int qkv_optim_parse(const char *name, qkv_optim_kind *kind);
+
+/* The name qkv_optim_parse reads, or "unknown" for another value. */
 const char *qkv_optim_name(qkv_optim_kind kind);
 
 #ifdef __cplusplus

@@ -227,7 +227,10 @@ int qkv_optim_parse(const char *name, qkv_optim_kind *kind)
 
 const char *qkv_optim_name(qkv_optim_kind kind)
 {
-    return kind == QKV_SGD ? "sgd" : kind == QKV_ADAM ? "adam" : "adamw";
+    return kind == QKV_SGD     ? "sgd"
+           : kind == QKV_ADAM  ? "adam"
+           : kind == QKV_ADAMW ? "adamw"
+                               : "unknown";
 }
 
 double qkv_optim_lr(const qkv_optim *o)
