@@ -46,8 +46,13 @@ START_TEST(test_a_list_holds_named_parameters)
     ck_assert_ptr_eq(qkv_params_tensors(p)[2], e);
     /* decay: weights and embeddings yes, biases no (GPT-2's rule) */
     ck_assert(qkv_params_decay(p, 0) && !qkv_params_decay(p, 1) && qkv_params_decay(p, 2));
-    qkv_params_set_decay(p, 2, 0);
+    ck_assert_int_eq(qkv_params_set_decay(p, 2, 0), QKV_OK);
     ck_assert(!qkv_params_decay(p, 2));
+    /* an index out of range is refused, and changes nothing */
+    ck_assert_int_eq(qkv_params_set_decay(p, 3, 0), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_params_set_decay(p, -1, 0), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_params_set_decay(NULL, 0, 0), QKV_ERR_ARG);
+    ck_assert(qkv_params_decay(p, 0) && !qkv_params_decay(p, 1) && !qkv_params_decay(p, 2));
     /* bad names and duplicates are refused, naming the problem */
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "layer.bias", 1, (const int[]){1}, ZEROS, &err)));
     ck_assert_str_eq(err.message, "params: 'layer.bias' is already in the list");

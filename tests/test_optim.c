@@ -48,7 +48,11 @@ START_TEST(test_sgd_weight_decay_by_hand)
     c.weight_decay = 0.1;
     qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
     ck_assert_ptr_nonnull(o);
-    qkv_optim_set_decay(o, 1, 0);
+    ck_assert_int_eq(qkv_optim_set_decay(o, 1, 0), QKV_OK);
+    /* an index out of range is refused (no parameter changes its decay) */
+    ck_assert_int_eq(qkv_optim_set_decay(o, 2, 0), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_set_decay(o, -1, 1), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_set_decay(NULL, 0, 1), QKV_ERR_ARG);
     /* step 1: g = 0.5 + 0.1·1 = 0.6, v = 0.6, p = 1 - 0.06 = 0.94 */
     ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
     ASSERT_NEAR(p->data[0], 0.94, 2 * REAL_EPS);

@@ -72,8 +72,9 @@ qkv_status qkv_optim_set_lr(qkv_optim *o, double lr);
 qkv_status qkv_optim_set_lr_scale(qkv_optim *o, int i, double scale);
 
 /* Whether parameter i (in the order given to qkv_optim_new) gets weight
- * decay; every parameter does unless switched off here. */
-void qkv_optim_set_decay(qkv_optim *o, int i, int on);
+ * decay; every parameter does unless switched off here. QKV_ERR_ARG (and
+ * no change) for an index out of range. */
+qkv_status qkv_optim_set_decay(qkv_optim *o, int i, int on);
 
 /* Steps taken, and the state kept for parameter i: which = 0 the first
  * moment (SGD: the velocity), which = 1 the second moment (NULL for SGD);

@@ -90,9 +90,10 @@ qkv_tensor **qkv_params_tensors(qkv_params *p);
 
 /* Whether parameter i gets weight decay; set it. An optimizer takes the
  * settings when qkv_params_optim makes it: later changes here do not reach
- * it (qkv_optim_set_decay does). */
+ * it (qkv_optim_set_decay does). The setter returns QKV_ERR_ARG (and
+ * changes nothing) for an index out of range. */
 int qkv_params_decay(const qkv_params *p, int i);
-void qkv_params_set_decay(qkv_params *p, int i, int on);
+qkv_status qkv_params_set_decay(qkv_params *p, int i, int on);
 
 /* Sets every gradient to zero. */
 void qkv_params_zero_grad(qkv_params *p);

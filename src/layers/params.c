@@ -217,10 +217,12 @@ int qkv_params_decay(const qkv_params *p, int i)
     return p != NULL && i >= 0 && i < p->n && p->items[i].decay;
 }
 
-void qkv_params_set_decay(qkv_params *p, int i, int on)
+qkv_status qkv_params_set_decay(qkv_params *p, int i, int on)
 {
-    if (p != NULL && i >= 0 && i < p->n)
-        p->items[i].decay = on != 0;
+    if (p == NULL || i < 0 || i >= p->n)
+        return QKV_ERR_ARG;
+    p->items[i].decay = on != 0;
+    return QKV_OK;
 }
 
 void qkv_params_zero_grad(qkv_params *p)

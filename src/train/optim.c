@@ -254,10 +254,12 @@ qkv_status qkv_optim_set_lr_scale(qkv_optim *o, int i, double scale)
     return QKV_OK;
 }
 
-void qkv_optim_set_decay(qkv_optim *o, int i, int on)
+qkv_status qkv_optim_set_decay(qkv_optim *o, int i, int on)
 {
-    if (o != NULL && i >= 0 && i < o->n)
-        o->decay[i] = on != 0;
+    if (o == NULL || i < 0 || i >= o->n)
+        return QKV_ERR_ARG;
+    o->decay[i] = on != 0;
+    return QKV_OK;
 }
 
 long qkv_optim_steps(const qkv_optim *o)
