@@ -180,6 +180,37 @@ START_TEST(test_gradcheck_reports_loss_errors)
 }
 END_TEST
 
+/* A check with no parameters compared nothing, so it may not pass; a step,
+ * floor or tolerance below 0 or not finite is refused, naming the knob
+ * (each tape fails once: errors are sticky). */
+START_TEST(test_gradcheck_refuses_bad_arguments)
+{
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){0.5, -1, 2}, 1);
+    qkv_gradcheck_result res;
+    static const struct {
+        int n;
+        double step, floor, tol;
+        const char *says;
+    } bad[] = {
+        {0, 0, 0, 0, "gradcheck: no parameters to check"},
+        {1, -1e-3, 0, 0, "gradcheck: the step -0.001 is not a finite number >= 0"},
+        {1, 0, -1, 0, "gradcheck: the floor -1 is not a finite number >= 0"},
+        {1, 0, 0, NAN, "gradcheck: the tolerance nan is not a finite number >= 0"},
+        {1, INFINITY, 0, 0, "gradcheck: the step inf is not a finite number >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        ck_assert_int_eq(qkv_gradcheck(t, lying_loss, x, &x, bad[i].n, bad[i].step, bad[i].floor,
+                                       bad[i].tol, &res),
+                         QKV_ERR_ARG);
+        ck_assert_msg(strncmp(qkv_tape_error(t), bad[i].says, strlen(bad[i].says)) == 0,
+                      "case %zu: %s", i, qkv_tape_error(t));
+        qkv_tape_free(t);
+    }
+    qkv_tensor_free(x);
+}
+END_TEST
+
 Suite *gradcheck_suite(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -190,6 +221,7 @@ Suite *gradcheck_suite(void)
     tcase_add_test(tc, test_gradcheck_restores_the_grad_setting);
     tcase_add_test(tc, test_grad_compare_uses_the_floor_and_fails_on_nan);
     tcase_add_test(tc, test_gradcheck_reports_loss_errors);
+    tcase_add_test(tc, test_gradcheck_refuses_bad_arguments);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -37,8 +37,10 @@ double qkv_gradcheck_default_tol(void);
  * 2·step) extrapolated to cancel the h² error in the double build. Their
  * values are restored afterwards, and so is the tape's gradient setting
  * (qkv_tape_set_grad); their gradients are left holding the analytic
- * gradient. step, floor and tol of 0 pick the defaults. Returns the
- * tape status if the loss function fails, QKV_ERR_ARG on bad arguments. */
+ * gradient. step, floor and tol of 0 pick the defaults; each must be
+ * finite and >= 0. Returns the tape status if the loss function fails,
+ * QKV_ERR_ARG on bad arguments (no parameters at all among them: a check
+ * that compared nothing would read as passed). */
 qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
                          double step, double floor, double tol, qkv_gradcheck_result *res);
 

@@ -149,6 +149,16 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **pa
         return qkv_tape_fail(t, QKV_ERR_ARG,
                              "gradcheck: needs a loss function, a result and "
                              "a parameter array");
+    if (nparams == 0) /* nothing compared would read as a pass */
+        return qkv_tape_fail(t, QKV_ERR_ARG, "gradcheck: no parameters to check");
+    const double knobs[3] = {step, floor, tol};
+    static const char *const knob_names[3] = {"step", "floor", "tolerance"};
+    for (int i = 0; i < 3; i++)
+        if (!(knobs[i] >= 0) || !isfinite(knobs[i]))
+            return qkv_tape_fail(t, QKV_ERR_ARG,
+                                 "gradcheck: the %s %g is not a finite number >= 0 (0 picks "
+                                 "the default)",
+                                 knob_names[i], knobs[i]);
     for (int p = 0; p < nparams; p++)
         if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
             return qkv_tape_fail(t, QKV_ERR_ARG,
