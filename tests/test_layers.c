@@ -936,7 +936,19 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_cell(t, &rnn, x[0], x[1]) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
-                     "rnn: the input projection [2,4] must be [B,4] and the state [2,3] [B,4]");
+                     "rnn: the input [2,3] must be [B,3] and the state [2,3] [B,4]");
+    qkv_tape_reset(t); /* the projected form names what it was given */
+    ck_assert(qkv_rnn_cell_projected(t, &rnn, x[0], NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "rnn: the input projection [2,3] must be [B,4] and the state none [B,4]");
+    qkv_tape_reset(t); /* the cells check x itself, before x·W_x */
+    ck_assert(qkv_lstm_cell(t, &lstm, xseq, NULL).h == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "lstm: the input [3,2,3] must be [B,3] and the state none, none [B,4] each");
+    qkv_tape_reset(t);
+    ck_assert(qkv_gru_cell(t, &gru, x[0], x[1]) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "gru: the input [2,3] must be [B,3] and the state [2,3] [B,4]");
     qkv_tape_reset(t);
     ck_assert(qkv_lstm_forward(t, &lstm, x[0], NULL, NULL).h == qkv_nil());
     ck_assert_str_eq(

@@ -86,6 +86,15 @@ static int check_step(qkv_tape *t, const char *what, const qkv_tensor *xw, int k
     return shapes_ok(t, what, "input projection", "B", xw, 2, kh, &h, 1, hidden, &batch);
 }
 
+/* Checks a cell's own input x [B, in] (in = W_x's rows) and its n states,
+ * before x·W_x, so that an error names x rather than the projection. */
+static int check_input(qkv_tape *t, const char *what, const qkv_tensor *x, const qkv_tensor *wx,
+                       const qkv_tensor *const *states, int n, int hidden)
+{
+    int batch;
+    return shapes_ok(t, what, "input", "B", x, 2, wx->shape[0], states, n, hidden, &batch);
+}
+
 /* Every step's x·W_x (+ b) of a sequence x [T,B,in] in one product, as
  * [T·B, cols] (step s at rows s·B), after checking x and the first states
  * (n of them); sets *steps and *batch. Records the error and returns nil
@@ -160,6 +169,9 @@ qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tenso
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    const qkv_tensor *hs[1] = {h};
+    if (!check_input(t, "rnn", x, r->wx, hs, 1, r->hidden))
+        return qkv_nil();
     return qkv_rnn_cell_projected(t, r, qkv_matmul(t, x, r->wx), h);
 }
 
@@ -232,6 +244,9 @@ qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, cons
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     }
+    const qkv_tensor *hc[2] = {s != NULL ? s->h : NULL, s != NULL ? s->c : NULL};
+    if (!check_input(t, "lstm", x, l->wx, hc, 2, l->hidden))
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     return qkv_lstm_cell_projected(t, l, qkv_matmul(t, x, l->wx), s);
 }
 
@@ -300,6 +315,9 @@ qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tenso
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    const qkv_tensor *hs[1] = {h};
+    if (!check_input(t, "gru", x, g->wx, hs, 1, g->hidden))
+        return qkv_nil();
     return qkv_gru_cell_projected(t, g, qkv_matmul(t, x, g->wx), h);
 }
 
