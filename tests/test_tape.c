@@ -534,6 +534,46 @@ START_TEST(test_backward_from_a_loss_recorded_before_reset_is_refused)
 }
 END_TEST
 
+/* A tensor kept across a reset (an RNN state carried into the next step)
+ * is refused by the next op that reads it, while its memory has not been
+ * handed out again; once the tape has recorded past it, it cannot be told
+ * from a live tensor (qkv_tape_is_stale says which is which). */
+START_TEST(test_an_op_refuses_a_tensor_kept_across_reset)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    qkv_tensor *h = qkv_tanh(t, qkv_mul(t, w, w));
+    qkv_tensor *v = qkv_reshape(t, h, 2, (const int[]){1, 2}); /* a view of it */
+    ck_assert(!qkv_tape_is_stale(t, h) && !qkv_tape_is_stale(t, v));
+    ck_assert(!qkv_tape_is_stale(t, w)); /* a heap tensor never is */
+    ck_assert(!qkv_tape_is_stale(t, qkv_nil()) && !qkv_tape_is_stale(NULL, h));
+    qkv_tape_reset(t);
+    ck_assert(qkv_tape_is_stale(t, h) && qkv_tape_is_stale(t, v));
+    ck_assert(qkv_tensor_is_nil(qkv_add(t, w, h))); /* as the second input */
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "add: an input was made on this tape before its last qkv_tape_reset; "
+                     "record it again, or keep it in a heap tensor (qkv_tensor_new)");
+    qkv_tape_reset(t);
+    ck_assert(qkv_tensor_is_nil(qkv_exp(t, v)));
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "exp: an input was made"));
+    /* recorded again, the same steps land on the same memory: live */
+    qkv_tape_reset(t);
+    qkv_tensor *h2 = qkv_tanh(t, qkv_mul(t, w, w));
+    ck_assert_ptr_eq(h2, h);
+    ck_assert(!qkv_tape_is_stale(t, h));
+    ck_assert(!qkv_tensor_is_nil(qkv_exp(t, h2)));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    /* another tape's tensor is not this tape's to judge */
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tensor *hu = qkv_tanh(u, w);
+    qkv_tape_reset(u);
+    ck_assert(qkv_tape_is_stale(u, hu) && !qkv_tape_is_stale(t, hu));
+    qkv_tape_free(u);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -627,6 +667,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);
     tcase_add_test(tc, test_backward_from_another_tapes_loss_is_refused);
     tcase_add_test(tc, test_backward_from_a_loss_recorded_before_reset_is_refused);
+    tcase_add_test(tc, test_an_op_refuses_a_tensor_kept_across_reset);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -123,6 +123,15 @@ size_t qkv_tape_nodes(const qkv_tape *t);
  * cannot be allocated. */
 qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length);
 
+/* Nonzero when x is a tape tensor made on t before its last reset whose
+ * memory the tape has not handed out again yet: a pointer kept across
+ * qkv_tape_reset (an RNN's state carried to the next step, say), which
+ * the next allocations would overwrite under it. The ops refuse such an
+ * input by name. One whose memory has been handed out again cannot be
+ * told from a live tensor: copy what must outlive a reset into a heap
+ * tensor (qkv_tensor_new). */
+int qkv_tape_is_stale(const qkv_tape *t, const qkv_tensor *x);
+
 /* Arena bytes in use now, and the most ever in use (the high-water mark). */
 size_t qkv_tape_bytes_used(const qkv_tape *t);
 size_t qkv_tape_high_water(const qkv_tape *t);

@@ -247,6 +247,21 @@ static int in_arena(const qkv_tape *t, const void *p)
     return 0;
 }
 
+int qkv_tape_is_stale(const qkv_tape *t, const qkv_tensor *x)
+{
+    if (t == NULL || x == NULL || x == qkv_nil())
+        return 0;
+    /* the blocks before the current one count as live: they may have a
+     * tail left unused, but nothing records how long */
+    const uintptr_t a = (uintptr_t)x;
+    for (int i = 0; i < t->n_blocks; i++) {
+        const uintptr_t lo = (uintptr_t)t->block[i];
+        if (a >= lo && a - lo < t->block_cap[i])
+            return i > t->cur || (i == t->cur && a - lo >= t->cur_used);
+    }
+    return 0;
+}
+
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in)
 {

@@ -15,6 +15,13 @@ int qkv_op_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv
                       op);
         return 0;
     }
+    if (qkv_tape_is_stale(t, a) || (b != NULL && qkv_tape_is_stale(t, b))) {
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "%s: an input was made on this tape before its last qkv_tape_reset; "
+                      "record it again, or keep it in a heap tensor (qkv_tensor_new)",
+                      op);
+        return 0;
+    }
     return 1;
 }
 
