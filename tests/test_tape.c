@@ -574,6 +574,48 @@ START_TEST(test_an_op_refuses_a_tensor_kept_across_reset)
 }
 END_TEST
 
+/* The inputs qkv_op_inputs_ok does not see are checked too, before the op
+ * allocates over them: attention's mask, a norm's gain and bias, and the
+ * padding mask of a multi-head attention layer. */
+START_TEST(test_a_mask_or_gain_kept_across_reset_is_refused)
+{
+    static const char says[] = "an input was made on this tape before its last qkv_tape_reset";
+    qkv_tensor *q = tensor_of(3, (const int[]){1, 2, 2}, (const double[]){0.1, 0.2, 0.3, 0.4}, 1);
+    for (int c = 0; c < 5; c++) {
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *m = qkv_tape_tensor(t, 2, (const int[]){2, 2}, 0);
+        qkv_tensor *g = qkv_tape_tensor(t, 1, (const int[]){2}, 1);
+        for (int i = 0; i < 4; i++)
+            m->data[i] = 0;
+        g->data[0] = g->data[1] = 1;
+        qkv_tape_reset(t);
+        qkv_tensor *y = c == 0   ? qkv_attention(t, q, q, q, m, 1, NULL)
+                        : c == 1 ? qkv_attention_online(t, q, q, q, m, 1, 0)
+                        : c == 2 ? qkv_layer_norm(t, q, g, NULL, 1e-5)
+                        : c == 3 ? qkv_layer_norm(t, q, NULL, g, 1e-5)
+                                 : qkv_rms_norm(t, q, g, 1e-5);
+        ck_assert_msg(qkv_tensor_is_nil(y), "case %d", c);
+        ck_assert_msg(strstr(qkv_tape_error(t), says) != NULL, "case %d: %s", c, qkv_tape_error(t));
+        qkv_tape_free(t);
+    }
+    /* and a padding mask handed to a multi-head attention layer */
+    qkv_params *p = qkv_params_new(1, NULL);
+    qkv_mha m;
+    ck_assert_int_eq(qkv_mha_init(&m, p, "mha", 2, 1, 0, NULL), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *pad = qkv_tape_tensor(t, 2, (const int[]){1, 2}, 0);
+    pad->data[0] = pad->data[1] = 0;
+    qkv_tape_reset(t);
+    ck_assert(qkv_tensor_is_nil(qkv_mha_forward(t, &m, q, pad, NULL)));
+    ck_assert_msg(strstr(qkv_tape_error(t), "the padding mask was made on this tape before") !=
+                      NULL,
+                  "%s", qkv_tape_error(t));
+    qkv_tape_free(t);
+    qkv_params_free(p);
+    qkv_tensor_free(q);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -668,6 +710,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_backward_from_another_tapes_loss_is_refused);
     tcase_add_test(tc, test_backward_from_a_loss_recorded_before_reset_is_refused);
     tcase_add_test(tc, test_an_op_refuses_a_tensor_kept_across_reset);
+    tcase_add_test(tc, test_a_mask_or_gain_kept_across_reset_is_refused);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -157,6 +157,12 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
  * causal is the layer's flag, or 0 when the op drops those keys itself. */
 static const qkv_tensor *mask_of(qkv_tape *t, int causal, int B, int T, const qkv_tensor *pad)
 {
+    if (qkv_tape_is_stale(t, pad)) {
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "mha: the padding mask was made on this tape before its last "
+                      "qkv_tape_reset; make it again, or keep it in a heap tensor");
+        return qkv_nil();
+    }
     if (pad != NULL &&
         (qkv_tensor_is_nil(pad) || pad->ndim != 2 || pad->shape[0] != B || pad->shape[1] != T)) {
         char sp[64];

@@ -423,13 +423,15 @@ static int attn_shapes_ok(const qkv_tensor *q, const qkv_tensor *k, const qkv_te
     return k->shape[n - 1] == q->shape[n - 1] && v->shape[n - 2] == k->shape[n - 2];
 }
 
-/* Clears parts, then checks the tape and that no input is nil. */
+/* Clears parts, then checks the tape, that no input is nil, and that no
+ * input or mask was kept across a reset. */
 static int attn_inputs_ok(qkv_tape *t, const char *name, const qkv_tensor *q, const qkv_tensor *k,
-                          const qkv_tensor *v, qkv_attention_parts *parts)
+                          const qkv_tensor *v, const qkv_tensor *mask, qkv_attention_parts *parts)
 {
     if (parts != NULL)
         parts->scores = parts->attn = qkv_nil();
-    return qkv_op_inputs_ok(t, name, q, k, 1) && qkv_op_inputs_ok(t, name, v, NULL, 0);
+    return qkv_op_inputs_ok(t, name, q, k, 1) && qkv_op_inputs_ok(t, name, v, NULL, 0) &&
+           qkv_op_fresh(t, name, mask);
 }
 
 /* Three shapes as text, for an error message. */
@@ -470,7 +472,7 @@ static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, in
                                    qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                                    const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
 {
-    if (!attn_inputs_ok(t, name, q, k, v, parts))
+    if (!attn_inputs_ok(t, name, q, k, v, mask, parts))
         return qkv_nil();
     if (!attn_shapes_ok(q, k, v)) {
         shapes3 n = shapes_of(q, k, v);
@@ -510,7 +512,7 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
                                 qkv_attention_parts *parts)
 {
     const char *name = "embed_attention";
-    if (!attn_inputs_ok(t, name, wq, wk, wv, parts))
+    if (!attn_inputs_ok(t, name, wq, wk, wv, mask, parts))
         return qkv_nil();
     if (wq->ndim != 2 || wk->ndim != 2 || wv->ndim != 2 || wq->shape[1] != wk->shape[1] ||
         ids == NULL || B < 1 || T < 1) {
@@ -543,7 +545,7 @@ static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, in
                                    qkv_tensor *x, int heads, const qkv_tensor *mask, double scale,
                                    qkv_attention_parts *parts)
 {
-    if (!attn_inputs_ok(t, name, x, x, x, parts))
+    if (!attn_inputs_ok(t, name, x, x, x, mask, parts))
         return qkv_nil();
     if (x->ndim != 3 || heads < 1 || x->shape[2] % 3 != 0 || (x->shape[2] / 3) % heads != 0) {
         char sx[64];

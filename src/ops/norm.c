@@ -47,7 +47,8 @@ static const qkv_op_def op_rms_norm = {"rms_norm", norm_backward, QKV_OP_CLAIMS_
 static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor *gamma,
                         qkv_tensor *beta, double eps, int center)
 {
-    if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
+    if (!qkv_op_inputs_ok(t, name, x, NULL, 0) || !qkv_op_fresh(t, name, gamma) ||
+        !qkv_op_fresh(t, name, beta))
         return qkv_nil();
     char sx[64], sp[64];
     qkv_shape_str(x, sx, sizeof sx);

@@ -15,14 +15,18 @@ int qkv_op_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv
                       op);
         return 0;
     }
-    if (qkv_tape_is_stale(t, a) || (b != NULL && qkv_tape_is_stale(t, b))) {
-        qkv_tape_fail(t, QKV_ERR_ARG,
-                      "%s: an input was made on this tape before its last qkv_tape_reset; "
-                      "record it again, or keep it in a heap tensor (qkv_tensor_new)",
-                      op);
-        return 0;
-    }
-    return 1;
+    return qkv_op_fresh(t, op, a) && qkv_op_fresh(t, op, b);
+}
+
+int qkv_op_fresh(qkv_tape *t, const char *op, const qkv_tensor *x)
+{
+    if (!qkv_tape_is_stale(t, x))
+        return 1;
+    qkv_tape_fail(t, QKV_ERR_ARG,
+                  "%s: an input was made on this tape before its last qkv_tape_reset; "
+                  "record it again, or keep it in a heap tensor (qkv_tensor_new)",
+                  op);
+    return 0;
 }
 
 int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b)

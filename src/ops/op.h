@@ -10,10 +10,16 @@
 #include "util/util.h"
 
 /* Nonzero when an op may run: the tape exists and has no error, and the
- * inputs are real tensors (b only if want_b). Records an error naming op
- * for a nil input. */
+ * inputs are real tensors (b only if want_b) and not kept across a reset
+ * (qkv_op_fresh). Records an error naming op for a nil or stale input. */
 int qkv_op_inputs_ok(qkv_tape *t, const char *op, const qkv_tensor *a, const qkv_tensor *b,
                      int want_b);
+
+/* Nonzero unless x (which may be NULL) is a tensor made on t before its
+ * last reset (qkv_tape_is_stale); records an error naming op if it is.
+ * For the inputs qkv_op_inputs_ok does not see, such as a mask or a
+ * norm's gain, checked before the op allocates anything. */
+int qkv_op_fresh(qkv_tape *t, const char *op, const qkv_tensor *x);
 
 /* Nonzero when a or b (which may be NULL) tracks a gradient. */
 int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b);
