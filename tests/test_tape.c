@@ -616,6 +616,28 @@ START_TEST(test_a_mask_or_gain_kept_across_reset_is_refused)
 }
 END_TEST
 
+/* A tape grown to several blocks: a tensor kept from a later block than
+ * the one being filled is stale, and refused, while the first block is
+ * still being refilled. */
+START_TEST(test_a_tensor_in_a_later_block_is_stale)
+{
+    qkv_tape *t = qkv_tape_new(4096, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){256}, NULL, 1);
+    qkv_tensor *h = w;
+    for (int i = 0; i < 8; i++) /* about 3 KB each: past the first block */
+        h = qkv_tanh(t, h);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert(!qkv_tape_is_stale(t, h));
+    qkv_tape_reset(t);
+    ck_assert(qkv_tape_is_stale(t, h));
+    ck_assert(!qkv_tensor_is_nil(qkv_tanh(t, w))); /* in the first block */
+    ck_assert(qkv_tensor_is_nil(qkv_tanh(t, h)));
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "before its last qkv_tape_reset"));
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -711,6 +733,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_backward_from_a_loss_recorded_before_reset_is_refused);
     tcase_add_test(tc, test_an_op_refuses_a_tensor_kept_across_reset);
     tcase_add_test(tc, test_a_mask_or_gain_kept_across_reset_is_refused);
+    tcase_add_test(tc, test_a_tensor_in_a_later_block_is_stale);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;
