@@ -638,6 +638,29 @@ START_TEST(test_a_tensor_in_a_later_block_is_stale)
 }
 END_TEST
 
+/* The tape leaves the end of a block unused when the next request does not
+ * fit in it; a tensor kept from before the reset in that end is stale
+ * too. x0 and x (no gradient: a struct of 64 bytes and data of 64 each)
+ * sit at offsets 0 and 128 of the first block; after the reset, big's
+ * struct takes offset 0 and its 8000 bytes of data move to a new block,
+ * so only the first 64 bytes of the first block are in use. */
+START_TEST(test_a_tensor_in_a_blocks_unused_end_is_stale)
+{
+    qkv_tape *t = qkv_tape_new(4096, NULL);
+    qkv_tensor *x0 = qkv_tape_tensor(t, 1, (const int[]){2}, 0);
+    qkv_tensor *x = qkv_tape_tensor(t, 1, (const int[]){2}, 0);
+    ck_assert_uint_eq((uintptr_t)x - (uintptr_t)x0, 128);
+    qkv_tape_reset(t);
+    qkv_tensor *big = qkv_tape_tensor(t, 1, (const int[]){2000}, 0);
+    ck_assert_ptr_eq(big, x0); /* x0's memory is big's struct now: live */
+    ck_assert(!qkv_tape_is_stale(t, x0));
+    ck_assert(qkv_tape_is_stale(t, x));
+    ck_assert(qkv_tensor_is_nil(qkv_exp(t, x)));
+    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "before its last qkv_tape_reset"));
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -734,6 +757,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_an_op_refuses_a_tensor_kept_across_reset);
     tcase_add_test(tc, test_a_mask_or_gain_kept_across_reset_is_refused);
     tcase_add_test(tc, test_a_tensor_in_a_later_block_is_stale);
+    tcase_add_test(tc, test_a_tensor_in_a_blocks_unused_end_is_stale);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -128,9 +128,8 @@ qkv_status qkv_tape_critical_path(const qkv_tape *t, size_t *length);
  * qkv_tape_reset (an RNN's state carried to the next step, say), which
  * the next allocations would overwrite under it. The ops refuse such an
  * input by name. One whose memory has been handed out again cannot be
- * told from a live tensor, nor one in the unused end of an arena block
- * the tape has since moved past (it is taken as live): copy what must
- * outlive a reset into a heap tensor (qkv_tensor_new). */
+ * told from a live tensor: copy what must outlive a reset into a heap
+ * tensor (qkv_tensor_new). */
 int qkv_tape_is_stale(const qkv_tape *t, const qkv_tensor *x);
 
 /* Arena bytes in use now, and the most ever in use (the high-water mark). */

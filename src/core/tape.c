@@ -24,6 +24,7 @@
 struct qkv_tape {
     unsigned char *block[MAX_BLOCKS]; /* (block_cap[i]) arena memory */
     size_t block_cap[MAX_BLOCKS];
+    size_t block_used[MAX_BLOCKS]; /* bytes used in each block before cur */
     int n_blocks;
     int cur;         /* block being filled */
     size_t cur_used; /* bytes used in it */
@@ -157,7 +158,7 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n)
     }
     /* the first block from the current one on with room, else a new one */
     while (t->cur < t->n_blocks && t->block_cap[t->cur] - t->cur_used < need) {
-        t->cur++;
+        t->block_used[t->cur++] = t->cur_used; /* the rest of it stays unused */
         t->cur_used = 0;
     }
     if (t->cur == t->n_blocks) {
@@ -251,13 +252,13 @@ int qkv_tape_is_stale(const qkv_tape *t, const qkv_tensor *x)
 {
     if (t == NULL || x == NULL || x == qkv_nil())
         return 0;
-    /* the blocks before the current one count as live: they may have a
-     * tail left unused, but nothing records how long */
+    /* live: below the frontier of the current block, or of a block the
+     * tape moved past since the reset (whose unused end is not) */
     const uintptr_t a = (uintptr_t)x;
     for (int i = 0; i < t->n_blocks; i++) {
         const uintptr_t lo = (uintptr_t)t->block[i];
         if (a >= lo && a - lo < t->block_cap[i])
-            return i > t->cur || (i == t->cur && a - lo >= t->cur_used);
+            return i > t->cur || a - lo >= (i == t->cur ? t->cur_used : t->block_used[i]);
     }
     return 0;
 }
