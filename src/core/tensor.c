@@ -109,7 +109,6 @@ int qkv_tensor_same_shape(const qkv_tensor *a, const qkv_tensor *b)
 
 void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len)
 {
-    size_t used = 0;
     if (len == 0)
         return;
     buf[0] = '\0';
@@ -117,11 +116,7 @@ void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len)
         snprintf(buf, len, "nil");
         return;
     }
-    used += (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < t->ndim && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, i ? ",%d" : "%d", t->shape[i]);
-    if (used < len)
-        snprintf(buf + used, len - used, "]");
+    qkv_dims_str(t->ndim, t->shape, buf, len);
 }
 
 void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values)

@@ -28,14 +28,10 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     if (w->ndim != 2 || ndim < 1 || ndim > QKV_MAX_DIMS - 1 || ids == NULL ||
         qkv_shape_numel(ndim, shape, &n) != QKV_OK) {
         char si[64] = "none (NULL)"; /* the ids' shape as given, which may be what is wrong */
-        if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS) {
-            strcpy(si, "[");
-            for (int i = 0; i < ndim; i++)
-                snprintf(si + strlen(si), sizeof si - strlen(si), i ? ",%d" : "%d", shape[i]);
-            strcat(si, "]");
-        } else if (shape != NULL) {
+        if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS)
+            qkv_dims_str(ndim, shape, si, sizeof si);
+        else if (shape != NULL)
             snprintf(si, sizeof si, "of %d dimensions", ndim);
-        }
         qkv_shape_str(w, sw, sizeof sw);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "gather: table %s, ids %s%s: need a table [V,D] and ids of 1 to 3 "

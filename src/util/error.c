@@ -83,3 +83,14 @@ int qkv_abi_ok(unsigned abi, qkv_error *e)
         fprintf(stderr, "qkv: %s\n", local.message);
     return 0;
 }
+
+void qkv_dims_str(int n, const int *dims, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    size_t used = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ",%d" : "%d", dims[i]);
+    if (used < len)
+        snprintf(buf + used, len - used, "]");
+}

@@ -58,6 +58,11 @@ qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap);
  * when e is NULL, prints it once on stderr) and returns 0. */
 int qkv_abi_ok(unsigned abi, qkv_error *e);
 
+/* Writes a shape of n dimensions as "[d0,d1,...]" into buf (len bytes,
+ * always NUL-terminated, cut short if it does not fit), for a message.
+ * (error.c) */
+void qkv_dims_str(int n, const int *dims, char *buf, size_t len);
+
 /* Copies src into dst (cap bytes, always NUL-terminated) for a one-line
  * message: control characters, DEL and bytes of invalid UTF-8 become \xNN,
  * and characters that print as nothing or steer the terminal or the text's
