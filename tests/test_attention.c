@@ -269,6 +269,9 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
         check_embed_case(2, 50, 7, 16, 16, 1, 0);
         check_embed_case(2, 50, 7, 64, 48, 1, 0);
         check_embed_case(2, 48, 5, 8, 300, 1, 0);
+        /* and with Vᵀ (256 × 257) past the direct paths' scratch, which
+         * does not change the one-row product's chain */
+        check_embed_case(1, 257, 7, 8, 256, 1, 0);
     }
     qkv_kernels_use("auto", NULL);
 }

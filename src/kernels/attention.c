@@ -131,9 +131,8 @@ static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const q
                             qkv_real *scratch)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
-    if (qkv_gemm_blocked(tq, tk, d_v) && /* dA = dO·Vᵀ: the one-row product is a chain */
-        (d_v > QKV_GEMM_KC || (size_t)d_v * tk > QKV_DIRECT_SCRATCH))
-        return -1;
+    if (qkv_gemm_blocked(tq, tk, d_v) && d_v > QKV_GEMM_KC) /* dA = dO·Vᵀ: the one-row */
+        return -1; /* product is a chain (or dots, past a block's depth) */
     if (qkv_gemm_blocked(tq, d_k, tk) && tk > QKV_GEMM_KC) /* dQ = dS·K */
         return -1;
     int r = -1;

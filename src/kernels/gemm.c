@@ -52,17 +52,17 @@ void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_rea
         }
 }
 
-/* Makes op(B) available as a row-major k×n matrix; NULL if it does not fit. */
-const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B)
+int qkv_gemm_dots_depth(int k)
 {
-    if (!tb)
-        return B;
-    if ((size_t)k * n > QKV_DIRECT_SCRATCH)
-        return NULL;
-    for (int j = 0; j < n; j++)
+    return (size_t)k * QKV_DIRECT_NR > QKV_DIRECT_SCRATCH;
+}
+
+/* Columns [j0, j0 + w) of Bᵀ (B stored n×k) as a row-major k×w matrix. */
+void qkv_gemm_bt_cols(int k, int j0, int w, const qkv_real *B, qkv_real *dst)
+{
+    for (int j = 0; j < w; j++)
         for (int p = 0; p < k; p++)
-            qkv_direct_scratch[(size_t)p * n + j] = B[(size_t)j * k + p];
-    return qkv_direct_scratch;
+            dst[(size_t)p * w + j] = B[(size_t)(j0 + j) * k + p];
 }
 
 /* ---- the blocked path --------------------------------------------------- */
@@ -150,12 +150,13 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
     const qkv_kernel_set *im = qkv_kernels();
     /* The order of the additions depends on the shape alone, the same for
      * every kernel set: blocks where packing once paid off, the direct
-     * paths' chains below, and dot products where the direct paths could
-     * not copy a transposed B. A set's gemm repeats it with any tiling. */
+     * paths' chains below, and dot products where the portable direct
+     * path could not copy QKV_DIRECT_NR columns of a transposed B (depth
+     * above 1024). A set's gemm repeats it with any tiling. */
     qkv_gemm_order order = QKV_GEMM_CHAIN;
     if (qkv_gemm_blocked(m, n, k))
         order = QKV_GEMM_BLOCKS;
-    else if (tb && (size_t)k * n > QKV_DIRECT_SCRATCH)
+    else if (tb && qkv_gemm_dots_depth(k))
         order = QKV_GEMM_DOTS;
     /* C = A·B is C += A·B on a zeroed C; in the blocks order a set may
      * store its first sums instead (0 + sum, the same bits), which spares

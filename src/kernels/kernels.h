@@ -372,15 +372,21 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
 #endif
 
 /* The direct paths' helpers (gemm.c): a per-thread scratch for a copied
- * Bᵀ (the vector sets pack their dots order's blocks of op(B) into it),
- * op(B) as a row-major k×n matrix (NULL if it does not fit the scratch),
- * and C += op(A)·Bᵀ as dot products for a B too large to copy (with
- * store, C is zeroed first: C = op(A)·Bᵀ, each sum added to +0). */
+ * Bᵀ (the portable set copies op(B) into it QKV_DIRECT_NR columns at a
+ * time; the vector sets pack their dots order's blocks of op(B) into it),
+ * those columns of Bᵀ as a row-major k×w matrix, and C += op(A)·Bᵀ as dot
+ * products for a B too deep to copy (with store, C is zeroed first:
+ * C = op(A)·Bᵀ, each sum added to +0). */
 #define QKV_DIRECT_SCRATCH 65536
+#define QKV_DIRECT_NR 64 /* columns of C per pass of the portable direct path */
 _Static_assert(QKV_DOTS_KC % 4 == 0 && QKV_DOTS_KC * 32 <= QKV_DIRECT_SCRATCH,
                "a dots block of depth is whole fours, and 32 packed columns of it fit");
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
-const qkv_real *qkv_gemm_b_rows(int tb, int n, int k, const qkv_real *B);
+/* Nonzero when qkv_gemm gives a product with B stored n×k (tb) and depth k
+ * the DOTS order: a strip of QKV_DIRECT_NR columns of Bᵀ does not fit the
+ * scratch (the blocked path aside). */
+int qkv_gemm_dots_depth(int k);
+void qkv_gemm_bt_cols(int k, int j0, int w, const qkv_real *B, qkv_real *dst);
 void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C,
                    int store);
 

@@ -7,25 +7,33 @@
 
 #include "kernels/kernels.h"
 
-/* Portable: C[i, j0..j0+w) accumulated in a local array. */
+/* Portable: C[i, j0..j0+w) accumulated in a local array, a strip of
+ * QKV_DIRECT_NR columns at a time (for a B stored n×k, the strip's
+ * columns of Bᵀ copied first). */
 static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
                      qkv_real *C, int store)
 {
-    const qkv_real *Bk = qkv_gemm_b_rows(tb, n, k, B);
-    if (Bk == NULL) { /* not the chain order: qkv_gemm passes no store here */
+    if (tb && qkv_gemm_dots_depth(k)) { /* not the chain order: qkv_gemm passes no store */
         qkv_gemm_dots(ta, m, n, k, A, B, C, store);
         return;
     }
-    for (int j0 = 0; j0 < n; j0 += 64) {
-        int w = n - j0 < 64 ? n - j0 : 64;
+    for (int j0 = 0; j0 < n; j0 += QKV_DIRECT_NR) {
+        int w = n - j0 < QKV_DIRECT_NR ? n - j0 : QKV_DIRECT_NR;
+        const qkv_real *Bk = B + j0; /* op(B)'s strip, row stride ldb */
+        size_t ldb = (size_t)n;
+        if (tb) {
+            qkv_gemm_bt_cols(k, j0, w, B, qkv_direct_scratch);
+            Bk = qkv_direct_scratch;
+            ldb = (size_t)w;
+        }
         for (int i = 0; i < m; i++) {
-            qkv_real acc[64];
+            qkv_real acc[QKV_DIRECT_NR];
             qkv_real *c = C + (size_t)i * n + j0;
             for (int j = 0; j < w; j++)
                 acc[j] = store ? 0 : c[j];
             for (int p = 0; p < k; p++) {
                 const qkv_real a = ta ? A[(size_t)p * m + i] : A[(size_t)i * k + p];
-                const qkv_real *b = Bk + (size_t)p * n + j0;
+                const qkv_real *b = Bk + (size_t)p * ldb;
                 for (int j = 0; j < w; j++)
                     acc[j] += a * b[j];
             }
