@@ -487,6 +487,21 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "3 dimensions, each at least 1");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, (const int[]){-1, 0}), QKV_ERR_ARG,
                  "pick_rows: index -1 for item 0 is outside [0,3) of [2,3,4]");
+    /* ids of a shape too large for memory: refused before the scan reads
+     * them (one id stands for 2^60, then 2^48; the scan read past it) */
+    qkv_tensor *w16 = tensor_of(2, (const int[]){2, 16}, NULL, 0);
+    EXPECT_ERROR(
+        qkv_gather(f.t, w16, (const int[]){0}, 3, (const int[]){1 << 20, 1 << 20, 1 << 20}),
+        QKV_ERR_NOMEM,
+        "gather: table [2,16], ids [1048576,1048576,1048576]: the output's size "
+        "overflows");
+    qkv_tensor_free(w16);
+    qkv_tape_reset(f.t);
+    qkv_alloc_fail_at(qkv_alloc_count() + 1); /* as a 2^53-byte arena block fails */
+    ck_assert(qkv_gather(f.t, w, (const int[]){0}, 3, (const int[]){65536, 65536, 65536}) ==
+              qkv_nil());
+    qkv_alloc_fail_at(0);
+    ck_assert_int_eq(qkv_tape_status(f.t), QKV_ERR_NOMEM);
     /* a 3-D b under a 4-D a is neither shared [k,n] nor of a's batch
      * dimensions, even where its first two sizes happen to match a's */
     qkv_tensor *a4 = hold(&f, tensor_of(4, (const int[]){2, 4, 3, 4}, NULL, 0));

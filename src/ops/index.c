@@ -40,6 +40,23 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
         return qkv_nil();
     }
     int V = w->shape[0], D = w->shape[1];
+    size_t bytes;
+    if (!qkv_mul_size(n, (size_t)D, &bytes) || !qkv_mul_size(bytes, sizeof(qkv_real), &bytes)) {
+        char si[64];
+        qkv_dims_str(ndim, shape, si, sizeof si);
+        qkv_shape_str(w, sw, sizeof sw);
+        qkv_tape_fail(t, QKV_ERR_NOMEM, "gather: table %s, ids %s: the output's size overflows", sw,
+                      si);
+        return qkv_nil();
+    }
+    /* the output first: a shape too large for memory fails here, before
+     * the scan reads ids that no array can hold */
+    int oshape[QKV_MAX_DIMS];
+    memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
+    oshape[ndim] = D;
+    qkv_tensor *out = qkv_op_out(t, ndim + 1, oshape, w, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
     size_t bad = qkv_first_bad_id(ids, n, V);
     if (bad < n) {
         qkv_shape_str(w, sw, sizeof sw);
@@ -47,12 +64,6 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
                       ids[bad], bad, V, sw);
         return qkv_nil();
     }
-    int oshape[QKV_MAX_DIMS];
-    memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
-    oshape[ndim] = D;
-    qkv_tensor *out = qkv_op_out(t, ndim + 1, oshape, w, NULL);
-    if (qkv_tensor_is_nil(out))
-        return out;
     qkv_gather_rows(out->data, w->data, ids, n, (size_t)D);
     int failed;
     qkv_node *node = qkv_op_record(t, &op_gather, out, w, NULL, &failed);
