@@ -397,6 +397,33 @@ START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
 }
 END_TEST
 
+/* A NaN in a row that is not masked poisons the whole row, as it does
+ * softmax's and as PyTorch gives: log_softmax([1, NaN, 2]) was [-inf, NaN,
+ * -inf], a confident log-probability of 0 read from a NaN sum; and so does
+ * +inf ([inf, 0] has e^(inf - inf) = NaN in its sum). */
+START_TEST(test_log_softmax_nan_row_is_nan)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 3},
+                                       (const double[]){1, NAN, 2, INFINITY, 0, 1, 1, 2, 3}, 1));
+    qkv_tensor *y = qkv_log_softmax(f.t, x);
+    qkv_tensor *p = qkv_softmax(f.t, x);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_msg(isnan(y->data[i]), "log_softmax y[%d] = %g, expected NaN", i,
+                      (double)y->data[i]);
+        ck_assert(isnan(p->data[i]));
+    }
+    /* the finite row is untouched: log p = x - log Σ e^x */
+    double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
+    for (int j = 0; j < 3; j++)
+        ASSERT_NEAR(y->data[6 + j], 1 + j - lse, TOL);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, y)), QKV_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert(isnan(x->grad[i]));
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -539,6 +566,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);
     tcase_add_test(tc, test_fully_masked_row_gives_zeros_not_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_is_minus_inf_without_nan_gradient);
+    tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_cross_entropy_by_hand);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);

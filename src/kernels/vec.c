@@ -92,8 +92,10 @@ void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
 {
     for (size_t r = 0; r < rows; r++, x += n, y += n) {
         double mx, sum = qkv_exp_shifted(y, x, n, &mx); /* y as scratch */
-        /* a fully masked row (sum 0) gives x - inf = -inf everywhere */
-        double lse = sum > 0 ? mx + log(sum) : INFINITY;
+        /* a fully masked row (sum 0) gives x - inf = -inf everywhere; a
+         * NaN or +inf in a live row makes the sum NaN, and so every y, as
+         * log(softmax) is then */
+        double lse = sum == 0 ? INFINITY : mx + log(sum);
         for (size_t j = 0; j < n; j++)
             y[j] = (qkv_real)((double)x[j] - lse);
     }
