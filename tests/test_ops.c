@@ -424,6 +424,27 @@ START_TEST(test_log_softmax_nan_row_is_nan)
 }
 END_TEST
 
+/* A row with nothing above -inf is masked even when it holds a NaN: the
+ * forward gives -inf (NaN where x is) and the backward no gradient, as
+ * for a row of -inf alone; it passed dy to the -inf entries and NaN to
+ * the NaN one. */
+START_TEST(test_log_softmax_masked_row_with_nan_passes_no_gradient)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){2, 3},
+                           (const double[]){-INFINITY, NAN, -INFINITY, NAN, NAN, NAN}, 1));
+    qkv_tensor *y = qkv_log_softmax(f.t, x);
+    ck_assert(y->data[0] == -INFINITY && isnan(y->data[1]) && y->data[2] == -INFINITY);
+    ck_assert(isnan(y->data[3]) && isnan(y->data[4]) && isnan(y->data[5]));
+    const qkv_real dy[6] = {1, 2, 3, 4, 5, 6};
+    ck_assert_int_eq(qkv_backward_from(f.t, y, dy, 6), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(x->grad[i] == 0, "x->grad[%d] = %g, expected 0", i, (double)x->grad[i]);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -567,6 +588,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_fully_masked_row_gives_zeros_not_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_is_minus_inf_without_nan_gradient);
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
+    tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
     tcase_add_test(tc, test_cross_entropy_by_hand);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);

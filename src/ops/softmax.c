@@ -26,11 +26,10 @@ static void log_softmax_backward(const qkv_node *nd)
     for (size_t r = 0; r < rows; r++) {
         const qkv_real *yr = y->data + r * n, *dy = y->grad + r * n;
         qkv_real *dx = x->grad + r * n;
-        size_t live = 0;
-        while (live < n && yr[live] == -INFINITY)
-            live++;
-        if (live == n)
-            continue; /* fully masked row: no gradient */
+        /* fully masked (nothing in x above -inf, NaN entries included, as
+         * the forward judged it): no gradient */
+        if (qkv_row_max(x->data + r * n, n) == -INFINITY)
+            continue;
         double s = qkv_sum_real(dy, n);
         for (size_t j = 0; j < n; j++)
             dx[j] += (qkv_real)((double)dy[j] - exp((double)yr[j]) * s);
