@@ -234,9 +234,14 @@ qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
             ok = i == d || xs[k]->shape[i] == xs[0]->shape[i];
         if (!ok || shape[d] > 0x7fffffff - xs[k]->shape[d]) {
             QKV_SHAPES(xs[0], xs[k]);
-            qkv_tape_fail(t, QKV_ERR_SHAPE,
-                          "concat: %s and %s (input %d): all sizes but dimension %d must agree", sa,
-                          sb, k, d);
+            if (ok) /* the sizes agree; their sum along d does not fit */
+                qkv_tape_fail(t, QKV_ERR_SHAPE,
+                              "concat: %s and %s (input %d): dimension %d would be over %d long",
+                              sa, sb, k, d, 0x7fffffff);
+            else
+                qkv_tape_fail(t, QKV_ERR_SHAPE,
+                              "concat: %s and %s (input %d): all sizes but dimension %d must agree",
+                              sa, sb, k, d);
             return qkv_nil();
         }
         shape[d] += xs[k]->shape[d];
