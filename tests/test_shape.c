@@ -48,6 +48,12 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     qkv_tape_reset(t);
     ck_assert(qkv_reshape(t, x, 2, (const int[]){-1, -1}) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    /* sizes whose product overflows: the count is wrong, not the last size
+     * (the message blamed "dimension 3 ... is 65536") */
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 4, (const int[]){65536, 65536, 65536, 65536}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "reshape: [4,16] has 64 values; the new shape holds another number");
     /* with gradients off, a view carries none */
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);

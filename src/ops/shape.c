@@ -27,7 +27,11 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
             infer = i;
             continue;
         }
-        if (shape[i] < 1 || !qkv_mul_size(known, (size_t)shape[i], &known)) {
+        if (shape[i] >= 1 && !qkv_mul_size(known, (size_t)shape[i], &known)) {
+            known = 0; /* a size that overflows holds no x: said below */
+            continue;
+        }
+        if (shape[i] < 1) {
             qkv_tape_fail(t, QKV_ERR_SHAPE,
                           "reshape: %s: dimension %d of the new shape is %d (each must be at "
                           "least 1, and one may be -1)",
