@@ -544,6 +544,12 @@ START_TEST(test_errors_name_the_op_and_shapes)
         "gather: table [2,16], ids [1048576,1048576,1048576]: the output's size "
         "overflows");
     qkv_tensor_free(w16);
+    /* ids whose own count overflows: the same, not "need ... ids of 1 to 3
+     * dimensions, each at least 1", which they are */
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 3, (const int[]){1 << 21, 1 << 21, 1 << 21}),
+                 QKV_ERR_NOMEM,
+                 "gather: table [5,3], ids [2097152,2097152,2097152]: the output's size "
+                 "overflows");
     qkv_tape_reset(f.t);
     qkv_alloc_fail_at(qkv_alloc_count() + 1); /* as a 2^53-byte arena block fails */
     ck_assert(qkv_gather(f.t, w, (const int[]){0}, 3, (const int[]){65536, 65536, 65536}) ==

@@ -25,8 +25,10 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     if (!qkv_op_inputs_ok(t, "gather", w, NULL, 0))
         return qkv_nil();
     char sw[64];
-    if (w->ndim != 2 || ndim < 1 || ndim > QKV_MAX_DIMS - 1 || ids == NULL ||
-        qkv_shape_numel(ndim, shape, &n) != QKV_OK) {
+    const qkv_status ns = ndim >= 1 && ndim <= QKV_MAX_DIMS - 1
+                              ? qkv_shape_numel(ndim, shape, &n)
+                              : QKV_ERR_ARG; /* NOMEM: sizes that overflow, said below */
+    if (w->ndim != 2 || ids == NULL || (ns != QKV_OK && ns != QKV_ERR_NOMEM)) {
         char si[64] = "none (NULL)"; /* the ids' shape as given, which may be what is wrong */
         if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS)
             qkv_dims_str(ndim, shape, si, sizeof si);
@@ -41,7 +43,8 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     }
     int V = w->shape[0], D = w->shape[1];
     size_t bytes;
-    if (!qkv_mul_size(n, (size_t)D, &bytes) || !qkv_mul_size(bytes, sizeof(qkv_real), &bytes)) {
+    if (ns != QKV_OK || !qkv_mul_size(n, (size_t)D, &bytes) ||
+        !qkv_mul_size(bytes, sizeof(qkv_real), &bytes)) {
         char si[64];
         qkv_dims_str(ndim, shape, si, sizeof si);
         qkv_shape_str(w, sw, sizeof sw);
