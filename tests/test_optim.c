@@ -123,6 +123,12 @@ START_TEST(test_clip_by_global_norm)
     ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, 1), 5, 0);
     ASSERT_NEAR(a->grad[0], 0.6, 2 * REAL_EPS);
     ASSERT_NEAR(b->grad[0], 0.8, 2 * REAL_EPS);
+    /* a limit of 0 or below is no limit, as the header says */
+    a->grad[0] = 3;
+    b->grad[0] = 4;
+    ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, 0), 5, 0);
+    ASSERT_NEAR(qkv_clip_grad_norm(ps, 2, -1), 5, 0);
+    ck_assert(a->grad[0] == 3 && b->grad[0] == 4);
     /* through the optimizer: SGD lr 1 with clip 1 moves by the clipped gradient */
     a->grad[0] = 3;
     b->grad[0] = 4;

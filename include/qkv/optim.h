@@ -57,7 +57,9 @@ double qkv_optim_last_norm(const qkv_optim *o);
 double qkv_grad_norm(qkv_tensor *const *params, int n);
 
 /* Scales all gradients by max_norm / norm when their global norm exceeds
- * max_norm. Returns the norm before clipping. */
+ * max_norm; a max_norm of 0 or below (or NaN) means no clipping, as the
+ * config's clip of 0 does (PyTorch's clip_grad_norm_ would zero them).
+ * Returns the norm before clipping. */
 double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm);
 
 /* The learning rate in use, and a new one (for a schedule, between steps).
