@@ -506,6 +506,36 @@ START_TEST(test_backward_from_another_tapes_loss_is_refused)
 }
 END_TEST
 
+/* An input with a gradient made on another tape: backward on this tape
+ * added into it and stopped there, so w got no gradient and backward
+ * reported success (PyTorch gives d(Σ (2w)²)/dw = 8w). Refused by name.
+ * A view of a parameter made on the other tape shares the parameter's
+ * gradient and stays usable, as does an input without a gradient. */
+START_TEST(test_an_input_with_another_tapes_gradient_is_refused)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL), *u = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    qkv_tensor *o = qkv_scale(u, w, 2);
+    ck_assert(qkv_mul(t, o, o) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "mul: input 0 was made on another tape, whose nodes its "
+                                        "gradient would not reach");
+    qkv_tape_reset(t);
+    qkv_tensor *v = qkv_reshape(u, w, 2, (const int[]){1, 2});
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, v, v))), QKV_OK);
+    ASSERT_NEAR(w->grad[0], 2, 0);
+    ASSERT_NEAR(w->grad[1], 4, 0);
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(u, 0);
+    qkv_tensor *c = qkv_scale(u, w, 2); /* no gradient: a constant here */
+    ck_assert(qkv_tensor_is_nil(qkv_mul(t, c, w)) == 0);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+    qkv_tape_free(u);
+}
+END_TEST
+
 /* A loss recorded before qkv_tape_reset is no longer on the tape: its
  * nodes are forgotten, so backward would leave every parameter's gradient
  * as it was and report success. It is refused instead, as a loss from
@@ -753,6 +783,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);
     tcase_add_test(tc, test_backward_from_a_view_of_a_parameter_is_refused);
     tcase_add_test(tc, test_backward_from_another_tapes_loss_is_refused);
+    tcase_add_test(tc, test_an_input_with_another_tapes_gradient_is_refused);
     tcase_add_test(tc, test_backward_from_a_loss_recorded_before_reset_is_refused);
     tcase_add_test(tc, test_an_op_refuses_a_tensor_kept_across_reset);
     tcase_add_test(tc, test_a_mask_or_gain_kept_across_reset_is_refused);

@@ -286,11 +286,22 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
                       name);
         return NULL;
     }
-    for (int i = 0; i < n_in; i++)
+    for (int i = 0; i < n_in; i++) {
         if (in[i] == NULL) { /* an optional input left out: count only those given */
             qkv_tape_fail(t, QKV_ERR_ARG, "%s: input %d of the node is NULL", name, i);
             return NULL;
         }
+        /* a gradient another tape made: this tape's backward would add
+         * into it and stop, never reaching the nodes that made the input */
+        if ((in[i]->flags & QKV_TENSOR_LAZY_GRAD) && in[i]->grad != NULL &&
+            !in_arena(t, in[i]->grad)) {
+            qkv_tape_fail(t, QKV_ERR_ARG,
+                          "%s: input %d was made on another tape, whose nodes its gradient "
+                          "would not reach",
+                          name, i);
+            return NULL;
+        }
+    }
     qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
     if (n == NULL)
         return NULL;
