@@ -1658,6 +1658,26 @@ START_TEST(test_two_outputs_or_an_output_and_the_input_cannot_share_a_file)
 }
 END_TEST
 
+/* The log is written to LOG.part while train runs and a failed run's is
+ * kept as LOG.failed: a --save at either name was renamed over (the
+ * checkpoint became the log, or a failed run's log replaced the good
+ * checkpoint), though train said it saved the model or left it alone. */
+START_TEST(test_train_refuses_a_checkpoint_at_its_logs_side_files)
+{
+    expect("train --quiet --steps 2 --log x.csv --save x.csv.part", 2,
+           "qkv: train: --save x.csv.part is where train writes the log while it runs: "
+           "give another file\n");
+    expect("train --quiet --steps 2 --log x.csv --save ./x.csv.failed", 2,
+           "qkv: train: --save ./x.csv.failed is where train keeps a failed run's log: "
+           "give another file\n");
+    char path[160];
+    snprintf(path, sizeof path, "%s/x.csv", tmp);
+    ck_assert_int_ne(access(path, F_OK), 0); /* refused before writing anything */
+    /* a name that only starts like them is another file */
+    expect("train --quiet --steps 2 --log x.csv --save x.csv.partial", 0, "final:");
+}
+END_TEST
+
 START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 {
     expect("resolve -x", 2, "qkv: unknown option '-x'\nTry 'qkv resolve --help'.");
@@ -2162,6 +2182,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_an_option_has_one_limit_in_every_command);
     tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
     tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
+    tcase_add_test(tc, test_train_refuses_a_checkpoint_at_its_logs_side_files);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);

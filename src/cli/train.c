@@ -219,6 +219,17 @@ int cmd_train(int argc, char **argv)
         cli_fail("train: --log and --save name the same file, %s: give two", o.save);
         return CLI_USAGE;
     }
+    /* the log is written to LOG.part and a failed run's kept as
+     * LOG.failed: a checkpoint at either name would be renamed over */
+    for (int i = 0; i < 2; i++) {
+        char side[4096 + 8];
+        snprintf(side, sizeof side, "%s%s", o.log, i == 0 ? ".part" : ".failed");
+        if (cli_same_file(side, o.save)) {
+            cli_fail("train: --save %s is where train %s: give another file", o.save,
+                     i == 0 ? "writes the log while it runs" : "keeps a failed run's log");
+            return CLI_USAGE;
+        }
+    }
     /* both outputs are renamed into place after the run: refuse what a
      * rename must not replace (--log /dev/null) before it starts */
     qkv_error err = qkv_error_none();
