@@ -1678,6 +1678,45 @@ START_TEST(test_train_refuses_a_checkpoint_at_its_logs_side_files)
 }
 END_TEST
 
+/* A sweep that fails after it created its CSV (here its first allocation
+ * after that fails, or a run diverges) left the CSV cut short, often a
+ * header alone, in place of the last whole one. */
+START_TEST(test_a_failed_sweep_leaves_no_csv_cut_short)
+{
+    static const char *const cmds[][2] = {
+        {"distance --steps 2 --eval-every 1 --seeds 1 --distances 0 --models rnn", "runs.csv"},
+        {"saturation --dk 4 --steps 2", "runs.csv"},
+        {"bptt --train-steps 0 --length 16 --batch 2", "grads.csv"},
+        {"ablate --steps 2 --eval-every 1 --seeds 1 --variants full", "curves.csv"},
+        {"parallel --lengths 16 --batch 2 --min-time 0.001 --threads 1 --models rnn", "steps.csv"},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char cmd[512], path[256], *out;
+        /* a whole run first, then one that fails over it */
+        snprintf(cmd, sizeof cmd, "'%s' %s --quiet --out o%zu", QKV_BIN, cmds[i][0], i);
+        int rc = sh(cmd, &out);
+        ck_assert_msg(rc == 0, "%s: exit %d\n%s", cmd, rc, out);
+        free(out);
+        snprintf(path, sizeof path, "%s/o%zu/%s", tmp, i, cmds[i][1]);
+        ck_assert_msg(access(path, F_OK) == 0, "%s: no %s", cmd, path);
+        snprintf(cmd, sizeof cmd, "QKV_TEST_ALLOC_FAIL=1 '%s' %s --quiet --out o%zu", QKV_BIN,
+                 cmds[i][0], i);
+        rc = sh(cmd, &out);
+        ck_assert_msg(rc == 1 && strstr(out, "out of memory") != NULL, "%s: exit %d\n%s", cmd, rc,
+                      out);
+        free(out);
+        ck_assert_msg(access(path, F_OK) != 0, "%s: left %s", cmd, path);
+    }
+#ifndef QKV_DOUBLE /* double has the range to keep this run finite */
+    expect("ablate --quiet --lr 1e300 --steps 3 --eval-every 1 --seeds 1 --variants full --out a",
+           1, "diverged at step");
+    char path[160];
+    snprintf(path, sizeof path, "%s/a/curves.csv", tmp);
+    ck_assert_int_ne(access(path, F_OK), 0);
+#endif
+}
+END_TEST
+
 START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 {
     expect("resolve -x", 2, "qkv: unknown option '-x'\nTry 'qkv resolve --help'.");
@@ -2183,6 +2222,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bad_environment_values_are_usage_errors);
     tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
     tcase_add_test(tc, test_train_refuses_a_checkpoint_at_its_logs_side_files);
+    tcase_add_test(tc, test_a_failed_sweep_leaves_no_csv_cut_short);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);

@@ -527,7 +527,7 @@ int cmd_ablate(int argc, char **argv)
     if (r == CLI_OK)
         r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, NULL, &w, o.quiet,
                           "runs");
-    if (cli_csv_close(curves, path) != 0 && r == CLI_OK)
+    if (cli_csv_end(curves, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("ablate: cannot write %s", path);
     if (r == CLI_OK)
         r = write_runs(&o, names, nv, res, roles);

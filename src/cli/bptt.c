@@ -349,7 +349,7 @@ int cmd_bptt(int argc, char **argv)
         r = cli_fail("bptt: %s", err.message);
     if (r == CLI_OK)
         r = run(&c, rhos, nr);
-    if (cli_csv_close(c.csv, path) != 0 && r == CLI_OK)
+    if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("bptt: cannot write %s", path);
     if (r == CLI_OK)
         printf("\nwrote %s\n", path);

@@ -205,6 +205,11 @@ int cli_fclose(FILE *f);
  * 0 or -1. */
 int cli_csv_close(FILE *f, const char *path);
 
+/* cli_csv_close for a command that may have failed before it wrote every
+ * row: with ok 0, the file is removed as if a write had failed, since a
+ * plot or script would take what is there for the whole table. */
+int cli_csv_end(FILE *f, const char *path, int ok);
+
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the
  * default's absence gets a hint to run qkv train. NULL on failure. */
 qkv_coref_model *cli_load_model(const char *path);

@@ -582,7 +582,12 @@ int cli_fclose(FILE *f)
 
 int cli_csv_close(FILE *f, const char *path)
 {
-    if (cli_fclose(f) == 0)
+    return cli_csv_end(f, path, 1);
+}
+
+int cli_csv_end(FILE *f, const char *path, int ok)
+{
+    if (cli_fclose(f) == 0 && ok)
         return 0;
     /* cut short: no plot or script may take it for a whole log; but a
      * device (--csv /dev/full) or a link is not the CSV, and stays */

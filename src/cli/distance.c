@@ -385,7 +385,7 @@ int cmd_distance(int argc, char **argv)
     if (r == CLI_OK)
         r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, dist_cost, &w, o.quiet,
                           "runs");
-    if (cli_csv_close(csv, path) != 0 && r == CLI_OK)
+    if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("distance: cannot write %s", path);
     if (r == CLI_OK)
         r = write_summary(&o, kinds, nk, ks, nd, res);

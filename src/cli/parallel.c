@@ -192,7 +192,7 @@ int cmd_parallel(int argc, char **argv)
                 fprintf(csv, "%s,%d,%d,%zu,%zu,%.4f\n", qkv_seq_name(kinds[i]), Ts[j],
                         k ? o.threads : 1, cell[i][j][k].path, cell[i][j][k].nodes,
                         cell[i][j][k].ms);
-    if (cli_csv_close(csv, path) != 0 && r == CLI_OK)
+    if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("parallel: cannot write %s", path);
     if (r == CLI_OK)
         printf("\n(%ld cores online) wrote %s\n", sysconf(_SC_NPROCESSORS_ONLN), path);

@@ -407,7 +407,7 @@ int cmd_saturation(int argc, char **argv)
         r = cli_fail("saturation: %s", err.message);
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk);
-    if (cli_csv_close(c.csv, path) != 0 && r == CLI_OK)
+    if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s", path);
     if (r == CLI_OK)
         printf(o.no_variance ? "\nwrote %s/runs.csv\n"
