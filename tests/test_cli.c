@@ -1717,6 +1717,30 @@ START_TEST(test_a_failed_sweep_leaves_no_csv_cut_short)
 }
 END_TEST
 
+/* --steps below the default --eval-every was refused for an option the
+ * user never gave ("--eval-every 25 is more than --steps 5"), where train
+ * and saturation take any --steps with their default intervals; given,
+ * the larger interval is still refused. */
+START_TEST(test_a_short_run_takes_the_default_eval_interval)
+{
+    char *out;
+    int rc = run("distance --quiet --steps 5 --seeds 1 --distances 0 --models rnn --out d", &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    free(out);
+    rc = run("ablate --quiet --steps 5 --seeds 1 --variants full --out a", &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    free(out);
+    /* one validation, at step 5, in each seed's curve */
+    char path[160];
+    snprintf(path, sizeof path, "%s/a/curves.csv", tmp);
+    char *curves = slurp_path(path);
+    ck_assert_msg(curves != NULL && strstr(curves, "\nfull,1,5,") != NULL, "%s", curves);
+    free(curves);
+    expect("distance --steps 5 --eval-every 25", 2, "--eval-every 25 is more than --steps 5");
+    expect("ablate --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
+}
+END_TEST
+
 START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 {
     expect("resolve -x", 2, "qkv: unknown option '-x'\nTry 'qkv resolve --help'.");
@@ -2223,6 +2247,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_two_outputs_or_an_output_and_the_input_cannot_share_a_file);
     tcase_add_test(tc, test_train_refuses_a_checkpoint_at_its_logs_side_files);
     tcase_add_test(tc, test_a_failed_sweep_leaves_no_csv_cut_short);
+    tcase_add_test(tc, test_a_short_run_takes_the_default_eval_interval);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);

@@ -433,7 +433,7 @@ static int ablate_collect(void *ctx, int task, const char *bytes, size_t len)
 
 int cmd_ablate(int argc, char **argv)
 {
-    ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, -1, 10, 0, 0, 1, 0.01, 1};
+    ablate_opts o = {"coref", NULL, NULL, 3, -1, 32, -1, 0, 0, 0, 1, 0.01, 1};
     const cli_opt opts[] = {
         {"task", OPT_STR, &o.task, 0, 0, "NAME: coref (default) or roles"},
         {"variants", OPT_STR, &o.variants, 0, 0,
@@ -444,7 +444,8 @@ int cmd_ablate(int argc, char **argv)
         CLI_OPT_LR(&o.lr, "X: Adam's learning rate (default 0.01)"),
         {"d-k", OPT_INT, &o.d_k, 1, QKV_COREF_MAX_DK, "N: coref's width of Q, K, V (default 16)"},
         CLI_OPT_EVERY("eval-every", &o.eval_every,
-                      "N: steps between validations, for the curves and steps to 90% (default 10)"),
+                      "N: steps between validations, for the curves and steps to 90% (default 10, "
+                      "at most --steps)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/ablate[-roles])"},
         CLI_OPT_THREADS(&o.threads, "N: threads (default QKV_THREADS or 1)"),
@@ -487,6 +488,8 @@ int cmd_ablate(int argc, char **argv)
         o.steps = roles ? 600 : 300;
     if (o.out == NULL)
         o.out = roles ? "out/ablate-roles" : "out/ablate";
+    if (o.eval_every == 0) /* not given: the default, within a short run */
+        o.eval_every = o.steps < 10 ? o.steps : 10;
     if (o.eval_every > o.steps)
         return cli_usage_error("ablate", "--eval-every %d is more than --steps %d", o.eval_every,
                                o.steps);

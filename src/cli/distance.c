@@ -299,7 +299,7 @@ int cmd_distance(int argc, char **argv)
                    3,
                    1000,
                    32,
-                   25,
+                   0, /* 25, or --steps if fewer */
                    0,
                    0,
                    1,
@@ -319,8 +319,9 @@ int cmd_distance(int argc, char **argv)
         CLI_OPT_CLIP(&o.clip, "X: clip the gradient norm to X; 0 off (default 1)"),
         {"forget-bias", OPT_STR, &fb, 0, 0,
          "X: the LSTM's forget-gate bias at init, or 'pytorch' for U(±1/√H) (default 1)"},
-        CLI_OPT_EVERY("eval-every", &o.eval_every,
-                      "N: steps between validations, for steps to 90% (default 25)"),
+        CLI_OPT_EVERY(
+            "eval-every", &o.eval_every,
+            "N: steps between validations, for steps to 90% (default 25, at most --steps)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
         {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/distance)"},
         CLI_OPT_THREADS(&o.threads, "N: threads (default QKV_THREADS or 1)"),
@@ -341,6 +342,8 @@ int cmd_distance(int argc, char **argv)
                   NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    if (o.eval_every == 0) /* not given: the default, within a short run */
+        o.eval_every = o.steps < 25 ? o.steps : 25;
     if (o.eval_every > o.steps)
         return cli_usage_error("distance", "--eval-every %d is more than --steps %d", o.eval_every,
                                o.steps);
