@@ -275,8 +275,9 @@ START_TEST(test_distance_rnn_and_attention_resolve_adjacent_pronouns)
     char path[160];
     snprintf(path, sizeof path, "%s/d/runs.csv", tmp);
     char *csv = slurp_path(path);
-    ck_assert_msg(strncmp(csv, "model,distance,seed,test_acc,steps_to_90,seconds\n", 49) == 0, "%s",
-                  csv);
+    ck_assert_msg(strncmp(csv, "model,distance,seed,test_acc,steps_to_90,diverged,seconds\n", 58) ==
+                      0,
+                  "%s", csv);
     double acc[4];
     ck_assert_int_eq(csv_column(csv, "model", "rnn", "test_acc", acc, 4), 2);
     ck_assert_msg(acc[0] >= 0.9 && acc[1] >= 0.9, "rnn: %g %g", acc[0], acc[1]);
@@ -285,8 +286,9 @@ START_TEST(test_distance_rnn_and_attention_resolve_adjacent_pronouns)
     free(csv);
     snprintf(path, sizeof path, "%s/d/summary.csv", tmp);
     csv = slurp_path(path);
-    ck_assert(strncmp(csv, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached\n", 62) ==
-              0);
+    ck_assert(strncmp(csv,
+                      "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached,diverged\n",
+                      71) == 0);
     free(csv);
 }
 END_TEST
@@ -1908,6 +1910,19 @@ START_TEST(test_distance_says_a_run_diverged)
     ck_assert_msg(strstr(out, " diverged\n") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "try a\nsmaller --lr") != NULL, "%s", out);
     free(out);
+    /* and the CSVs, which the plot reads, gave the run's accuracy as the
+     * cell's mean with no word of it either */
+    char path[160];
+    snprintf(path, sizeof path, "%s/d/runs.csv", tmp);
+    char *csv = slurp_path(path);
+    ck_assert_msg(strstr(csv, ",seconds\nattention,0,1,0.") != NULL &&
+                      strstr(csv, ",-1,1,") != NULL,
+                  "%s", csv);
+    free(csv);
+    snprintf(path, sizeof path, "%s/d/summary.csv", tmp);
+    csv = slurp_path(path);
+    ck_assert_msg(strstr(csv, "\nattention,0,1,nan,nan,-1.0,0,1\n") != NULL, "%s", csv);
+    free(csv);
 }
 END_TEST
 

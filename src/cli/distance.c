@@ -210,30 +210,38 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
 }
 
 /* DIR/summary.csv: per model and distance, the mean and sd of the test
- * accuracy over the seeds, and the mean steps to 90% over the seeds that
- * reached it (-1: none did). */
+ * accuracy over the seeds that did not diverge (nan if none, which a plot
+ * leaves out), as the table has them, the mean steps to 90% over the
+ * seeds that reached it (-1: none did), and how many seeds diverged. */
 static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, const int *ks,
                          int nd, dist_result (*res)[MAX_ITEMS][MAX_SEEDS])
 {
     char path[4096];
     qkv_error err = qkv_error_none();
     snprintf(path, sizeof path, "%s/summary.csv", o->out);
-    FILE *f =
-        cli_csv_create(path, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached", &err);
+    FILE *f = cli_csv_create(
+        path, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached,diverged", &err);
     if (f == NULL)
         return cli_fail("distance: %s", err.message);
     for (int i = 0; i < nk; i++)
         for (int d = 0; d < nd; d++) {
-            double x[MAX_SEEDS], mean, sd, steps = 0;
-            int reached = 0;
+            double x[MAX_SEEDS], mean = NAN, sd = NAN, steps = 0;
+            int reached = 0, n = 0;
             for (int s = 0; s < o->seeds; s++) {
-                x[s] = res[i][d][s].acc;
+                if (!res[i][d][s].diverged)
+                    x[n++] = res[i][d][s].acc;
                 if (res[i][d][s].steps90 >= 0)
                     steps += res[i][d][s].steps90, reached++;
             }
-            cli_mean_sd(x, o->seeds, &mean, &sd);
-            fprintf(f, "%s,%d,%d,%.4f,%.4f,%.1f,%d\n", qkv_seq_name(kinds[i]), ks[d], o->seeds,
-                    mean, sd, reached ? steps / reached : -1.0, reached);
+            if (n > 0)
+                cli_mean_sd(x, n, &mean, &sd);
+            char m[32] = "nan", sdv[32] = "nan";
+            if (n > 0) {
+                snprintf(m, sizeof m, "%.4f", mean);
+                snprintf(sdv, sizeof sdv, "%.4f", sd);
+            }
+            fprintf(f, "%s,%d,%d,%s,%s,%.1f,%d,%d\n", qkv_seq_name(kinds[i]), ks[d], o->seeds, m,
+                    sdv, reached ? steps / reached : -1.0, reached, o->seeds - n);
         }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("distance: cannot write %s", path);
@@ -286,8 +294,9 @@ static int dist_collect(void *ctx, int task, const char *bytes, size_t len)
     if (len != sizeof *x)
         return cli_fail("distance: run %d gave no result", task);
     memcpy(x, bytes, sizeof *x);
-    fprintf(w->csv, "%s,%d,%llu,%.4f,%d,%.3f\n", qkv_seq_name(w->kinds[i]), w->ks[d],
-            (unsigned long long)(w->o->seed + (uint64_t)s), x->acc, x->steps90, x->seconds);
+    fprintf(w->csv, "%s,%d,%llu,%.4f,%d,%d,%.3f\n", qkv_seq_name(w->kinds[i]), w->ks[d],
+            (unsigned long long)(w->o->seed + (uint64_t)s), x->acc, x->steps90, x->diverged,
+            x->seconds);
     return CLI_OK;
 }
 
@@ -335,10 +344,12 @@ int cmd_distance(int argc, char **argv)
                   "parameters each) on sentences with k neutral filler tokens between a\n"
                   "name and its pronoun, which follows it (小明今天跑步，看书，……，他很爱画画),\n"
                   "with the same optimizer, steps and batches. Writes DIR/runs.csv with\n"
-                  "model,distance,seed,test_acc,steps_to_90,seconds (steps_to_90 is -1\n"
-                  "when validation accuracy never reached 0.9), DIR/summary.csv with\n"
-                  "each model and distance's test accuracy (mean and sd over the seeds)\n"
-                  "and mean steps to 90%, and prints the tables.",
+                  "model,distance,seed,test_acc,steps_to_90,diverged,seconds (steps_to_90\n"
+                  "is -1 when validation accuracy never reached 0.9; diverged is 1 when\n"
+                  "the loss or a gradient stopped being finite), DIR/summary.csv with\n"
+                  "each model and distance's test accuracy (mean and sd over the seeds\n"
+                  "that did not diverge), mean steps to 90% and diverged seeds, and\n"
+                  "prints the tables.",
                   NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
@@ -375,7 +386,8 @@ int cmd_distance(int argc, char **argv)
     qkv_error err = qkv_error_none();
     char path[4096];
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
-    FILE *csv = cli_csv_create(path, "model,distance,seed,test_acc,steps_to_90,seconds", &err);
+    FILE *csv =
+        cli_csv_create(path, "model,distance,seed,test_acc,steps_to_90,diverged,seconds", &err);
     if (csv == NULL)
         return cli_fail("distance: %s", err.message);
     qkv_tape *t = qkv_tape_new(0, &err);
