@@ -1743,6 +1743,31 @@ START_TEST(test_a_short_run_takes_the_default_eval_interval)
 }
 END_TEST
 
+/* The second timing column was headed "ms (threads)", whatever --threads
+ * said; it names the count, and its numbers sit under it. */
+START_TEST(test_parallel_names_its_thread_count)
+{
+    char *out;
+    int rc = run("parallel --quiet --models attention --lengths 16 --batch 2 --min-time 0.001 "
+                 "--threads 12 --out p",
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    const char *head = strstr(out, " ms (12 threads) speed-up\n");
+    ck_assert_msg(head != NULL, "%s", out);
+    const char *row = strstr(out, "\nattention ");
+    ck_assert_msg(row != NULL, "%s", out);
+    /* the row's x of the speed-up ends where the header's "speed-up" does */
+    const char *head_start = head;
+    while (head_start > out && head_start[-1] != '\n')
+        head_start--;
+    const char *x = strchr(row + 1, '\n');
+    ck_assert_msg(x != NULL &&
+                      x - (row + 1) == head + strlen(" ms (12 threads) speed-up") - head_start,
+                  "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 {
     expect("resolve -x", 2, "qkv: unknown option '-x'\nTry 'qkv resolve --help'.");
@@ -2263,6 +2288,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_refuses_a_checkpoint_at_its_logs_side_files);
     tcase_add_test(tc, test_a_failed_sweep_leaves_no_csv_cut_short);
     tcase_add_test(tc, test_a_short_run_takes_the_default_eval_interval);
+    tcase_add_test(tc, test_parallel_names_its_thread_count);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);

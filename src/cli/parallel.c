@@ -133,8 +133,11 @@ int cmd_parallel(int argc, char **argv)
     printf("\nOne training step (forward, backward, Adam) on %d sentences of T tokens\n\n",
            o.batch);
     printf("%-10s %5s %14s %8s %14s", "model", "T", "critical path", "nodes", "ms (1 thread)");
-    if (nthreads > 1)
-        printf(" %14s %8s", "ms (threads)", "speed-up");
+    if (nthreads > 1) { /* the second count, as the CSV's threads column has it */
+        char head[32];
+        snprintf(head, sizeof head, "ms (%d threads)", o.threads);
+        printf(" %15s %8s", head, "speed-up");
+    }
     printf("\n");
     for (int i = 0; i < nk && r == CLI_OK; i++)
         for (int j = 0; j < nt && r == CLI_OK; j++) {
@@ -178,7 +181,7 @@ int cmd_parallel(int argc, char **argv)
                 printf("%-10s %5d %14zu %8zu %14.3f", qkv_seq_name(kinds[i]), Ts[j], path_len,
                        nodes, ms[0]);
                 if (nthreads > 1)
-                    printf(" %14.3f %7.2fx", ms[1], ms[0] / ms[1]);
+                    printf(" %15.3f %7.2fx", ms[1], ms[0] / ms[1]);
                 printf("\n");
             }
             qkv_optim_free(opt);
