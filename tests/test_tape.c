@@ -691,6 +691,35 @@ START_TEST(test_a_tensor_in_a_blocks_unused_end_is_stale)
 }
 END_TEST
 
+/* An arena that cannot grow names the tensor it was making, and hints at
+ * a forgotten qkv_tape_reset only where the arena already holds more than
+ * the request: one tensor too large is no forgotten reset. */
+START_TEST(test_out_of_memory_names_the_tensor_and_hints_at_reset_only_when_full)
+{
+    char want[64];
+    qkv_tape *t = qkv_tape_new(4096, NULL);
+    qkv_alloc_fail_at(qkv_alloc_count() + 1); /* the next block */
+    ck_assert(qkv_tensor_is_nil(qkv_tape_tensor(t, 2, (const int[]){300, 400}, 0)));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_NOMEM);
+    const char *e = qkv_tape_error(t);
+    snprintf(want, sizeof want, "%zu bytes for a tensor [300,400] (", 120000 * sizeof(qkv_real));
+    ck_assert_msg(strstr(e, want) != NULL && strstr(e, "qkv_tape_reset") == NULL, "%s", e);
+    qkv_tape_free(t);
+    t = qkv_tape_new(4096, NULL);
+    const int n = (int)(3500 / sizeof(qkv_real)); /* 3500 bytes of the first 4096 */
+    ck_assert(!qkv_tensor_is_nil(qkv_tape_tensor(t, 1, &n, 0)));
+    qkv_alloc_fail_at(qkv_alloc_count() + 1);
+    ck_assert(qkv_tensor_is_nil(qkv_tape_tensor(t, 1, (const int[]){200}, 0)));
+    e = qkv_tape_error(t);
+    snprintf(want, sizeof want, "%zu bytes for a tensor [200] (", 200 * sizeof(qkv_real));
+    ck_assert_msg(strstr(e, want) != NULL &&
+                      strstr(e, "; did a loop forget qkv_tape_reset?") != NULL,
+                  "%s", e);
+    qkv_tape_free(t);
+    qkv_alloc_fail_at(0);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -789,6 +818,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_a_mask_or_gain_kept_across_reset_is_refused);
     tcase_add_test(tc, test_a_tensor_in_a_later_block_is_stale);
     tcase_add_test(tc, test_a_tensor_in_a_blocks_unused_end_is_stale);
+    tcase_add_test(tc, test_out_of_memory_names_the_tensor_and_hints_at_reset_only_when_full);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -147,7 +147,9 @@ int qkv_tape_grad_enabled(const qkv_tape *t)
     return t != NULL && t->grad_on;
 }
 
-void *qkv_tape_alloc(qkv_tape *t, size_t n)
+/* qkv_tape_alloc, for a tensor of the given shape, which an out-of-memory
+ * error then names (ndim < 0: not a tensor's values) */
+static void *arena_alloc(qkv_tape *t, size_t n, int ndim, const int *shape)
 {
     if (t == NULL)
         return NULL;
@@ -168,10 +170,17 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n)
         if (p == NULL) {
             t->cur = t->n_blocks - 1; /* stay on a real block */
             t->cur_used = t->block_cap[t->cur];
-            qkv_tape_fail(t, QKV_ERR_NOMEM,
-                          "tape: out of memory allocating %zu bytes (arena holds %zu); "
-                          "did a loop forget qkv_tape_reset?",
-                          n, t->in_use);
+            /* the tensor's shape, if it is one; the reset hint only where
+             * the arena holds more than the request: one huge tensor is no
+             * forgotten reset */
+            char what[80] = "";
+            if (ndim >= 0) {
+                memcpy(what, " for a tensor ", 15);
+                qkv_dims_str(ndim, shape, what + 14, sizeof what - 14);
+            }
+            qkv_tape_fail(
+                t, QKV_ERR_NOMEM, "tape: out of memory allocating %zu bytes%s (arena holds %zu)%s",
+                n, what, t->in_use, t->in_use >= need ? "; did a loop forget qkv_tape_reset?" : "");
             return NULL;
         }
         t->block[t->n_blocks] = p;
@@ -183,6 +192,11 @@ void *qkv_tape_alloc(qkv_tape *t, size_t n)
     if (t->in_use > t->high_water)
         t->high_water = t->in_use;
     return p;
+}
+
+void *qkv_tape_alloc(qkv_tape *t, size_t n)
+{
+    return arena_alloc(t, n, -1, NULL);
 }
 
 qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_grad)
@@ -209,8 +223,8 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
     with_grad = with_grad && t->grad_on;
     bytes = n * sizeof(qkv_real);
     qkv_tensor *x = qkv_tape_alloc(t, sizeof *x);
-    qkv_real *data = qkv_tape_alloc(t, bytes);
-    grad_hdr *h = with_grad ? qkv_tape_alloc(t, GRAD_HDR + bytes) : NULL;
+    qkv_real *data = arena_alloc(t, bytes, ndim, shape);
+    grad_hdr *h = with_grad ? arena_alloc(t, GRAD_HDR + bytes, ndim, shape) : NULL;
     if (x == NULL || data == NULL || (with_grad && h == NULL))
         return qkv_nil();
     x->data = data;
