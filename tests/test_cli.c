@@ -1143,6 +1143,23 @@ START_TEST(test_a_csv_cut_short_by_a_full_disk_is_removed)
 }
 END_TEST
 
+/* A checkpoint that cannot be written fails before training, not after
+ * the whole run: no log, and no failed run's log, is left behind. */
+START_TEST(test_train_refuses_an_unwritable_save_before_it_trains)
+{
+    char *out;
+    ck_assert_int_eq(sh("touch afile", &out), 0);
+    free(out);
+    expect("train --quiet --steps 3 --log early.csv --save afile/m.safetensors", 1,
+           "afile exists and is not a directory");
+    ck_assert_int_eq(sh("test ! -e early.csv && test ! -e early.csv.failed && "
+                        "test ! -e early.csv.part",
+                        &out),
+                     0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
 {
     char *out;
@@ -2267,6 +2284,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_plots_on_a_full_disk_fail);
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
+    tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);

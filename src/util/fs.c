@@ -166,6 +166,25 @@ static int create_unique(char *tmp)
     return -1; /* errno is EEXIST */
 }
 
+qkv_status qkv_check_writable(const char *path, qkv_error *err)
+{
+    char dir[4096], tmp[4200];
+    qkv_status s = qkv_check_replaceable(path, err);
+    if (s != QKV_OK)
+        return s;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (!dir_of(path, dir, sizeof dir) || *base == '\0' ||
+        snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= (int)sizeof tmp)
+        return qkv_error_set(err, QKV_ERR_IO, "%s: not a usable file name", path);
+    int fd = create_unique(tmp); /* as qkv_save_atomic's, then gone */
+    if (fd < 0)
+        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",
+                             path, dir, strerror(errno));
+    close(fd);
+    unlink(tmp);
+    return QKV_OK;
+}
+
 qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
 {
     char dir[4096], tmp[4200];

@@ -95,6 +95,11 @@ unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_erro
  * replace. */
 qkv_status qkv_check_replaceable(const char *path, qkv_error *err);
 
+/* QKV_OK if qkv_save_atomic could create its temporary file beside path
+ * (and qkv_check_replaceable passes): a check before a long run whose
+ * output is saved at its end. Creates nothing that stays. */
+qkv_status qkv_check_writable(const char *path, qkv_error *err);
+
 /* Writes a file's bytes to f; returns a status (with the reason in err). */
 typedef qkv_status (*qkv_write_fn)(void *ctx, FILE *f, qkv_error *err);
 
