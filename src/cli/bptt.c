@@ -284,12 +284,14 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
     cli_progress_clear();
     if (rc == CLI_OK && unfit[FIT_OVERFLOW] > 0)
         printf("\noverflow: the states or the gradient grew past the largest number the scalar "
-               "type holds\nwithin the sentence, so no slope can be fitted\n");
+               "type holds\nwithin the sentence, so no slope can be fitted (try a smaller --rho "
+               "or --length)\n");
+    /* a saturated softmax (rho large) or an underflow (rho tiny): a
+     * smaller rho is the wrong advice for the second */
     if (rc == CLI_OK && unfit[FIT_NO_GRAD] > 0)
         printf("\nno grad: the loss sent back no gradient (its softmax saturated, or the "
-               "gradient\nunderflowed to 0), so no slope can be fitted\n");
-    if (rc == CLI_OK && (unfit[FIT_OVERFLOW] > 0 || unfit[FIT_NO_GRAD] > 0))
-        printf("(try a smaller --rho or --length)\n");
+               "gradient\nunderflowed to 0), so no slope can be fitted (try a --rho nearer 1, "
+               "or a smaller\n--length)\n");
     return rc;
 }
 
