@@ -27,11 +27,11 @@
  * matmuls, 12×12 to 16×512). Each row of C is computed a register-wide
  * chunk at a time: the chunk is loaded once, accumulates A(i,p)·B[p,chunk]
  * over all p, and is stored once. A transposed B is first copied to scratch
- * as k×n, which costs k·n moves against m·n·k multiply-adds.
+ * 64 columns at a time, which costs k·n moves against m·n·k multiply-adds.
  */
 _Thread_local _Alignas(64) qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
 
-/* C[i,j] += Σ_p A(i,p)·B[j,p] as dot products (B too large to copy); with
+/* C[i,j] += Σ_p A(i,p)·B[j,p] as dot products (B too deep to copy); with
  * store, C is zeroed first. */
 void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C,
                    int store)

@@ -198,9 +198,10 @@ void qkv_attention_online_blocks(int bq, int bk);
 typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, qkv_real *c, int ldc,
                                int mr, int nr);
 
-/* C (m×n) += op(A)·op(B) by the direct path, in the chain order where it
- * can copy op(B) (qkv_gemm_b_rows); with store, C = op(A)·op(B), each chain
- * from a zero of its own, C unread: the bits of C += on a zeroed C. */
+/* C (m×n) += op(A)·op(B) by the direct path, in the chain order, or the
+ * dots order for a Bᵀ too deep to copy (qkv_gemm_dots_depth); with store,
+ * C = op(A)·op(B), each chain from a zero of its own, C unread: the bits
+ * of C += on a zeroed C. */
 typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
                               const qkv_real *B, qkv_real *C, int store);
 
