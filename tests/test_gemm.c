@@ -128,18 +128,19 @@ static int shapes(int (*s)[3], int cap, const qkv_kernel_set *ks)
         s[n][0] = w, s[n][1] = v, s[n++][2] = x;
         s[n][0] = x, s[n][1] = w, s[n++][2] = v;
     }
-    /* {3, 40, 1100}: past depth 1024 with Bᵀ, dots, though all of Bᵀ
-     * (44000 reals) would fit the scratch; the last five: the AVX2 set's
+    /* {3, 40, 1100}: past depth 1024 with Bᵀ, but all of it (44000 reals)
+     * fits the scratch: the chain order, to 40 × 1638 = 65520 reals, and
+     * dots past it; the last five: the AVX2 set's
      * copy of a transposed A (m a multiple of 64, n >= 128) */
     static const int edges[][3] = {
-        {47, 48, 48},    {48, 47, 48},   {48, 48, 7},    {48, 48, 8},    {49, 49, 9},
-        {50, 65, 255},   {50, 65, 256},  {50, 65, 257},  {49, 33, 513},  {13, 40, 600},
-        {48, 511, 9},    {48, 512, 9},   {49, 513, 17},  {50, 1030, 20}, {143, 40, 20},
-        {144, 40, 20},   {145, 40, 20},  {289, 33, 30},  {3, 2100, 40},  {47, 1500, 45},
-        {5, 17, 4100},   {3, 70, 1024},  {3, 70, 1025},  {3, 40, 1100},  {2, 520, 260},
-        {16, 512, 16},   {12, 12, 16},   {1, 1, 300},    {7, 300, 301},  {50, 47, 1999},
-        {100, 40, 2048}, {64, 128, 257}, {128, 130, 33}, {192, 160, 9},  {64, 128, 1},
-        {320, 140, 17},
+        {47, 48, 48},  {48, 47, 48},   {48, 48, 7},     {48, 48, 8},    {49, 49, 9},
+        {50, 65, 255}, {50, 65, 256},  {50, 65, 257},   {49, 33, 513},  {13, 40, 600},
+        {48, 511, 9},  {48, 512, 9},   {49, 513, 17},   {50, 1030, 20}, {143, 40, 20},
+        {144, 40, 20}, {145, 40, 20},  {289, 33, 30},   {3, 2100, 40},  {47, 1500, 45},
+        {5, 17, 4100}, {3, 70, 1024},  {3, 70, 1025},   {3, 40, 1100},  {2, 40, 1638},
+        {2, 40, 1639}, {2, 520, 260},  {16, 512, 16},   {12, 12, 16},   {1, 1, 300},
+        {7, 300, 301}, {50, 47, 1999}, {100, 40, 2048}, {64, 128, 257}, {128, 130, 33},
+        {192, 160, 9}, {64, 128, 1},   {320, 140, 17},
     };
     for (size_t e = 0; e < sizeof edges / sizeof edges[0] && n < cap; e++, n++)
         memcpy(s[n], edges[e], sizeof edges[e]);
@@ -199,8 +200,8 @@ static void emulate(const operands *o, int accumulate, int fused, qkv_real *R)
     qkv_gemm_order order = QKV_GEMM_CHAIN;
     if (m >= 48 && n >= 48 && k >= 8)
         order = QKV_GEMM_BLOCKS;
-    else if (o->tb && k > 1024) /* 64 columns of Bᵀ do not fit 65536 reals */
-        order = QKV_GEMM_DOTS;
+    else if (o->tb && (size_t)k * (n < 64 ? n : 64) > 65536) /* 64 columns of */
+        order = QKV_GEMM_DOTS; /* Bᵀ (or all, if fewer) do not fit 65536 reals */
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             qkv_real c = accumulate ? o->C0[(size_t)i * n + j] : 0;

@@ -52,9 +52,9 @@ void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_rea
         }
 }
 
-int qkv_gemm_dots_depth(int k)
+int qkv_gemm_takes_dots(int n, int k)
 {
-    return (size_t)k * QKV_DIRECT_NR > QKV_DIRECT_SCRATCH;
+    return (size_t)k * (size_t)(n < QKV_DIRECT_NR ? n : QKV_DIRECT_NR) > QKV_DIRECT_SCRATCH;
 }
 
 /* Columns [j0, j0 + w) of Bᵀ (B stored n×k) as a row-major k×w matrix. */
@@ -151,12 +151,12 @@ void qkv_gemm(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_
     /* The order of the additions depends on the shape alone, the same for
      * every kernel set: blocks where packing once paid off, the direct
      * paths' chains below, and dot products where the portable direct
-     * path could not copy QKV_DIRECT_NR columns of a transposed B (depth
-     * above 1024). A set's gemm repeats it with any tiling. */
+     * path could not copy QKV_DIRECT_NR columns of a transposed B (or all
+     * of them, if fewer). A set's gemm repeats it with any tiling. */
     qkv_gemm_order order = QKV_GEMM_CHAIN;
     if (qkv_gemm_blocked(m, n, k))
         order = QKV_GEMM_BLOCKS;
-    else if (tb && qkv_gemm_dots_depth(k))
+    else if (tb && qkv_gemm_takes_dots(n, k))
         order = QKV_GEMM_DOTS;
     /* C = A·B is C += A·B on a zeroed C; in the blocks order a set may
      * store its first sums instead (0 + sum, the same bits), which spares

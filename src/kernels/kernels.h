@@ -199,7 +199,7 @@ typedef void (*qkv_ukernel_fn)(int kc, const qkv_real *ap, const qkv_real *bp, q
                                int mr, int nr);
 
 /* C (m×n) += op(A)·op(B) by the direct path, in the chain order, or the
- * dots order for a Bᵀ too deep to copy (qkv_gemm_dots_depth); with store,
+ * dots order for a Bᵀ too deep to copy (qkv_gemm_takes_dots); with store,
  * C = op(A)·op(B), each chain from a zero of its own, C unread: the bits
  * of C += on a zeroed C. */
 typedef void (*qkv_direct_fn)(int ta, int tb, int m, int n, int k, const qkv_real *A,
@@ -383,10 +383,12 @@ void qkv_norm_backward_avx512(float *dx, float *dgamma, float *dbeta, const floa
 _Static_assert(QKV_DOTS_KC % 4 == 0 && QKV_DOTS_KC * 32 <= QKV_DIRECT_SCRATCH,
                "a dots block of depth is whole fours, and 32 packed columns of it fit");
 extern _Thread_local qkv_real qkv_direct_scratch[QKV_DIRECT_SCRATCH];
-/* Nonzero when qkv_gemm gives a product with B stored n×k (tb) and depth k
- * the DOTS order: a strip of QKV_DIRECT_NR columns of Bᵀ does not fit the
- * scratch (the blocked path aside). */
-int qkv_gemm_dots_depth(int k);
+/* Nonzero when qkv_gemm gives a product with B stored n×k (tb), n columns
+ * and depth k the DOTS order: a strip of QKV_DIRECT_NR columns of Bᵀ (all
+ * n of them, if fewer) does not fit the scratch (the blocked path aside).
+ * Every Bᵀ that fits whole keeps the chain order it had when the portable
+ * path copied it whole. */
+int qkv_gemm_takes_dots(int n, int k);
 void qkv_gemm_bt_cols(int k, int j0, int w, const qkv_real *B, qkv_real *dst);
 void qkv_gemm_dots(int ta, int m, int n, int k, const qkv_real *A, const qkv_real *B, qkv_real *C,
                    int store);

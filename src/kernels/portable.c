@@ -13,7 +13,7 @@
 static void direct_c(int ta, int tb, int m, int n, int k, const qkv_real *A, const qkv_real *B,
                      qkv_real *C, int store)
 {
-    if (tb && qkv_gemm_dots_depth(k)) { /* not the chain order: qkv_gemm passes no store */
+    if (tb && qkv_gemm_takes_dots(n, k)) { /* not the chain order: qkv_gemm passes no store */
         qkv_gemm_dots(ta, m, n, k, A, B, C, store);
         return;
     }
