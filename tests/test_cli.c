@@ -1907,9 +1907,9 @@ START_TEST(test_bptt_says_why_a_row_has_no_slope_instead_of_nan)
     ck_assert_msg(strstr(out, "10.00     overflow") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "try a smaller --rho or --length") != NULL, "%s", out);
     free(out);
-    /* a gradient that underflows at a tiny rho: a smaller rho would not
-     * help, one nearer 1 would */
-    rc = run("bptt --quiet --rho 1e-30 --length 64 --train-steps 0 --batch 2 --out b", &out);
+    /* a gradient that underflows at a tiny rho (in double too: 1e-300
+     * to the 60th): a smaller rho would not help, one nearer 1 would */
+    rc = run("bptt --quiet --rho 1e-300 --length 64 --train-steps 0 --batch 2 --out b", &out);
     ck_assert_msg(rc == 0 && strstr(out, "no grad:") != NULL &&
                       strstr(out, "try a --rho nearer 1") != NULL &&
                       strstr(out, "try a smaller --rho") == NULL,
