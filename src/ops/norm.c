@@ -50,8 +50,6 @@ static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor
     if (!qkv_op_inputs_ok(t, name, x, NULL, 0) || !qkv_op_fresh(t, name, gamma) ||
         !qkv_op_fresh(t, name, beta))
         return qkv_nil();
-    char sx[64], sp[64];
-    qkv_shape_str(x, sx, sizeof sx);
     if (x->ndim < 1) {
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no dimension to normalise", name);
         return qkv_nil();
@@ -61,6 +59,8 @@ static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor
     for (int i = 0; i < 2; i++)
         if (ps[i] != NULL &&
             (qkv_tensor_is_nil(ps[i]) || ps[i]->ndim != 1 || ps[i]->shape[0] != d)) {
+            char sx[64], sp[64]; /* formatted only here: the op runs every step */
+            qkv_shape_str(x, sx, sizeof sx);
             qkv_shape_str(ps[i], sp, sizeof sp);
             qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: x %s needs %s of shape [%d], not %s", name, sx,
                           i == 0 ? "gamma" : "beta", d, sp);

@@ -12,9 +12,9 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
 {
     if (!qkv_op_inputs_ok(t, "reshape", x, NULL, 0))
         return qkv_nil();
-    char sx[64];
-    qkv_shape_str(x, sx, sizeof sx);
+    char sx[64]; /* x's shape, formatted only for an error: views run every step */
     if (ndim < 0 || ndim > QKV_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s: a new shape needs 0 to %d dimensions", sx,
                       QKV_MAX_DIMS);
         return qkv_nil();
@@ -32,6 +32,7 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
             continue;
         }
         if (shape[i] < 1) {
+            qkv_shape_str(x, sx, sizeof sx);
             qkv_tape_fail(t, QKV_ERR_SHAPE,
                           "reshape: %s: dimension %d of the new shape is %d (each must be at "
                           "least 1, and one may be -1)",
@@ -44,6 +45,7 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
     size_t n;
     if ((infer >= 0 && (known == 0 || x->numel % known != 0)) ||
         qkv_shape_numel(ndim, dims, &n) != QKV_OK || n != x->numel) {
+        qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s has %zu values; the new shape %s", sx,
                       x->numel,
                       infer >= 0 ? "cannot hold them with any size at -1" : "holds another number");
