@@ -1039,6 +1039,162 @@ START_TEST(test_the_rnn_sequence_form_runs_every_step)
 }
 END_TEST
 
+/* The gradients of every parameter in p and of the table, after backward
+ * from the sum of the last state times a fixed readout, into g (zeroed
+ * first); fn runs the forward and returns the last state. */
+typedef qkv_tensor *(*seq_fn)(qkv_tape *t, void *ctx, qkv_tensor *table, const int *ids);
+
+static void seq_grads(qkv_tape *t, qkv_params *p, qkv_tensor *table, const int *ids, seq_fn fn,
+                      void *ctx, double *g, size_t ng)
+{
+    qkv_params_zero_grad(p);
+    qkv_tensor_zero_grad(table);
+    qkv_tape_reset(t);
+    qkv_tensor *h = fn(t, ctx, table, ids);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+    qkv_tensor *r = qkv_tape_tensor(t, h->ndim, h->shape, 0);
+    for (size_t i = 0; i < r->numel; i++)
+        r->data[i] = (qkv_real)(0.25 * (double)(i % 7) - 0.75);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, h, r))), QKV_OK);
+    size_t k = 0;
+    for (size_t i = 0; i < table->numel; i++)
+        g[k++] = (double)table->grad[i];
+    for (int j = 0; j < qkv_params_count(p); j++) {
+        const qkv_tensor *w = qkv_params_at(p, j, NULL);
+        for (size_t i = 0; i < w->numel; i++)
+            g[k++] = (double)w->grad[i];
+    }
+    ck_assert_uint_eq(k, ng);
+}
+
+typedef struct ids_ctx {
+    qkv_rnn rnn;
+    qkv_lstm lstm;
+    qkv_gru gru;
+    int kind, ids_form, steps, batch; /* kind 0 rnn, 1 lstm, 2 gru */
+} ids_ctx;
+
+/* The last state from tokens: the _ids form, or a gather then the
+ * sequence form. */
+static qkv_tensor *ids_last(qkv_tape *t, void *p, qkv_tensor *table, const int *ids)
+{
+    ids_ctx *c = p;
+    const int T = c->steps, B = c->batch;
+    qkv_tensor *x = c->ids_form ? NULL : qkv_gather(t, table, ids, 2, (const int[]){T, B});
+    if (c->kind == 0)
+        return c->ids_form ? qkv_rnn_forward_ids(t, &c->rnn, table, ids, T, B, NULL, NULL)
+                           : qkv_rnn_forward(t, &c->rnn, x, NULL, NULL);
+    if (c->kind == 1)
+        return c->ids_form ? qkv_lstm_forward_ids(t, &c->lstm, table, ids, T, B, NULL, NULL).h
+                           : qkv_lstm_forward(t, &c->lstm, x, NULL, NULL).h;
+    return c->ids_form ? qkv_gru_forward_ids(t, &c->gru, table, ids, T, B, NULL, NULL)
+                       : qkv_gru_forward(t, &c->gru, x, NULL, NULL);
+}
+
+/* Tokens in: each cell's _ids form against a gather followed by its
+ * sequence form, with a table of fewer rows than tokens (projected once,
+ * then gathered) and of more (gathered, then projected): the Elman
+ * states against the double reference, every last state and gradient
+ * against the gather form's; the projected table keeps no copy of the
+ * tokens' embeddings on the tape; and the errors. */
+START_TEST(test_token_input_projects_a_small_table_once)
+{
+    qkv_params *p = qkv_params_new(3, NULL);
+    ids_ctx c = {.steps = CT, .batch = CB};
+    ck_assert_int_eq(qkv_rnn_init(&c.rnn, p, "rnn", CI, CH, QKV_RNN_TANH, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_lstm_init(&c.lstm, p, "lstm", CI, CH, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_gru_init(&c.gru, p, "gru", CI, CH, NULL), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    enum { NP = 8 * CI * CH + 8 * CH * CH + 11 * CH }; /* the three cells' parameters */
+    for (int V = 4; V <= 8; V += 4) {                  /* 4 rows < CT·CB = 6 tokens <= 8 rows */
+        qkv_tensor *table = qkv_tensor_new(2, (const int[]){V, CI}, 1, NULL);
+        for (size_t i = 0; i < table->numel; i++)
+            table->data[i] = (qkv_real)(0.125 * (double)((i * 5) % 11) - 0.625);
+        int ids[CT * CB];
+        for (int i = 0; i < CT * CB; i++)
+            ids[i] = (i * 3 + 1) % V; /* V = 4: 1, 0, 3, 2, 1, 0 */
+        /* Elman's states against the double reference */
+        qkv_tape_reset(t);
+        qkv_tensor *states[CT];
+        qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, NULL, states);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        double h[CB * CH], z[CB * CH], xd[CB * CI];
+        for (int s = 0; s < CT; s++) {
+            for (int b = 0; b < CB; b++)
+                for (int i = 0; i < CI; i++)
+                    xd[b * CI + i] = (double)table->data[ids[s * CB + b] * CI + i];
+            ref_pre(xd, s ? h : NULL, c.rnn.wx, c.rnn.wh, c.rnn.b, CH, z);
+            for (int i = 0; i < CB * CH; i++)
+                h[i] = tanh(z[i]);
+            expect_close(states[s], h, CB * CH);
+        }
+        /* every cell's gradients against the gather form's */
+        for (c.kind = 0; c.kind < 3; c.kind++) {
+            double g[2][8 * CI + NP];
+            for (c.ids_form = 0; c.ids_form < 2; c.ids_form++)
+                seq_grads(t, p, table, ids, ids_last, &c, g[c.ids_form], table->numel + (size_t)NP);
+            for (size_t i = 0; i < table->numel + (size_t)NP; i++)
+                ck_assert_msg(fabs(g[1][i] - g[0][i]) <= FWD_TOL,
+                              "cell %d, V %d, gradient %zu: %.9g, the gather form's %.9g", c.kind,
+                              V, i, g[1][i], g[0][i]);
+        }
+        qkv_tensor_free(table);
+    }
+    /* 64 steps of 8 tokens from a 4-row table: no [512,in] copy of the
+     * tokens' embeddings (the gather form keeps one) */
+    enum { LT = 64, LB = 8 };
+    qkv_tensor *table = qkv_tensor_new(2, (const int[]){4, CI}, 1, NULL);
+    int ids[LT * LB];
+    for (int i = 0; i < LT * LB; i++)
+        ids[i] = i % 4;
+    size_t used[2];
+    c.kind = 0;
+    c.steps = LT;
+    c.batch = LB;
+    for (c.ids_form = 0; c.ids_form < 2; c.ids_form++) {
+        qkv_tape_reset(t);
+        ids_last(t, &c, table, ids);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        used[c.ids_form] = qkv_tape_bytes_used(t);
+    }
+    ck_assert_msg(used[1] + (size_t)LT * LB * CI * sizeof(qkv_real) <= used[0],
+                  "the ids form used %zu bytes of tape, the gather form %zu", used[1], used[0]);
+    /* errors: the table's width, the ids, an id out of range, the first state */
+    qkv_tensor *wide = qkv_tensor_new(2, (const int[]){4, CI + 1}, 0, NULL);
+    qkv_tensor *h0 = qkv_tensor_new(2, (const int[]){CB + 1, CH}, 0, NULL);
+    qkv_tape_reset(t);
+    ck_assert(qkv_rnn_forward_ids(t, &c.rnn, wide, ids, CT, CB, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "rnn: the embedding table [4,4] must be [V,3]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_gru_forward_ids(t, &c.gru, table, NULL, CT, CB, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "gru: ids [3,2] (NULL): need ids, at least 1 step and 1 "
+                                        "sentence, and at most 2147483647 tokens");
+    qkv_tape_reset(t);
+    ck_assert(qkv_lstm_forward_ids(t, &c.lstm, table, ids, 0, CB, NULL, NULL).h == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ids[3] = 4;
+    qkv_tape_reset(t);
+    ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "rnn: id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
+    ids[3] = 3;
+    qkv_tape_reset(t);
+    ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, h0, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "rnn: the first state [3,4] must be [2,4] (batch, hidden)");
+    qkv_tape_reset(t);
+    const qkv_lstm_state s0 = {NULL, h0};
+    ck_assert(qkv_lstm_forward_ids(t, &c.lstm, table, ids, CT, CB, &s0, NULL).c == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "lstm: the first cell state [3,4] must be [2,4] (batch, hidden)");
+    qkv_tensor_free(wide);
+    qkv_tensor_free(h0);
+    qkv_tensor_free(table);
+    qkv_tape_free(t);
+    qkv_params_free(p);
+}
+END_TEST
+
 Suite *params_suite(void)
 {
     Suite *s = suite_create("params");
@@ -1070,6 +1226,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
     tcase_add_test(tc, test_a_zeroed_lstm_state_is_a_zero_state);
     tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);
+    tcase_add_test(tc, test_token_input_projects_a_small_table_once);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -186,6 +186,24 @@ qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw
 qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states);
 
+/* Tokens in: the sequence whose step s, sentence b reads row
+ * ids[s·batch + b] of an embedding table [V,in] (ids [steps,batch],
+ * time-major, each in [0,V)); the same as qkv_rnn_forward of
+ * qkv_gather(t, table, ids, 2, (int[]){steps, batch}). When the table has
+ * fewer rows than there are tokens (V < steps·batch, as for characters or
+ * a small vocabulary), it projects the table instead of the tokens:
+ * table·W_x + b once, V rows, then each token's row of that, a gather.
+ * That is V/(steps·batch) of the input projection's work forward and
+ * backward (a tanh RNN of 64 steps of 32 sentences over 64 tokens: about
+ * half of the whole step's products), which nn.Embedding feeding nn.RNN
+ * does not do. The values are qkv_rnn_forward's up to the rounding of the
+ * products' sums: the table's gradient then goes through W_x once per
+ * table row, not once per token. The first state, states and failures as
+ * qkv_rnn_forward's; the table, the ids' count and h0 are checked first,
+ * and an id outside [0,V) is the gather's error. */
+qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table, const int *ids,
+                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states);
+
 /* LSTM: z = x·W_x + h·W_h + b [B,4H], split into the gates i, f, g, o:
  *   c' = σ(z_f)∘c + σ(z_i)∘tanh(z_g),   h' = σ(z_o)∘tanh(c').
  * Parameters: PREFIX.wx [in,4H], PREFIX.wh [H,4H], PREFIX.b [4H] (PyTorch's
@@ -215,6 +233,11 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
  * each step's (T entries; on failure as qkv_rnn_forward's). */
 qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
                                 const qkv_lstm_state *s0, qkv_lstm_state *states);
+/* Tokens in, as qkv_rnn_forward_ids: the table [V,in] projected once when
+ * V < steps·batch. */
+qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *table,
+                                    const int *ids, int steps, int batch, const qkv_lstm_state *s0,
+                                    qkv_lstm_state *states);
 
 /* GRU: with a = x·W_x + b_x and u = h·W_h + b_h [B,3H], split into r, z, n:
  *   r = σ(a_r + u_r),  z = σ(a_z + u_z),  n = tanh(a_n + r∘u_n),
@@ -236,6 +259,10 @@ qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw
  * as qkv_rnn_forward's). */
 qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states);
+/* Tokens in, as qkv_rnn_forward_ids: the table [V,in] projected once when
+ * V < steps·batch. */
+qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table, const int *ids,
+                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states);
 
 #ifdef __cplusplus
 }

@@ -433,19 +433,26 @@ static qkv_tensor *c_gru(qkv_tape *t, qkv_tensor **p)
     return stacked(t, h);
 }
 
+/* Every h of a sequence's RT states and the last c, each [1,RB,RH],
+ * concatenated for the readout; nil after a failure. */
+static qkv_tensor *lstm_states(qkv_tape *t, const qkv_lstm_state *s)
+{
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    qkv_tensor *hc[RT + 1];
+    for (int i = 0; i <= RT; i++)
+        hc[i] = qkv_reshape(t, i < RT ? s[i].h : s[RT - 1].c, 3, (const int[]){1, RB, RH});
+    return qkv_concat(t, RT + 1, hc, 0);
+}
+
 /* The sequence forms, from given first states (p[4], p[5]). */
 static qkv_tensor *c_lstm_forward(qkv_tape *t, qkv_tensor **p)
 {
     const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
     const qkv_lstm_state s0 = {p[4], p[5]};
     qkv_lstm_state s[RT];
-    qkv_tensor *hc[RT + 1]; /* every h and the last c, each [1,RB,RH], for the readout */
     qkv_lstm_forward(t, &l, p[0], &s0, s);
-    if (qkv_tape_status(t) != QKV_OK)
-        return qkv_nil();
-    for (int i = 0; i <= RT; i++)
-        hc[i] = qkv_reshape(t, i < RT ? s[i].h : s[RT - 1].c, 3, (const int[]){1, RB, RH});
-    return qkv_concat(t, RT + 1, hc, 0);
+    return lstm_states(t, s);
 }
 
 static qkv_tensor *c_gru_forward(qkv_tape *t, qkv_tensor **p)
@@ -453,6 +460,37 @@ static qkv_tensor *c_gru_forward(qkv_tape *t, qkv_tensor **p)
     const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
     qkv_tensor *h[RT];
     qkv_gru_forward(t, &g, p[0], p[5], h);
+    return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
+}
+
+/* Tokens in (the _ids forms): p[0] is a table of RV rows, fewer than the
+ * RT·RB tokens, so the table is projected and its rows gathered; every
+ * row is read, some by several tokens (their gradients add up). */
+enum { RV = 5 };
+static const int rnn_ids[RT * RB] = {0, 1, 2, 3, 4, 0, 1, 1, 4, 2, 3, 0};
+
+static qkv_tensor *c_rnn_ids(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, QKV_RNN_TANH};
+    qkv_tensor *h[RT];
+    qkv_rnn_forward_ids(t, &r, p[0], rnn_ids, RT, RB, p[4], h);
+    return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
+}
+
+static qkv_tensor *c_lstm_ids(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
+    const qkv_lstm_state s0 = {p[4], p[5]};
+    qkv_lstm_state s[RT];
+    qkv_lstm_forward_ids(t, &l, p[0], rnn_ids, RT, RB, &s0, s);
+    return lstm_states(t, s);
+}
+
+static qkv_tensor *c_gru_ids(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
+    qkv_tensor *h[RT];
+    qkv_gru_forward_ids(t, &g, p[0], rnn_ids, RT, RB, p[5], h);
     return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
 }
 
@@ -628,6 +666,27 @@ static const gc_case cases[] = {
      6,
      {3, 2, 2, 1, 1, 2},
      {{RT, RB, RI}, {RI, 3 * RH}, {RH, 3 * RH}, {3 * RH}, {3 * RH}, {RB, RH}},
+     0,
+     LAYER_TOL},
+    {"layer: rnn_forward_ids, 6 steps",
+     c_rnn_ids,
+     5,
+     {2, 2, 2, 1, 2},
+     {{RV, RI}, {RI, RH}, {RH, RH}, {RH}, {RB, RH}},
+     0,
+     LAYER_TOL},
+    {"layer: lstm_forward_ids, 6 steps",
+     c_lstm_ids,
+     6,
+     {2, 2, 2, 1, 2, 2},
+     {{RV, RI}, {RI, 4 * RH}, {RH, 4 * RH}, {4 * RH}, {RB, RH}, {RB, RH}},
+     0,
+     LAYER_TOL},
+    {"layer: gru_forward_ids, 6 steps",
+     c_gru_ids,
+     6,
+     {2, 2, 2, 1, 1, 2},
+     {{RV, RI}, {RI, 3 * RH}, {RH, 3 * RH}, {3 * RH}, {3 * RH}, {RB, RH}},
      0,
      LAYER_TOL},
     {"embedded attention classifier",

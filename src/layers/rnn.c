@@ -115,6 +115,69 @@ static qkv_tensor *project_steps(qkv_tape *t, const char *what, qkv_tensor *x, i
     return qkv_reshape(t, qkv_affine(t, x, wx, b), 2, (const int[]){*steps * *batch, wx->shape[1]});
 }
 
+/* Nonzero when each of the n first states is NULL or [batch, hidden];
+ * otherwise records the error, naming the state. */
+static int first_states_ok(qkv_tape *t, const char *what, const qkv_tensor *const *first, int n,
+                           int batch, int hidden)
+{
+    for (int i = 0; i < n; i++) {
+        const qkv_tensor *h = first[i];
+        if (h != NULL && (qkv_tensor_is_nil(h) || h->ndim != 2 || h->shape[0] != batch ||
+                          h->shape[1] != hidden)) {
+            char sh[64];
+            qkv_shape_str(h, sh, sizeof sh);
+            qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the first %s %s must be [%d,%d] (batch, hidden)",
+                          what, n == 2 && i == 1 ? "cell state" : "state", sh, batch, hidden);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The input projection of a sequence of tokens, ids [steps, batch] (step
+ * s at ids + s·batch) picking rows of table [V, in]: table[ids]·W_x (+ b)
+ * as [steps·batch, cols], after checking the table, the sizes and the n
+ * first states. With fewer table rows than tokens, the table's rows are
+ * projected once and then gathered, V rows of work instead of one per
+ * token. Records the error and returns nil otherwise. */
+static qkv_tensor *project_ids(qkv_tape *t, const char *what, qkv_tensor *table, const int *ids,
+                               int steps, int batch, qkv_tensor *wx, qkv_tensor *b,
+                               const qkv_tensor *const *first, int n, int hidden)
+{
+    if (qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    const int in = wx->shape[0];
+    if (qkv_tensor_is_nil(table) || table->ndim != 2 || table->shape[1] != in) {
+        char st[64];
+        qkv_shape_str(table, st, sizeof st);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the embedding table %s must be [V,%d]", what, st, in);
+        return qkv_nil();
+    }
+    if (ids == NULL || steps < 1 || batch < 1 || (size_t)steps * (size_t)batch > INT_MAX) {
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "%s: ids [%d,%d]%s: need ids, at least 1 step and 1 sentence, and at most "
+                      "%d tokens",
+                      what, steps, batch, ids == NULL ? " (NULL)" : "", INT_MAX);
+        return qkv_nil();
+    }
+    const int tokens = steps * batch;
+    for (int i = 0; i < tokens; i++) /* named here: the gather may see the projected table */
+        if (ids[i] < 0 || ids[i] >= table->shape[0]) {
+            char st[64];
+            qkv_shape_str(table, st, sizeof st);
+            qkv_tape_fail(t, QKV_ERR_ARG,
+                          "%s: id %d at step %d, sentence %d is outside [0,%d) of the embedding "
+                          "table %s",
+                          what, ids[i], i / batch, i % batch, table->shape[0], st);
+            return qkv_nil();
+        }
+    if (!first_states_ok(t, what, first, n, batch, hidden))
+        return qkv_nil();
+    if (table->shape[0] < tokens)
+        return qkv_gather(t, qkv_affine(t, table, wx, b), ids, 1, &tokens);
+    return qkv_affine(t, qkv_gather(t, table, ids, 1, &tokens), wx, b);
+}
+
 /* After a sequence form: its T states, or nil in each when the tape failed. */
 static qkv_tensor *seq_done(qkv_tape *t, qkv_tensor **states, int steps, qkv_tensor *last)
 {
@@ -175,18 +238,11 @@ qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tenso
     return qkv_rnn_cell_projected(t, r, qkv_matmul(t, x, r->wx), h);
 }
 
-qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
-                            qkv_tensor **states)
+/* The recurrence of a sequence whose input projection xw [T·B, H] is made. */
+static qkv_tensor *rnn_run(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, int T, int B,
+                           qkv_tensor *h0, qkv_tensor **states)
 {
-    if (r == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
-    int T, B;
     const int H = r->hidden;
-    /* every step's x·W_x + b in one product, then the recurrence as one node */
-    qkv_tensor *xw = project_steps(t, "rnn", x, r->in, r->wx, r->b, (const qkv_tensor *const[]){h0},
-                                   1, H, &T, &B);
-    if (T == 0)
-        return qkv_nil();
     qkv_tensor *y = qkv_rnn_scan(t, qkv_reshape(t, xw, 3, (const int[]){T, B, H}), r->wh, h0,
                                  r->act == QKV_RNN_TANH);
     for (int s = 0; states != NULL && s < T; s++)
@@ -195,6 +251,32 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
                         ? states[T - 1]
                         : qkv_reshape(t, qkv_slice(t, y, 0, T - 1, 1), 2, (const int[]){B, H});
     return seq_done(t, states, T, h);
+}
+
+qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states)
+{
+    if (r == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    int T, B;
+    /* every step's x·W_x + b in one product, then the recurrence as one node */
+    qkv_tensor *xw = project_steps(t, "rnn", x, r->in, r->wx, r->b, (const qkv_tensor *const[]){h0},
+                                   1, r->hidden, &T, &B);
+    if (T == 0)
+        return qkv_nil();
+    return rnn_run(t, r, xw, T, B, h0, states);
+}
+
+qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table, const int *ids,
+                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
+{
+    if (r == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    qkv_tensor *xw = project_ids(t, "rnn", table, ids, steps, batch, r->wx, r->b,
+                                 (const qkv_tensor *const[]){h0}, 1, r->hidden);
+    if (qkv_tensor_is_nil(xw))
+        return qkv_nil();
+    return rnn_run(t, r, xw, steps, batch, h0, states);
 }
 
 /* ---- LSTM --------------------------------------------------------------- */
@@ -250,17 +332,11 @@ qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, cons
     return qkv_lstm_cell_projected(t, l, qkv_matmul(t, x, l->wx), s);
 }
 
-qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
-                                const qkv_lstm_state *s0, qkv_lstm_state *states)
+/* The steps of a sequence whose input projection xw [T·B, 4H] is made. */
+static qkv_lstm_state lstm_run(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw, int T, int B,
+                               const qkv_lstm_state *s0, qkv_lstm_state *states)
 {
     qkv_lstm_state s = {qkv_nil(), qkv_nil()};
-    if (l == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
-        return s;
-    }
-    int T, B;
-    const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
-    qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, NULL, first, 2, l->hidden, &T, &B);
     for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
         s = qkv_lstm_cell_projected(t, l, qkv_slice(t, xw, 0, i * B, B), i > 0 ? &s : s0);
         if (states != NULL)
@@ -272,6 +348,35 @@ qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
             states[i] = s;
     }
     return s;
+}
+
+qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                                const qkv_lstm_state *s0, qkv_lstm_state *states)
+{
+    if (l == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
+    }
+    int T, B;
+    const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
+    qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, NULL, first, 2, l->hidden, &T, &B);
+    return lstm_run(t, l, xw, T, B, s0, states);
+}
+
+qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *table,
+                                    const int *ids, int steps, int batch, const qkv_lstm_state *s0,
+                                    qkv_lstm_state *states)
+{
+    if (l == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
+    }
+    const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
+    qkv_tensor *xw =
+        project_ids(t, "lstm", table, ids, steps, batch, l->wx, NULL, first, 2, l->hidden);
+    if (qkv_tensor_is_nil(xw))
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
+    return lstm_run(t, l, xw, steps, batch, s0, states);
 }
 
 /* ---- GRU ---------------------------------------------------------------- */
@@ -321,6 +426,19 @@ qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tenso
     return qkv_gru_cell_projected(t, g, qkv_matmul(t, x, g->wx), h);
 }
 
+/* The steps of a sequence whose input projection xw [T·B, 3H] is made. */
+static qkv_tensor *gru_run(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, int T, int B,
+                           qkv_tensor *h0, qkv_tensor **states)
+{
+    qkv_tensor *h = qkv_nil();
+    for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
+        h = qkv_gru_cell_projected(t, g, qkv_slice(t, xw, 0, i * B, B), i > 0 ? h : h0);
+        if (states != NULL)
+            states[i] = h;
+    }
+    return seq_done(t, states, T, h);
+}
+
 qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states)
 {
@@ -329,11 +447,17 @@ qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_te
     int T, B;
     qkv_tensor *xw = project_steps(t, "gru", x, g->in, g->wx, NULL, (const qkv_tensor *const[]){h0},
                                    1, g->hidden, &T, &B);
-    qkv_tensor *h = qkv_nil();
-    for (int i = 0; i < T && qkv_tape_status(t) == QKV_OK; i++) {
-        h = qkv_gru_cell_projected(t, g, qkv_slice(t, xw, 0, i * B, B), i > 0 ? h : h0);
-        if (states != NULL)
-            states[i] = h;
-    }
-    return seq_done(t, states, T, h);
+    return gru_run(t, g, xw, T, B, h0, states);
+}
+
+qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table, const int *ids,
+                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
+{
+    if (g == NULL)
+        return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    qkv_tensor *xw = project_ids(t, "gru", table, ids, steps, batch, g->wx, NULL,
+                                 (const qkv_tensor *const[]){h0}, 1, g->hidden);
+    if (qkv_tensor_is_nil(xw))
+        return qkv_nil();
+    return gru_run(t, g, xw, steps, batch, h0, states);
 }
