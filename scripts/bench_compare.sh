@@ -97,6 +97,10 @@ awk -F, '
             if ((op[i] in qkv) && (op[i] in torch))
                 printf "%-20s %14.1f %14.1f %9.1fx\n", op[i], qkv[op[i]], torch[op[i]],
                        torch[op[i]] / qkv[op[i]]
+        if (("rnn_ids_step" in qkv) && ("rnn_step" in torch))
+            printf "%-20s %14.1f %14.1f %9.1fx  (tokens in: the table projected once;" \
+                   " nn.RNN projects every token)\n", "rnn_ids_step", qkv["rnn_ids_step"],
+                   torch["rnn_step"], torch["rnn_step"] / qkv["rnn_ids_step"]
         if ("block_fraction_of_peak" in qkv)
             printf "qkv block: %.1f GFLOP/s, %.0f%% of the measured one-core peak (%.0f GFLOP/s)\n",
                    qkv["block_gflops"], 100 * qkv["block_fraction_of_peak"], qkv["peak_gflops"]
