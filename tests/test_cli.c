@@ -2255,6 +2255,42 @@ START_TEST(test_bptt_prints_the_radius_it_was_given)
 }
 END_TEST
 
+/* softmax checked each vector only when it reached it: a bad one after a
+ * good one printed the good one's table, then exited 2 with the CSV left
+ * holding the good rows alone; and a run that failed (out of memory)
+ * kept its CSV cut short. Now every vector is checked before anything is
+ * written, and a failed run removes its CSV. */
+START_TEST(test_softmax_checks_every_vector_before_it_writes)
+{
+    char *out;
+    ck_assert_int_eq(run("softmax --csv d/a.csv 1,2 zz", &out), 2);
+    ck_assert_msg(strstr(out, "'zz' is not a list") != NULL && strstr(out, "z = [") == NULL, "%s",
+                  out);
+    free(out);
+#ifdef QKV_DOUBLE
+    ck_assert_int_eq(run("softmax --base 10 --csv d/b.csv 1,2 1e308,1", &out), 2);
+#else
+    ck_assert_int_eq(run("softmax --base 10 --csv d/b.csv 1,2 3e38,1", &out), 2);
+#endif
+    ck_assert_msg(strstr(out, "is too large for the scalar type") != NULL &&
+                      strstr(out, "z = [") == NULL,
+                  "%s", out);
+    free(out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/d", tmp);
+    ck_assert_msg(access(path, F_OK) != 0, "a usage error made %s", path);
+    expect("softmax --csv d/c.csv", 0, "z = [1,2,3]");
+    snprintf(path, sizeof path, "%s/d/c.csv", tmp);
+    ck_assert_int_eq(access(path, F_OK), 0);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "QKV_TEST_ALLOC_FAIL=1 '%s' softmax --csv d/c.csv", QKV_BIN);
+    ck_assert_int_eq(sh(cmd, &out), 1);
+    ck_assert_msg(strstr(out, "out of memory") != NULL, "%s", out);
+    free(out);
+    ck_assert_msg(access(path, F_OK) != 0, "a failed run left %s", path);
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -2334,6 +2370,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_heatmap_title_keeps_a_long_sentence_on_the_page);
     tcase_add_test(tc, test_softmax_base_plot_takes_the_bases_in_any_order);
     tcase_add_test(tc, test_bptt_prints_the_radius_it_was_given);
+    tcase_add_test(tc, test_softmax_checks_every_vector_before_it_writes);
     suite_add_tcase(s, tc);
     return s;
 }

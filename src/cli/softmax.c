@@ -120,6 +120,25 @@ static int parse_bases(const char *s, double *base, char (*label)[16])
     }
 }
 
+/* Checks that s is a vector parse_vector takes and that z·ln b fits
+ * qkv_real for each of the nb bases: CLI_OK, or CLI_USAGE after the
+ * message. */
+static int check_vector(const char *s, const double *base, char (*blabel)[16], int nb)
+{
+    double z[MAX_LEN];
+    const int n = parse_vector(s, z, MAX_LEN);
+    if (n <= 0)
+        return cli_usage_error("softmax", "'%s' is not a list of up to %d numbers within ±%g", s,
+                               MAX_LEN, (double)REAL_MAX);
+    for (int k = 0; k < nb; k++)
+        for (int i = 0; i < n; i++)
+            if (fabs(z[i] * log(base[k])) > REAL_MAX)
+                return cli_usage_error("softmax",
+                                       "'%s': %g·ln %s is too large for the scalar type (±%g)", s,
+                                       z[i], blabel[k], (double)REAL_MAX);
+    return CLI_OK;
+}
+
 /* Prints " " and s right-aligned in a field of width columns. */
 static void print_right(const char *s, int width)
 {
@@ -175,6 +194,11 @@ int cmd_softmax(int argc, char **argv)
     char *defaults[2] = {"1,2,3", "-1,2,-0.5"};
     char **use = nvec ? vec : defaults;
     nvec = nvec ? nvec : 2;
+    /* every vector before any table or CSV row: a bad one after good ones
+     * would leave a CSV cut short, which a plot takes for the whole */
+    for (int v = 0; v < nvec; v++)
+        if ((r = check_vector(use[v], base, blabel, nb)) != CLI_OK)
+            return r;
     FILE *out = NULL;
     qkv_error err = qkv_error_none();
     char header[256] = "vector,i,z,linear,softmax";
@@ -184,13 +208,8 @@ int cmd_softmax(int argc, char **argv)
         return cli_fail("softmax: %s", err.message);
     for (int v = 0; v < nvec && r == CLI_OK; v++) {
         double z[MAX_LEN], p[MAX_LEN];
-        int n = parse_vector(use[v], z, MAX_LEN);
-        if (n <= 0) {
-            r = cli_usage_error("softmax", "'%s' is not a list of up to %d numbers within ±%g",
-                                use[v], MAX_LEN, (double)REAL_MAX);
-            break;
-        }
-        char label[MAX_LEN * 24] = ""; /* "1;2;3": the vector without commas */
+        const int n = parse_vector(use[v], z, MAX_LEN); /* > 0: checked above */
+        char label[MAX_LEN * 24] = "";                  /* "1;2;3": the vector without commas */
         size_t used = 0;
         double sum = 0;
         for (int i = 0; i < n; i++) {
@@ -203,16 +222,8 @@ int cmd_softmax(int argc, char **argv)
             break;
         }
         for (int k = 0; k < nb && r == CLI_OK; k++) { /* the library's softmax of z·ln b */
-            for (int i = 0; i < n && r == CLI_OK; i++) {
-                zb[i] = z[i] * log(base[k]);
-                if (fabs(zb[i]) > REAL_MAX)
-                    r = cli_usage_error("softmax",
-                                        "'%s': %g·ln %s is too large for the scalar type "
-                                        "(±%g)",
-                                        use[v], z[i], blabel[k], (double)REAL_MAX);
-            }
-            if (r != CLI_OK)
-                break;
+            for (int i = 0; i < n; i++)
+                zb[i] = z[i] * log(base[k]); /* within ±REAL_MAX: checked above */
             if (softmax_of(zb, n, pb[k]) != QKV_OK)
                 r = CLI_FAIL;
         }
@@ -283,7 +294,7 @@ int cmd_softmax(int argc, char **argv)
         }
         printf("\n");
     }
-    if (out != NULL && cli_csv_close(out, csv) != 0 && r == CLI_OK)
+    if (out != NULL && cli_csv_end(out, csv, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("softmax: cannot write %s", csv);
     return r;
 }
