@@ -1790,6 +1790,9 @@ START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
     expect("resolve -x", 2, "qkv: unknown option '-x'\nTry 'qkv resolve --help'.");
     expect("resolve -x \"小明是个运动达人，他平时很爱打篮球\"", 2, "unknown option '-x'");
     expect("demo -x", 2, "unknown option '-x'");
+    /* --help is known: with a value it is refused as a flag, not unknown */
+    expect("demo --help=1", 2, "qkv: --help takes no value\nTry 'qkv demo --help'.");
+    expect("bptt --help=", 2, "qkv: --help takes no value");
     char *out;
     ck_assert_int_eq(run("train --quiet --steps 2 --save m.st --log l.csv", &out), 0);
     free(out);

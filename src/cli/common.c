@@ -269,6 +269,8 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
         for (int j = 0; j < nopts && o == NULL; j++)
             if (strlen(opts[j].name) == len && strncmp(opts[j].name, name, len) == 0)
                 o = &opts[j];
+        if (o == NULL && len == 4 && strncmp(name, "help", 4) == 0) /* --help=x */
+            return cli_usage_error(cmd, "--help takes no value");
         if (o == NULL)
             return cli_usage_error(cmd, "unknown option '--%.*s'", (int)len, name);
         if (o->kind == OPT_FLAG) {
