@@ -1455,6 +1455,17 @@ START_TEST(test_help_with_a_command_shows_that_commands_help)
     /* help on help is the general help, not an unknown command */
     expect("help help", 0, "Run 'qkv <command> --help'");
     expect("help --help", 0, "Run 'qkv <command> --help'");
+    /* 'qkv --help train' and 'qkv -h train' printed the list and dropped
+     * 'train'; they are 'qkv help train' */
+    ck_assert_int_eq(run("train --help", &want), 0);
+    ck_assert_int_eq(run("--help train", &out), 0);
+    ck_assert_str_eq(out, want);
+    free(out);
+    ck_assert_int_eq(run("-h train", &out), 0);
+    ck_assert_str_eq(out, want);
+    free(out);
+    free(want);
+    expect("--help bogus", 2, "qkv: unknown command 'bogus'");
 }
 END_TEST
 
@@ -1463,6 +1474,9 @@ START_TEST(test_help_lists_version)
     /* --help did not mention --version, which works */
     expect("--help", 0, "--version");
     expect("--version", 0, "qkv ");
+    /* what follows --version was ignored, an unknown option too, with exit 0 */
+    expect("--version --bogus", 2, "qkv: --version takes no arguments, not '--bogus'");
+    expect("--version extra", 2, "qkv: --version takes no arguments, not 'extra'");
 }
 END_TEST
 

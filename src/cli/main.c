@@ -60,7 +60,9 @@ static int run(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *name = argv[1];
-    if (strcmp(name, "help") == 0 && argc > 2) { /* qkv help CMD: qkv CMD --help */
+    const int help =
+        strcmp(name, "help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0;
+    if (help && argc > 2) { /* qkv help CMD (or --help CMD): qkv CMD --help */
         if (argc > 3)
             return cli_usage_error("", "help takes one command, not '%s'", argv[3]);
         if (strcmp(argv[2], "help") == 0 || strcmp(argv[2], "-h") == 0 ||
@@ -75,11 +77,13 @@ static int run(int argc, char **argv)
             }
         return cli_usage_error("", "unknown command '%s'", argv[2]);
     }
-    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
+    if (help) {
         usage(stdout);
         return CLI_OK;
     }
     if (strcmp(name, "--version") == 0) {
+        if (argc > 2) /* not ignored: "qkv --version --bogus" is a mistake */
+            return cli_usage_error("", "--version takes no arguments, not '%s'", argv[2]);
         printf("qkv %s\n", QKV_VERSION);
         return CLI_OK;
     }
