@@ -242,6 +242,25 @@ START_TEST(test_pow_has_a_zero_gradient_at_exponent_zero)
 }
 END_TEST
 
+START_TEST(test_relu_keeps_nan)
+{
+    /* relu(NaN) is NaN and passes dy back, as PyTorch 1.13 computes it:
+     * torch.relu([nan, -1, 0, 2]) = [nan, 0, 0, 2], and backward with dy =
+     * [3, 5, 7, 11] gives [3, 0, 0, 11]; max(x, 0) must not turn a NaN
+     * (a diverged step) into a silent 0 */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){4}, (const double[]){NAN, -1, 0, 2}, 1);
+    qkv_tensor *y = qkv_relu(t, x);
+    ck_assert(!qkv_tensor_is_nil(y));
+    ck_assert(isnan(y->data[0]) && y->data[1] == 0 && y->data[2] == 0 && y->data[3] == 2);
+    const qkv_real dy[4] = {3, 5, 7, 11};
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 4), QKV_OK);
+    ck_assert(x->grad[0] == 3 && x->grad[1] == 0 && x->grad[2] == 0 && x->grad[3] == 11);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -252,6 +271,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_sub_and_div_by_hand);
     tcase_add_test(tc, test_broadcasting_works_both_ways_and_reduces_gradients);
     tcase_add_test(tc, test_pow_has_a_zero_gradient_at_exponent_zero);
+    tcase_add_test(tc, test_relu_keeps_nan);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -340,16 +340,16 @@ static void sigmoid_backward(const qkv_node *nd)
 static void relu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
 {
     (void)c;
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] > 0 ? x[i] : 0;
+    for (size_t i = 0; i < n; i++) /* x <= 0, not x > 0: a NaN stays NaN, as in PyTorch */
+        y[i] = x[i] <= 0 ? 0 : x[i];
 }
 
 static void relu_backward(const qkv_node *nd)
 {
     qkv_tensor *x = nd->in[0];
     const qkv_real *dy = nd->out->grad;
-    for (size_t i = 0; i < x->numel; i++) /* dx = dy·[x > 0] */
-        x->grad[i] += x->data[i] > 0 ? dy[i] : 0;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy·[x > 0], and dy at a NaN (PyTorch's) */
+        x->grad[i] += x->data[i] <= 0 ? 0 : dy[i];
 }
 
 static void gelu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
