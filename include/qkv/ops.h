@@ -92,7 +92,8 @@ qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x);
 
 /* y = x^p for a constant p (libm's pow: a negative x with a fractional p
- * gives NaN). dx = dy·p·x^(p-1), and 0 for p = 0. */
+ * gives NaN). dx = dy·p·x^(p-1), and 0 for p = 0. A p that is not finite
+ * is refused with QKV_ERR_ARG, as qkv_scale refuses its factor. */
 qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p);
 
 /* ---- shapes and views (src/ops/shape.c) ------------------------------- */
@@ -158,12 +159,13 @@ qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x);
  * [D] or NULL (1 and 0). The forward keeps each row's μ and 1/σ; the
  * backward is the fused closed form. μ, σ² and the backward's two means are
  * summed in qkv_real, in 32 (forward) or 16 (backward) partial sums: about
- * d/32 + 5 roundings, as PyTorch's float layer norm. */
+ * d/32 + 5 roundings, as PyTorch's float layer norm. An eps that is
+ * negative or not finite is refused with QKV_ERR_ARG (PyTorch takes it). */
 qkv_tensor *qkv_layer_norm(qkv_tape *t, qkv_tensor *x, qkv_tensor *gamma, qkv_tensor *beta,
                            double eps);
 
 /* RMS norm over the last dimension: y = x/√(mean(x²) + eps)·γ, gamma [D]
- * or NULL. */
+ * or NULL. eps as for qkv_layer_norm. */
 qkv_tensor *qkv_rms_norm(qkv_tape *t, qkv_tensor *x, qkv_tensor *gamma, double eps);
 
 /* ---- indexing (src/ops/index.c) --------------------------------------- */
