@@ -720,6 +720,36 @@ START_TEST(test_out_of_memory_names_the_tensor_and_hints_at_reset_only_when_full
 }
 END_TEST
 
+/* An op whose output cannot be made names the op: the message began
+ * "tape: " and named only the tensor's shape. [300,1] and [1,400] fit in
+ * the first block; their [300,400] product or sum needs a new one. */
+START_TEST(test_out_of_memory_in_an_op_names_the_op)
+{
+    char want[96];
+    const char *ops[] = {"add", "matmul"};
+    for (int i = 0; i < 2; i++) {
+        qkv_tape *t = qkv_tape_new(16384, NULL);
+        qkv_tensor *a = qkv_tape_tensor(t, 2, (const int[]){300, 1}, 0);
+        qkv_tensor *b = qkv_tape_tensor(t, 2, (const int[]){1, 400}, 0);
+        ck_assert(!qkv_tensor_is_nil(a) && !qkv_tensor_is_nil(b));
+        qkv_alloc_fail_at(qkv_alloc_count() + 1); /* the next block */
+        qkv_tensor *y = i == 0 ? qkv_add(t, a, b) : qkv_matmul(t, a, b);
+        qkv_alloc_fail_at(0);
+        ck_assert(qkv_tensor_is_nil(y));
+        ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_NOMEM);
+        snprintf(want, sizeof want,
+                 "%s: out of memory allocating %zu bytes for a tensor [300,400] (arena holds ",
+                 ops[i], 120000 * sizeof(qkv_real));
+        const char *e = qkv_tape_error(t);
+        ck_assert_msg(strncmp(e, want, strlen(want)) == 0, "%s", e);
+        /* sticky: a later op neither runs nor renames the error */
+        ck_assert(qkv_tensor_is_nil(qkv_exp(t, a)));
+        ck_assert_msg(strncmp(qkv_tape_error(t), want, strlen(want)) == 0, "%s", e);
+        qkv_tape_free(t);
+    }
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -819,6 +849,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_a_tensor_in_a_later_block_is_stale);
     tcase_add_test(tc, test_a_tensor_in_a_blocks_unused_end_is_stale);
     tcase_add_test(tc, test_out_of_memory_names_the_tensor_and_hints_at_reset_only_when_full);
+    tcase_add_test(tc, test_out_of_memory_in_an_op_names_the_op);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "qkv/tape.h"
 #include "util/util.h"
 
@@ -131,6 +132,31 @@ qkv_status qkv_tape_fail(qkv_tape *t, qkv_status s, const char *fmt, ...)
     qkv_verror(&t->err, s, fmt, ap);
     va_end(ap);
     return s;
+}
+
+void qkv_tape_name_failure(qkv_tape *t, const char *op)
+{
+    static const char *const own[] = {"tape: ", "tensor: "};
+    if (t == NULL || t->err.status == QKV_OK || op == NULL)
+        return;
+    char *m = t->err.message;
+    const size_t cap = sizeof t->err.message;
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+        const size_t k = strlen(own[i]);
+        if (strncmp(m, own[i], k) != 0)
+            continue;
+        const size_t head = strlen(op) + 2; /* "op: " */
+        size_t rest = strlen(m + k);
+        if (head >= cap)
+            return;
+        if (head + rest >= cap) /* cut the end, as qkv_tape_fail would */
+            rest = cap - 1 - head;
+        memmove(m + head, m + k, rest);
+        m[head + rest] = '\0';
+        memcpy(m, op, head - 2);
+        memcpy(m + head - 2, ": ", 2);
+        return;
+    }
 }
 
 int qkv_tape_set_grad(qkv_tape *t, int enabled)

@@ -303,7 +303,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
     }
     qkv_tensor *out =
-        qkv_tape_tensor(t, r->width != 0 ? 3 : nd, oshape, qk_grad || r->v->grad != NULL);
+        qkv_op_tensor(t, name, r->width != 0 ? 3 : nd, oshape, qk_grad || r->v->grad != NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     if (r->mask != NULL &&

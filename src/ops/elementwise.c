@@ -106,7 +106,7 @@ static qkv_tensor *binary(qkv_tape *t, binop op, qkv_tensor *a, qkv_tensor *b)
                       sb);
         return qkv_nil();
     }
-    qkv_tensor *out = qkv_op_out(t, p.ndim, p.shape, a, b);
+    qkv_tensor *out = qkv_op_out(t, names[op], p.ndim, p.shape, a, b);
     if (qkv_tensor_is_nil(out))
         return out;
     qkv_real *y = out->data;
@@ -188,7 +188,7 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m)
                       "mask: %s and %s: second shape does not broadcast to the first", sa, sb);
         return qkv_nil();
     }
-    qkv_tensor *out = qkv_tape_tensor(t, x->ndim, x->shape, x->grad != NULL);
+    qkv_tensor *out = qkv_op_tensor(t, "mask", x->ndim, x->shape, x->grad != NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     qkv_real *y = out->data;
@@ -215,7 +215,7 @@ static qkv_tensor *unary(qkv_tape *t, const char *name, const qkv_op_def *def, q
 {
     if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, name, x->ndim, x->shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     f(out->data, x->data, x->numel, c);

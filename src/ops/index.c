@@ -57,7 +57,7 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     int oshape[QKV_MAX_DIMS];
     memcpy(oshape, shape, (size_t)ndim * sizeof *shape);
     oshape[ndim] = D;
-    qkv_tensor *out = qkv_op_out(t, ndim + 1, oshape, w, NULL);
+    qkv_tensor *out = qkv_op_out(t, "gather", ndim + 1, oshape, w, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t bad = qkv_first_bad_id(ids, n, V);
@@ -108,7 +108,7 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
             return qkv_nil();
         }
     int shape[2] = {B, D};
-    qkv_tensor *out = qkv_op_out(t, 2, shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, "pick_rows", 2, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     for (int b = 0; b < B; b++)

@@ -71,7 +71,7 @@ static qkv_tensor *matmul(qkv_tape *t, qkv_tensor *a, qkv_tensor *b, int nt)
     int shape[QKV_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     shape[a->ndim - 1] = n;
-    qkv_tensor *out = qkv_op_out(t, a->ndim, shape, a, b);
+    qkv_tensor *out = qkv_op_out(t, name, a->ndim, shape, a, b);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t batch = a->numel / ((size_t)m * k);
@@ -147,7 +147,7 @@ qkv_tensor *qkv_affine(qkv_tape *t, qkv_tensor *x, qkv_tensor *w, qkv_tensor *b)
     const int m = affine_rows(x), k = w->shape[0], n = w->shape[1];
     shape[x->ndim - 1] = n;
     const int grad = qkv_wants_grad(x, w) || (b != NULL && b->grad != NULL);
-    qkv_tensor *out = qkv_tape_tensor(t, x->ndim, shape, grad);
+    qkv_tensor *out = qkv_op_tensor(t, "affine", x->ndim, shape, grad);
     if (qkv_tensor_is_nil(out))
         return out;
     /* one product over all rows (W is packed once), then the bias added
@@ -201,7 +201,7 @@ qkv_tensor *qkv_transpose(qkv_tape *t, qkv_tensor *x)
     int m = x->shape[x->ndim - 2], n = x->shape[x->ndim - 1];
     shape[x->ndim - 2] = n;
     shape[x->ndim - 1] = m;
-    qkv_tensor *out = qkv_op_out(t, x->ndim, shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, "transpose", x->ndim, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t batch = x->numel / ((size_t)m * n);

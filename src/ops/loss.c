@@ -62,7 +62,7 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     long counted = counted_targets(t, logits, targets, rows, C);
     if (counted < 0)
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, 0, NULL, logits, NULL);
+    qkv_tensor *out = qkv_op_out(t, "cross_entropy", 0, NULL, logits, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     /* probabilities (kept for backward when recording) and the loss from
@@ -145,7 +145,7 @@ qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
 {
     if (!same_shape_ok(t, "mse", pred, target))
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, 0, NULL, pred, NULL);
+    qkv_tensor *out = qkv_op_out(t, "mse", 0, NULL, pred, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     double s[8] = {0};
@@ -186,7 +186,7 @@ qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tenso
 {
     if (!same_shape_ok(t, "bce_with_logits", logits, target))
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, 0, NULL, logits, NULL);
+    qkv_tensor *out = qkv_op_out(t, "bce_with_logits", 0, NULL, logits, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     /* -[y·log σ(x) + (1-y)·log(1-σ(x))] = max(x, 0) - x·y + log(1 + e^-|x|): no

@@ -76,8 +76,10 @@ static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor
     const size_t rows = x->numel / (size_t)d;
     norm_rec *r = qkv_tape_alloc(t, sizeof *r);
     qkv_real *stats = qkv_tape_alloc(t, 2 * rows * sizeof(qkv_real));
-    if (qkv_tensor_is_nil(out) || r == NULL || stats == NULL)
+    if (qkv_tensor_is_nil(out) || r == NULL || stats == NULL) {
+        qkv_tape_name_failure(t, name);
         return qkv_nil();
+    }
     r->mean = stats;
     r->rstd = stats + rows;
     r->center = center;

@@ -34,10 +34,18 @@ int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b)
     return a->grad != NULL || (b != NULL && b->grad != NULL);
 }
 
-qkv_tensor *qkv_op_out(qkv_tape *t, int ndim, const int *shape, const qkv_tensor *a,
+qkv_tensor *qkv_op_tensor(qkv_tape *t, const char *op, int ndim, const int *shape, int with_grad)
+{
+    qkv_tensor *x = qkv_tape_tensor(t, ndim, shape, with_grad);
+    if (qkv_tensor_is_nil(x))
+        qkv_tape_name_failure(t, op);
+    return x;
+}
+
+qkv_tensor *qkv_op_out(qkv_tape *t, const char *op, int ndim, const int *shape, const qkv_tensor *a,
                        const qkv_tensor *b)
 {
-    return qkv_tape_tensor(t, ndim, shape, qkv_wants_grad(a, b));
+    return qkv_op_tensor(t, op, ndim, shape, qkv_wants_grad(a, b));
 }
 
 qkv_node *qkv_op_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, qkv_tensor *a,

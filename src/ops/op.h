@@ -6,6 +6,7 @@
 #ifndef QKV_OP_H
 #define QKV_OP_H
 
+#include "core/core.h"
 #include "qkv/ops.h"
 #include "util/util.h"
 
@@ -24,8 +25,13 @@ int qkv_op_fresh(qkv_tape *t, const char *op, const qkv_tensor *x);
 /* Nonzero when a or b (which may be NULL) tracks a gradient. */
 int qkv_wants_grad(const qkv_tensor *a, const qkv_tensor *b);
 
-/* Makes an op's output on the tape; it tracks a gradient if a or b does. */
-qkv_tensor *qkv_op_out(qkv_tape *t, int ndim, const int *shape, const qkv_tensor *a,
+/* Makes a tensor on the tape for op (qkv_tape_tensor); if that fails, the
+ * tape's error names op (qkv_tape_name_failure), formatted only then. */
+qkv_tensor *qkv_op_tensor(qkv_tape *t, const char *op, int ndim, const int *shape, int with_grad);
+
+/* Makes op's output on the tape (qkv_op_tensor); it tracks a gradient if a
+ * or b does. */
+qkv_tensor *qkv_op_out(qkv_tape *t, const char *op, int ndim, const int *shape, const qkv_tensor *a,
                        const qkv_tensor *b);
 
 /* Records a node for out with inputs a and b (b may be NULL) when out

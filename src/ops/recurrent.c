@@ -81,7 +81,7 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
                              (size_t)T * (size_t)B),
                qkv_nil();
     const int grad = qkv_wants_grad(xw, wh) || (h0 != NULL && qkv_wants_grad(h0, NULL));
-    qkv_tensor *y = qkv_tape_tensor(t, 3, xw->shape, grad);
+    qkv_tensor *y = qkv_op_tensor(t, "rnn_scan", 3, xw->shape, grad);
     if (qkv_tensor_is_nil(y))
         return y;
     for (int s = 0; s < T; s++) {

@@ -24,7 +24,7 @@ static qkv_tensor *reduce_all(qkv_tape *t, qkv_tensor *x, int mean)
 {
     if (!qkv_op_inputs_ok(t, mean ? "mean" : "sum", x, NULL, 0))
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, 0, NULL, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, mean ? "mean" : "sum", 0, NULL, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     double c = mean ? 1.0 / (double)x->numel : 1.0;
@@ -105,7 +105,7 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int 
     for (int i = 0; i < x->ndim; i++)
         if (i != d || keepdim)
             shape[nd++] = i == d ? 1 : x->shape[i];
-    qkv_tensor *out = qkv_op_out(t, nd, shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, name, nd, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t outer, n, inner;

@@ -148,7 +148,7 @@ qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
                       x->ndim);
         return qkv_nil();
     }
-    qkv_tensor *out = qkv_op_out(t, x->ndim, shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, "permute", x->ndim, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     permute_copy(x, x->data, NULL, out->data, p, 0);
@@ -252,7 +252,7 @@ qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
         }
         shape[d] += xs[k]->shape[d];
     }
-    qkv_tensor *out = qkv_tape_tensor(t, xs[0]->ndim, shape, grad);
+    qkv_tensor *out = qkv_op_tensor(t, "concat", xs[0]->ndim, shape, grad);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t outer, inner, at = 0;
@@ -306,7 +306,7 @@ qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len)
     int shape[QKV_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[d] = len;
-    qkv_tensor *out = qkv_op_out(t, x->ndim, shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, "slice", x->ndim, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t outer, inner;

@@ -48,7 +48,7 @@ static qkv_tensor *softmax_like(qkv_tape *t, qkv_tensor *x, int log_form)
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no last dimension", name);
         return qkv_nil();
     }
-    qkv_tensor *out = qkv_op_out(t, x->ndim, x->shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, name, x->ndim, x->shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t n = (size_t)x->shape[x->ndim - 1], rows = x->numel / n;
