@@ -1413,6 +1413,53 @@ START_TEST(test_a_bar_fits_a_narrow_terminal)
 }
 END_TEST
 
+/* A CSV written after the work that cannot be written fails the command
+ * before the work: resolve printed its answer and only then failed on
+ * --csv, and distance, ablate and saturation did every run before failing
+ * on the file they write last, truncating the one they write as they go.
+ * Now the output is the one-line error alone and that file is as it was. */
+START_TEST(test_a_csv_written_last_that_cannot_be_fails_before_the_work)
+{
+    char *out;
+    ck_assert_int_eq(run("train --steps 2 --quiet --log t.csv --save m.st", &out), 0);
+    free(out);
+    ck_assert_int_eq(sh("touch afile && mkdir -p x.csv d/summary.csv a/summary.csv "
+                        "s/variance.csv && echo old | tee d/runs.csv a/curves.csv s/runs.csv",
+                        &out),
+                     0);
+    free(out);
+    const char *cases[][3] = {
+        {"resolve --model m.st --csv afile/x.csv \"小明是个运动达人，他平时很爱打篮球\"",
+         "qkv: resolve: afile exists and is not a directory\n", NULL},
+        {"resolve --model m.st --csv x.csv \"小明是个运动达人，他平时很爱打篮球\"",
+         "qkv: resolve: cannot write x.csv: Is a directory\n", NULL},
+        {"distance --models attention --distances 0 --seeds 1 --steps 5 --eval-every 5 --quiet "
+         "--out d",
+         "qkv: distance: cannot write d/summary.csv: Is a directory\n", "d/runs.csv"},
+        {"ablate --variants full --seeds 1 --steps 5 --eval-every 5 --quiet --out a",
+         "qkv: ablate: cannot write a/summary.csv: Is a directory\n", "a/curves.csv"},
+        {"saturation --dk 4 --steps 5 --log-every 5 --quiet --out s",
+         "qkv: saturation: cannot write s/variance.csv: Is a directory\n", "s/runs.csv"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_msg(run(cases[i][0], &out) == 1, "qkv %s:\n%s", cases[i][0], out);
+        ck_assert_str_eq(out, cases[i][1]);
+        free(out);
+        if (cases[i][2] == NULL)
+            continue;
+        char cmd[256];
+        snprintf(cmd, sizeof cmd, "cat %s", cases[i][2]);
+        ck_assert_int_eq(sh(cmd, &out), 0);
+        ck_assert_msg(strcmp(out, "old\n") == 0, "qkv %s: %s holds\n%s", cases[i][0], cases[i][2],
+                      out);
+        free(out);
+    }
+    /* a table not asked for is not checked */
+    expect("saturation --dk 4 --steps 5 --log-every 5 --quiet --no-variance --out s", 0,
+           "wrote s/runs.csv\n");
+}
+END_TEST
+
 START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
 {
     /* the log was renamed over whatever --log named: as root, --log
@@ -2351,6 +2398,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
+    tcase_add_test(tc, test_a_csv_written_last_that_cannot_be_fails_before_the_work);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);
     tcase_add_test(tc, test_distance_says_a_run_diverged);

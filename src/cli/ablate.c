@@ -514,6 +514,14 @@ int cmd_ablate(int argc, char **argv)
         qkv_threads_use(o.threads, NULL);
     qkv_error err = qkv_error_none();
     char path[4096];
+    /* runs.csv and summary.csv are written after the runs: fail now if
+     * they cannot be */
+    static const char *const later[] = {"runs.csv", "summary.csv"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", o.out, later[i]);
+        if (cli_csv_check(path, &err) != QKV_OK)
+            return cli_fail("ablate: %s", err.message);
+    }
     snprintf(path, sizeof path, "%s/curves.csv", o.out);
     FILE *curves = cli_csv_create(path, "variant,seed,step,train_loss,val_loss,val_acc", &err);
     if (curves == NULL)

@@ -188,6 +188,14 @@ FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
  * never written through. */
 FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err);
 
+/* Fails now, with the reason in err, where cli_csv_create(path) would
+ * fail later, after a command's work: a directory that cannot be made
+ * (creating it if it can), a directory at path, a file there that cannot
+ * be opened for writing, or no file there and a directory that takes no
+ * new one. Changes no file; a device, pipe or link at path is left for
+ * the write to judge. For each CSV a command writes after its runs. */
+qkv_status cli_csv_check(const char *path, qkv_error *err);
+
 /* 1 if paths a and b name the same file: the same string, the same file
  * (device and inode) when both exist, or otherwise the same path once the
  * directories on their way are made ("sub/../x" is "x" even before sub

@@ -554,6 +554,31 @@ FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err)
     return csv_open(path, header, 1, err);
 }
 
+qkv_status cli_csv_check(const char *path, qkv_error *err)
+{
+    qkv_status s = qkv_mkdirs_for(path, err);
+    if (s != QKV_OK)
+        return s;
+    struct stat sb;
+    int fd = -1;
+    if (stat(path, &sb) != 0) {
+        const int e = errno;
+        if (e != ENOENT)
+            return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(e));
+        /* not there: the directory must take a new file (a link to
+         * nowhere is left for fopen, which creates its target) */
+        return lstat(path, &sb) == 0 ? QKV_OK : qkv_check_writable(path, err);
+    }
+    if (S_ISDIR(sb.st_mode))
+        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(EISDIR));
+    if (!S_ISREG(sb.st_mode)) /* opening a pipe here would end its reader's input */
+        return QKV_OK;
+    if ((fd = open(path, O_WRONLY)) < 0) /* neither created nor truncated */
+        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    close(fd);
+    return QKV_OK;
+}
+
 qkv_coref_model *cli_load_model(const char *path)
 {
     qkv_error err = qkv_error_none();

@@ -385,6 +385,10 @@ int cmd_distance(int argc, char **argv)
         kmax = ks[d] > kmax ? ks[d] : kmax;
     qkv_error err = qkv_error_none();
     char path[4096];
+    /* summary.csv is written after the runs: fail now if it cannot be */
+    snprintf(path, sizeof path, "%s/summary.csv", o.out);
+    if (cli_csv_check(path, &err) != QKV_OK)
+        return cli_fail("distance: %s", err.message);
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
     FILE *csv =
         cli_csv_create(path, "model,distance,seed,test_acc,steps_to_90,diverged,seconds", &err);

@@ -149,8 +149,12 @@ int cmd_resolve(int argc, char **argv)
         cli_fail("resolve: --csv would overwrite the model, %s: give another file", csv);
         return CLI_USAGE;
     }
-    int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
+    /* the CSV is written last: one that cannot be fails now, not after
+     * the answer is printed */
     qkv_error err = qkv_error_none();
+    if (csv != NULL && cli_csv_check(csv, &err) != QKV_OK)
+        return cli_fail("resolve: %s", err.message);
+    int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
     qkv_status s = qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err);
     if (s == QKV_ERR_FORMAT && strncmp(err.message, "unknown word", 12) == 0) {
         /* point at the list of words, inside the message's parentheses

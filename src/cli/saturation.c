@@ -393,6 +393,10 @@ int cmd_saturation(int argc, char **argv)
         o.lr = c.kind == QKV_SGD ? 0.5 : 0.01;
     char path[4096];
     qkv_error err = qkv_error_none();
+    /* variance.csv is written after the runs: fail now if it cannot be */
+    snprintf(path, sizeof path, "%s/variance.csv", o.out);
+    if (!o.no_variance && cli_csv_check(path, &err) != QKV_OK)
+        return cli_fail("saturation: %s", err.message);
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
     c.csv = cli_csv_create(path,
                            "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
