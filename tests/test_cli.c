@@ -513,16 +513,23 @@ static double fitted_slope(const double *y, int n)
 }
 
 /* The display columns (a UTF-8 character is one) at which the cells of
- * one line of a table start: after the line's start or two spaces. */
-static int cell_starts(const char *line, int *starts, int max)
+ * one line of a table start: after the line's start or two spaces. A bar
+ * between a cell's two halves ("a | b") starts no cell; where the bars
+ * are goes to bars (up to max of them, their count to *nbars). */
+static int cell_starts(const char *line, int *starts, int max, int *bars, int *nbars)
 {
     int n = 0, col = 0, spaces = 2;
+    *nbars = 0;
     for (const char *c = line; *c != '\0' && *c != '\n'; c++) {
         if (((unsigned char)*c & 0xC0) == 0x80)
             continue;
         if (*c == ' ')
             spaces++;
-        else {
+        else if (*c == '|') {
+            if (*nbars < max)
+                bars[(*nbars)++] = col;
+            spaces = 0;
+        } else {
             if (spaces >= 2 && n < max)
                 starts[n++] = col;
             spaces = 0;
@@ -536,22 +543,39 @@ START_TEST(test_saturation_table_columns_line_up)
 {
     /* the header gave each column 27 places, and a wider cell (the
      * Jacobian's "0.3093±0.0099 | 0.2813±0.025" at 3 seeds) pushed the
-     * rest of its row to the right of the header */
-    char *out;
-    ck_assert_int_eq(
-        run("saturation --quiet --dk 4,16 --seeds 3 --steps 2 --no-variance --out s", &out), 0);
-    const char *l = strstr(out, "\n  d_k");
-    ck_assert_msg(l != NULL, "%s", out);
-    int head[8], cells[8];
-    ck_assert_int_eq(cell_starts(++l, head, 8), 6);
-    for (int row = 0; row < 2; row++) {
-        l = strchr(l, '\n') + 1;
-        ck_assert_int_eq(cell_starts(l, cells, 8), 6);
-        for (int i = 1; i < 6; i++)
-            ck_assert_msg(cells[i] == head[i], "column %d of row %d starts at %d, not %d:\n%s", i,
-                          row, cells[i], head[i], out);
+     * rest of its row to the right of the header; and within a column the
+     * bars between scaled and unscaled wandered with the width of the
+     * number before them ("114 | 114" over "89 | 2.28e+04") */
+    static const char *cmds[] = {
+        "saturation --quiet --dk 4,16 --seeds 3 --steps 2 --no-variance --out s",
+        "saturation --quiet --dk 1,4,256 --init-std 3 --steps 2 --no-variance --out s"};
+    static const int rows[] = {2, 3};
+    for (int k = 0; k < 2; k++) {
+        char *out;
+        ck_assert_int_eq(run(cmds[k], &out), 0);
+        const char *l = strstr(out, "\n  d_k");
+        ck_assert_msg(l != NULL, "%s", out);
+        int head[8], cells[8], bars[8], bars0[8], nb;
+        ck_assert_int_eq(cell_starts(++l, head, 8, bars, &nb), 6);
+        ck_assert_int_eq(nb, 0);
+        for (int row = 0; row < rows[k]; row++) {
+            l = strchr(l, '\n') + 1;
+            ck_assert_int_eq(cell_starts(l, cells, 8, bars, &nb), 6);
+            for (int i = 1; i < 6; i++)
+                ck_assert_msg(cells[i] == head[i], "column %d of row %d starts at %d, not %d:\n%s",
+                              i, row, cells[i], head[i], out);
+            ck_assert_int_eq(nb, 5);
+            for (int i = 0; i < 5; i++) {
+                ck_assert_msg(bars[i] > cells[i + 1] && (i == 4 || bars[i] < cells[i + 2]),
+                              "bar %d of row %d is outside its column:\n%s", i, row, out);
+                ck_assert_msg(row == 0 || bars[i] == bars0[i],
+                              "bar %d of row %d is at %d, not %d as above:\n%s", i, row, bars[i],
+                              bars0[i], out);
+                bars0[i] = bars[i];
+            }
+        }
+        free(out);
     }
-    free(out);
 }
 END_TEST
 

@@ -172,16 +172,19 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
            "init std %g, %d seed(s)%s\n",
            o->optim, o->lr, o->steps, o->init_std, o->seeds, o->seeds > 1 ? " (mean±sd)" : "");
     printf("(each cell: scaled | unscaled; at init = before the first update)\n\n");
-    /* every cell first, so that each column is as wide as its widest */
-    static char both[MAX_DK][5][90];
-    int width[5];
+    /* every cell first, so that each column is as wide as its widest; in
+     * a column, the scaled halves are as wide as the widest of them, so
+     * that the bars between the halves line up */
+    static char half[MAX_DK][5][2][40];
+    int width[5], left[5] = {0};
     for (int col = 0; col < 5; col++)
         width[col] = cli_text_width(heads[col]);
     int diverged = 0; /* runs whose final_acc is NAN */
     for (int d = 0; d < ndk; d++) {
         for (int col = 0; col < 5; col++) {
-            char cell[2][40];
             for (int s = 0; s < 2; s++) {
+                char *cell = half[d][col][s];
+                const size_t cap = sizeof half[d][col][s];
                 const run_result *r = res[d][1 - s];
                 double x[MAX_SEEDS];
                 int n = 0;
@@ -195,21 +198,25 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
                 if (col == 4)
                     diverged += o->seeds - n;
                 if (col == 3)
-                    fmt_steps(cell[s], sizeof cell[s], r, o->seeds);
+                    fmt_steps(cell, cap, r, o->seeds);
                 else if (n == 0)
-                    snprintf(cell[s], sizeof cell[s], "diverged");
+                    snprintf(cell, cap, "diverged");
                 else
-                    fmt_stat(cell[s], sizeof cell[s], x, n, fmts[col]);
+                    fmt_stat(cell, cap, x, n, fmts[col]);
                 if (n > 0 && n < o->seeds) {
-                    size_t u = strlen(cell[s]);
-                    snprintf(cell[s] + u, sizeof cell[s] - u, " (%d/%d)", n, o->seeds);
+                    size_t u = strlen(cell);
+                    snprintf(cell + u, cap - u, " (%d/%d)", n, o->seeds);
                 }
             }
-            snprintf(both[d][col], sizeof both[d][col], "%s | %s", cell[0], cell[1]);
-            if (cli_text_width(both[d][col]) > width[col])
-                width[col] = cli_text_width(both[d][col]);
+            if (cli_text_width(half[d][col][0]) > left[col])
+                left[col] = cli_text_width(half[d][col][0]);
         }
     }
+    for (int d = 0; d < ndk; d++)
+        for (int col = 0; col < 5; col++) {
+            const int w = left[col] + 3 + cli_text_width(half[d][col][1]); /* " | " */
+            width[col] = w > width[col] ? w : width[col];
+        }
     /* the last column unpadded: no trailing spaces */
     printf("%5s", "d_k");
     for (int col = 0; col < 5; col++) {
@@ -221,7 +228,9 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
         printf("%5d", dks[d]);
         for (int col = 0; col < 5; col++) {
             printf("  ");
-            cli_print_padded(stdout, both[d][col], col < 4 ? width[col] : 0);
+            cli_print_padded(stdout, half[d][col][0], left[col]);
+            printf(" | ");
+            cli_print_padded(stdout, half[d][col][1], col < 4 ? width[col] - left[col] - 3 : 0);
         }
         printf("\n");
     }
