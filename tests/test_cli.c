@@ -2031,6 +2031,86 @@ START_TEST(test_distance_names_pytorchs_forget_bias_in_its_header)
 }
 END_TEST
 
+/* Cells where some seeds of a setting diverged, checked against the rows
+ * of runs.csv: the steps-to-90% cell counts only the seeds that got there
+ * and did not diverge ("-": none), the accuracy cell averages the seeds
+ * that did not diverge, "(n/N)" after it, and summary.csv counts the
+ * diverged seeds. At lr 1e18, three of these eight attention runs stop on
+ * a non-finite value (in float: double has the range to keep them finite),
+ * and no run gets to 90%. */
+START_TEST(test_distance_cells_leave_out_the_seeds_that_diverged)
+{
+#ifdef QKV_DOUBLE
+    return;
+#endif
+    enum { SEEDS = 8 };
+    char *out;
+    int rc = run("distance --quiet --lr 1e18 --clip 0 --models attention --distances 0 --seeds 8 "
+                 "--steps 40 --eval-every 1 --out d",
+                 &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    char path[160];
+    snprintf(path, sizeof path, "%s/d/runs.csv", tmp);
+    char *csv = slurp_path(path);
+    double acc[16], steps[16], div[16];
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "test_acc", acc, 16), SEEDS);
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "steps_to_90", steps, 16), SEEDS);
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "diverged", div, 16), SEEDS);
+    int ok = 0, got = 0;
+    double sum = 0, acc_sum = 0, acc_ss = 0;
+    for (int r = 0; r < SEEDS; r++) {
+        if (div[r] != 0)
+            continue;
+        ok++;
+        acc_sum += acc[r];
+        acc_ss += acc[r] * acc[r];
+        if (steps[r] >= 0)
+            sum += steps[r], got++;
+    }
+    ck_assert_msg(ok > 0 && ok < SEEDS, "%d of %d runs diverged, not some:\n%s", SEEDS - ok, SEEDS,
+                  csv);
+    /* the accuracy table: mean±sd over the seeds that did not diverge */
+    const char *row = strstr(out, "\nattention ");
+    ck_assert_msg(row != NULL, "%s", out);
+    double mean = -1, sd = -1;
+    int k = -1, of = -1;
+    ck_assert_msg(sscanf(row, "\nattention %*d %lf±%lf (%d/%d)", &mean, &sd, &k, &of) == 4 &&
+                      k == ok && of == SEEDS,
+                  "expected (%d/%d) in\n%s", ok, SEEDS, out);
+    const double m = acc_sum / ok;
+    const double s = ok > 1 ? sqrt((acc_ss - ok * m * m) / (ok - 1)) : 0;
+    ck_assert_msg(fabs(mean - m) <= 0.0015 && fabs(sd - s) <= 0.0015, "mean %g sd %g in\n%s", m, s,
+                  out);
+    /* the steps-to-90% table: "%-10s %7s", then " %11s" */
+    const char *table = strstr(out, "Steps to 90% validation accuracy");
+    ck_assert_msg(table != NULL, "%s", out);
+    row = strstr(table, "\nattention ");
+    ck_assert_msg(row != NULL && strcspn(row + 1, "\n") == 18 + 12, "%s", table);
+    char cell[12];
+    memcpy(cell, row + 1 + 18 + 1, 11);
+    cell[11] = '\0';
+    const char *c = cell + strspn(cell, " ");
+    if (got == 0)
+        ck_assert_msg(strcmp(c, "-") == 0, "'%s', but no seed that did not diverge got there\n%s",
+                      c, csv);
+    else {
+        char want[32];
+        snprintf(want, sizeof want, "%.0f (%d/%d)", sum / got, got, SEEDS);
+        ck_assert_msg(strcmp(c, want) == 0, "'%s', not '%s'\n%s", c, want, csv);
+    }
+    free(csv);
+    /* summary.csv: the same seeds left out, and counted */
+    snprintf(path, sizeof path, "%s/d/summary.csv", tmp);
+    csv = slurp_path(path);
+    double reached[2], diverged[2];
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "reached", reached, 2), 1);
+    ck_assert_int_eq(csv_column(csv, NULL, NULL, "diverged", diverged, 2), 1);
+    ck_assert_msg(reached[0] == got && diverged[0] == SEEDS - ok, "%s", csv);
+    free(csv);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_distance_says_a_run_diverged)
 {
     /* a run whose loss stops being finite was evaluated as it stood, and
@@ -2426,6 +2506,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);
     tcase_add_test(tc, test_distance_says_a_run_diverged);
+    tcase_add_test(tc, test_distance_cells_leave_out_the_seeds_that_diverged);
     tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
     tcase_add_test(tc, test_parallel_runs_draw_their_last_count_once);
     tcase_add_test(tc, test_heatmap_of_a_one_token_sentence_is_drawn);
