@@ -33,6 +33,9 @@ bg='' bptt_pid='' plots_pid='' plots_status=0
 on_exit() {
     rc=$?
     for pid in $bptt_pid $plots_pid; do kill "$pid" 2>/dev/null || :; done
+    # their own clean-up done before the directory goes (plots.sh keeps its
+    # temporary files inside it)
+    [ -z "$bptt_pid$plots_pid" ] || wait 2>/dev/null || :
     [ -z "$bg" ] || rm -rf "$bg"
     exit "$rc"
 }
@@ -54,7 +57,8 @@ step "sqrt(d_k) saturation sweep, SGD then Adam"
 early_plots="loss heatmap softmax saturation saturation_adam variance"
 if [ "$jobs" -gt 1 ]; then
     # shellcheck disable=SC2086 # the names are words
-    sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots >"$bg/plots.txt" 2>&1 &
+    TMPDIR=$bg sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots \
+        >"$bg/plots.txt" 2>&1 &
     plots_pid=$!
 fi
 
