@@ -229,6 +229,15 @@ START_TEST(test_pow_has_a_zero_gradient_at_exponent_zero)
     qkv_tape_reset(t);
     ck_assert(qkv_pow(t, x, NAN) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    /* the documented edges: a finite negative x with a fractional p is
+     * NaN, and -inf gives C's pow: +inf for p = 0.5, +0 for p = -0.5 */
+    qkv_tensor *e = tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, -4}, 0);
+    qkv_tape_reset(t);
+    qkv_tensor *r = qkv_pow(t, e, 0.5);
+    ck_assert(isinf(r->data[0]) && r->data[0] > 0 && isnan(r->data[1]));
+    r = qkv_pow(t, e, -0.5);
+    ck_assert(r->data[0] == 0 && !signbit(r->data[0]) && isnan(r->data[1]));
+    qkv_tensor_free(e);
     /* and so is a factor for scale, whose message names it */
     for (int i = 0; i < 3; i++) {
         const double bad[3] = {NAN, INFINITY, -INFINITY};

@@ -157,6 +157,15 @@ START_TEST(test_concat_and_slice_by_hand)
     ck_assert(qkv_slice(t, a, 0, 1, 2) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "slice: [2,2]: [1, 1 + 2) is not a non-empty range "
                                         "within [0, 2) of dimension 0");
+    /* a negative start is not counted from the end (torch.narrow's -1 is
+     * the last entry), and a length of 0 is refused */
+    qkv_tape_reset(t);
+    ck_assert(qkv_slice(t, a, 1, -1, 1) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "slice: [2,2]: [-1, -1 + 1) is not a non-empty range "
+                                        "within [0, 2) of dimension 1");
+    qkv_tape_reset(t);
+    ck_assert(qkv_slice(t, a, 0, 0, 0) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
     qkv_tensor_free(a);
     qkv_tensor_free(b);
     qkv_tape_free(t);

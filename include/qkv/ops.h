@@ -91,9 +91,10 @@ qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x);
 
-/* y = x^p for a constant p (libm's pow: a negative x with a fractional p
- * gives NaN). dx = dy·p·x^(p-1), and 0 for p = 0. A p that is not finite
- * is refused with QKV_ERR_ARG, as qkv_scale refuses its factor. */
+/* y = x^p for a constant p (libm's pow: a finite negative x with a
+ * fractional p gives NaN; -inf gives +inf or +0, where PyTorch gives
+ * NaN). dx = dy·p·x^(p-1), and 0 for p = 0. A p that is not finite is
+ * refused with QKV_ERR_ARG, as qkv_scale refuses its factor. */
 qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p);
 
 /* ---- shapes and views (src/ops/shape.c) ------------------------------- */
@@ -117,7 +118,9 @@ qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1);
 #define QKV_CONCAT_MAX 65536
 qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
 
-/* The len entries from start along dim: [..., start:start+len, ...]. */
+/* The len entries from start along dim: [..., start:start+len, ...].
+ * start is counted from 0 (a negative start is refused, not counted from
+ * the end as torch.narrow counts it), and len is at least 1. */
 qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len);
 
 /* ---- recurrence (src/ops/recurrent.c) --------------------------------- */
