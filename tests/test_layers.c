@@ -1187,6 +1187,32 @@ START_TEST(test_token_input_projects_a_small_table_once)
     ck_assert(qkv_lstm_forward_ids(t, &c.lstm, table, ids, CT, CB, &s0, NULL).c == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "lstm: the first cell state [3,4] must be [2,4] (batch, hidden)");
+    /* memory running out in the projection, after the checks (a tiny
+     * arena that must grow): nil in every state, as the sequence forms */
+    for (int kind = 0; kind < 3; kind++) {
+        qkv_tape *small = qkv_tape_new(64, NULL);
+        qkv_tensor *hs[CT] = {wide, wide, wide};
+        qkv_lstm_state ls[CT];
+        for (int s = 0; s < CT; s++)
+            ls[s] = (qkv_lstm_state){wide, wide};
+        qkv_alloc_fail_at(qkv_alloc_count() + 1);
+        if (kind == 0)
+            ck_assert(qkv_rnn_forward_ids(small, &c.rnn, table, ids, CT, CB, NULL, hs) ==
+                      qkv_nil());
+        else if (kind == 1)
+            ck_assert(qkv_lstm_forward_ids(small, &c.lstm, table, ids, CT, CB, NULL, ls).h ==
+                      qkv_nil());
+        else
+            ck_assert(qkv_gru_forward_ids(small, &c.gru, table, ids, CT, CB, NULL, hs) ==
+                      qkv_nil());
+        qkv_alloc_fail_at(0);
+        ck_assert_int_eq(qkv_tape_status(small), QKV_ERR_NOMEM);
+        for (int s = 0; s < CT; s++)
+            ck_assert_msg(kind == 1 ? ls[s].h == qkv_nil() && ls[s].c == qkv_nil()
+                                    : hs[s] == qkv_nil(),
+                          "cell %d: state %d was left as it was", kind, s);
+        qkv_tape_free(small);
+    }
     qkv_tensor_free(wide);
     qkv_tensor_free(h0);
     qkv_tensor_free(table);

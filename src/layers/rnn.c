@@ -139,11 +139,14 @@ static int first_states_ok(qkv_tape *t, const char *what, const qkv_tensor *cons
  * as [steps·batch, cols], after checking the table, the sizes and the n
  * first states. With fewer table rows than tokens, the table's rows are
  * projected once and then gathered, V rows of work instead of one per
- * token. Records the error and returns nil otherwise. */
+ * token. Records the error and returns nil otherwise; *accepted is
+ * nonzero once the inputs passed their checks (a failure after that, as
+ * memory running out, leaves nil in every state, as the steps' would). */
 static qkv_tensor *project_ids(qkv_tape *t, const char *what, qkv_tensor *table, const int *ids,
                                int steps, int batch, qkv_tensor *wx, qkv_tensor *b,
-                               const qkv_tensor *const *first, int n, int hidden)
+                               const qkv_tensor *const *first, int n, int hidden, int *accepted)
 {
+    *accepted = 0;
     if (qkv_tape_status(t) != QKV_OK)
         return qkv_nil();
     const int in = wx->shape[0];
@@ -173,6 +176,7 @@ static qkv_tensor *project_ids(qkv_tape *t, const char *what, qkv_tensor *table,
         }
     if (!first_states_ok(t, what, first, n, batch, hidden))
         return qkv_nil();
+    *accepted = 1;
     if (table->shape[0] < tokens)
         return qkv_gather(t, qkv_affine(t, table, wx, b), ids, 1, &tokens);
     return qkv_affine(t, qkv_gather(t, table, ids, 1, &tokens), wx, b);
@@ -272,9 +276,10 @@ qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    int accepted;
     qkv_tensor *xw = project_ids(t, "rnn", table, ids, steps, batch, r->wx, r->b,
-                                 (const qkv_tensor *const[]){h0}, 1, r->hidden);
-    if (qkv_tensor_is_nil(xw))
+                                 (const qkv_tensor *const[]){h0}, 1, r->hidden, &accepted);
+    if (!accepted)
         return qkv_nil();
     return rnn_run(t, r, xw, steps, batch, h0, states);
 }
@@ -372,9 +377,10 @@ qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     }
     const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
-    qkv_tensor *xw =
-        project_ids(t, "lstm", table, ids, steps, batch, l->wx, NULL, first, 2, l->hidden);
-    if (qkv_tensor_is_nil(xw))
+    int accepted;
+    qkv_tensor *xw = project_ids(t, "lstm", table, ids, steps, batch, l->wx, NULL, first, 2,
+                                 l->hidden, &accepted);
+    if (!accepted)
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     return lstm_run(t, l, xw, steps, batch, s0, states);
 }
@@ -455,9 +461,10 @@ qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    int accepted;
     qkv_tensor *xw = project_ids(t, "gru", table, ids, steps, batch, g->wx, NULL,
-                                 (const qkv_tensor *const[]){h0}, 1, g->hidden);
-    if (qkv_tensor_is_nil(xw))
+                                 (const qkv_tensor *const[]){h0}, 1, g->hidden, &accepted);
+    if (!accepted)
         return qkv_nil();
     return gru_run(t, g, xw, steps, batch, h0, states);
 }
