@@ -1178,6 +1178,11 @@ START_TEST(test_token_input_projects_a_small_table_once)
     ck_assert_str_eq(
         qkv_tape_error(t),
         "rnn: id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
+    qkv_tape_reset(t); /* the ids are checked before h0 */
+    ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, h0, NULL) == qkv_nil());
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "rnn: id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
     ids[3] = 3;
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, h0, NULL) == qkv_nil());

@@ -199,8 +199,9 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
  * does not do. The values are qkv_rnn_forward's up to the rounding of the
  * products' sums: the table's gradient then goes through W_x once per
  * table row, not once per token. The first state, states and failures as
- * qkv_rnn_forward's; the table, the ids' count and h0 are checked first,
- * and an id outside [0,V) is the gather's error. */
+ * qkv_rnn_forward's. Checked before any work, in this order: the table,
+ * the ids (not NULL, their count), each id in [0,V) (the error names its
+ * step and sentence, not the gather's position), then h0. */
 qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table, const int *ids,
                                 int steps, int batch, qkv_tensor *h0, qkv_tensor **states);
 
