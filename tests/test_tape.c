@@ -750,6 +750,26 @@ START_TEST(test_out_of_memory_in_an_op_names_the_op)
 }
 END_TEST
 
+/* A node that cannot be recorded for want of memory names its op too: the
+ * first block filled to its end, the node needs a new one. */
+START_TEST(test_out_of_memory_recording_a_node_names_the_op)
+{
+    static const qkv_op_def op = {"twice", noop_backward, 0};
+    qkv_tape *t = qkv_tape_new(16384, NULL);
+    qkv_tensor *x = qkv_tape_tensor(t, 1, (const int[]){4}, 1);
+    qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){4}, 1);
+    ck_assert(!qkv_tensor_is_nil(x) && !qkv_tensor_is_nil(y));
+    ck_assert(qkv_tape_alloc(t, 16384 - qkv_tape_bytes_used(t)) != NULL);
+    qkv_alloc_fail_at(qkv_alloc_count() + 1);
+    ck_assert(qkv_tape_record(t, &op, y, 1, &x) == NULL);
+    qkv_alloc_fail_at(0);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_NOMEM);
+    const char *want = "twice: out of memory allocating ";
+    ck_assert_msg(strncmp(qkv_tape_error(t), want, strlen(want)) == 0, "%s", qkv_tape_error(t));
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -850,6 +870,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_a_tensor_in_a_blocks_unused_end_is_stale);
     tcase_add_test(tc, test_out_of_memory_names_the_tensor_and_hints_at_reset_only_when_full);
     tcase_add_test(tc, test_out_of_memory_in_an_op_names_the_op);
+    tcase_add_test(tc, test_out_of_memory_recording_a_node_names_the_op);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

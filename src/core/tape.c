@@ -343,8 +343,10 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
         }
     }
     qkv_node *n = qkv_tape_alloc(t, sizeof *n + (size_t)n_in * sizeof n->in[0]);
-    if (n == NULL)
+    if (n == NULL) { /* out of memory: the op's, by its name */
+        qkv_tape_name_failure(t, op->name);
         return NULL;
+    }
     memset(n, 0, sizeof *n);
     n->in = (qkv_tensor **)(n + 1);
     n->op = op;
