@@ -770,6 +770,46 @@ START_TEST(test_out_of_memory_recording_a_node_names_the_op)
 }
 END_TEST
 
+/* An op's scratch and records name it too when memory runs out: each of
+ * the allocations after the first block fails in turn, and whichever
+ * runs out (the output, cross_entropy's probabilities, rnn_scan's dz for
+ * backward, the node), the message begins with the op's name. */
+START_TEST(test_out_of_memory_in_an_ops_scratch_names_the_op)
+{
+    qkv_tensor *logits = qkv_tensor_new(2, (const int[]){200, 100}, 1, NULL);
+    qkv_tensor *xw = qkv_tensor_new(3, (const int[]){4, 50, 100}, 1, NULL);
+    qkv_tensor *wh = qkv_tensor_new(2, (const int[]){100, 100}, 1, NULL);
+    int targets[200];
+    for (int i = 0; i < 200; i++)
+        targets[i] = i % 100;
+    const char *ops[] = {"cross_entropy", "rnn_scan"};
+    for (int op = 0; op < 2; op++) {
+        int failures = 0;
+        for (size_t k = 1; k <= 6; k++) {
+            qkv_tape *t = qkv_tape_new(4096, NULL);
+            qkv_alloc_fail_at(qkv_alloc_count() + k);
+            qkv_tensor *y =
+                op == 0 ? qkv_cross_entropy(t, logits, targets) : qkv_rnn_scan(t, xw, wh, NULL, 1);
+            qkv_alloc_fail_at(0);
+            if (qkv_tape_status(t) != QKV_OK) {
+                char want[64];
+                snprintf(want, sizeof want, "%s: out of memory allocating ", ops[op]);
+                ck_assert(qkv_tensor_is_nil(y));
+                ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_NOMEM);
+                ck_assert_msg(strncmp(qkv_tape_error(t), want, strlen(want)) == 0, "%s",
+                              qkv_tape_error(t));
+                failures++;
+            }
+            qkv_tape_free(t);
+        }
+        ck_assert_int_ge(failures, 2);
+    }
+    qkv_tensor_free(logits);
+    qkv_tensor_free(xw);
+    qkv_tensor_free(wh);
+}
+END_TEST
+
 START_TEST(test_critical_path_counts_the_longest_chain)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -871,6 +911,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_out_of_memory_names_the_tensor_and_hints_at_reset_only_when_full);
     tcase_add_test(tc, test_out_of_memory_in_an_op_names_the_op);
     tcase_add_test(tc, test_out_of_memory_recording_a_node_names_the_op);
+    tcase_add_test(tc, test_out_of_memory_in_an_ops_scratch_names_the_op);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     suite_add_tcase(s, tc);
     return s;

@@ -333,12 +333,12 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
                           per);
             return qkv_nil();
         }
-        if ((r->rows = qkv_tape_alloc(t, n)) == NULL)
+        if ((r->rows = qkv_op_alloc(t, name, n)) == NULL)
             return qkv_nil();
     } else if (r->width != 0) { /* heads form: one buffer per part */
         size_t n;
         if (!qkv_mul_size(heads_buffer(r) * sizeof(qkv_real), (size_t)r->parts, &n) ||
-            (r->rows = qkv_tape_alloc(t, n)) == NULL)
+            (r->rows = qkv_op_alloc(t, name, n)) == NULL)
             return qkv_nil();
     }
     if (r->online) { /* blocks of scores and, for backward, of dP; each row's lse */
@@ -347,8 +347,8 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         size_t n, nl;
         if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
             !qkv_mul_size(sizeof(qkv_real) * (size_t)r->tq, items, &nl) ||
-            (r->scratch = qkv_tape_alloc(t, n)) == NULL ||
-            (out->grad != NULL && (r->lse = qkv_tape_alloc(t, nl)) == NULL))
+            (r->scratch = qkv_op_alloc(t, name, n)) == NULL ||
+            (out->grad != NULL && (r->lse = qkv_op_alloc(t, name, nl)) == NULL))
             return qkv_nil();
     }
     attn_job job = {r, q, k, out, {0, 0, 0, 0, 0}};
@@ -365,7 +365,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         r->nscratch = ns + (r->ids != NULL ? per : 0);
         size_t n;
         if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
-            (r->scratch = qkv_tape_alloc(t, n)) == NULL)
+            (r->scratch = qkv_op_alloc(t, name, n)) == NULL)
             return qkv_nil();
     }
     qkv_tensor *in[3] = {q, k, r->v};
@@ -457,7 +457,7 @@ static attn_rec *new_rec(qkv_tape *t, const char *name, qkv_tensor *v, const qkv
         qkv_tape_fail(t, QKV_ERR_ARG, "%s: the scale %g is not finite", name, scale);
         return NULL;
     }
-    attn_rec *r = qkv_tape_alloc(t, sizeof *r);
+    attn_rec *r = qkv_op_alloc(t, name, sizeof *r);
     if (r != NULL) {
         memset(r, 0, sizeof *r);
         r->v = v;
@@ -532,7 +532,7 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
         return qkv_nil();
     }
     attn_rec *r = new_rec(t, name, wv, mask, scale);
-    if (r == NULL || (r->ids = qkv_tape_ints(t, ids, n)) == NULL)
+    if (r == NULL || (r->ids = qkv_tape_ints(t, name, ids, n)) == NULL)
         return qkv_nil();
     r->tq = r->tk = T;
     r->dk = wq->shape[1];

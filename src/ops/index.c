@@ -70,7 +70,7 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     qkv_gather_rows(out->data, w->data, ids, n, (size_t)D);
     int failed;
     qkv_node *node = qkv_op_record(t, &op_gather, out, w, NULL, &failed);
-    if (node != NULL && (node->ints = qkv_tape_ints(t, ids, n)) == NULL)
+    if (node != NULL && (node->ints = qkv_tape_ints(t, "gather", ids, n)) == NULL)
         failed = 1;
     return failed ? qkv_nil() : out;
 }
@@ -116,7 +116,7 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
                (size_t)D * sizeof(qkv_real));
     int failed;
     qkv_node *node = qkv_op_record(t, &op_pick, out, x, NULL, &failed);
-    if (node != NULL && (node->ints = qkv_tape_ints(t, idx, (size_t)B)) == NULL)
+    if (node != NULL && (node->ints = qkv_tape_ints(t, "pick_rows", idx, (size_t)B)) == NULL)
         failed = 1;
     return failed ? qkv_nil() : out;
 }

@@ -68,7 +68,7 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     /* probabilities (kept for backward when recording) and the loss from
      * log-sum-exp in double: -log p[t] = log Σ e^(x - max) - (x[t] - max) */
     const int recording = out->grad != NULL;
-    qkv_real *p = qkv_tape_alloc(t, logits->numel * sizeof(qkv_real));
+    qkv_real *p = qkv_op_alloc(t, "cross_entropy", logits->numel * sizeof(qkv_real));
     if (p == NULL)
         return qkv_nil();
     double loss = 0;
@@ -93,7 +93,7 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     if (node != NULL) {
         node->c = c;
         node->saved = p;
-        if ((node->ints = qkv_tape_ints(t, targets, rows)) == NULL)
+        if ((node->ints = qkv_tape_ints(t, "cross_entropy", targets, rows)) == NULL)
             return qkv_nil();
     }
     return out;

@@ -87,14 +87,22 @@ size_t qkv_first_bad_id(const int *ids, size_t n, int rows)
     return i;
 }
 
-int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n)
+void *qkv_op_alloc(qkv_tape *t, const char *op, size_t n)
+{
+    void *p = qkv_tape_alloc(t, n);
+    if (p == NULL)
+        qkv_tape_name_failure(t, op);
+    return p;
+}
+
+int *qkv_tape_ints(qkv_tape *t, const char *op, const int *src, size_t n)
 {
     size_t bytes;
     if (!qkv_mul_size(n, sizeof(int), &bytes)) {
-        qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: index array too large");
+        qkv_tape_fail(t, QKV_ERR_NOMEM, "%s: index array too large", op);
         return NULL;
     }
-    int *dst = qkv_tape_alloc(t, bytes);
+    int *dst = qkv_op_alloc(t, op, bytes);
     if (dst != NULL)
         memcpy(dst, src, bytes);
     return dst;

@@ -49,8 +49,13 @@ qkv_tensor *qkv_op_finish(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, qk
 /* The index of the first of n ids outside [0,rows), or n if there is none. */
 size_t qkv_first_bad_id(const int *ids, size_t n, int rows);
 
-/* Copies n ints onto the tape; NULL after recording an error. */
-int *qkv_tape_ints(qkv_tape *t, const int *src, size_t n);
+/* n bytes on the tape for op's own use (qkv_tape_alloc); if memory runs
+ * out, the tape's error names op (qkv_tape_name_failure). */
+void *qkv_op_alloc(qkv_tape *t, const char *op, size_t n);
+
+/* Copies n ints onto the tape for op; NULL after recording an error,
+ * which names op. */
+int *qkv_tape_ints(qkv_tape *t, const char *op, const int *src, size_t n);
 
 /* Declares char sa[64], sb[64] holding the shapes of a and b, for error
  * messages. */

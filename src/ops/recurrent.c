@@ -100,7 +100,7 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
     }
     if (y->grad == NULL) /* no input needs one, or gradients are off */
         return y;
-    qkv_real *dz = qkv_tape_alloc(t, sizeof *dz * bh * (size_t)T);
+    qkv_real *dz = qkv_op_alloc(t, "rnn_scan", sizeof *dz * bh * (size_t)T);
     qkv_tensor *in[3] = {xw, wh, h0};
     qkv_node *nd = dz != NULL ? qkv_tape_record(t, &op_rnn_scan, y, h0 != NULL ? 3 : 2, in) : NULL;
     if (nd == NULL)

@@ -113,7 +113,7 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int 
     const double c = kind == MEAN ? 1.0 / (double)n : 1.0;
     int *arg = NULL;
     if (kind == MAX && out->grad != NULL &&
-        (arg = qkv_tape_alloc(t, sizeof *arg * (outer * inner + 1))) == NULL)
+        (arg = qkv_op_alloc(t, name, sizeof *arg * (outer * inner + 1))) == NULL)
         return qkv_nil();
     for (size_t o = 0; o < outer; o++)
         for (size_t i = 0; i < inner; i++) {
@@ -142,7 +142,7 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int 
         return qkv_nil();
     if (node != NULL) {
         node->c = c;
-        if (arg == NULL && (arg = qkv_tape_alloc(t, sizeof *arg)) == NULL)
+        if (arg == NULL && (arg = qkv_op_alloc(t, name, sizeof *arg)) == NULL)
             return qkv_nil();
         arg[0] = d;
         node->ints = arg;

@@ -52,7 +52,7 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
         return qkv_nil();
     }
     /* the view: x's own data and gradient (when recording), a new shape */
-    qkv_tensor *v = qkv_tape_alloc(t, sizeof *v);
+    qkv_tensor *v = qkv_op_alloc(t, "reshape", sizeof *v);
     if (v == NULL)
         return qkv_nil();
     *v = *x;
@@ -155,7 +155,7 @@ qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
     int failed;
     qkv_node *n = qkv_op_record(t, &op_permute, out, x, NULL, &failed);
     if (n != NULL) {
-        perm_rec *r = qkv_tape_alloc(t, sizeof *r);
+        perm_rec *r = qkv_op_alloc(t, "permute", sizeof *r);
         if (r == NULL)
             return qkv_nil();
         memcpy(r->perm, p, sizeof r->perm);
@@ -316,7 +316,7 @@ qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len)
         memcpy(out->data + o * w, x->data + o * row + (size_t)start * inner, w * sizeof(qkv_real));
     int failed;
     qkv_node *n = qkv_op_record(t, &op_slice, out, x, NULL, &failed);
-    if (n != NULL && (n->ints = qkv_tape_ints(t, (const int[]){d, start}, 2)) == NULL)
+    if (n != NULL && (n->ints = qkv_tape_ints(t, "slice", (const int[]){d, start}, 2)) == NULL)
         failed = 1;
     return failed ? qkv_nil() : out;
 }
