@@ -28,11 +28,9 @@ qkv_tensor *qkv_dropout(qkv_tape *t, qkv_tensor *x, double p, qkv_rng *rng)
     if (p == 0 || !qkv_tape_grad_enabled(t))
         return x;
     qkv_tensor *out = qkv_op_out(t, "dropout", x->ndim, x->shape, x, NULL);
-    qkv_real *m = qkv_tape_alloc(t, x->numel * sizeof *m);
-    if (qkv_tensor_is_nil(out) || m == NULL) {
-        qkv_tape_name_failure(t, "dropout");
+    qkv_real *m = qkv_op_alloc(t, "dropout", x->numel * sizeof *m);
+    if (qkv_tensor_is_nil(out) || m == NULL)
         return qkv_nil();
-    }
     const qkv_real keep = (qkv_real)(1 / (1 - p));
     for (size_t i = 0; i < x->numel; i++) { /* one draw per value, in order */
         m[i] = qkv_rng_random(rng) < p ? 0 : keep;

@@ -72,14 +72,12 @@ static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor
     }
     int grad = x->grad != NULL || (gamma != NULL && gamma->grad != NULL) ||
                (beta != NULL && beta->grad != NULL);
-    qkv_tensor *out = qkv_tape_tensor(t, x->ndim, x->shape, grad);
+    qkv_tensor *out = qkv_op_tensor(t, name, x->ndim, x->shape, grad);
     const size_t rows = x->numel / (size_t)d;
-    norm_rec *r = qkv_tape_alloc(t, sizeof *r);
-    qkv_real *stats = qkv_tape_alloc(t, 2 * rows * sizeof(qkv_real));
-    if (qkv_tensor_is_nil(out) || r == NULL || stats == NULL) {
-        qkv_tape_name_failure(t, name);
+    norm_rec *r = qkv_op_alloc(t, name, sizeof *r);
+    qkv_real *stats = qkv_op_alloc(t, name, 2 * rows * sizeof(qkv_real));
+    if (qkv_tensor_is_nil(out) || r == NULL || stats == NULL)
         return qkv_nil();
-    }
     r->mean = stats;
     r->rstd = stats + rows;
     r->center = center;
