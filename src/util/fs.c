@@ -166,16 +166,27 @@ static int create_unique(char *tmp)
     return -1; /* errno is EEXIST */
 }
 
-qkv_status qkv_check_writable(const char *path, qkv_error *err)
+/* After qkv_check_replaceable(path): path's directory into dir and the
+ * template of a temporary file beside it, DIR/.BASE.XXXXXX, into tmp. */
+static qkv_status temp_beside(const char *path, char (*dir)[4096], char (*tmp)[4200],
+                              qkv_error *err)
 {
-    char dir[4096], tmp[4200];
     qkv_status s = qkv_check_replaceable(path, err);
     if (s != QKV_OK)
         return s;
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (!dir_of(path, dir, sizeof dir) || *base == '\0' ||
-        snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= (int)sizeof tmp)
+    if (!dir_of(path, *dir, sizeof *dir) || *base == '\0' ||
+        snprintf(*tmp, sizeof *tmp, "%s/.%s.XXXXXX", *dir, base) >= (int)sizeof *tmp)
         return qkv_error_set(err, QKV_ERR_IO, "%s: not a usable file name", path);
+    return QKV_OK;
+}
+
+qkv_status qkv_check_writable(const char *path, qkv_error *err)
+{
+    char dir[4096], tmp[4200];
+    qkv_status s = temp_beside(path, &dir, &tmp, err);
+    if (s != QKV_OK)
+        return s;
     int fd = create_unique(tmp); /* as qkv_save_atomic's, then gone */
     if (fd < 0)
         return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",
@@ -190,13 +201,9 @@ qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_
     char dir[4096], tmp[4200];
     if (path == NULL || *path == '\0')
         return qkv_error_set(err, QKV_ERR_IO, "no file name to save to");
-    qkv_status s = qkv_check_replaceable(path, err);
+    qkv_status s = temp_beside(path, &dir, &tmp, err);
     if (s != QKV_OK)
         return s;
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (!dir_of(path, dir, sizeof dir) || *base == '\0' ||
-        snprintf(tmp, sizeof tmp, "%s/.%s.XXXXXX", dir, base) >= (int)sizeof tmp)
-        return qkv_error_set(err, QKV_ERR_IO, "%s: not a usable file name", path);
     /* a new, unique file that nobody else can have planted: O_EXCL */
     int fd = create_unique(tmp);
     if (fd < 0)
