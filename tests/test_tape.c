@@ -351,6 +351,24 @@ START_TEST(test_record_refuses_a_null_input)
 }
 END_TEST
 
+/* An op definition without a backward function is refused when recorded:
+ * qkv_backward called the NULL pointer and crashed. */
+START_TEST(test_record_refuses_an_op_without_backward)
+{
+    static const qkv_op_def nobackward = {"nobackward", NULL, 0};
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){2}, NULL, 1);
+    qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){2}, 1);
+    ck_assert_ptr_null(qkv_tape_record(t, &nobackward, y, 1, &x));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "nobackward: the op has no backward function");
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_ERR_ARG);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 /* A node writes its output's gradient as the tape's: an output made on
  * the heap or on another tape is refused, as the header asks. */
 START_TEST(test_record_refuses_an_output_not_made_on_the_tape)
@@ -897,6 +915,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_tape_tensor_and_alloc);
     tcase_add_test(tc, test_record_refuses_an_output_without_gradient_and_no_inputs);
     tcase_add_test(tc, test_record_refuses_a_null_input);
+    tcase_add_test(tc, test_record_refuses_an_op_without_backward);
     tcase_add_test(tc, test_record_refuses_an_output_not_made_on_the_tape);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);
     tcase_add_test(tc, test_backward_runs_only_the_nodes_the_seed_reaches);

@@ -201,11 +201,11 @@ struct qkv_node {
 /* Appends a node for the op's output out (which must have a gradient) with
  * n_in inputs (copied), everything else zero. Returns it, or NULL after
  * recording an error (out of memory, the message then naming the op; no
- * tape; or QKV_ERR_ARG for no op, an out that is nil, has no gradient or
- * was not made on t, n_in > 0 and no inputs, an input that is NULL: leave
- * an optional input out of in and n_in instead, or an input with a
- * gradient made on another tape, whose nodes backward on t would never
- * reach). */
+ * tape; or QKV_ERR_ARG for no op or one without a backward function, an
+ * out that is nil, has no gradient or was not made on t, n_in > 0 and no
+ * inputs, an input that is NULL: leave an optional input out of in and
+ * n_in instead, or an input with a gradient made on another tape, whose
+ * nodes backward on t would never reach). */
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in);
 

@@ -313,6 +313,10 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
         return NULL;
     }
     const char *name = op->name != NULL ? op->name : "tape";
+    if (op->backward == NULL) { /* qkv_backward would call it */
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: the op has no backward function", name);
+        return NULL;
+    }
     if (qkv_tensor_is_nil(out) || out->grad == NULL) {
         qkv_tape_fail(t, QKV_ERR_ARG, "%s: a node's output must have a gradient", name);
         return NULL;
