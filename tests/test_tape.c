@@ -420,6 +420,12 @@ START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
     ck_assert_str_eq(qkv_tape_error(t), "add: input is nil (NULL, or the result of a failed call)");
     qkv_tape_reset(t);
     ck_assert_int_eq(qkv_backward(t, NULL), QKV_ERR_ARG);
+    /* it said the tensor "has no gradient on this tape: it was made
+     * elsewhere, ...", none of which names a NULL */
+    ck_assert_str_eq(qkv_tape_error(t), "backward: the tensor is nil (NULL, or qkv_nil())");
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward_from(t, qkv_nil(), (const qkv_real[]){1}, 1), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "backward_from: the tensor is nil (NULL, or qkv_nil())");
     qkv_tape_reset(t);
     ck_assert(qkv_gather(t, x, NULL, 1, (const int[]){2}) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);

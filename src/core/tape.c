@@ -410,7 +410,9 @@ static qkv_status backward_ok(qkv_tape *t, const char *name, const qkv_tensor *y
 {
     if (t->err.status != QKV_OK)
         return t->err.status;
-    if (qkv_tensor_is_nil(y) || y->grad == NULL || !(y->flags & QKV_TENSOR_TAPE))
+    if (qkv_tensor_is_nil(y)) /* no op failed, or the tape would say why */
+        return qkv_tape_fail(t, QKV_ERR_ARG, "%s: the tensor is nil (NULL, or qkv_nil())", name);
+    if (y->grad == NULL || !(y->flags & QKV_TENSOR_TAPE))
         return qkv_tape_fail(t, QKV_ERR_ARG,
                              "%s: the tensor has no gradient on this tape: it was made "
                              "elsewhere, or from nothing that needs a gradient, or while "
