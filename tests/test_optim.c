@@ -217,6 +217,24 @@ START_TEST(test_bad_configs_are_refused)
     qkv_optim *sgd = qkv_optim_new(&c, &p, 1, NULL);
     ck_assert_ptr_nonnull(sgd);
     qkv_optim_free(sgd);
+    /* a tape tensor, or a view a tape made of a parameter, dies with the
+     * next reset: the optimizer took one and stepped whatever the arena
+     * held there after it */
+    {
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *on_tape[2] = {qkv_tape_tensor(t, 1, (const int[]){1}, 1),
+                                  qkv_reshape(t, p, 2, (const int[]){1, 1})};
+        for (int i = 0; i < 2; i++) {
+            ck_assert_ptr_nonnull(on_tape[i]->grad);
+            qkv_error err = qkv_error_none();
+            ck_assert_ptr_null(qkv_optim_new(&c, &on_tape[i], 1, &err));
+            ck_assert_int_eq(err.status, QKV_ERR_ARG);
+            ck_assert_str_eq(err.message, "optim: parameter 0 was made on a tape, which takes it "
+                                          "back at its next reset (make it with "
+                                          "qkv_tensor_new(..., 1, ...))");
+        }
+        qkv_tape_free(t);
+    }
     qkv_optim_kind k;
     ck_assert_int_eq(qkv_optim_parse("adamw", &k), 0);
     ck_assert_int_eq(k, QKV_ADAMW);

@@ -37,8 +37,8 @@ qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind);
  * each needs a gradient buffer, and may be listed once). Returns NULL with
  * the reason in err for a bad config (a negative rate, an eps, decay or
  * clip below 0, any of them not finite, an eps of 0 for Adam or AdamW, a
- * momentum or beta outside [0, 1))
- * or parameter (nil, no gradient, listed twice: QKV_ERR_ARG) or when
+ * momentum or beta outside [0, 1)) or parameter (nil, no gradient, made
+ * on a tape or a view made there, listed twice: QKV_ERR_ARG) or when
  * memory runs out (QKV_ERR_NOMEM). */
 qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n, qkv_error *err);
 void qkv_optim_free(qkv_optim *o); /* accepts NULL */

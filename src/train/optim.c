@@ -79,6 +79,12 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
                           "optim: parameter %d %s (make it with qkv_tensor_new(..., 1, ...))", i,
                           qkv_tensor_is_nil(params[i]) ? "is nil" : "has no gradient buffer");
             return NULL;
+        } else if (params[i]->flags & QKV_TENSOR_TAPE) { /* a reset takes it back */
+            qkv_error_set(err, QKV_ERR_ARG,
+                          "optim: parameter %d was made on a tape, which takes it back at its "
+                          "next reset (make it with qkv_tensor_new(..., 1, ...))",
+                          i);
+            return NULL;
         }
     for (int i = 1; i < n; i++) /* one listed twice would take two updates a step */
         for (int j = 0; j < i; j++)
