@@ -193,6 +193,7 @@ START_TEST(test_files_of_other_writers_load)
     int shape[QKV_MAX_DIMS];
     ck_assert_int_eq(qkv_st_shape(st, 1, shape), 2);
     ck_assert(shape[0] == 2 && shape[1] == 3);
+    ck_assert_int_eq(qkv_st_shape(st, 1, NULL), -1); /* wrote through NULL */
     qkv_params *p = two_params();
     ck_assert_int_eq(qkv_st_load(st, p, &err), QKV_OK);
     const qkv_tensor *b = qkv_params_get(p, "b");

@@ -69,7 +69,8 @@ const char *qkv_st_meta(const qkv_st *f, const char *key);
 
 /* The tensors in the file: how many, and tensor i's name, dtype ("F32",
  * "F64") and shape (up to QKV_MAX_DIMS dimensions into shape; returns the
- * number of dimensions, or -1 when there are more or i is out of range). */
+ * number of dimensions, or -1 when there are more, i is out of range or
+ * shape is NULL). */
 int qkv_st_count(const qkv_st *f);
 const char *qkv_st_name(const qkv_st *f, int i);
 const char *qkv_st_dtype(const qkv_st *f, int i);

@@ -592,7 +592,7 @@ const char *qkv_st_dtype(const qkv_st *f, int i)
 
 int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS])
 {
-    if (f == NULL || i < 0 || i >= f->n || f->e[i].ndim > QKV_MAX_DIMS)
+    if (f == NULL || shape == NULL || i < 0 || i >= f->n || f->e[i].ndim > QKV_MAX_DIMS)
         return -1;
     for (int d = 0; d < f->e[i].ndim; d++) {
         if (f->e[i].shape[d] > 0x7fffffff)
