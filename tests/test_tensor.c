@@ -108,6 +108,10 @@ START_TEST(test_print_shows_shape_and_values)
     ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
     fclose(f);
     ck_assert_str_eq(buf, "tensor nil\n");
+    /* no stream and no buffer: nothing, where stdio crashed */
+    qkv_tensor_print(t, NULL, 0);
+    qkv_tensor_print(qkv_nil(), NULL, 0);
+    qkv_shape_str(t, NULL, 16);
     ck_assert_str_eq(qkv_status_string(QKV_ERR_SHAPE), "shape mismatch");
     qkv_tensor_free(t);
 }

@@ -66,11 +66,12 @@ qkv_status qkv_tensor_set(qkv_tensor *t, const qkv_real *src, size_t n);
 /* Nonzero if a and b have the same ndim and shape. */
 int qkv_tensor_same_shape(const qkv_tensor *a, const qkv_tensor *b);
 
-/* Writes the shape as "[2,3,4]" into buf (always NUL-terminated). */
+/* Writes the shape as "[2,3,4]" into buf (always NUL-terminated; nothing
+ * when buf is NULL or len is 0). */
 void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len);
 
 /* Prints shape and values (at most max_values of them, 0 = all) with
- * "%.4f" formatting. */
+ * "%.4f" formatting. Prints nothing when out is NULL. */
 void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values);
 
 /* Computes the element count of a shape into *numel. Returns QKV_ERR_ARG for

@@ -109,7 +109,7 @@ int qkv_tensor_same_shape(const qkv_tensor *a, const qkv_tensor *b)
 
 void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len)
 {
-    if (len == 0)
+    if (buf == NULL || len == 0)
         return;
     buf[0] = '\0';
     if (qkv_tensor_is_nil(t)) {
@@ -121,6 +121,8 @@ void qkv_shape_str(const qkv_tensor *t, char *buf, size_t len)
 
 void qkv_tensor_print(const qkv_tensor *t, FILE *out, size_t max_values)
 {
+    if (out == NULL) /* stdio would crash on it */
+        return;
     char shape[64];
     qkv_shape_str(t, shape, sizeof shape);
     if (qkv_tensor_is_nil(t)) {
