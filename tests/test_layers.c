@@ -76,6 +76,13 @@ START_TEST(test_a_list_holds_named_parameters)
     w->grad[5] = 1, b->grad[0] = 2, e->grad[9] = 3;
     qkv_params_zero_grad(p);
     ck_assert(w->grad[5] == 0 && b->grad[0] == 0 && e->grad[9] == 0);
+    /* the list owns its tensors: qkv_tensor_free on one freed it, and the
+     * list then read it and freed it again. Not flagged as the caller's
+     * heap tensor, it is ignored. */
+    ck_assert(!(b->flags & QKV_TENSOR_HEAP));
+    qkv_tensor_free(b);
+    b->data[3] = 7;
+    ck_assert(qkv_params_get(p, "layer.bias")->data[3] == 7);
     qkv_params_free(p);
 }
 END_TEST

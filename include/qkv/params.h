@@ -63,7 +63,7 @@ qkv_params *qkv_params_new_abi(unsigned abi, uint64_t seed, qkv_error *err);
 void qkv_params_free(qkv_params *p);
 
 /* Adds a parameter with a gradient buffer, initialised by init, and
- * returns it (owned by the list). Its name (at most 127 bytes of UTF-8,
+ * returns it (owned by the list: qkv_tensor_free ignores it). Its name (at most 127 bytes of UTF-8,
  * unique in the list, e.g. "block0.attn.qkv.weight") is how safetensors
  * files know it. It gets weight decay when it has two or more dimensions
  * (weights and embeddings), and none otherwise (biases, norm gains), as

@@ -53,7 +53,7 @@ qkv_tensor *qkv_tensor_new_abi(unsigned abi, int ndim, const int *shape, int wit
 #define qkv_tensor_new(...) qkv_tensor_new_abi(QKV_ABI, __VA_ARGS__)
 
 /* Frees a tensor made by qkv_tensor_new. Accepts NULL and nil; tape tensors
- * are ignored (the tape owns them). */
+ * and a parameter list's are ignored (the tape or the list owns them). */
 void qkv_tensor_free(qkv_tensor *t);
 
 /* Sets every gradient entry to zero. No-op without a gradient buffer. */

@@ -38,12 +38,21 @@ qkv_params *qkv_params_new_abi(unsigned abi, uint64_t seed, qkv_error *err)
     return p;
 }
 
+/* Frees a tensor of the list. The list keeps QKV_TENSOR_HEAP off its
+ * tensors, so that qkv_tensor_free from a caller who forgot that the list
+ * owns them is ignored instead of freeing them under it. */
+static void owned_free(qkv_tensor *t)
+{
+    t->flags |= QKV_TENSOR_HEAP;
+    qkv_tensor_free(t);
+}
+
 void qkv_params_free(qkv_params *p)
 {
     if (p == NULL)
         return;
     for (int i = 0; i < p->n; i++)
-        qkv_tensor_free(p->items[i].t);
+        owned_free(p->items[i].t);
     free(p->items);
     free(p->tensors);
     free(p);
@@ -149,6 +158,7 @@ qkv_tensor *qkv_params_add(qkv_params *p, const char *name, int ndim, const int 
         qkv_tensor_free(t);
         return qkv_nil();
     }
+    t->flags &= ~QKV_TENSOR_HEAP; /* the list's: see owned_free */
     param *it = &p->items[p->n];
     memcpy(it->name, name, len + 1);
     it->t = t;
@@ -173,7 +183,7 @@ void qkv_params_undo(qkv_params *p, const qkv_params_mark *m)
     if (p == NULL || m->n > p->n)
         return;
     while (p->n > m->n)
-        qkv_tensor_free(p->items[--p->n].t);
+        owned_free(p->items[--p->n].t);
     p->rng = m->rng;
 }
 
