@@ -112,8 +112,20 @@ $(STATIC): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(SHARED): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libqkv.so.$(SOMAJOR) $(LDSAN) -o $@ $^ $(LDLIBS)
+# The shared library exports the functions the public headers declare and
+# nothing else: the library's own helpers (qkv_gemm, qkv_malloc, ...) share
+# the qkv_ prefix but are no part of the interface (scripts/exports.sh).
+$(BUILD)/libqkv.map: $(LIB_OBJ) $(PUB_H)
+	$(CC) $(CPPFLAGS) -E -P include/qkv.h | grep -o '\bqkv_[a-z0-9_]*\b' | \
+	    LC_ALL=C sort -u >$@.pub
+	nm -g --defined-only $(LIB_OBJ) | awk 'NF == 3 { print $$3 }' | LC_ALL=C sort -u | \
+	    LC_ALL=C comm -12 - $@.pub | \
+	    awk 'BEGIN { print "{ global:" } { print "  " $$0 ";" } END { print "  local: *;\n};" }' >$@
+	@rm -f $@.pub
+
+$(SHARED): $(LIB_OBJ) $(BUILD)/libqkv.map
+	$(CC) -shared -Wl,-soname,libqkv.so.$(SOMAJOR) -Wl,--version-script=$(BUILD)/libqkv.map \
+	    $(LDSAN) -o $@ $(LIB_OBJ) $(LDLIBS)
 	ln -sf libqkv.so.$(VERSION) $(BUILD)/libqkv.so.$(SOMAJOR)
 	ln -sf libqkv.so.$(VERSION) $(BUILD)/libqkv.so
 
