@@ -207,6 +207,16 @@ START_TEST(test_gradcheck_refuses_bad_arguments)
                       "case %zu: %s", i, qkv_tape_error(t));
         qkv_tape_free(t);
     }
+    /* a parameter made on the tape: the check's first reset took it back,
+     * and the loss then failed on a "tensor kept across reset" it never
+     * kept */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *on_tape = qkv_tanh(t, x);
+    ck_assert_int_eq(qkv_gradcheck(t, lying_loss, on_tape, &on_tape, 1, 0, 0, 0, &res),
+                     QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "gradcheck: parameter 0 was made on a tape; make it with "
+                                        "qkv_tensor_new(..., 1, ...)");
+    qkv_tape_free(t);
     qkv_tensor_free(x);
 }
 END_TEST

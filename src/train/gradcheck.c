@@ -157,10 +157,16 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **pa
                                  "gradcheck: the %s %g is not a finite number >= 0 (0 picks "
                                  "the default)",
                                  knob_names[i], knobs[i]);
-    for (int p = 0; p < nparams; p++)
+    for (int p = 0; p < nparams; p++) {
         if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
             return qkv_tape_fail(t, QKV_ERR_ARG,
                                  "gradcheck: parameter %d is nil or has no gradient buffer", p);
+        if (params[p]->flags & QKV_TENSOR_TAPE) /* the check's resets take it back */
+            return qkv_tape_fail(t, QKV_ERR_ARG,
+                                 "gradcheck: parameter %d was made on a tape; make it with "
+                                 "qkv_tensor_new(..., 1, ...)",
+                                 p);
+    }
     /* the caller's setting comes back, as the parameters' values do */
     const int grad_was = qkv_tape_grad_enabled(t);
     qkv_status s = run_check(t, fn, ctx, params, nparams, step, floor, tol, res);
