@@ -47,7 +47,8 @@ void qkv_optim_free(qkv_optim *o); /* accepts NULL */
 void qkv_optim_zero_grad(qkv_optim *o);
 
 /* Clips (if configured) and applies one update. Returns QKV_ERR_NUMERIC and
- * changes nothing if some gradient is NaN or infinite. */
+ * changes nothing if some gradient is NaN or infinite, and QKV_ERR_ARG for
+ * a NULL optimizer. */
 qkv_status qkv_optim_step(qkv_optim *o);
 
 /* The global gradient norm before the last step's clipping. */

@@ -42,7 +42,7 @@ int qkv_tensor_is_nil(const qkv_tensor *t);
 /* qkv_tensor_new(int ndim, const int *shape, int with_grad, qkv_error *err)
  * allocates a zero-filled heap tensor of the given shape. When with_grad is
  * nonzero a zeroed gradient buffer is allocated too (a trainable parameter).
- * ndim may be 0 (a scalar). Returns the nil tensor, with the reason in err,
+ * ndim may be 0 (a scalar; shape may then be NULL). Returns the nil tensor, with the reason in err,
  * for an invalid shape (a dimension < 1 or ndim out of range: QKV_ERR_ARG;
  * a size overflow: QKV_ERR_NOMEM), when memory runs out (QKV_ERR_NOMEM), or
  * when the program was compiled for another scalar type than the library
