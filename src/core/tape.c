@@ -205,8 +205,9 @@ static void *arena_alloc(qkv_tape *t, size_t n, int ndim, const int *shape)
                 qkv_dims_str(ndim, shape, what + 14, sizeof what - 14);
             }
             qkv_tape_fail(
-                t, QKV_ERR_NOMEM, "tape: out of memory allocating %zu bytes%s (arena holds %zu)%s",
-                n, what, t->in_use, t->in_use >= need ? "; did a loop forget qkv_tape_reset?" : "");
+                t, QKV_ERR_NOMEM,
+                "tape: out of memory allocating %zu bytes%s (the arena holds %zu bytes)%s", n, what,
+                t->in_use, t->in_use >= need ? "; did a loop forget qkv_tape_reset?" : "");
             return NULL;
         }
         t->block[t->n_blocks] = p;
