@@ -5,6 +5,7 @@
  * they belong, and sum, mean and max along any dimension (keepdim or not)
  * on hand-worked examples; and the errors that name the op and the shapes.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests.h"
@@ -26,6 +27,7 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     qkv_tensor *v = qkv_reshape(t, x, 3, (const int[]){8, -1, 2});
     ck_assert_int_eq(v->ndim, 3);
     ck_assert_int_eq(v->shape[1], 4); /* -1 inferred: 64 / (8·2) */
+    ck_assert_int_eq(v->shape[3], 1); /* unused trailing entries are 1 (tensor.h) */
     ck_assert_ptr_eq(v->data, x->data);
     ck_assert_ptr_eq(v->grad, x->grad);
     ck_assert_uint_eq(qkv_tape_nodes(t), nodes);                              /* no node */
@@ -48,6 +50,10 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     qkv_tape_reset(t);
     ck_assert(qkv_reshape(t, x, 2, (const int[]){-1, -1}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: dimension 1 of the new shape is -1 (each "
+                                        "must be at least 1, and one may be -1)");
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 2, (const int[]){0, 64}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: dimension 0 of the new shape is 0 (each "
                                         "must be at least 1, and one may be -1)");
     qkv_tape_reset(t);
     ck_assert(qkv_reshape(t, x, 5, (const int[]){1, 1, 1, 4, 16}) == qkv_nil());
@@ -166,8 +172,61 @@ START_TEST(test_concat_and_slice_by_hand)
     qkv_tape_reset(t);
     ck_assert(qkv_slice(t, a, 0, 0, 0) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "slice: [2,2]: [0, 0 + 0) is not a non-empty range "
+                                        "within [0, 2) of dimension 0");
     qkv_tensor_free(a);
     qkv_tensor_free(b);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* concat where only some inputs take a gradient: the output records a
+ * node when any input does, and each input's gradient is its own block of
+ * dy, counted past the inputs that take none */
+START_TEST(test_concat_gradients_with_inputs_that_take_none)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *c = tensor_of(2, (const int[]){2, 1}, (const double[]){5, 6}, 0);
+    qkv_tensor *p = iota(2, (const int[]){2, 2});
+    qkv_tensor *w = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0);
+    for (int first = 0; first < 2; first++) { /* c then p: 5 0 1 / 6 2 3; p then c */
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(p);
+        qkv_tensor *xs[2] = {first ? p : c, first ? c : p};
+        qkv_tensor *y = qkv_concat(t, 2, xs, 1);
+        ck_assert_ptr_nonnull(y->grad);
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, y, w))), QKV_OK);
+        /* dp = w without its first column (c first) or its last (p first) */
+        const double g[2][4] = {{2, 3, 5, 6}, {1, 2, 4, 5}};
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(p->grad[i] == g[first][i], "first %d: grad[%d] = %g", first, i,
+                          (double)p->grad[i]);
+    }
+    qkv_tensor_free(c);
+    qkv_tensor_free(p);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* concat takes up to QKV_CONCAT_MAX inputs, and no more */
+START_TEST(test_concat_takes_up_to_its_maximum_of_inputs)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *one = tensor_of(1, (const int[]){1}, (const double[]){3}, 0);
+    qkv_tensor **xs = malloc(sizeof *xs * (QKV_CONCAT_MAX + 1));
+    ck_assert_ptr_nonnull(xs);
+    for (int k = 0; k <= QKV_CONCAT_MAX; k++)
+        xs[k] = one;
+    qkv_tensor *y = qkv_concat(t, QKV_CONCAT_MAX, xs, 0);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert_int_eq(y->shape[0], QKV_CONCAT_MAX);
+    ck_assert(y->data[0] == 3 && y->data[QKV_CONCAT_MAX - 1] == 3);
+    qkv_tape_reset(t);
+    ck_assert(qkv_concat(t, QKV_CONCAT_MAX + 1, xs, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "concat: needs 1 to 65536 tensors, got 65537");
+    free(xs);
+    qkv_tensor_free(one);
     qkv_tape_free(t);
 }
 END_TEST
@@ -242,6 +301,8 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_reshape_is_a_view_that_shares_values_and_gradients);
     tcase_add_test(tc, test_permute_moves_values_and_gradients_back);
     tcase_add_test(tc, test_concat_and_slice_by_hand);
+    tcase_add_test(tc, test_concat_gradients_with_inputs_that_take_none);
+    tcase_add_test(tc, test_concat_takes_up_to_its_maximum_of_inputs);
     tcase_add_test(tc, test_reductions_along_any_dimension);
     tcase_add_test(tc, test_max_dim_keeps_each_column_to_itself_with_nans);
     suite_add_tcase(s, tc);
