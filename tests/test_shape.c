@@ -257,6 +257,14 @@ START_TEST(test_reductions_along_any_dimension)
     const double g[12] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 1, 1};
     for (int i = 0; i < 12; i++)
         ck_assert_msg(x->grad[i] == g[i], "grad[%d] = %g", i, (double)x->grad[i]);
+    /* max_dim's gradient adds to what x already has: with sum(x) recorded
+     * after it (so run before it backward), the first maxima get 1 + 1 */
+    qkv_tensor_zero_grad(x);
+    qkv_tape_reset(t);
+    qkv_tensor *mxs = qkv_sum(t, qkv_max_dim(t, x, 1, 1));
+    ck_assert_int_eq(qkv_backward(t, qkv_add(t, mxs, qkv_sum(t, x))), QKV_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert_msg(x->grad[i] == 1 + g[i], "grad[%d] = %g", i, (double)x->grad[i]);
     /* the mean's gradient is 1/n along the dimension */
     qkv_tensor_zero_grad(x);
     qkv_tape_reset(t);
@@ -289,6 +297,14 @@ START_TEST(test_max_dim_keeps_each_column_to_itself_with_nans)
         ck_assert_msg(win ? (i == 6 ? x->grad[i] == 14 : isnan(x->grad[i])) : x->grad[i] == 0,
                       "grad[%d] = %g", i, (double)x->grad[i]);
     }
+    /* two NaNs in one column: the first wins, and takes the gradient, as
+     * torch.max(x, 0) does for [[NaN], [1], [NaN], [2]] (index 0) */
+    qkv_tensor *y = tensor_of(2, (const int[]){4, 1}, (const double[]){NAN, 1, NAN, 2}, 1);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_max_dim(t, y, 0, 0))), QKV_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(y->grad[i] == (i == 0), "grad[%d] = %g", i, (double)y->grad[i]);
+    qkv_tensor_free(y);
     qkv_tensor_free(x);
     qkv_tape_free(t);
 }
