@@ -122,7 +122,9 @@ START_TEST(test_reductions_by_hand)
     ck_assert_int_eq(s->ndim, 0);
     assert_values(s, (const double[]){21}, 1, 0);
     assert_values(qkv_mean(f.t, x), (const double[]){3.5}, 1, 0);
-    assert_values(qkv_sum_last(f.t, x), (const double[]){6, 15}, 2, 0);
+    qkv_tensor *sl = qkv_sum_last(f.t, x);
+    ck_assert_int_eq(sl->ndim, 1); /* the last dimension goes, as in mean_last */
+    assert_values(sl, (const double[]){6, 15}, 2, 0);
     qkv_tensor *m = qkv_mean_last(f.t, x);
     ck_assert_int_eq(m->ndim, 1);
     assert_values(m, (const double[]){2, 5}, 2, 0);

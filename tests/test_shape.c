@@ -274,6 +274,9 @@ START_TEST(test_reductions_along_any_dimension)
     qkv_tape_reset(t);
     ck_assert(qkv_sum_dim(t, x, -4, 0) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "sum_dim: dimension -4 is out of range for [2,3,2]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_max_dim(t, qkv_sum(t, x), 0, 0) == qkv_nil()); /* a scalar */
+    ck_assert_str_eq(qkv_tape_error(t), "max_dim: [] has no dimension to reduce");
     qkv_tensor_free(x);
     qkv_tape_free(t);
 }
