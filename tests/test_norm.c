@@ -307,6 +307,20 @@ START_TEST(test_mse_and_bce_match_cpython_and_stay_finite)
     ck_assert_int_eq(qkv_backward(t, qkv_mse(t, x, y)), QKV_OK);
     for (int i = 0; i < 8; i++)
         ASSERT_NEAR(x->grad[i], 2 * (golden_x[i] - golden_target[i]) / 8, 4 * REAL_EPS);
+    /* 11 entries, so 3 past the last group of 8: pred i, target 0 gives
+     * (0² + 1² + ... + 10²)/11 = 385/11 = 35, and dmse/dpred_i = 2i/11 */
+    qkv_tensor *p11 = tensor_of(1, (const int[]){11}, NULL, 1);
+    qkv_tensor *z11 = tensor_of(1, (const int[]){11}, NULL, 0);
+    for (int i = 0; i < 11; i++)
+        p11->data[i] = (qkv_real)i;
+    qkv_tape_reset(t);
+    qkv_tensor *m11 = qkv_mse(t, p11, z11);
+    ASSERT_NEAR(m11->data[0], 35, 0);
+    ck_assert_int_eq(qkv_backward(t, m11), QKV_OK);
+    for (int i = 0; i < 11; i++)
+        ASSERT_NEAR(p11->grad[i], 2.0 * i / 11, 2 * REAL_EPS * i);
+    qkv_tensor_free(p11);
+    qkv_tensor_free(z11);
     /* logits of ±1e4: the loss is the margin, the gradient (σ - y)/N */
     qkv_tensor *l = tensor_of(1, (const int[]){2}, (const double[]){1e4, -1e4}, 1);
     qkv_tensor *z = tensor_of(1, (const int[]){2}, (const double[]){0, 0}, 0);
