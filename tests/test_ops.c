@@ -469,6 +469,26 @@ START_TEST(test_cross_entropy_by_hand)
 }
 END_TEST
 
+/* the logits' gradient adds up over every use: the same loss twice gives
+ * twice (p - y)/N, here with N = 2 rows, so p - y */
+START_TEST(test_cross_entropy_gradient_adds_to_what_is_there)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 0, 0, 0}, 1));
+    const int targets[2] = {2, 0};
+    qkv_tensor *l1 = qkv_cross_entropy(f.t, x, targets);
+    qkv_tensor *l2 = qkv_cross_entropy(f.t, x, targets);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_add(f.t, l1, l2)), QKV_OK);
+    const double z = exp(1.0) + exp(2.0) + exp(3.0);
+    const double want[6] = {exp(1.0) / z, exp(2.0) / z, exp(3.0) / z - 1,
+                            1.0 / 3 - 1,  1.0 / 3,      1.0 / 3};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(x->grad[i], want[i], TOL);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_all_ignored_is_zero)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -600,6 +620,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
     tcase_add_test(tc, test_cross_entropy_by_hand);
+    tcase_add_test(tc, test_cross_entropy_gradient_adds_to_what_is_there);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
     suite_add_tcase(s, tc);
