@@ -559,6 +559,15 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "3 dimensions, each at least 1");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, (const int[]){-1, 0}), QKV_ERR_ARG,
                  "pick_rows: index -1 for item 0 is outside [0,3) of [2,3,4]");
+    /* no indices; a table of three dimensions; ids of none */
+    EXPECT_ERROR(qkv_pick_rows(f.t, a, NULL), QKV_ERR_SHAPE,
+                 "pick_rows: [2,3,4]: input must be [B,T,D] with B indices");
+    EXPECT_ERROR(qkv_gather(f.t, a, (const int[]){0}, 1, (const int[]){1}), QKV_ERR_SHAPE,
+                 "gather: table [2,3,4], ids [1]: need a table [V,D] and ids of 1 to 3 "
+                 "dimensions, each at least 1");
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 0, (const int[]){1}), QKV_ERR_SHAPE,
+                 "gather: table [5,3], ids []: need a table [V,D] and ids of 1 to 3 "
+                 "dimensions, each at least 1");
     /* ids of a shape too large for memory: refused before the scan reads
      * them (one id stands for 2^60, then 2^48; the scan read past it) */
     qkv_tensor *w16 = tensor_of(2, (const int[]){2, 16}, NULL, 0);
