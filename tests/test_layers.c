@@ -194,6 +194,12 @@ START_TEST(test_initialisers_draw_one_stream_and_refuse_bad_ranges)
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "g", 1, (const int[]){1},
                                                (qkv_init){QKV_INIT_CONST, -INFINITY, 0}, &err)));
     ck_assert_int_eq(qkv_params_count(p), 2);
+    /* a standard deviation of 0 is allowed (>= 0): every value is the mean,
+     * as random.normalvariate(2.5, 0) is 2.5 */
+    qkv_tensor *h =
+        qkv_params_add(p, "h", 1, (const int[]){3}, (qkv_init){QKV_INIT_NORMAL, 2.5, 0}, &err);
+    ck_assert(!qkv_tensor_is_nil(h));
+    ck_assert(h->data[0] == 2.5 && h->data[1] == 2.5 && h->data[2] == 2.5);
     qkv_params_free(p);
 }
 END_TEST
