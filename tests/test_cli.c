@@ -1273,6 +1273,10 @@ START_TEST(test_messages_escape_control_characters)
     ck_assert_int_eq(run("train --optim \"$(printf 'a\\377b')\"", &out), 2);
     ck_assert_msg(strstr(out, "'a\\xffb'"), "%s", out);
     free(out);
+    /* DEL (0x7f) is a control character too */
+    ck_assert_int_eq(run("train --optim \"$(printf 'a\\177b')\"", &out), 2);
+    ck_assert_msg(strstr(out, "'a\\x7fb'"), "%s", out);
+    free(out);
     /* characters that print as nothing, or steer the terminal (C1 CSI) or
      * the line's direction (RLO), are shown by their code points: a BOM,
      * a no-break space, U+009B and U+202E */

@@ -89,6 +89,29 @@ START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
     ck_assert(qkv_utf8_valid("\xF0\x9F\x98\x80", 4, &off)); /* U+1F600 is fine */
     ck_assert(!qkv_utf8_valid("ab\xE0\x80\x80", 5, &off));  /* overlong 3-byte NUL */
     ck_assert_uint_eq(off, 2);
+    /* a lead byte where a continuation byte (10xxxxxx) must be */
+    ck_assert(!qkv_utf8_valid("a\xC3\xC3", 3, &off));
+    ck_assert_uint_eq(off, 1);
+}
+END_TEST
+
+/* qkv_escape writes at most cap bytes, its NUL included: text that does
+ * not fit stops short, whole characters and escapes only */
+START_TEST(test_escape_stays_within_its_buffer)
+{
+    char buf[16];
+    memset(buf, 'Z', sizeof buf);
+    ck_assert_uint_eq(qkv_escape(buf, 4, "abcdef"), 3);
+    ck_assert_str_eq(buf, "abc");
+    ck_assert_int_eq(buf[4], 'Z');
+    memset(buf, 'Z', sizeof buf); /* "\\u{feff}" is 8 bytes, with no room for the NUL */
+    ck_assert_uint_eq(qkv_escape(buf, 8, "\xEF\xBB\xBF"), 0);
+    ck_assert_str_eq(buf, "");
+    ck_assert_int_eq(buf[8], 'Z');
+    memset(buf, 'Z', sizeof buf);
+    ck_assert_uint_eq(qkv_escape(buf, 9, "\xEF\xBB\xBF"), 8);
+    ck_assert_str_eq(buf, "\\u{feff}");
+    ck_assert_int_eq(buf[9], 'Z');
 }
 END_TEST
 
@@ -314,6 +337,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_vocabulary_has_every_required_word_and_gender);
     tcase_add_test(tc, test_tokenizer_splits_the_tutorial_sentence);
     tcase_add_test(tc, test_tokenizer_rejects_invalid_utf8_with_its_offset);
+    tcase_add_test(tc, test_escape_stays_within_its_buffer);
     tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);
     tcase_add_test(tc, test_generator_is_deterministic_for_a_seed);
     tcase_add_test(tc, test_splits_are_disjoint_and_test_templates_unseen);
