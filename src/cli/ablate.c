@@ -517,7 +517,7 @@ int cmd_ablate(int argc, char **argv)
     /* runs.csv and summary.csv are written after the runs: fail now if
      * they cannot be */
     static const char *const later[] = {"runs.csv", "summary.csv"};
-    for (int i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", o.out, later[i]);
         if (cli_csv_check(path, &err) != QKV_OK)
             return cli_fail("ablate: %s", err.message);
