@@ -115,9 +115,8 @@ $(STATIC): $(LIB_OBJ)
 # The shared library exports the functions the public headers declare and
 # nothing else: the library's own helpers (qkv_gemm, qkv_malloc, ...) share
 # the qkv_ prefix but are no part of the interface (scripts/exports.sh).
-$(BUILD)/libqkv.map: $(LIB_OBJ) $(PUB_H)
-	$(CC) $(CPPFLAGS) -E -P include/qkv.h | grep -o '\bqkv_[a-z0-9_]*\b' | \
-	    LC_ALL=C sort -u >$@.pub
+$(BUILD)/libqkv.map: $(LIB_OBJ) $(PUB_H) scripts/exports.sh
+	sh scripts/exports.sh --public "$(CC) $(CPPFLAGS)" >$@.pub
 	nm -g --defined-only $(LIB_OBJ) | awk 'NF == 3 { print $$3 }' | LC_ALL=C sort -u | \
 	    LC_ALL=C comm -12 - $@.pub | \
 	    awk 'BEGIN { print "{ global:" } { print "  " $$0 ";" } END { print "  local: *;\n};" }' >$@
