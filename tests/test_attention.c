@@ -162,6 +162,16 @@ START_TEST(test_attention_equals_unfused_ops)
         {3, {1, 64, 64}, 16, 8, 0, 0, 1, 0.25},
         /* tq and d_v of 48 or more: O = A·V takes the blocks order */
         {3, {1, 50, 12}, 20, 56, 1, 0, 1, 0.3},
+        /* rows of 3 to 8 chunks (AVX-512: 8/C rows in registers at once,
+         * a row left over), ragged or whole, padding or causal masks with
+         * rows dropped entirely, the scale in float or not */
+        {3, {2, 9, 8}, 64, 8, 1, 0, 1, 0.3},
+        {3, {2, 7, 8}, 100, 8, 2, 0, 1, 0.25},
+        {3, {1, 5, 8}, 128, 8, 0, 1, 1, 0.125},
+        {3, {2, 6, 8}, 40, 8, 1, 1, 1, 0.3},
+        /* rows of more than 8 chunks, one pass of the max and two of e^x */
+        {3, {2, 5, 8}, 200, 8, 1, 0, 1, 0.3},
+        {3, {2, 20, 8}, 256, 8, 2, 0, 1, 0.125},
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
@@ -413,15 +423,17 @@ END_TEST
 /* A score that overflows to +inf meets a -inf mask entry: NaN, and the
  * row is NaN, in the fused op as in the unfused ops, on every kernel set;
  * the NaN last, where a maximum taken as max(mx, s_j) would end on the
- * padding keys' -inf. 3 keys (the AVX-512 register path, padded to 4) and
- * 20 (the rows path). */
+ * padding keys' -inf. 3 keys (the AVX-512 register path, padded to 4), 20
+ * (the rows path), 70 (rows of 5 chunks) and 300 (longer rows). */
 START_TEST(test_attention_nan_score_as_unfused)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
         if (qkv_kernels_use(impls[im], NULL) != 0)
             continue;
-        for (int tk = 3; tk <= 20; tk += 17) {
+        static const int tks[] = {3, 20, 70, 300};
+        for (size_t ti = 0; ti < sizeof tks / sizeof tks[0]; ti++) {
+            const int tk = tks[ti];
             qkv_tensor *q = tensor_of(3, (const int[]){1, 3, 2}, NULL, 0);
             qkv_tensor *k = tensor_of(3, (const int[]){1, tk, 2}, NULL, 0);
             qkv_tensor *v = tensor_of(3, (const int[]){1, tk, 2}, NULL, 0);
