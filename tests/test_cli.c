@@ -1184,6 +1184,21 @@ START_TEST(test_train_refuses_an_unwritable_save_before_it_trains)
 }
 END_TEST
 
+START_TEST(test_train_names_a_file_in_the_way_of_its_logs_directory)
+{
+    /* the log's directory was not checked as the checkpoint's was: the
+     * message named the LOG.part file, which the user never gave */
+    char *out;
+    ck_assert_int_eq(sh("touch afile", &out), 0);
+    free(out);
+    ck_assert_int_eq(run("train --quiet --steps 3 --log afile/t.csv --save m.st", &out), 1);
+    ck_assert_str_eq(out, "qkv: train: afile exists and is not a directory\n");
+    free(out);
+    ck_assert_int_eq(sh("test ! -e m.st", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
 {
     char *out;
@@ -2501,6 +2516,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
+    tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);

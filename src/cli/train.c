@@ -237,8 +237,10 @@ int cmd_train(int argc, char **argv)
         qkv_check_replaceable(o.save, &err) != QKV_OK)
         return cli_fail("train: %s", err.message);
     /* and a checkpoint that could not be written fails now, not after
-     * the whole run */
-    if (qkv_mkdirs_for(o.save, &err) != QKV_OK || qkv_check_writable(o.save, &err) != QKV_OK)
+     * the whole run; the log's directory is made (or found in the way)
+     * here too, so that its error names it and not the LOG.part file */
+    if (qkv_mkdirs_for(o.log, &err) != QKV_OK || qkv_mkdirs_for(o.save, &err) != QKV_OK ||
+        qkv_check_writable(o.save, &err) != QKV_OK)
         return cli_fail("train: %s", err.message);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
