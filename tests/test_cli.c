@@ -4,9 +4,12 @@
  * binary (QKV_BIN) in a temporary directory.
  */
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests.h"
@@ -1530,6 +1533,77 @@ START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
 }
 END_TEST
 
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts `qkv ARGS...` in tmp (SIGINT at its default, output dropped),
+ * waits until file (under tmp) exists, sends SIGINT and returns the wait
+ * status. */
+static int interrupt_once_written(char *const argv[], const char *file)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        int null = open("/dev/null", O_WRONLY);
+        if (chdir(tmp) != 0 || null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+            _exit(99);
+        execv(QKV_BIN, argv);
+        _exit(98);
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    int status = 0, seen = 0;
+    /* a limit on the wait, not a measurement: the file comes first */
+    for (int i = 0; i < 6000 && !seen; i++) {
+        seen = access(path, F_OK) == 0;
+        if (!seen && waitpid(pid, &status, WNOHANG) == pid)
+            ck_abort_msg("qkv %s ended before it wrote %s", argv[1], file);
+        if (!seen)
+            nap_ms(10);
+    }
+    ck_assert_msg(seen, "qkv %s never wrote %s", argv[1], file);
+    nap_ms(50); /* into the runs */
+    kill(pid, SIGINT);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
+{
+    /* Ctrl-C killed a sweep with its runs.csv half-written (or only its
+     * header), which the plots then drew as if it were whole */
+    char *sat[] = {"qkv",     "saturation",    "--dk",  "4", "--steps", "5000000",
+                   "--quiet", "--no-variance", "--out", "s", NULL};
+    char *dist[] = {"qkv",     "distance", "--models", "rnn",     "--distances", "0,1", "--steps",
+                    "5000000", "--jobs",   "2",        "--quiet", "--out",       "d",   NULL};
+    char *train[] = {"qkv",   "train", "--steps", "5000000", "--quiet",
+                     "--log", "t.csv", "--save",  "m.st",    NULL};
+    struct {
+        char **argv;
+        const char *file;
+    } cases[] = {{sat, "s/runs.csv"}, {dist, "d/runs.csv"}, {train, "t.csv.part"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int status = interrupt_once_written(cases[i].argv, cases[i].file);
+        /* still killed by the signal, so that a shell stops its script */
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+                      "qkv %s: status %#x, not killed by SIGINT", cases[i].argv[1], status);
+        char *out;
+        ck_assert_int_eq(sh("find . -type f | sort", &out), 0);
+        ck_assert_msg(strstr(out, cases[i].file) == NULL, "qkv %s left %s:\n%s", cases[i].argv[1],
+                      cases[i].file, out);
+        free(out);
+    }
+    char *out;
+    ck_assert_int_eq(sh("find . -type f | wc -l", &out), 0);
+    ck_assert_str_eq(out, "0\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_help_with_a_command_shows_that_commands_help)
 {
     /* 'qkv help train' printed the list of commands and dropped 'train' */
@@ -2516,6 +2590,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
+    tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);

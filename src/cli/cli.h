@@ -188,6 +188,11 @@ FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
  * never written through. */
 FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err);
 
+/* From now on SIGINT, SIGTERM and SIGHUP (unless ignored from the start)
+ * remove every regular file cli_csv_create or cli_csv_create_new opened
+ * and cli_fclose has not closed, then end the program by that signal. */
+void cli_remove_partial_on_signals(void);
+
 /* Fails now, with the reason in err, where cli_csv_create(path) would
  * fail later, after a command's work: a directory that cannot be made
  * (creating it if it can), a directory at path, a file there that cannot

@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -522,6 +524,63 @@ int cli_same_file(const char *a, const char *b)
            strcmp(ra, rb) == 0;
 }
 
+/* The CSV files open for writing, which a signal that ends the program
+ * (Ctrl-C) removes: cut short, they would pass for whole tables. A slot
+ * is filled before it is marked used and unmarked before it is reused,
+ * so the handler reads only whole paths. */
+#define PARTIAL_MAX 8
+static char partial_path[PARTIAL_MAX][4096];
+static FILE *partial_file[PARTIAL_MAX];
+static volatile sig_atomic_t partial_used[PARTIAL_MAX];
+
+static void partial_add(FILE *f, const char *path)
+{
+    struct stat sb; /* a device or a pipe (--csv /dev/stdout) stays */
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || strlen(path) >= 4096)
+        return;
+    for (int i = 0; i < PARTIAL_MAX; i++)
+        if (!partial_used[i]) {
+            strcpy(partial_path[i], path);
+            partial_file[i] = f;
+            atomic_signal_fence(memory_order_seq_cst);
+            partial_used[i] = 1;
+            return;
+        }
+}
+
+static void partial_drop(FILE *f)
+{
+    for (int i = 0; i < PARTIAL_MAX; i++)
+        if (partial_used[i] && partial_file[i] == f) {
+            partial_used[i] = 0;
+            atomic_signal_fence(memory_order_seq_cst);
+        }
+}
+
+static void on_fatal_signal(int sig)
+{
+    for (int i = 0; i < PARTIAL_MAX; i++)
+        if (partial_used[i])
+            unlink(partial_path[i]);
+    signal(sig, SIG_DFL); /* and die of it, so that a script stops too */
+    raise(sig);
+}
+
+void cli_remove_partial_on_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        /* a signal ignored from the start (a background job's SIGINT) stays so */
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 /* cli_csv_create's body; with excl, the file must not exist yet (and a
  * symbolic link there is not followed). */
 static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
@@ -540,6 +599,7 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
         qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         return NULL;
     }
+    partial_add(f, path);
     fprintf(f, "%s\n", header);
     return f;
 }
@@ -603,6 +663,7 @@ qkv_coref_model *cli_load_model(const char *path)
 
 int cli_fclose(FILE *f)
 {
+    partial_drop(f);
     int bad = ferror(f);
     return fclose(f) != 0 || bad ? -1 : 0;
 }

@@ -96,5 +96,6 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    cli_remove_partial_on_signals(); /* Ctrl-C leaves no CSV cut short */
     return finish(run(argc, argv));
 }

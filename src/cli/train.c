@@ -42,7 +42,7 @@ static void trainer_free(trainer *tr)
     qkv_coref_batch_free(tr->batch);
     qkv_coref_batch_free(tr->eval_batch);
     if (tr->log != NULL)
-        fclose(tr->log);
+        cli_fclose(tr->log); /* and off the list a signal removes */
 }
 
 static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_optim_kind kind)
