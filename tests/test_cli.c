@@ -2521,6 +2521,23 @@ END_TEST
  * holding the good rows alone; and a run that failed (out of memory)
  * kept its CSV cut short. Now every vector is checked before anything is
  * written, and a failed run removes its CSV. */
+START_TEST(test_softmax_linear_weight_of_zero_has_no_sign)
+{
+    /* 0/(-5) is -0 in IEEE arithmetic, which printed as -0.0000 (and -0
+     * in the CSV): a "negative" weight of nothing. z = [0,-5]: Σz = -5,
+     * z/Σz = 0 and 1. */
+    char *out;
+    ck_assert_int_eq(run("softmax --csv s.csv -- 0,-5", &out), 0);
+    ck_assert_msg(strstr(out, "-0.0000") == NULL && strstr(out, " 0.0000") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(sh("cat s.csv", &out), 0);
+    ck_assert_str_eq(out, "vector,i,z,linear,softmax\n"
+                          "0;-5,0,0,0,0.993307\n"
+                          "0;-5,1,-5,1,0.00669285\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_softmax_checks_every_vector_before_it_writes)
 {
     char *out;
@@ -2636,6 +2653,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_base_plot_takes_the_bases_in_any_order);
     tcase_add_test(tc, test_bptt_prints_the_radius_it_was_given);
     tcase_add_test(tc, test_softmax_checks_every_vector_before_it_writes);
+    tcase_add_test(tc, test_softmax_linear_weight_of_zero_has_no_sign);
     suite_add_tcase(s, tc);
     return s;
 }

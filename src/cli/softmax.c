@@ -243,6 +243,8 @@ int cmd_softmax(int argc, char **argv)
         printf("\n");
         for (int i = 0; i < n; i++) {
             double lin = sum != 0 ? z[i] / sum : NAN;
+            if (lin == 0)
+                lin = 0; /* 0/(-5) is -0: a weight of nothing has no sign */
             printf("  %3d %10g %12.4f %12.4f", i, z[i], lin, p[i]);
             for (int k = 0; k < nb; k++)
                 printf(" %*.4f", w[k], pb[k][i]);
