@@ -52,8 +52,10 @@ status=0
 # render NAME SCRIPT INPUT HOW [EXTRA_GNUPLOT_ASSIGNMENTS]: gnuplot in the
 # background (the plots are independent: both cores draw), its messages
 # and exit status kept in $work; finish reports them in the order rendered.
+# Each PNG is drawn into .NAME.png.part beside it and renamed over NAME.png
+# only when whole: an interrupted or failed plot leaves the last one as it was.
 work=$(mktemp -d "${TMPDIR:-/tmp}/qkv-plots.XXXXXX") || exit 1
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; for n in $order; do rm -f "$plots/.$n.png.part"; done' EXIT
 # stopped (make run stops a background plots.sh on a failure): stop the
 # renderers, which stop their gnuplot, and let the EXIT trap clean up
 renderers=
@@ -77,7 +79,7 @@ render() {
     fi
     order="$order $name"
     (
-        gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/$name.png'; $extra" \
+        gnuplot -e "dir='$here'; infile='$input'; outfile='$plots/.$name.png.part'; $extra" \
             "$here/$script.gp" >"$work/$name.log" 2>&1 &
         gp=$!
         trap 'kill "$gp" 2>/dev/null; wait "$gp"; exit 143' TERM
@@ -99,9 +101,11 @@ finish() {
         if [ "$(cat "$work/$name.rc" 2>/dev/null)" != 0 ]; then
             echo "plots: gnuplot failed on $name.gp for $name.png" >&2
             status=1
-        elif ! complete_png "$plots/$name.png"; then
+        elif ! complete_png "$plots/.$name.png.part"; then
             # gnuplot says nothing when the disk fills up under it
             echo "plots: $plots/$name.png is incomplete (is the disk full?)" >&2
+            status=1
+        elif ! mv -f "$plots/.$name.png.part" "$plots/$name.png"; then
             status=1
         else
             echo "plots: wrote $plots/$name.png"

@@ -1128,6 +1128,27 @@ START_TEST(test_plots_on_a_full_disk_fail)
 }
 END_TEST
 
+START_TEST(test_plots_interrupted_leave_no_png_cut_short)
+{
+    /* Ctrl-C while gnuplot was writing left png/loss.png cut short (in
+     * place of the last whole one), which a viewer shows as broken. A
+     * stand-in gnuplot writes part of its output file, then the group
+     * gets SIGINT, as from a terminal. */
+    char cmd[1536], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p d png bin && cp '%s/plots/train.csv' d/ && echo old >png/loss.png && "
+             "printf '#!/bin/sh\\nq=\\\\\\047\\nout=${2#*outfile=$q}\\nout=${out%%%%$q*}\\n"
+             "printf cut >\"$out\"\\nkill -INT 0\\nexec sleep 20\\n' >bin/gnuplot && "
+             "chmod +x bin/gnuplot && PATH=\"$PWD/bin:$PATH\" "
+             "setsid -w sh '%s/../../scripts/plots.sh' d png loss >/dev/null 2>&1; "
+             "echo \"rc=$?\"; ls -A png; cat png/loss.png",
+             QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_str_eq(out, "rc=130\nloss.png\nold\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_csv_cut_short_by_a_full_disk_is_removed)
 {
     /* each run fills more than the 512 bytes that ulimit -f 1 allows: the
@@ -2604,6 +2625,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_every_example_runs_to_its_result);
     tcase_add_test(tc, test_a_full_stdout_is_a_failure);
     tcase_add_test(tc, test_plots_on_a_full_disk_fail);
+    tcase_add_test(tc, test_plots_interrupted_leave_no_png_cut_short);
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
