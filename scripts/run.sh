@@ -55,7 +55,8 @@ step "sqrt(d_k) saturation sweep, SGD then Adam"
     --out "$out/saturation-adam"
 
 early_plots="loss heatmap softmax saturation saturation_adam variance"
-if [ "$jobs" -gt 1 ]; then
+# without gnuplot the plots step draws them all, and says so once
+if [ "$jobs" -gt 1 ] && command -v gnuplot >/dev/null 2>&1; then
     # shellcheck disable=SC2086 # the names are words
     TMPDIR=$bg sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots \
         >"$bg/plots.txt" 2>&1 &
@@ -90,7 +91,7 @@ step "ablations: why V, why Q and K, why e (qkv ablate)"
 "$qkv" ablate --task roles --seeds 10 --jobs "$jobs" --out "$out/ablate-roles"
 
 step "plots"
-if [ -n "$bg" ]; then
+if [ -n "$bg" ] && [ -f "$bg/plots.txt" ]; then
     cat "$bg/plots.txt"
     sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" distance bptt parallel ablate softmax_base ||
         plots_status=$?
