@@ -1,5 +1,6 @@
 # distance.png: test accuracy against the distance between a name and its
-# pronoun, one line per model, mean ± sd over seeds (qkv distance).
+# pronoun, one line per model, mean ± sd over seeds (qkv distance), the
+# bar cut at 0 and 1, an accuracy's bounds (two seeds' sd can pass them).
 # Variables: infile (summary.csv), outfile, models ("attention rnn ...").
 load dir."/common.gp"
 set terminal pngcairo size 1200,700 font "WenQuanYi Zen Hei,12" enhanced
@@ -23,8 +24,12 @@ color(m) = m eq "attention" ? c_scaled : m eq "rnn" ? c_unscaled \
 label(m) = m eq "attention" ? "自注意力 attention" : m eq "rnn" ? "RNN (tanh)" \
            : m eq "lstm" ? "LSTM" : "GRU"
 sel(m, v) = strcol("model") eq m ? v : 1/0
+lo(v) = v < 0 ? 0 : v
+hi(v) = v > 1 ? 1 : v
 plot for [i=1:words(models)] infile \
-         using (sel(word(models, i), x(column("distance")))):"acc_mean":"acc_sd" \
+         using (sel(word(models, i), x(column("distance")))):"acc_mean" \
+               :(lo(column("acc_mean") - column("acc_sd"))) \
+               :(hi(column("acc_mean") + column("acc_sd"))) \
          with yerrorlines lw 2 pt 7 ps 0.8 lc rgb color(word(models, i)) \
          title label(word(models, i)), \
      chance with lines dt 2 lc rgb "#888888" title "只看代词性别的猜测 (1/6)"
