@@ -70,6 +70,54 @@ START_TEST(test_a_constant_row_normalises_to_beta)
 }
 END_TEST
 
+/* A γ or β shorter than the row is refused (not read past its end), as is
+ * a scalar, which has no dimension to normalise. */
+START_TEST(test_norm_refuses_a_short_gain_and_a_scalar)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 4}, (const double[]){1, 2, 3, 4, 5, 6, 7, 9}, 0);
+    qkv_tensor *g3 = tensor_of(1, (const int[]){3}, (const double[]){1, 1, 1}, 0);
+    qkv_tensor *s = tensor_of(0, NULL, (const double[]){2}, 0);
+    EXPECT_ERROR_ON(t, qkv_layer_norm(t, x, g3, NULL, 1e-5), QKV_ERR_SHAPE,
+                    "layer_norm: x [2,4] needs gamma of shape [4], not [3]");
+    EXPECT_ERROR_ON(t, qkv_layer_norm(t, x, NULL, g3, 1e-5), QKV_ERR_SHAPE,
+                    "layer_norm: x [2,4] needs beta of shape [4], not [3]");
+    EXPECT_ERROR_ON(t, qkv_rms_norm(t, x, g3, 1e-5), QKV_ERR_SHAPE,
+                    "rms_norm: x [2,4] needs gamma of shape [4], not [3]");
+    EXPECT_ERROR_ON(t, qkv_layer_norm(t, s, NULL, NULL, 1e-5), QKV_ERR_SHAPE,
+                    "layer_norm: [] has no dimension to normalise");
+    EXPECT_ERROR_ON(t, qkv_rms_norm(t, s, NULL, 1e-5), QKV_ERR_SHAPE,
+                    "rms_norm: [] has no dimension to normalise");
+    qkv_tensor_free(x);
+    qkv_tensor_free(g3);
+    qkv_tensor_free(s);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* Only β wants a gradient (x and γ are constants): the op is still
+ * recorded, and dβ of sum(y) is the number of rows. Likewise γ alone:
+ * dγ[j] = Σ_rows x̂[r,j], with x̂ of the rows [1, 3] and [0, 4] being
+ * [-1, 1] for both (eps 0). */
+START_TEST(test_norm_records_a_gradient_that_only_beta_or_gamma_wants)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 3, 0, 4}, 0);
+    qkv_tensor *g = tensor_of(1, (const int[]){2}, (const double[]){2, -1}, 1);
+    qkv_tensor *b = tensor_of(1, (const int[]){2}, (const double[]){0.5, 0.25}, 1);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_layer_norm(t, x, NULL, b, 0))), QKV_OK);
+    ck_assert(b->grad[0] == 2 && b->grad[1] == 2);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_layer_norm(t, x, g, NULL, 0))), QKV_OK);
+    ASSERT_NEAR(g->grad[0], -2, 4 * REAL_EPS);
+    ASSERT_NEAR(g->grad[1], 2, 4 * REAL_EPS);
+    qkv_tensor_free(x);
+    qkv_tensor_free(g);
+    qkv_tensor_free(b);
+    qkv_tape_free(t);
+}
+END_TEST
+
 /* eps = 0 is a valid choice (the check is eps >= 0, as PyTorch allows):
  * the row [1, 3] has mean 2 and variance 1, so y = [-1, 1] exactly, every
  * step being exact in binary. An infinite eps is refused, naming it. */
@@ -409,6 +457,8 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_layer_norm_and_rms_norm_match_cpython);
     tcase_add_test(tc, test_a_constant_row_normalises_to_beta);
     tcase_add_test(tc, test_norm_takes_eps_zero_and_refuses_an_infinite_one);
+    tcase_add_test(tc, test_norm_refuses_a_short_gain_and_a_scalar);
+    tcase_add_test(tc, test_norm_records_a_gradient_that_only_beta_or_gamma_wants);
     tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
     tcase_add_test(tc, test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused);
     tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
