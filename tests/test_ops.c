@@ -399,6 +399,36 @@ START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
 }
 END_TEST
 
+/* log_softmax adds its gradient into x's, which a later consumer of x
+ * has already filled: x = [0, ln 3] has softmax [1/4, 3/4], so
+ * d Σ(log_softmax(x)·[1, 0] + x)/dx = [1 - 1/4, -3/4] + [1, 1] =
+ * [7/4, 1/4]. */
+START_TEST(test_log_softmax_gradient_adds_to_another_consumers)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){0, log(3.0)}, 1));
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){1, 0}, 0));
+    qkv_tensor *y = qkv_add(f.t, qkv_mul(f.t, qkv_log_softmax(f.t, x), w), x);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, y)), QKV_OK);
+    ASSERT_NEAR(x->grad[0], 1.75, TOL);
+    ASSERT_NEAR(x->grad[1], 0.25, TOL);
+    fx_free(&f);
+}
+END_TEST
+
+/* A scalar has no last dimension to take the softmax over. */
+START_TEST(test_softmax_refuses_a_scalar)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *s = tensor_of(0, NULL, (const double[]){2}, 0);
+    EXPECT_ERROR_ON(t, qkv_softmax(t, s), QKV_ERR_SHAPE, "softmax: [] has no last dimension");
+    EXPECT_ERROR_ON(t, qkv_log_softmax(t, s), QKV_ERR_SHAPE,
+                    "log_softmax: [] has no last dimension");
+    qkv_tensor_free(s);
+    qkv_tape_free(t);
+}
+END_TEST
+
 /* A NaN in a row that is not masked poisons the whole row, as it does
  * softmax's and as PyTorch gives: log_softmax([1, NaN, 2]) was [-inf, NaN,
  * -inf], a confident log-probability of 0 read from a NaN sum; and so does
@@ -626,6 +656,8 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);
     tcase_add_test(tc, test_fully_masked_row_gives_zeros_not_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_is_minus_inf_without_nan_gradient);
+    tcase_add_test(tc, test_log_softmax_gradient_adds_to_another_consumers);
+    tcase_add_test(tc, test_softmax_refuses_a_scalar);
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
     tcase_add_test(tc, test_cross_entropy_by_hand);
