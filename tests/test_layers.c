@@ -686,6 +686,11 @@ START_TEST(test_positions)
     ck_assert(qkv_add_positions(t, x, pe) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "positions: x [1,5,6] needs a table [max_len >= T, D], "
                                         "not [4,6]");
+    qkv_tape_reset(t); /* as is one of another width */
+    x = qkv_tape_tensor(t, 3, (const int[]){1, 3, 5}, 0);
+    ck_assert(qkv_add_positions(t, x, pe) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "positions: x [1,3,5] needs a table [max_len >= T, D], "
+                                        "not [4,6]");
     qkv_tape_free(t);
     qkv_params_free(p);
     qkv_tensor_free(pe);
@@ -696,6 +701,7 @@ START_TEST(test_layers_refuse_bad_shapes)
 {
     qkv_params *p = qkv_params_new(0, NULL);
     qkv_mha m;
+    qkv_linear lin0;
     qkv_error err = qkv_error_none();
     ck_assert_int_eq(qkv_mha_init(&m, p, "a", 10, 4, 0, &err), QKV_ERR_ARG);
     ck_assert_str_eq(err.message, "mha: d_model 10 must be a positive multiple of the heads 4");
@@ -733,10 +739,25 @@ START_TEST(test_layers_refuse_bad_shapes)
                                   "and hidden 8 at least 1");
     ck_assert_int_eq(qkv_params_count(q), 0);
     ck_assert_int_eq(qkv_block_init(&blk, q, "b", 8, 4, 0, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "block: d_model 8 must be a positive multiple of the heads 4, "
+                                  "and hidden 0 at least 1");
     ck_assert_int_eq(qkv_params_count(q), 0);
     ck_assert_int_eq(qkv_block_init(&blk, q, "b", 8, 4, 16, 1, &err), QKV_OK);
     ck_assert_int_eq(qkv_params_count(q), 12);
     qkv_params_free(q);
+    /* a linear layer or an embedding with no outputs or rows is refused,
+     * adding nothing */
+    qkv_embedding emb;
+    const int before = qkv_params_count(p);
+    ck_assert_int_eq(qkv_linear_init(&lin0, p, "l0", 3, 0, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "linear: in and out must be at least 1");
+    ck_assert_int_eq(qkv_linear_init(&lin0, p, "l0", 0, 3, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "linear: in and out must be at least 1");
+    ck_assert_int_eq(qkv_embedding_init(&emb, p, "e0", 0, 4, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
+    ck_assert_int_eq(qkv_embedding_init(&emb, p, "e0", 4, 0, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
+    ck_assert_int_eq(qkv_params_count(p), before);
     /* a NULL layer or list is named as such, not as a bad size or name */
     qkv_linear lin;
     ck_assert_int_eq(qkv_linear_init(NULL, p, "l", 2, 3, 1, &err), QKV_ERR_ARG);
@@ -753,6 +774,11 @@ START_TEST(test_layers_refuse_bad_shapes)
     pad = qkv_tape_tensor(t, 2, (const int[]){1, 3}, 0);
     ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [1,3] must be [2,3]");
+    qkv_tape_reset(t); /* and rows of the wrong length for the right items */
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
+    pad = qkv_tape_tensor(t, 2, (const int[]){2, 4}, 0);
+    ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [2,4] must be [2,3]");
     qkv_tape_reset(t);
     x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 6}, 0);
     qkv_mha_parts parts;
