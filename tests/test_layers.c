@@ -619,6 +619,8 @@ START_TEST(test_mha_long_takes_the_online_form)
     const size_t st = (size_t)B * H * T * T * sizeof(qkv_real);
     ck_assert_msg(high[0] + 2 * st <= high[1], "tape: %zu bytes online, %zu with the weights",
                   high[0], high[1]);
+    /* nor any other T×T matrix, such as a causal mask */
+    ck_assert_msg(high[0] < (size_t)T * T * sizeof(qkv_real), "tape: %zu bytes online", high[0]);
     qkv_tensor_free(xt);
     free(x);
     free(want);
