@@ -682,6 +682,14 @@ START_TEST(test_positions)
     y = qkv_sum(t, qkv_add_positions(t, x, pos.weight));
     ck_assert_int_eq(qkv_backward(t, y), QKV_OK);
     ck_assert(pos.weight->grad[0] == 2 && pos.weight->grad[17] == 2 && pos.weight->grad[18] == 0);
+    /* a sequence as long as the table takes all of it */
+    qkv_tape_reset(t);
+    x = qkv_tape_tensor(t, 3, (const int[]){1, 4, 6}, 0);
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = 0;
+    y = qkv_add_positions(t, x, pe);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert(y->shape[1] == 4 && y->data[18 + 5] == pe->data[18 + 5]);
     /* a sequence longer than the table is refused */
     qkv_tape_reset(t);
     x = qkv_tape_tensor(t, 3, (const int[]){1, 5, 6}, 0);
