@@ -527,6 +527,28 @@ START_TEST(test_linear_embedding_and_norm_forward)
 }
 END_TEST
 
+/* A norm layer's eps is PyTorch's default, 1e-5, which a row of small
+ * variance shows: [0, 0.02] has mean 0.01 and variance 1e-4, so y = ±0.01
+ * / √(1e-4 + 1e-5) = ±0.953462589... (with eps 1e-3 it would be ±0.30). */
+START_TEST(test_a_norm_layer_uses_pytorchs_eps)
+{
+    qkv_params *p = qkv_params_new(0, NULL);
+    qkv_norm ln;
+    ck_assert_int_eq(qkv_norm_init(&ln, p, "ln", 2, NULL), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = qkv_tape_tensor(t, 2, (const int[]){1, 2}, 0);
+    x->data[0] = 0;
+    x->data[1] = (qkv_real)0.02;
+    qkv_tensor *y = qkv_norm_forward(t, &ln, x);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    const double want = 0.01 / sqrt(1e-4 + 1e-5);
+    ASSERT_NEAR(y->data[0], -want, 1e-5);
+    ASSERT_NEAR(y->data[1], want, 1e-5);
+    qkv_tape_free(t);
+    qkv_params_free(p);
+}
+END_TEST
+
 /* One MHA configuration against the reference. */
 static void check_mha(int B, int T, int D, int H, int causal, int padded)
 {
@@ -1298,6 +1320,7 @@ Suite *layers_suite(void)
     Suite *s = suite_create("layers");
     TCase *tc = tcase_create("layers");
     tcase_add_test(tc, test_linear_embedding_and_norm_forward);
+    tcase_add_test(tc, test_a_norm_layer_uses_pytorchs_eps);
     tcase_add_test(tc, test_mha_forward_matches_the_reference);
     tcase_add_test(tc, test_mha_long_takes_the_online_form);
     tcase_add_test(tc, test_block_forward_matches_the_reference);
