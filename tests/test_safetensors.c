@@ -213,9 +213,16 @@ START_TEST(test_the_header_length_must_fit_the_file_and_the_cap)
     f.b[0] = 0xff; /* the length, now far past the end */
     f.b[1] = 0x7f;
     expect_reject(f, QKV_ERR_FORMAT, "goes past the end of the file");
+    /* every one of the 8 bytes counts: a top byte of 1 is 2^56 more */
+    f = make("{" W_ENTRY "," B_ENTRY "}", d, 36);
+    f.b[7] = 1;
+    expect_reject(f, QKV_ERR_FORMAT, "goes past the end of the file");
     f = make("{}", NULL, 0);
     f.n = 5;
     expect_reject(f, QKV_ERR_FORMAT, "not a safetensors file: 5 bytes");
+    f = make("{}", NULL, 0); /* one byte short of the length */
+    f.n = 7;
+    expect_reject(f, QKV_ERR_FORMAT, "not a safetensors file: 7 bytes");
     f = make("{}", NULL, 0);
     memset(f.b, 0, 8);
     expect_reject(f, QKV_ERR_FORMAT, "its header length is 0 (a header is a JSON object");
