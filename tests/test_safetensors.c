@@ -302,6 +302,10 @@ START_TEST(test_each_entry_is_checked)
     expect_reject(
         make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,0]}}", d, 24),
         QKV_ERR_FORMAT, "begin <= end");
+    expect_reject(/* the least inversion, one byte */
+                  make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,23]}}", d,
+                       24),
+                  QKV_ERR_FORMAT, "begin <= end");
     /* 2^32 · 2^32 · 2^4 elements: the size overflows 64 bits */
     expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
                        "\"data_offsets\":[0,24]}}",
@@ -312,6 +316,12 @@ START_TEST(test_each_entry_is_checked)
         QKV_ERR_FORMAT,
         "tensor 'w': data_offsets [0, 20] hold 20 bytes, its dtype and "
         "shape need 24");
+    expect_reject(/* and more bytes than the shape needs, even where the file has them */
+                  make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,28]}}", d,
+                       28),
+                  QKV_ERR_FORMAT,
+                  "tensor 'w': data_offsets [0, 28] hold 28 bytes, its dtype and "
+                  "shape need 24");
     expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24],"
                        "\"extra\":1}}",
                        d, 24),
