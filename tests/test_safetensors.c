@@ -406,6 +406,10 @@ START_TEST(test_qkv_metadata_is_checked)
     expect_reject(
         make("{\"__metadata__\":{\"qkv_crc32\":\"051d517f6\"}," W_ENTRY "," B_ENTRY "}", d, 36),
         QKV_ERR_FORMAT, "a damaged qkv_crc32");
+    expect_reject(/* and so are the right 8 digits with anything after them */
+                  make("{\"__metadata__\":{\"qkv_crc32\":\"51d517f6x\"}," W_ENTRY "," B_ENTRY "}",
+                       d, 36),
+                  QKV_ERR_FORMAT, "a damaged qkv_crc32");
     qkv_params_free(p);
 }
 END_TEST
