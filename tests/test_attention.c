@@ -593,6 +593,74 @@ END_TEST
 /* A scale that is not finite is refused, as qkv_scale refuses it, by every
  * form: a NaN scale made every score NaN, and the rows came out zero with
  * no error. */
+/* A mask of one value per query row, [Tq,1], read along the keys with
+ * stride 0 (the generic path's general case), on every kernel set: row 0
+ * kept, row 1 all -inf. With Q = K = I, V = [[1,2],[3,4]] and scale 1, row
+ * 0's weights are softmax([1, 0]) = [e, 1]/(e + 1), so O[0] = [(e + 3),
+ * (2e + 4)]/(e + 1); row 1, fully masked, is zeros. */
+START_TEST(test_attention_takes_a_mask_per_query_row)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    qkv_tensor *qk = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 0, 0, 1}, 0);
+    qkv_tensor *v = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 0);
+    qkv_tensor *m = tensor_of(2, (const int[]){2, 1}, (const double[]){0, -INFINITY}, 0);
+    const double e = exp(1.0);
+    const double want[4] = {(e + 3) / (e + 1), (2 * e + 4) / (e + 1), 0, 0};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *o = qkv_attention(t, qk, qk, v, m, 1, NULL);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(fabs((double)o->data[i] - want[i]) <= 8 * REAL_EPS,
+                          "%s: O[%d] = %.9g, expected %.9g", impls[im], i, (double)o->data[i],
+                          want[i]);
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+    qkv_tensor_free(qk);
+    qkv_tensor_free(v);
+    qkv_tensor_free(m);
+}
+END_TEST
+
+/* Attention adds its gradients into Q's, K's and V's where later
+ * consumers have filled them first: L = Σ O + Σ Q + Σ K + Σ V with Q = K
+ * = I, V = [[1,2],[3,4]], scale 1. A's rows are [p, 1-p] and [1-p, p]
+ * with p = e/(e + 1), so dV = Aᵀ·1 + 1 = 2 everywhere; dA = 1·Vᵀ has
+ * rows [3, 7], so dS = A ⊙ (dA - Σ dA⊙A) = [-4q, 4q] in each row with q =
+ * p(1-p); dQ = dS·K + 1 = dS + 1 and dK = dSᵀ·Q + 1 = dSᵀ + 1. */
+START_TEST(test_attention_gradients_add_to_other_consumers)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    const double e = exp(1.0), c = 4 * e / ((e + 1) * (e + 1));
+    const double want[3][4] = {
+        {1 - c, 1 + c, 1 - c, 1 + c}, {1 - c, 1 - c, 1 + c, 1 + c}, {2, 2, 2, 2}};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        qkv_tensor *x[3] = {tensor_of(2, (const int[]){2, 2}, (const double[]){1, 0, 0, 1}, 1),
+                            tensor_of(2, (const int[]){2, 2}, (const double[]){1, 0, 0, 1}, 1),
+                            tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1)};
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *l = qkv_sum(t, qkv_attention(t, x[0], x[1], x[2], NULL, 1, NULL));
+        for (int i = 0; i < 3; i++)
+            l = qkv_add(t, l, qkv_sum(t, x[i]));
+        ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+        for (int i = 0; i < 3; i++) {
+            for (int j = 0; j < 4; j++)
+                ck_assert_msg(fabs((double)x[i]->grad[j] - want[i][j]) <= 16 * REAL_EPS,
+                              "%s: d%c[%d] = %.9g, expected %.9g", impls[im], "QKV"[i], j,
+                              (double)x[i] -> grad[j], want[i][j]);
+            qkv_tensor_free(x[i]);
+        }
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_attention_refuses_a_scale_not_finite)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -916,6 +984,8 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
+    tcase_add_test(tc, test_attention_takes_a_mask_per_query_row);
+    tcase_add_test(tc, test_attention_gradients_add_to_other_consumers);
     tcase_add_test(tc, test_attention_gradients_flow_from_the_parts_alone);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);
     tcase_add_test(tc, test_attention_refuses_a_scale_not_finite);
