@@ -559,6 +559,12 @@ START_TEST(test_attention_errors_name_the_shapes)
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, a, w, ids, 1, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
                     "embed_attention: tables [5,3], [2,3,4], [5,3] with ids [1,2]: need [V,d], "
                     "[V,d], [V,dv] and B, T >= 1");
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 1, 0, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "embed_attention: tables [5,3], [5,3], [5,3] with ids [1,0]: need [V,d], "
+                    "[V,d], [V,dv] and B, T >= 1");
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 0, 2, NULL, 1, NULL), QKV_ERR_SHAPE,
+                    "embed_attention: tables [5,3], [5,3], [5,3] with ids [0,2]: need [V,d], "
+                    "[V,d], [V,dv] and B, T >= 1");
     /* v must share q's leading dimensions and k's Tk; the heads must divide D */
     qkv_tensor *k = tensor_of(3, (const int[]){2, 5, 4}, NULL, 0);
     qkv_tensor *v_batch = tensor_of(3, (const int[]){3, 5, 6}, NULL, 0);
