@@ -667,6 +667,36 @@ START_TEST(test_attention_gradients_add_to_other_consumers)
 }
 END_TEST
 
+/* The embedded form's one-row backward finds a row of dO live by its
+ * last entry alone: Wq = Wk = 0 give uniform weights 1/2 over T = 2 keys,
+ * so dO with only O[1][1] = 1 gives dWv[id][1] = 1/2 for each key's id. */
+START_TEST(test_embed_attention_sees_a_row_live_by_its_last_entry)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    const int ids[2] = {0, 1};
+    const qkv_real dy[4] = {0, 0, 0, 1};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        qkv_tensor *wq = tensor_of(2, (const int[]){2, 2}, NULL, 1);
+        qkv_tensor *wk = tensor_of(2, (const int[]){2, 2}, NULL, 1);
+        qkv_tensor *wv = tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1);
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *o = qkv_embed_attention(t, wq, wk, wv, ids, 1, 2, NULL, 1, NULL);
+        ck_assert_int_eq(qkv_backward_from(t, o, dy, 4), QKV_OK);
+        const double want[4] = {0, 0.5, 0, 0.5};
+        for (int j = 0; j < 4; j++)
+            ck_assert_msg(wv->grad[j] == want[j], "%s: dWv[%d] = %.9g, expected %g", impls[im], j,
+                          (double)wv->grad[j], want[j]);
+        qkv_tape_free(t);
+        qkv_tensor_free(wq);
+        qkv_tensor_free(wk);
+        qkv_tensor_free(wv);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_attention_refuses_a_scale_not_finite)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -992,6 +1022,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
     tcase_add_test(tc, test_attention_takes_a_mask_per_query_row);
     tcase_add_test(tc, test_attention_gradients_add_to_other_consumers);
+    tcase_add_test(tc, test_embed_attention_sees_a_row_live_by_its_last_entry);
     tcase_add_test(tc, test_attention_gradients_flow_from_the_parts_alone);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);
     tcase_add_test(tc, test_attention_refuses_a_scale_not_finite);
