@@ -790,6 +790,24 @@ START_TEST(test_layers_refuse_bad_shapes)
     ck_assert_int_eq(qkv_embedding_init(&emb, p, "e0", 4, 0, &err), QKV_ERR_ARG);
     ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
     ck_assert_int_eq(qkv_params_count(p), before);
+    /* a linear layer without a bias has none; one whose bias name is
+     * taken adds nothing, not even its weight */
+    {
+        qkv_params *r = qkv_params_new(0, NULL);
+        qkv_linear nb;
+        ck_assert_int_eq(qkv_linear_init(&nb, r, "nb", 3, 2, 0, &err), QKV_OK);
+        ck_assert_ptr_null(nb.bias);
+        ck_assert_ptr_null(qkv_params_get(r, "nb.bias"));
+        ck_assert_int_eq(qkv_params_count(r), 1);
+        ck_assert(!qkv_tensor_is_nil(qkv_params_add(r, "x.bias", 1, (const int[]){2},
+                                                    (qkv_init){QKV_INIT_ZEROS, 0, 0}, NULL)));
+        ck_assert_int_eq(qkv_linear_init(&nb, r, "x", 3, 2, 1, &err), QKV_ERR_ARG);
+        ck_assert_ptr_nonnull(strstr(err.message, "already in the list"));
+        ck_assert_ptr_null(qkv_params_get(r, "x.weight"));
+        ck_assert_int_eq(qkv_params_count(r), 2);
+        ck_assert_ptr_null(nb.weight);
+        qkv_params_free(r);
+    }
     /* a NULL layer or list is named as such, not as a bad size or name */
     qkv_linear lin;
     ck_assert_int_eq(qkv_linear_init(NULL, p, "l", 2, 3, 1, &err), QKV_ERR_ARG);
