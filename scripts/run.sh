@@ -29,7 +29,7 @@ step "linear vs exponential normalisation, and the softmax's base"
 
 # Jobs beside others keep their output in a temporary directory until
 # their step; a failure, or an interrupt, stops them and removes it.
-bg='' bptt_pid='' plots_pid='' plots_status=0
+bg='' bptt_pid='' plots_pid='' plots_status=0 early=0
 on_exit() {
     rc=$?
     for pid in $bptt_pid $plots_pid; do kill "$pid" 2>/dev/null || :; done
@@ -60,7 +60,7 @@ if [ "$jobs" -gt 1 ] && command -v gnuplot >/dev/null 2>&1; then
     # shellcheck disable=SC2086 # the names are words
     TMPDIR=$bg sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" $early_plots \
         >"$bg/plots.txt" 2>&1 &
-    plots_pid=$!
+    plots_pid=$! early=1
 fi
 
 step "RNN, LSTM, GRU and attention as the pronoun moves away (qkv distance)"
@@ -91,7 +91,7 @@ step "ablations: why V, why Q and K, why e (qkv ablate)"
 "$qkv" ablate --task roles --seeds 10 --jobs "$jobs" --out "$out/ablate-roles"
 
 step "plots"
-if [ -n "$bg" ] && [ -f "$bg/plots.txt" ]; then
+if [ "$early" -eq 1 ]; then
     cat "$bg/plots.txt"
     sh "$(dirname "$0")/plots.sh" "$out" "$out/plots" distance bptt parallel ablate softmax_base ||
         plots_status=$?
