@@ -5,7 +5,9 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -971,7 +973,10 @@ START_TEST(test_csv_create_makes_directories_and_writes_the_header)
     FILE *f = cli_csv_create(p, "step,loss", &err);
     ck_assert_ptr_nonnull(f);
     fprintf(f, "1,0.5\n");
-    fclose(f);
+    fflush(f);
+    /* written beside its name until it is whole */
+    ck_assert_int_ne(access(p, F_OK), 0);
+    ck_assert_int_eq(cli_csv_close(f, p), 0);
     f = fopen(p, "r");
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
     ck_assert_str_eq(line, "step,loss\n");
@@ -981,6 +986,29 @@ START_TEST(test_csv_create_makes_directories_and_writes_the_header)
     ck_assert_ptr_null(cli_csv_create(p, "h", &err));
     ck_assert_int_eq(err.status, QKV_ERR_IO);
     ck_assert_ptr_nonnull(strstr(err.message, "not a directory"));
+    /* a table that ends badly leaves the last whole one, and its mode */
+    snprintf(p, sizeof p, "%s/a/b/log.csv", tmp);
+    ck_assert_int_eq(chmod(p, 0640), 0);
+    f = cli_csv_create(p, "step,loss", &err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(cli_csv_end(f, p, 0), -1);
+    char *kept = slurp_path(p);
+    ck_assert_str_eq(kept, "step,loss\n1,0.5\n");
+    free(kept);
+    f = cli_csv_create(p, "step,acc", &err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(cli_csv_close(f, p), 0);
+    kept = slurp_path(p);
+    ck_assert_str_eq(kept, "step,acc\n");
+    free(kept);
+    struct stat sb;
+    ck_assert_int_eq(stat(p, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0640);
+    char cmd[200], *out;
+    snprintf(cmd, sizeof cmd, "ls -A '%s/a/b'", tmp);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_str_eq(out, "log.csv\n");
+    free(out);
 }
 END_TEST
 
@@ -1560,10 +1588,32 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* Writes text to path, making its directory (one level) if needed. */
+static void write_file(const char *path, const char *text)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    mkdir(dir, 0777);
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* 1 if a file matching the shell pattern pat exists. */
+static int exists_glob(const char *pat)
+{
+    glob_t g;
+    const int found = glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return found;
+}
+
 /* Starts `qkv ARGS...` in tmp (SIGINT at its default, output dropped),
- * waits until file (under tmp) exists, sends SIGINT and returns the wait
- * status. */
-static int interrupt_once_written(char *const argv[], const char *file)
+ * waits until a file matching pattern (under tmp) exists, sends SIGINT
+ * and returns the wait status. */
+static int interrupt_once_written(char *const argv[], const char *pattern)
 {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -1575,18 +1625,18 @@ static int interrupt_once_written(char *const argv[], const char *file)
         execv(QKV_BIN, argv);
         _exit(98);
     }
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", tmp, file);
+    char pat[256];
+    snprintf(pat, sizeof pat, "%s/%s", tmp, pattern);
     int status = 0, seen = 0;
     /* a limit on the wait, not a measurement: the file comes first */
     for (int i = 0; i < 6000 && !seen; i++) {
-        seen = access(path, F_OK) == 0;
+        seen = exists_glob(pat);
         if (!seen && waitpid(pid, &status, WNOHANG) == pid)
-            ck_abort_msg("qkv %s ended before it wrote %s", argv[1], file);
+            ck_abort_msg("qkv %s ended before it wrote %s", argv[1], pattern);
         if (!seen)
             nap_ms(10);
     }
-    ck_assert_msg(seen, "qkv %s never wrote %s", argv[1], file);
+    ck_assert_msg(seen, "qkv %s never wrote %s", argv[1], pattern);
     nap_ms(50); /* into the runs */
     kill(pid, SIGINT);
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
@@ -1596,7 +1646,9 @@ static int interrupt_once_written(char *const argv[], const char *file)
 START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
 {
     /* Ctrl-C killed a sweep with its runs.csv half-written (or only its
-     * header), which the plots then drew as if it were whole */
+     * header), which the plots then drew as if it were whole; and a rerun
+     * stopped so lost the last whole table. A CSV is now written beside
+     * its name and renamed over it when whole. */
     char *sat[] = {"qkv",     "saturation",    "--dk",  "4", "--steps", "5000000",
                    "--quiet", "--no-variance", "--out", "s", NULL};
     char *dist[] = {"qkv",     "distance", "--models", "rnn",     "--distances", "0,1", "--steps",
@@ -1605,18 +1657,35 @@ START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
                      "--log", "t.csv", "--save",  "m.st",    NULL};
     struct {
         char **argv;
-        const char *file;
-    } cases[] = {{sat, "s/runs.csv"}, {dist, "d/runs.csv"}, {train, "t.csv.part"}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int status = interrupt_once_written(cases[i].argv, cases[i].file);
-        /* still killed by the signal, so that a shell stops its script */
-        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
-                      "qkv %s: status %#x, not killed by SIGINT", cases[i].argv[1], status);
-        char *out;
-        ck_assert_int_eq(sh("find . -type f | sort", &out), 0);
-        ck_assert_msg(strstr(out, cases[i].file) == NULL, "qkv %s left %s:\n%s", cases[i].argv[1],
-                      cases[i].file, out);
-        free(out);
+        const char *file, *pattern;
+    } cases[] = {{sat, "s/runs.csv", "s/.runs.csv.*"},
+                 {dist, "d/runs.csv", "d/.runs.csv.*"},
+                 {train, "t.csv", "t.csv.part"}};
+    for (int again = 0; again < 2; again++) {
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            char path[256];
+            snprintf(path, sizeof path, "%s/%s", tmp, cases[i].file);
+            if (again && i < 2) /* a whole table from an earlier run */
+                write_file(path, "d_k,a\n4,1\n");
+            int status = interrupt_once_written(cases[i].argv, cases[i].pattern);
+            /* still killed by the signal, so that a shell stops its script */
+            ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT,
+                          "qkv %s: status %#x, not killed by SIGINT", cases[i].argv[1], status);
+            char *out;
+            ck_assert_int_eq(sh("find . -type f | sort", &out), 0);
+            ck_assert_msg(strstr(out, "/.") == NULL && strstr(out, ".part") == NULL,
+                          "qkv %s left a temporary file:\n%s", cases[i].argv[1], out);
+            if (again && i < 2) {
+                char *kept = slurp_path(path);
+                ck_assert_str_eq(kept, "d_k,a\n4,1\n");
+                free(kept);
+                ck_assert_int_eq(unlink(path), 0);
+            } else {
+                ck_assert_msg(strstr(out, cases[i].file) == NULL, "qkv %s left %s:\n%s",
+                              cases[i].argv[1], cases[i].file, out);
+            }
+            free(out);
+        }
     }
     char *out;
     ck_assert_int_eq(sh("find . -type f | wc -l", &out), 0);
@@ -1916,14 +1985,21 @@ START_TEST(test_a_failed_sweep_leaves_no_csv_cut_short)
         ck_assert_msg(rc == 0, "%s: exit %d\n%s", cmd, rc, out);
         free(out);
         snprintf(path, sizeof path, "%s/o%zu/%s", tmp, i, cmds[i][1]);
-        ck_assert_msg(access(path, F_OK) == 0, "%s: no %s", cmd, path);
+        char *whole = slurp_path(path);
         snprintf(cmd, sizeof cmd, "QKV_TEST_ALLOC_FAIL=1 '%s' %s --quiet --out o%zu", QKV_BIN,
                  cmds[i][0], i);
         rc = sh(cmd, &out);
         ck_assert_msg(rc == 1 && strstr(out, "out of memory") != NULL, "%s: exit %d\n%s", cmd, rc,
                       out);
         free(out);
-        ck_assert_msg(access(path, F_OK) != 0, "%s: left %s", cmd, path);
+        /* the last whole table stays, and nothing of the new one */
+        char *kept = slurp_path(path);
+        ck_assert_msg(strcmp(kept, whole) == 0, "%s: changed %s", cmd, path);
+        free(kept);
+        free(whole);
+        snprintf(cmd, sizeof cmd, "ls -A o%zu | grep '^[.]'", i);
+        ck_assert_msg(sh(cmd, &out) != 0, "%s: left a temporary file: %s", cmd, out);
+        free(out);
     }
 #ifndef QKV_DOUBLE /* double has the range to keep this run finite */
     expect("ablate --quiet --lr 1e300 --steps 3 --eval-every 1 --seeds 1 --variants full --out a",
@@ -2541,7 +2617,7 @@ END_TEST
  * good one printed the good one's table, then exited 2 with the CSV left
  * holding the good rows alone; and a run that failed (out of memory)
  * kept its CSV cut short. Now every vector is checked before anything is
- * written, and a failed run removes its CSV. */
+ * written, and a failed run leaves the last whole CSV as it was. */
 START_TEST(test_softmax_linear_weight_of_zero_has_no_sign)
 {
     /* 0/(-5) is -0 in IEEE arithmetic, which printed as -0.0000 (and -0
@@ -2580,13 +2656,17 @@ START_TEST(test_softmax_checks_every_vector_before_it_writes)
     ck_assert_msg(access(path, F_OK) != 0, "a usage error made %s", path);
     expect("softmax --csv d/c.csv", 0, "z = [1,2,3]");
     snprintf(path, sizeof path, "%s/d/c.csv", tmp);
-    ck_assert_int_eq(access(path, F_OK), 0);
+    char *whole = slurp_path(path);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "QKV_TEST_ALLOC_FAIL=1 '%s' softmax --csv d/c.csv", QKV_BIN);
     ck_assert_int_eq(sh(cmd, &out), 1);
     ck_assert_msg(strstr(out, "out of memory") != NULL, "%s", out);
     free(out);
-    ck_assert_msg(access(path, F_OK) != 0, "a failed run left %s", path);
+    /* the last whole table stays, and nothing of the new one */
+    char *kept = slurp_path(path);
+    ck_assert_str_eq(kept, whole);
+    free(kept);
+    free(whole);
 }
 END_TEST
 

@@ -180,16 +180,21 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_
 #define CLI_DEFAULT_MODEL "out/coref.safetensors"
 
 /* Opens path for writing a CSV log (creating its directory) and writes the
- * header line. Returns NULL with the reason in err on failure. */
+ * header line. Returns NULL with the reason in err on failure. A regular
+ * file (or none) at path is written as a temporary file beside it
+ * (DIR/.NAME.XXXXXX), which cli_csv_close or cli_csv_end, the only ways
+ * to close it, rename over path once it is whole: until then, and after
+ * a failed or interrupted run, path keeps the table it had. */
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
 
-/* cli_csv_create for a file that must not exist yet: created exclusively,
- * so a file or symbolic link planted at path after a check is refused,
- * never written through. */
+/* cli_csv_create for a file that must not exist yet: created exclusively
+ * and written in place, so a file or symbolic link planted at path after
+ * a check is refused, never written through. Closed with cli_fclose. */
 FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err);
 
 /* From now on SIGINT, SIGTERM and SIGHUP (unless ignored from the start)
- * remove every regular file cli_csv_create or cli_csv_create_new opened
+ * remove every regular file cli_csv_create (its temporary file) or
+ * cli_csv_create_new opened
  * and cli_fclose has not closed, then end the program by that signal. */
 void cli_remove_partial_on_signals(void);
 
@@ -212,15 +217,16 @@ int cli_same_file(const char *a, const char *b);
  * or the last flush fails, else 0. */
 int cli_fclose(FILE *f);
 
-/* Closes a CSV that cli_csv_create opened at path, as cli_fclose does; if
- * a write failed (a full disk), also removes the file, which is cut short,
- * when path names a regular file (not a device or a symbolic link).
- * 0 or -1. */
+/* Closes a CSV that cli_csv_create opened at path, as cli_fclose does,
+ * and renames its temporary file over path. If a write failed (a full
+ * disk), the temporary file is removed and path keeps what it had; a CSV
+ * written in place is removed, being cut short, when path names a regular
+ * file (not a device or a symbolic link). 0 or -1. */
 int cli_csv_close(FILE *f, const char *path);
 
 /* cli_csv_close for a command that may have failed before it wrote every
- * row: with ok 0, the file is removed as if a write had failed, since a
- * plot or script would take what is there for the whole table. */
+ * row: with ok 0, the new table is dropped as if a write had failed, since
+ * a plot or script would take what is there for the whole table. */
 int cli_csv_end(FILE *f, const char *path, int ok);
 
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the

@@ -525,36 +525,50 @@ int cli_same_file(const char *a, const char *b)
 }
 
 /* The CSV files open for writing, which a signal that ends the program
- * (Ctrl-C) removes: cut short, they would pass for whole tables. A slot
- * is filled before it is marked used and unmarked before it is reused,
- * so the handler reads only whole paths. */
-#define PARTIAL_MAX 8
-static char partial_path[PARTIAL_MAX][4096];
+ * (Ctrl-C) removes: cut short, they would pass for whole tables. Most are
+ * temporary files beside their CSV, renamed over it when whole (temp). A
+ * slot is filled before it is marked used and unmarked before it is
+ * reused, so the handler reads only whole paths. */
+#define PARTIAL_MAX 32
+static char partial_path[PARTIAL_MAX][4200];
 static FILE *partial_file[PARTIAL_MAX];
+static int partial_temp[PARTIAL_MAX];
 static volatile sig_atomic_t partial_used[PARTIAL_MAX];
 
-static void partial_add(FILE *f, const char *path)
+/* Puts f, open on path, on the list: 1, or 0 if the list is full or path
+ * (a file written in place) is not a regular file (--csv /dev/stdout). */
+static int partial_add(FILE *f, const char *path, int temp)
 {
-    struct stat sb; /* a device or a pipe (--csv /dev/stdout) stays */
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || strlen(path) >= 4096)
-        return;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || strlen(path) >= 4200)
+        return 0;
     for (int i = 0; i < PARTIAL_MAX; i++)
         if (!partial_used[i]) {
             strcpy(partial_path[i], path);
             partial_file[i] = f;
+            partial_temp[i] = temp;
             atomic_signal_fence(memory_order_seq_cst);
             partial_used[i] = 1;
-            return;
+            return 1;
         }
+    return 0;
 }
 
-static void partial_drop(FILE *f)
+/* f's slot on the list, or -1. */
+static int partial_find(const FILE *f)
 {
     for (int i = 0; i < PARTIAL_MAX; i++)
-        if (partial_used[i] && partial_file[i] == f) {
-            partial_used[i] = 0;
-            atomic_signal_fence(memory_order_seq_cst);
-        }
+        if (partial_used[i] && partial_file[i] == f)
+            return i;
+    return -1;
+}
+
+static void partial_drop(int i)
+{
+    if (i >= 0) {
+        partial_used[i] = 0;
+        atomic_signal_fence(memory_order_seq_cst);
+    }
 }
 
 static void on_fatal_signal(int sig)
@@ -581,13 +595,43 @@ void cli_remove_partial_on_signals(void)
     }
 }
 
-/* cli_csv_create's body; with excl, the file must not exist yet (and a
- * symbolic link there is not followed). */
+/* cli_csv_create's body. A regular file, or none, at path is written as
+ * a temporary file beside it, renamed over it by cli_csv_end when whole:
+ * a run that fails or is interrupted leaves the last whole table there,
+ * not a part of a new one. A file at path that may not be written is
+ * refused, as opening it would be. Anything else (a device, a pipe, a
+ * link), a directory that takes no new file, or a full list is written
+ * in place. With excl, path must not exist yet and is written in place
+ * (a symbolic link there is not followed). */
 static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
 {
     if (qkv_mkdirs_for(path, err) != QKV_OK)
         return NULL;
     FILE *f = NULL;
+    struct stat sb;
+    const int exists = lstat(path, &sb) == 0;
+    if (!excl && (!exists || S_ISREG(sb.st_mode))) {
+        int fd = exists ? open(path, O_WRONLY) : -1; /* neither created nor truncated */
+        if (exists && fd < 0) {
+            qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+            return NULL;
+        }
+        if (fd >= 0)
+            close(fd);
+        char tmp[4200];
+        qkv_error ignored = qkv_error_none();
+        if ((f = qkv_temp_beside(path, &tmp, &ignored)) != NULL) {
+            if (exists) /* the new table keeps the old one's permissions */
+                fchmod(fileno(f), sb.st_mode & 07777);
+            if (partial_add(f, tmp, 1)) {
+                fprintf(f, "%s\n", header);
+                return f;
+            }
+            fclose(f);
+            unlink(tmp);
+            f = NULL;
+        }
+    }
     if (excl) {
         const int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0666);
         if (fd >= 0 && (f = fdopen(fd, "w")) == NULL)
@@ -599,7 +643,7 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
         qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
         return NULL;
     }
-    partial_add(f, path);
+    partial_add(f, path, 0);
     fprintf(f, "%s\n", header);
     return f;
 }
@@ -663,7 +707,7 @@ qkv_coref_model *cli_load_model(const char *path)
 
 int cli_fclose(FILE *f)
 {
-    partial_drop(f);
+    partial_drop(partial_find(f));
     int bad = ferror(f);
     return fclose(f) != 0 || bad ? -1 : 0;
 }
@@ -675,6 +719,15 @@ int cli_csv_close(FILE *f, const char *path)
 
 int cli_csv_end(FILE *f, const char *path, int ok)
 {
+    const int i = partial_find(f);
+    if (i >= 0 && partial_temp[i]) {
+        const int bad = ferror(f);
+        const int done = fclose(f) == 0 && !bad && ok && rename(partial_path[i], path) == 0;
+        if (!done) /* and path keeps the table it had */
+            unlink(partial_path[i]);
+        partial_drop(i); /* only now: a signal before this removes a name that is gone */
+        return done ? 0 : -1;
+    }
     if (cli_fclose(f) == 0 && ok)
         return 0;
     /* cut short: no plot or script may take it for a whole log; but a

@@ -196,30 +196,49 @@ qkv_status qkv_check_writable(const char *path, qkv_error *err)
     return QKV_OK;
 }
 
-qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
+/* qkv_temp_beside's body, with path's directory into dir as well. */
+static qkv_status open_beside(const char *path, char (*dir)[4096], char (*tmp)[4200], FILE **f,
+                              qkv_error *err)
 {
-    char dir[4096], tmp[4200];
+    *f = NULL;
     if (path == NULL || *path == '\0')
         return qkv_error_set(err, QKV_ERR_IO, "no file name to save to");
-    qkv_status s = temp_beside(path, &dir, &tmp, err);
+    qkv_status s = temp_beside(path, dir, tmp, err);
     if (s != QKV_OK)
         return s;
     /* a new, unique file that nobody else can have planted: O_EXCL */
-    int fd = create_unique(tmp);
+    int fd = create_unique(*tmp);
     if (fd < 0)
         return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",
-                             path, dir, strerror(errno));
-    FILE *f = fdopen(fd, "wb");
-    if (f == NULL) {
-        close(fd);
+                             path, *dir, strerror(errno));
+    if ((*f = fdopen(fd, "wb")) == NULL) {
         s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    } else {
-        s = write(ctx, f, err);
-        if (s == QKV_OK && (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0))
-            s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-        if (fclose(f) != 0 && s == QKV_OK)
-            s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        unlink(*tmp);
     }
+    return s;
+}
+
+FILE *qkv_temp_beside(const char *path, char (*tmp)[4200], qkv_error *err)
+{
+    char dir[4096];
+    FILE *f;
+    open_beside(path, &dir, tmp, &f, err);
+    return f;
+}
+
+qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err)
+{
+    char dir[4096], tmp[4200];
+    FILE *f;
+    qkv_status s = open_beside(path, &dir, &tmp, &f, err);
+    if (s != QKV_OK)
+        return s;
+    s = write(ctx, f, err);
+    if (s == QKV_OK && (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0))
+        s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (fclose(f) != 0 && s == QKV_OK)
+        s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (s == QKV_OK && rename(tmp, path) != 0)
         s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
     if (s != QKV_OK) {

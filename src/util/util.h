@@ -113,6 +113,13 @@ typedef qkv_status (*qkv_write_fn)(void *ctx, FILE *f, qkv_error *err);
  * (or write's own status) with the reason in err. */
 qkv_status qkv_save_atomic(const char *path, qkv_write_fn write, void *ctx, qkv_error *err);
 
+/* Opens a new temporary file beside path for writing, as qkv_save_atomic
+ * does (DIR/.BASE.XXXXXX, O_EXCL, mode 0666 less the umask; a path that
+ * exists and is not a regular file is refused), with its name in tmp: for
+ * an output written over a long run and renamed over path only once it is
+ * whole. NULL with the reason in err. */
+FILE *qkv_temp_beside(const char *path, char (*tmp)[4200], qkv_error *err);
+
 /* ---- threads (threads.c) ---- */
 
 /* Runs indices [i0,i1) of a job as part `part`. */
