@@ -92,9 +92,10 @@ qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x);
 
 /* y = x^p for a constant p (libm's pow: a finite negative x with a
- * fractional p gives NaN; -inf gives +inf or +0, where PyTorch gives
- * NaN). dx = dy·p·x^(p-1), and 0 for p = 0. A p that is not finite is
- * refused with QKV_ERR_ARG, as qkv_scale refuses its factor. */
+ * fractional p gives NaN; -inf gives +inf or +0, as PyTorch does except
+ * at p = ±0.5, which it takes as a square root, giving NaN). dx =
+ * dy·p·x^(p-1), and 0 for p = 0. A p that is not finite is refused with
+ * QKV_ERR_ARG, as qkv_scale refuses its factor. */
 qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p);
 
 /* ---- shapes and views (src/ops/shape.c) ------------------------------- */
