@@ -66,10 +66,12 @@ qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x);
 /* ---- multi-head attention ----------------------------------------------- */
 
 /* Multi-head self-attention over x [B,T,D]: one [D,3D] projection makes
- * Q, K and V together (PREFIX.qkv), each is split into H heads of width
- * d_h = D/H, [B,H,T,d_h]; softmax(Q·Kᵀ/√d_h + mask)·V runs for every head at
- * once (qkv_attention); the heads are merged back to [B,T,D] and projected
- * (PREFIX.proj). With causal set, position i sees positions j <= i only. */
+ * Q, K and V together (PREFIX.qkv), each split into H heads of width
+ * d_h = D/H; softmax(Q·Kᵀ/√d_h + mask)·V runs for every head at once
+ * (qkv_attention_heads, which reads the heads from the projection and
+ * writes them merged, [B,T,D], with the bits of qkv_attention on
+ * [B,H,T,d_h]); the result is projected (PREFIX.proj). With causal set,
+ * position i sees positions j <= i only. */
 typedef struct qkv_mha {
     qkv_linear qkv;  /* (D, 3D): Q, K, V side by side */
     qkv_linear proj; /* (D, D) */
