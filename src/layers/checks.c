@@ -283,6 +283,21 @@ static qkv_tensor *c_attention_heads(qkv_tape *t, qkv_tensor **p)
     return qkv_add(t, qkv_mean(t, qkv_tanh(t, o)), qkv_sum(t, qkv_mul(t, parts.attn, parts.attn)));
 }
 
+/* The heads form online, in blocks of 2 rows and 3 keys, causal by the
+ * flag, with a padding mask [B,1,1,T] that drops item 1's last key. */
+static qkv_tensor *c_attention_heads_online(qkv_tape *t, qkv_tensor **p)
+{
+    qkv_tensor *m = qkv_tape_tensor(t, 4, (const int[]){2, 1, 1, 5}, 0);
+    for (int j = 0; !qkv_tensor_is_nil(m) && j < 10; j++)
+        m->data[j] = j == 9 ? -INFINITY : 0;
+    int bq, bk;
+    qkv_attention_online_block_sizes(INT_MAX, INT_MAX, &bq, &bk);
+    qkv_attention_online_blocks(2, 3);
+    qkv_tensor *o = qkv_attention_heads_online(t, p[0], 2, m, 0.7, 1);
+    qkv_attention_online_blocks(bq, bk);
+    return qkv_mean(t, qkv_tanh(t, o));
+}
+
 /* A whole attention classifier end to end (the shape of the tutorial's
  * coreference model): Q, K, V looked up from token ids, scaled scores,
  * padding mask, softmax, A·V (all in qkv_embed_attention), one query row
@@ -585,6 +600,7 @@ static const gc_case cases[] = {
      0,
      0},
     {"attention_heads [B,T,3D]", c_attention_heads, 1, {3}, {{2, 3, 12}}, 0, 0},
+    {"attention_heads_online, causal", c_attention_heads_online, 1, {3}, {{2, 5, 12}}, 0, 0},
     {"layer: linear", c_linear, 3, {3, 2, 1}, {{LB, LT, LD}, {LD, 5}, {5}}, 0, 0},
     {"layer: mha (causal, padded)",
      c_mha,
