@@ -424,6 +424,11 @@ START_TEST(test_dropout_keeps_or_scales_and_is_the_identity_when_off)
         ck_assert((y2->data[i] == 0) == (qkv_rng_random(&h) < 0.25));
     ck_assert(qkv_dropout(t, x, 1, &g) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    /* each refusal names its own cause: a p of 0 is fine, the NULL
+     * generator is not */
+    EXPECT_ERROR_ON(t, qkv_dropout(t, x, 1, &g), QKV_ERR_ARG, "dropout: p = 1 must be in [0, 1)");
+    EXPECT_ERROR_ON(t, qkv_dropout(t, x, 0, NULL), QKV_ERR_ARG,
+                    "dropout: no generator (rng is NULL)");
     qkv_tensor_free(x);
     qkv_tape_free(t);
 }

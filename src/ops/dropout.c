@@ -21,8 +21,12 @@ qkv_tensor *qkv_dropout(qkv_tape *t, qkv_tensor *x, double p, qkv_rng *rng)
 {
     if (!qkv_op_inputs_ok(t, "dropout", x, NULL, 0))
         return qkv_nil();
-    if (!(p >= 0 && p < 1) || rng == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "dropout: p = %g must be in [0, 1), with a generator", p);
+    if (!(p >= 0 && p < 1)) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "dropout: p = %g must be in [0, 1)", p);
+        return qkv_nil();
+    }
+    if (rng == NULL) { /* even where no value is drawn: at p = 0, or evaluating */
+        qkv_tape_fail(t, QKV_ERR_ARG, "dropout: no generator (rng is NULL)");
         return qkv_nil();
     }
     if (p == 0 || !qkv_tape_grad_enabled(t))
