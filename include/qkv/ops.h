@@ -74,7 +74,7 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
  *   log      ln x; log 0 = -inf, log of a negative is NaN        dx = dy/x
  *   sqrt     √x; √0 = 0 with gradient dy/0 = inf (as PyTorch)    dx = dy/(2y)
  *   tanh     saturates to ±1                                     dx = dy·(1 - y²)
- *   sigmoid  1/(1 + e^-x), exactly 0 and 1 at ∓1e4, no NaN       dx = dy·y·(1 - y)
+ *   sigmoid  1/(1 + e^-x), exactly 0 and 1 at ∓1e4 and ∓inf     dx = dy·y·(1 - y)
  *   relu     max(x, 0); the gradient at 0 is 0; NaN stays NaN    dx = dy·[x > 0]
  *            and passes dy back (as PyTorch)
  *   gelu     x/2·(1 + tanh(√(2/π)(x + 0.044715x³))), GPT-2's;    dx = dy·gelu'(x)
