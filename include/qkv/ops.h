@@ -65,8 +65,9 @@ qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c);
 qkv_tensor *qkv_neg(qkv_tape *t, qkv_tensor *x);
 
 /* Additive mask: y = x + m, where m broadcasts to x's shape (never the
- * other way) and holds 0 (keep) or -INFINITY (drop). m receives no
- * gradient, and nothing flows back through a dropped entry. */
+ * other way) and holds 0 (keep) or -INFINITY (drop); other values are not
+ * checked, and are added as they are. m receives no gradient, and nothing
+ * flows back through a dropped entry. */
 qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
 
 /* Element-wise maps, each with its gradient:
