@@ -582,7 +582,7 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "gather: table [5,3], ids [2] with no ids (NULL): need a table [V,D] and ids of "
                  "1 to 3 dimensions, each at least 1");
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 1, NULL), QKV_ERR_SHAPE,
-                 "gather: table [5,3], ids none (NULL): need a table [V,D] and ids of 1 to 3 "
+                 "gather: table [5,3], ids of shape NULL: need a table [V,D] and ids of 1 to 3 "
                  "dimensions, each at least 1");
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 9, (const int[]){1}), QKV_ERR_SHAPE,
                  "gather: table [5,3], ids of 9 dimensions: need a table [V,D] and ids of 1 to "

@@ -29,7 +29,7 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
                               ? qkv_shape_numel(ndim, shape, &n)
                               : QKV_ERR_ARG; /* NOMEM: sizes that overflow, said below */
     if (w->ndim != 2 || ids == NULL || (ns != QKV_OK && ns != QKV_ERR_NOMEM)) {
-        char si[64] = "none (NULL)"; /* the ids' shape as given, which may be what is wrong */
+        char si[64] = "of shape NULL"; /* the ids' shape as given, which may be what is wrong */
         if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS)
             qkv_dims_str(ndim, shape, si, sizeof si);
         else if (shape != NULL)
