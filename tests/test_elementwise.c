@@ -125,6 +125,20 @@ START_TEST(test_map_gradients_at_their_edges)
     qkv_tape_reset(t);
     ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_gelu(t, x))), QKV_OK);
     ck_assert(x->grad[0] == 0 && x->grad[1] == 1);
+    /* at ±inf: gelu's limits, gradients 0 and 1 (PyTorch: NaN); silu's
+     * -inf·0 is NaN and so are its gradients at both ends, as PyTorch's */
+    qkv_tensor *inf = tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, INFINITY}, 1);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_gelu(t, inf))), QKV_OK);
+    ck_assert(inf->grad[0] == 0 && inf->grad[1] == 1);
+    qkv_tensor_zero_grad(inf);
+    qkv_tape_reset(t);
+    qkv_tensor *si = qkv_silu(t, inf);
+    ck_assert(isnan(si->data[0]) && si->data[1] == INFINITY);
+    qkv_real ones[2] = {1, 1};
+    ck_assert_int_eq(qkv_backward_from(t, si, ones, 2), QKV_OK);
+    ck_assert(isnan(inf->grad[0]) && isnan(inf->grad[1]));
+    qkv_tensor_free(inf);
     qkv_tensor *z = tensor_of(1, (const int[]){1}, (const double[]){0}, 1);
     qkv_tape_reset(t);
     ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_log(t, z))), QKV_OK);

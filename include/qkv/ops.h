@@ -71,16 +71,20 @@ qkv_tensor *qkv_neg(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
 
 /* Element-wise maps, each with its gradient:
- *   exp      e^x; overflows to +inf above about 88.7 (float32)   dx = dy·y
+ *   exp      e^x; overflows to +inf above about 88.7 (float32;   dx = dy·y
+ *            709.8 in the double build)
  *   log      ln x; log 0 = -inf, log of a negative is NaN        dx = dy/x
  *   sqrt     √x; √0 = 0 with gradient dy/0 = inf (as PyTorch)    dx = dy/(2y)
- *   tanh     saturates to ±1                                     dx = dy·(1 - y²)
+ *   tanh     exactly ±1 at ±1e4 and ±inf                         dx = dy·(1 - y²)
  *   sigmoid  1/(1 + e^-x), exactly 0 and 1 at ∓1e4 and ∓inf     dx = dy·y·(1 - y)
  *   relu     max(x, 0); the gradient at 0 is 0; NaN stays NaN    dx = dy·[x > 0]
  *            and passes dy back (as PyTorch)
  *   gelu     x/2·(1 + tanh(√(2/π)(x + 0.044715x³))), GPT-2's;    dx = dy·gelu'(x)
- *            x and 0 at ±1e4 (gradients 1 and 0)
- *   silu     x·σ(x)                                              dx = dy·(σ + y(1 - σ))
+ *            x and 0 at ±1e4 (gradients 1 and 0); +inf and -0 at
+ *            ±inf, gradients 1 and 0 (PyTorch: NaN at -inf, and
+ *            gradients NaN at both)
+ *   silu     x·σ(x); NaN at -inf, gradient NaN at ±inf,          dx = dy·(σ + y(1 - σ))
+ *            as in PyTorch
  * The vector kernels compute exp, log, tanh, sigmoid and GELU within a few
  * ulp of libm (test_kernels states the bounds). */
 qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x);
