@@ -1694,6 +1694,26 @@ START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
 }
 END_TEST
 
+START_TEST(test_an_interrupted_run_keeps_a_link_it_writes_through)
+{
+    /* Ctrl-C removed a symbolic link that a CSV was written through, in
+     * place (s/runs.csv -> ../k/t.csv, or --csv /dev/stdout > out.txt):
+     * the link is not the CSV, and a failed run leaves it */
+    char *sat[] = {"qkv",     "saturation",    "--dk",  "4", "--steps", "5000000",
+                   "--quiet", "--no-variance", "--out", "s", NULL};
+    char *out;
+    ck_assert_int_eq(sh("mkdir s k && ln -s ../k/t.csv s/runs.csv", &out), 0);
+    free(out);
+    const int status = interrupt_once_written(sat, "k/t.csv");
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "status %#x", status);
+    ck_assert_int_eq(sh("find . | sort", &out), 0);
+    ck_assert_str_eq(out, ".\n./k\n./k/t.csv\n./s\n./s/runs.csv\n");
+    free(out);
+    ck_assert_int_eq(sh("test -L s/runs.csv && rm -r s k", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_help_with_a_command_shows_that_commands_help)
 {
     /* 'qkv help train' printed the list of commands and dropped 'train' */
@@ -2710,6 +2730,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);
+    tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);

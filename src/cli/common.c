@@ -542,6 +542,10 @@ static int partial_add(FILE *f, const char *path, int temp)
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || strlen(path) >= 4200)
         return 0;
+    /* written through a link (--csv /dev/stdout > out.txt): the link is
+     * not the CSV, and stays, as cli_csv_end leaves it */
+    if (!temp && (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)))
+        return 0;
     for (int i = 0; i < PARTIAL_MAX; i++)
         if (!partial_used[i]) {
             strcpy(partial_path[i], path);
