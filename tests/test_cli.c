@@ -1714,6 +1714,67 @@ START_TEST(test_an_interrupted_run_keeps_a_link_it_writes_through)
 }
 END_TEST
 
+/* Runs `qkv softmax --csv st/shared.csv` in tmp as the user nobody:
+ * its exit status, or -1 if that user cannot run QKV_BIN from here. */
+static int softmax_as_nobody(void)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (chdir(tmp) != 0 || null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0 ||
+            setgid(65534) != 0 || setuid(65534) != 0 || access(QKV_BIN, X_OK) != 0)
+            _exit(98);
+        execl(QKV_BIN, "qkv", "softmax", "--csv", "st/shared.csv", (char *)NULL);
+        _exit(98);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    return WEXITSTATUS(status) == 98 ? -1 : WEXITSTATUS(status);
+}
+
+START_TEST(test_a_csv_of_another_user_keeps_its_owner)
+{
+    /* A CSV was written beside its name and renamed over it, so root's
+     * rerun took another user's table from them, and a user's rerun over
+     * a shared file in a sticky directory (/tmp) failed at the very end,
+     * the rename refused, where it had been written in place before. */
+    if (geteuid() != 0)
+        return; /* only root can make another user's file here */
+    char path[256], *out;
+    snprintf(path, sizeof path, "%s/mine.csv", tmp);
+    write_file(path, "old\n");
+    ck_assert_int_eq(chown(path, 65534, 65534), 0);
+    ck_assert_int_eq(chmod(path, 0640), 0);
+    ck_assert_int_eq(run("softmax --csv mine.csv", &out), 0);
+    free(out);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_eq(sb.st_uid, 65534);
+    ck_assert_int_eq(sb.st_gid, 65534);
+    ck_assert_int_eq(sb.st_mode & 07777, 0640);
+    /* root's file, which anyone may write, in a sticky directory */
+    ck_assert_int_eq(chmod(tmp, 0755), 0);
+    ck_assert_int_eq(sh("mkdir st && chmod 1777 st && echo old >st/shared.csv && "
+                        "chmod 666 st/shared.csv",
+                        &out),
+                     0);
+    free(out);
+    const int rc = softmax_as_nobody();
+    if (rc < 0)
+        return; /* the build is not where nobody can run it */
+    ck_assert_int_eq(rc, 0);
+    snprintf(path, sizeof path, "%s/st/shared.csv", tmp);
+    char *table = slurp_path(path);
+    ck_assert_msg(strncmp(table, "vector,i,z,", 11) == 0, "st/shared.csv: %s", table);
+    free(table);
+    ck_assert_int_eq(sh("ls -A st", &out), 0);
+    ck_assert_str_eq(out, "shared.csv\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_help_with_a_command_shows_that_commands_help)
 {
     /* 'qkv help train' printed the list of commands and dropped 'train' */
@@ -2731,6 +2792,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);
     tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);
+    tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_messages_escape_control_characters);

@@ -181,7 +181,8 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_
 
 /* Opens path for writing a CSV log (creating its directory) and writes the
  * header line. Returns NULL with the reason in err on failure. A regular
- * file (or none) at path is written as a temporary file beside it
+ * file (or none) at path, unless another user's, is written as a
+ * temporary file beside it
  * (DIR/.NAME.XXXXXX), which cli_csv_close or cli_csv_end, the only ways
  * to close it, rename over path once it is whole: until then, and after
  * a failed or interrupted run, path keeps the table it had. */

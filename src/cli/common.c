@@ -614,7 +614,11 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
     FILE *f = NULL;
     struct stat sb;
     const int exists = lstat(path, &sb) == 0;
-    if (!excl && (!exists || S_ISREG(sb.st_mode))) {
+    /* another user's file is written in place, as before: the new one
+     * could not be given back to its owner, and a sticky directory (/tmp)
+     * would refuse the rename only at the end of the run */
+    const int ours = exists && (sb.st_uid == geteuid() || geteuid() == 0);
+    if (!excl && (!exists || (S_ISREG(sb.st_mode) && ours))) {
         int fd = exists ? open(path, O_WRONLY) : -1; /* neither created nor truncated */
         if (exists && fd < 0) {
             qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
@@ -625,8 +629,12 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
         char tmp[4200];
         qkv_error ignored = qkv_error_none();
         if ((f = qkv_temp_beside(path, &tmp, &ignored)) != NULL) {
-            if (exists) /* the new table keeps the old one's permissions */
+            if (exists) { /* the new table keeps the old one's owner and mode */
+                if (fchown(fileno(f), sb.st_uid, sb.st_gid) != 0) {
+                    /* a group this user is not in: the file keeps its own */
+                }
                 fchmod(fileno(f), sb.st_mode & 07777);
+            }
             if (partial_add(f, tmp, 1)) {
                 fprintf(f, "%s\n", header);
                 return f;
