@@ -1210,12 +1210,34 @@ START_TEST(test_a_csv_cut_short_by_a_full_disk_is_removed)
                        "ln -s /dev/full full; }";
     ck_assert_int_eq(sh(devs, &out), 0);
     free(out);
-    expect("softmax --csv full", 1, "qkv: softmax: cannot write full");
-    expect("softmax --csv link", 1, "qkv: softmax: cannot write link");
+    /* with the reason, which the message left out */
+    expect("softmax --csv full", 1, "qkv: softmax: cannot write full: No space left on device");
+    expect("softmax --csv link", 1, "qkv: softmax: cannot write link: No space left on device");
     ck_assert_int_eq(sh("test -c full || test -L full", &out), 0);
     free(out);
     ck_assert_int_eq(sh("test -L link", &out), 0);
     free(out);
+}
+END_TEST
+
+/* A CSV with a second name (a hard link) was replaced by a rename, which
+ * left the other name holding the old table; it is written in place, so
+ * both names show the new one, as before tables went beside their names. */
+START_TEST(test_a_csv_with_two_names_is_written_through_both)
+{
+    char *out, *a, *b;
+    ck_assert_int_eq(sh("echo old > h1.csv && ln h1.csv h2.csv", &out), 0);
+    free(out);
+    expect("softmax --csv h1.csv", 0, "z = [1,2,3]");
+    char p1[200], p2[200];
+    snprintf(p1, sizeof p1, "%s/h1.csv", tmp);
+    snprintf(p2, sizeof p2, "%s/h2.csv", tmp);
+    a = slurp_path(p1);
+    b = slurp_path(p2);
+    ck_assert_msg(strncmp(a, "vector,i,z,", 11) == 0, "%s", a);
+    ck_assert_str_eq(a, b);
+    free(a);
+    free(b);
 }
 END_TEST
 
@@ -2789,6 +2811,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_plots_interrupted_leave_no_png_cut_short);
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
+    tcase_add_test(tc, test_a_csv_with_two_names_is_written_through_both);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);
     tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);

@@ -335,7 +335,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
             fprintf(f, ",%.4f\n", r->train);
         }
     if (cli_csv_close(f, path) != 0)
-        return cli_fail("ablate: cannot write %s", path);
+        return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
     /* summary.csv: per variant, means over the seeds (sd of the accuracy) */
     snprintf(path, sizeof path, "%s/summary.csv", o->out);
     f = cli_csv_create(path,
@@ -363,7 +363,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
                 o->seeds, m, sd, sm, ssd, reached, a, b);
     }
     if (cli_csv_close(f, path) != 0)
-        return cli_fail("ablate: cannot write %s", path);
+        return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
     return CLI_OK;
 }
 
@@ -539,7 +539,7 @@ int cmd_ablate(int argc, char **argv)
         r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, NULL, &w, o.quiet,
                           "runs");
     if (cli_csv_end(curves, path, r == CLI_OK) != 0 && r == CLI_OK)
-        r = cli_fail("ablate: cannot write %s", path);
+        r = cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)
         r = write_runs(&o, names, nv, res, roles);
     if (r == CLI_OK) {

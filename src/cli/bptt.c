@@ -352,7 +352,7 @@ int cmd_bptt(int argc, char **argv)
     if (r == CLI_OK)
         r = run(&c, rhos, nr);
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
-        r = cli_fail("bptt: cannot write %s", path);
+        r = cli_fail("bptt: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)
         printf("\nwrote %s\n", path);
     qkv_coref_batch_free(c.batch);

@@ -181,8 +181,8 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_
 
 /* Opens path for writing a CSV log (creating its directory) and writes the
  * header line. Returns NULL with the reason in err on failure. A regular
- * file (or none) at path, unless another user's, is written as a
- * temporary file beside it
+ * file (or none) at path, unless another user's or one with other names
+ * (hard links), is written as a temporary file beside it
  * (DIR/.NAME.XXXXXX), which cli_csv_close or cli_csv_end, the only ways
  * to close it, rename over path once it is whole: until then, and after
  * a failed or interrupted run, path keeps the table it had. */
@@ -229,6 +229,10 @@ int cli_csv_close(FILE *f, const char *path);
  * row: with ok 0, the new table is dropped as if a write had failed, since
  * a plot or script would take what is there for the whole table. */
 int cli_csv_end(FILE *f, const char *path, int ok);
+
+/* Why the last cli_csv_close or cli_csv_end failed, for its message
+ * ("No space left on device"). */
+const char *cli_csv_error(void);
 
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the
  * default's absence gets a hint to run qkv train. NULL on failure. */

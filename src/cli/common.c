@@ -616,8 +616,9 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
     const int exists = lstat(path, &sb) == 0;
     /* another user's file is written in place, as before: the new one
      * could not be given back to its owner, and a sticky directory (/tmp)
-     * would refuse the rename only at the end of the run */
-    const int ours = exists && (sb.st_uid == geteuid() || geteuid() == 0);
+     * would refuse the rename only at the end of the run; so is a file
+     * with other names (hard links), which a rename would leave behind */
+    const int ours = exists && (sb.st_uid == geteuid() || geteuid() == 0) && sb.st_nlink == 1;
     if (!excl && (!exists || (S_ISREG(sb.st_mode) && ours))) {
         int fd = exists ? open(path, O_WRONLY) : -1; /* neither created nor truncated */
         if (exists && fd < 0) {
@@ -729,18 +730,44 @@ int cli_csv_close(FILE *f, const char *path)
     return cli_csv_end(f, path, 1);
 }
 
+/* Why the last cli_csv_end that was to keep its table failed (an errno),
+ * or 0. */
+static int csv_errno;
+
+const char *cli_csv_error(void)
+{
+    return csv_errno != 0 ? strerror(csv_errno) : "a write failed";
+}
+
+/* fclose for a CSV: 0, or -1 with the reason in csv_errno (a write that
+ * failed before, a full disk, leaves its buffer to fail again here). */
+static int csv_fclose(FILE *f)
+{
+    const int bad = ferror(f);
+    errno = 0;
+    if (fclose(f) == 0 && !bad)
+        return 0;
+    csv_errno = errno != 0 ? errno : EIO;
+    return -1;
+}
+
 int cli_csv_end(FILE *f, const char *path, int ok)
 {
     const int i = partial_find(f);
+    csv_errno = 0;
     if (i >= 0 && partial_temp[i]) {
-        const int bad = ferror(f);
-        const int done = fclose(f) == 0 && !bad && ok && rename(partial_path[i], path) == 0;
+        int done = csv_fclose(f) == 0 && ok;
+        if (done && rename(partial_path[i], path) != 0) {
+            csv_errno = errno;
+            done = 0;
+        }
         if (!done) /* and path keeps the table it had */
             unlink(partial_path[i]);
         partial_drop(i); /* only now: a signal before this removes a name that is gone */
         return done ? 0 : -1;
     }
-    if (cli_fclose(f) == 0 && ok)
+    partial_drop(i);
+    if (csv_fclose(f) == 0 && ok)
         return 0;
     /* cut short: no plot or script may take it for a whole log; but a
      * device (--csv /dev/full) or a link is not the CSV, and stays */

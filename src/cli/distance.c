@@ -244,7 +244,7 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
                     sdv, reached ? steps / reached : -1.0, reached, o->seeds - n);
         }
     if (cli_csv_close(f, path) != 0)
-        return cli_fail("distance: cannot write %s", path);
+        return cli_fail("distance: cannot write %s: %s", path, cli_csv_error());
     return CLI_OK;
 }
 
@@ -405,7 +405,7 @@ int cmd_distance(int argc, char **argv)
         r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, dist_cost, &w, o.quiet,
                           "runs");
     if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
-        r = cli_fail("distance: cannot write %s", path);
+        r = cli_fail("distance: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)
         r = write_summary(&o, kinds, nk, ks, nd, res);
     if (r == CLI_OK) {

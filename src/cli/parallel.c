@@ -196,7 +196,7 @@ int cmd_parallel(int argc, char **argv)
                         k ? o.threads : 1, cell[i][j][k].path, cell[i][j][k].nodes,
                         cell[i][j][k].ms);
     if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
-        r = cli_fail("parallel: cannot write %s", path);
+        r = cli_fail("parallel: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)
         printf("\n(%ld cores online) wrote %s\n", sysconf(_SC_NPROCESSORS_ONLN), path);
     qkv_coref_batch_free(b);

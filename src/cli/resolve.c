@@ -38,7 +38,7 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
         fputc('\n', out);
     }
     if (cli_csv_close(out, path) != 0)
-        return cli_fail("resolve: cannot write %s", path);
+        return cli_fail("resolve: cannot write %s: %s", path, cli_csv_error());
     return CLI_OK;
 }
 

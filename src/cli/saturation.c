@@ -269,7 +269,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
         fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], var, var / dks[d], dks[d]);
     }
     if (cli_csv_close(f, path) != 0)
-        return cli_fail("saturation: cannot write %s", path);
+        return cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
     return CLI_OK;
 }
 
@@ -421,7 +421,7 @@ int cmd_saturation(int argc, char **argv)
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk);
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
-        r = cli_fail("saturation: cannot write %s", path);
+        r = cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)
         printf(o.no_variance ? "\nwrote %s/runs.csv\n"
                              : "\nwrote %s/runs.csv and %s/variance.csv\n",

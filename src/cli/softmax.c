@@ -297,6 +297,6 @@ int cmd_softmax(int argc, char **argv)
         printf("\n");
     }
     if (out != NULL && cli_csv_end(out, csv, r == CLI_OK) != 0 && r == CLI_OK)
-        r = cli_fail("softmax: cannot write %s", csv);
+        r = cli_fail("softmax: cannot write %s: %s", csv, cli_csv_error());
     return r;
 }
