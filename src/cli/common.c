@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -629,14 +630,24 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
             close(fd);
         char tmp[4200];
         qkv_error ignored = qkv_error_none();
-        if ((f = qkv_temp_beside(path, &tmp, &ignored)) != NULL) {
+        /* no signal between the file's creation and its place on the list */
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigaddset(&block, SIGTERM);
+        sigaddset(&block, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &block, &old);
+        f = qkv_temp_beside(path, &tmp, &ignored);
+        const int listed = f != NULL && partial_add(f, tmp, 1);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (f != NULL) {
             if (exists) { /* the new table keeps the old one's owner and mode */
                 if (fchown(fileno(f), sb.st_uid, sb.st_gid) != 0) {
                     /* a group this user is not in: the file keeps its own */
                 }
                 fchmod(fileno(f), sb.st_mode & 07777);
             }
-            if (partial_add(f, tmp, 1)) {
+            if (listed) {
                 fprintf(f, "%s\n", header);
                 return f;
             }
