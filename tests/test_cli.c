@@ -1665,6 +1665,59 @@ static int interrupt_once_written(char *const argv[], const char *pattern)
     return status;
 }
 
+/* A worker killed on its own (by hand, by the OOM killer) made the
+ * command exit 1 with nothing said: a worker that dies of a signal says
+ * nothing itself. */
+START_TEST(test_a_worker_killed_alone_is_named)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (chdir(tmp) != 0 || null < 0 || dup2(null, 1) < 0)
+            _exit(99);
+        int e = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0666);
+        if (e < 0 || dup2(e, 2) < 0)
+            _exit(99);
+        execl(QKV_BIN, "qkv", "distance", "--models", "rnn", "--distances", "0,1", "--steps",
+              "8000", "--seeds", "2", "--jobs", "2", "--quiet", "--out", "d", (char *)NULL);
+        _exit(98);
+    }
+    /* its workers are the processes whose parent it is: kill the first */
+    int killed = 0;
+    for (int i = 0; i < 6000 && !killed; i++) {
+        DIR *d = opendir("/proc");
+        ck_assert_ptr_nonnull(d);
+        struct dirent *e;
+        while (!killed && (e = readdir(d)) != NULL) {
+            char p[300], comm[64], state;
+            int cpid, ppid;
+            snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
+            FILE *f = fopen(p, "r");
+            if (f == NULL)
+                continue;
+            if (fscanf(f, "%d (%63[^)]) %c %d", &cpid, comm, &state, &ppid) == 4 && ppid == pid)
+                killed = kill(cpid, SIGTERM) == 0;
+            fclose(f);
+        }
+        closedir(d);
+        if (!killed && waitpid(pid, NULL, WNOHANG) == pid)
+            ck_abort_msg("qkv distance ended before its workers were seen");
+        if (!killed)
+            nap_ms(2);
+    }
+    ck_assert(killed);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %#x", status);
+    char path[256];
+    snprintf(path, sizeof path, "%s/err.txt", tmp);
+    char *err = slurp_path(path);
+    ck_assert_msg(strstr(err, "qkv: a worker process was ended by signal 15 (") != NULL, "%s", err);
+    free(err);
+}
+END_TEST
+
 START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
 {
     /* Ctrl-C killed a sweep with its runs.csv half-written (or only its
@@ -2814,6 +2867,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_with_two_names_is_written_through_both);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);
+    tcase_add_test(tc, test_a_worker_killed_alone_is_named);
     tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);
     tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);

@@ -190,7 +190,10 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
             pid_t got_pid;
             while ((got_pid = waitpid(pids[w], &status, 0)) < 0 && errno == EINTR)
                 ;
-            if (got_pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != CLI_OK)
+            if (got_pid == pids[w] && WIFSIGNALED(status)) /* it could not say why */
+                r = cli_fail("a worker process was ended by signal %d (%s)", WTERMSIG(status),
+                             strsignal(WTERMSIG(status)));
+            else if (got_pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != CLI_OK)
                 r = CLI_FAIL; /* the worker said why on stderr */
         }
     }
