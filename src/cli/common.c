@@ -600,14 +600,26 @@ void cli_remove_partial_on_signals(void)
     }
 }
 
+/* QKV_OK if the existing regular file at path may be written (opened,
+ * neither created nor truncated), else QKV_ERR_IO with the reason. */
+static qkv_status check_open_for_write(const char *path, qkv_error *err)
+{
+    const int fd = open(path, O_WRONLY);
+    if (fd < 0)
+        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    close(fd);
+    return QKV_OK;
+}
+
 /* cli_csv_create's body. A regular file, or none, at path is written as
  * a temporary file beside it, renamed over it by cli_csv_end when whole:
  * a run that fails or is interrupted leaves the last whole table there,
  * not a part of a new one. A file at path that may not be written is
  * refused, as opening it would be. Anything else (a device, a pipe, a
- * link), a directory that takes no new file, or a full list is written
- * in place. With excl, path must not exist yet and is written in place
- * (a symbolic link there is not followed). */
+ * link, another user's file, a file with hard links), a directory that
+ * takes no new file, or a full list is written in place. With excl,
+ * path must not exist yet and is written in place (a symbolic link there
+ * is not followed). */
 static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
 {
     if (qkv_mkdirs_for(path, err) != QKV_OK)
@@ -621,13 +633,8 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
      * with other names (hard links), which a rename would leave behind */
     const int ours = exists && (sb.st_uid == geteuid() || geteuid() == 0) && sb.st_nlink == 1;
     if (!excl && (!exists || (S_ISREG(sb.st_mode) && ours))) {
-        int fd = exists ? open(path, O_WRONLY) : -1; /* neither created nor truncated */
-        if (exists && fd < 0) {
-            qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+        if (exists && check_open_for_write(path, err) != QKV_OK)
             return NULL;
-        }
-        if (fd >= 0)
-            close(fd);
         char tmp[4200];
         qkv_error ignored = qkv_error_none();
         /* no signal between the file's creation and its place on the list */
@@ -688,7 +695,6 @@ qkv_status cli_csv_check(const char *path, qkv_error *err)
     if (s != QKV_OK)
         return s;
     struct stat sb;
-    int fd = -1;
     if (stat(path, &sb) != 0) {
         const int e = errno;
         if (e != ENOENT)
@@ -701,10 +707,7 @@ qkv_status cli_csv_check(const char *path, qkv_error *err)
         return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(EISDIR));
     if (!S_ISREG(sb.st_mode)) /* opening a pipe here would end its reader's input */
         return QKV_OK;
-    if ((fd = open(path, O_WRONLY)) < 0) /* neither created nor truncated */
-        return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    close(fd);
-    return QKV_OK;
+    return check_open_for_write(path, err);
 }
 
 qkv_coref_model *cli_load_model(const char *path)
@@ -729,18 +732,6 @@ qkv_coref_model *cli_load_model(const char *path)
     return m;
 }
 
-int cli_fclose(FILE *f)
-{
-    partial_drop(partial_find(f));
-    int bad = ferror(f);
-    return fclose(f) != 0 || bad ? -1 : 0;
-}
-
-int cli_csv_close(FILE *f, const char *path)
-{
-    return cli_csv_end(f, path, 1);
-}
-
 /* Why the last cli_csv_end that was to keep its table failed (an errno),
  * or 0. */
 static int csv_errno;
@@ -760,6 +751,17 @@ static int csv_fclose(FILE *f)
         return 0;
     csv_errno = errno != 0 ? errno : EIO;
     return -1;
+}
+
+int cli_fclose(FILE *f)
+{
+    partial_drop(partial_find(f));
+    return csv_fclose(f);
+}
+
+int cli_csv_close(FILE *f, const char *path)
+{
+    return cli_csv_end(f, path, 1);
 }
 
 int cli_csv_end(FILE *f, const char *path, int ok)
