@@ -189,7 +189,8 @@ END_TEST
  * a padding mask with a hole, a loss on picked rows or on all of O, with
  * or without one on the scores and weights; on the register paths (T <=
  * 16; T <= 32 for the one-row backward) and the rows path (T = 20). */
-static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int parts_loss)
+static void check_embed_form(int B, int T, int V, int dk, int dv, int pick, int parts_loss,
+                             int rows_form)
 {
     qkv_rng g;
     qkv_rng_seed(&g, 8);
@@ -212,7 +213,12 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
         qkv_tape *t = tp[f];
         for (int i = 0; i < 3; i++)
             qkv_tensor_zero_grad(w[i]);
-        if (f == 0) {
+        if (rows_form) { /* rows picked from the embedded form, or the rows form */
+            o[f] = f == 0
+                       ? qkv_embed_attention(t, w[0], w[1], w[2], ids, B, T, mask, 0.3, &parts[f])
+                       : qkv_embed_attention_rows(t, w[0], w[1], w[2], ids, B, T, mask, 0.3, rows,
+                                                  &parts[f]);
+        } else if (f == 0) {
             const int shape[2] = {B, T};
             o[f] = qkv_attention(t, qkv_gather(t, w[0], ids, 2, shape),
                                  qkv_gather(t, w[1], ids, 2, shape),
@@ -222,7 +228,8 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
         }
         qkv_rng lw;
         qkv_rng_seed(&lw, 4);
-        qkv_tensor *loss = weighted_sum(t, pick ? qkv_pick_rows(t, o[f], rows) : o[f], &lw);
+        const int pick_here = pick && !(rows_form && f == 1); /* the rows form picks itself */
+        qkv_tensor *loss = weighted_sum(t, pick_here ? qkv_pick_rows(t, o[f], rows) : o[f], &lw);
         if (parts_loss)
             loss = qkv_add(t, loss,
                            qkv_add(t, weighted_sum(t, parts[f].scores, &lw),
@@ -233,10 +240,19 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
             memcpy(grads[f][i], w[i]->grad, sizeof(qkv_real) * w[i]->numel);
         }
     }
-    assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    if (rows_form) { /* [B,dv]: row rows[b] of item b */
+        ck_assert_int_eq(o[1]->ndim, 2);
+        ck_assert_int_eq(o[1]->shape[1], dv);
+        for (int b = 0; b < B; b++)
+            assert_same(o[1]->data + (size_t)b * dv, o[0]->data + ((size_t)b * T + rows[b]) * dv,
+                        (size_t)dv, "O rows");
+    } else {
+        assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
+    }
     assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
     assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
     assert_same(parts[1].scores->grad, parts[0].scores->grad, parts[0].scores->numel, "dscores");
+    assert_same(parts[1].attn->grad, parts[0].attn->grad, parts[0].attn->numel, "dattn");
     const char *names[3] = {"dWq", "dWk", "dWv"};
     for (int i = 0; i < 3; i++) {
         assert_same(grads[1][i], grads[0][i], w[i]->numel, names[i]);
@@ -249,6 +265,11 @@ static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int 
     qkv_tensor_free(mask);
     qkv_tape_free(tp[0]);
     qkv_tape_free(tp[1]);
+}
+
+static void check_embed_case(int B, int T, int V, int dk, int dv, int pick, int parts_loss)
+{
+    check_embed_form(B, T, V, dk, dv, pick, parts_loss, 0);
 }
 
 START_TEST(test_embed_attention_equals_gathers_and_attention)
@@ -282,6 +303,45 @@ START_TEST(test_embed_attention_equals_gathers_and_attention)
         /* and with Vᵀ (256 × 257) past the direct paths' scratch, which
          * does not change the one-row product's chain */
         check_embed_case(1, 257, 7, 8, 256, 1, 0);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* qkv_embed_attention_rows against qkv_pick_rows of qkv_embed_attention:
+ * the same output rows, scores, weights, their gradients and the tables'
+ * gradients exactly, with a loss on the rows alone or on the scores and
+ * weights too (check_embed_case's other form). */
+static void check_rows_case(int B, int T, int V, int dk, int dv, int parts_loss)
+{
+    check_embed_form(B, T, V, dk, dv, 1, parts_loss, 1);
+}
+
+START_TEST(test_embed_attention_rows_equals_picked_rows)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int threads = 1; threads <= 2; threads++) { /* each part its own O buffer */
+            ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
+            /* the register paths: forward to 16 keys, backward to 32 */
+            check_rows_case(4, 12, 7, 16, 16, 0);
+            check_rows_case(3, 21, 6, 16, 16, 0);
+            /* past them: the one-row products, forward and backward */
+            check_rows_case(3, 33, 6, 16, 16, 0);
+        }
+        qkv_threads_use(1, NULL);
+        check_rows_case(2, 32, 6, 16, 300, 0); /* dv past a depth block */
+        check_rows_case(2, 50, 7, 64, 48, 0);
+        check_rows_case(2, 40, 5, 8, 3500, 0); /* dA = dO·Vᵀ as dot products */
+        check_rows_case(2, 256, 9, 8, 8, 0);   /* a depth of one whole block */
+        /* a depth past one block (BLOCKS order): the full products */
+        check_rows_case(2, 260, 9, 48, 48, 0);
+        check_rows_case(2, 60, 9, 16, 300, 0);
+        /* gradients into S and A from elsewhere: the full products */
+        check_rows_case(3, 12, 7, 16, 16, 1);
+        check_rows_case(3, 40, 7, 16, 16, 1);
     }
     qkv_kernels_use("auto", NULL);
 }
@@ -584,6 +644,18 @@ START_TEST(test_attention_errors_name_the_shapes)
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, wv, (const int[]){1, 4}, 1, 2, NULL, 1, NULL),
                     QKV_ERR_ARG,
                     "embed_attention: id 4 at position 1 is outside [0,2) of the tables");
+    /* the rows form: its own name, and its query rows checked */
+    const int ok_ids[4] = {1, 0, 2, 1}, query[2] = {1, 2};
+    EXPECT_ERROR_ON(t, qkv_embed_attention_rows(t, w, w, w, ok_ids, 2, 2, NULL, 1, query, NULL),
+                    QKV_ERR_ARG, "embed_attention_rows: query row 2 of item 1 is outside [0,2)");
+    EXPECT_ERROR_ON(
+        t, qkv_embed_attention_rows(t, w, w, w, ok_ids, 2, 2, NULL, 1, (const int[]){-1, 0}, NULL),
+        QKV_ERR_ARG, "embed_attention_rows: query row -1 of item 0 is outside [0,2)");
+    EXPECT_ERROR_ON(t, qkv_embed_attention_rows(t, w, w, w, ok_ids, 2, 2, NULL, 1, NULL, NULL),
+                    QKV_ERR_ARG, "embed_attention_rows: no query rows");
+    EXPECT_ERROR_ON(t, qkv_embed_attention_rows(t, w, w, w, ids, 1, 2, NULL, 1, query, NULL),
+                    QKV_ERR_ARG,
+                    "embed_attention_rows: id 5 at position 1 is outside [0,5) of the tables");
     qkv_tensor_free(k);
     qkv_tensor_free(v_batch);
     qkv_tensor_free(v_tk);
@@ -1017,6 +1089,7 @@ Suite *attention_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_attention_equals_unfused_ops);
     tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
+    tcase_add_test(tc, test_embed_attention_rows_equals_picked_rows);
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);

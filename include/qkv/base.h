@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define QKV_VERSION "0.4.0"
+#define QKV_VERSION "0.5.0"
 
 /* The scalar type. float32 by default; compile the library and every
  * program that uses it with -DQKV_DOUBLE to get double, which makes

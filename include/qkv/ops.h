@@ -311,6 +311,20 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
                                 const int *ids, int B, int T, const qkv_tensor *mask, double scale,
                                 qkv_attention_parts *parts);
 
+/* qkv_embed_attention for a model that reads one output row per item (the
+ * coreference model reads the pronoun's): returns [B,dv], row query[b] of
+ * item b's output. The same numbers, bit for bit, as
+ * qkv_pick_rows(qkv_embed_attention(...), query): the output, the scores
+ * and weights of every row in parts, the tables' gradients and, after
+ * qkv_backward, the scores' and weights' grads. Only those rows of A·V
+ * are computed; and unless other ops read the scores or weights, backward
+ * is O(T·d) per item rather than O(T²·d), with no [B,T,dv] gradient made.
+ * Each query[b] must lie in [0,T): QKV_ERR_ARG otherwise, and for a NULL
+ * query. */
+qkv_tensor *qkv_embed_attention_rows(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
+                                     const int *ids, int B, int T, const qkv_tensor *mask,
+                                     double scale, const int *query, qkv_attention_parts *parts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,7 +86,12 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
         qkv_real *ab = a + (size_t)i0 * tk;
         qkv_softmax_rows(ab, ab, (size_t)(i1 - i0), (size_t)tk);
     }
-    qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
+    /* that row alone, when its chains are the full product's (as in
+     * one_row_exact: O = A·V has dQ's depth, tk) */
+    if (sh->row_out && !(qkv_gemm_blocked(tq, sh->dv, tk) && tk > QKV_GEMM_KC))
+        qkv_gemm(0, 0, 1, sh->dv, tk, a + (size_t)sh->row * tk, v, o + (size_t)sh->row * sh->dv, 0);
+    else
+        qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
 }
 
 int qkv_any_nonzero(const qkv_real *x, size_t n)
@@ -112,49 +117,41 @@ static void add_scaled(qkv_real x, const qkv_real *row, qkv_real *y, int d)
         y[p] += x * row[p];
 }
 
-/* The scatter backward of an item whose dO has at most one live row r and
- * into whose A and S nothing else flows (the coreference model: only the
+/* Nonzero when the one-row products below give the full products' bits:
+ * in qkv_gemm's orders (kernels.h), from a zero C, row r of dA = dO·Vᵀ and
+ * of dQ = dS·K is a chain from zero in the CHAIN order, and in the BLOCKS
+ * order too while the depth fits one block, which the one-row products
+ * (CHAIN, or DOTS where the full product took DOTS) then repeat. The
+ * same holds for row r of O = A·V, whose depth is tk like dQ's. */
+static int one_row_exact(const qkv_attn_shape *sh)
+{
+    return !(qkv_gemm_blocked(sh->tq, sh->tk, sh->dv) && sh->dv > QKV_GEMM_KC) &&
+           !(qkv_gemm_blocked(sh->tq, sh->dk, sh->tk) && sh->tk > QKV_GEMM_KC);
+}
+
+/* The scatter backward of an item whose dO is zero but for row r and into
+ * whose A and S nothing else flows (the coreference model: only the
  * pronoun's output is read), in O(T·d): dV[j] += A[r,j]·dO[r], dA[r] =
  * dO[r]·Vᵀ, its softmax backward, dS[r], dQ[r] = dS[r]·K and dK[j] +=
  * dS[r,j]·Q[r], each row added into its table row. Every other row of the
  * full computation is a chain of multiply-adds by 0, so these are its
- * bits (only a -0 may come out +0). In qkv_gemm's orders (kernels.h), from
- * a zero C: dV's and dK's elements are one rounded product in every order;
- * row r of dA and dQ is a chain from zero in the CHAIN order, and in the
- * BLOCKS order too while the depth fits one block, which the one-row
- * products below (CHAIN, or DOTS where the full product took DOTS) then
- * repeat. Returns nonzero, having done nothing, when the item does not
- * qualify. */
-static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
-                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
-                            qkv_real *scratch)
+ * bits (only a -0 may come out +0; dV's and dK's elements are one rounded
+ * product in every order), given one_row_exact. go is dO[r]; dar and dsr
+ * (NULL when neither dq nor dk is wanted) are row r of dA and dS, holding
+ * zeros; scratch holds tk + dk reals. */
+static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q, const qkv_real *k,
+                             const qkv_real *v, const qkv_real *a, const qkv_real *go,
+                             qkv_real *dar, qkv_real *dsr, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                             qkv_real *scratch)
 {
-    const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
-    if (qkv_gemm_blocked(tq, tk, d_v) && d_v > QKV_GEMM_KC) /* dA = dO·Vᵀ: the one-row */
-        return -1; /* product is a chain (or dots, past a block's depth) */
-    if (qkv_gemm_blocked(tq, d_k, tk) && tk > QKV_GEMM_KC) /* dQ = dS·K */
-        return -1;
-    int r = -1;
-    for (int i = 0; i < tq; i++)
-        if (qkv_any_nonzero(dout + (size_t)i * d_v, (size_t)d_v)) {
-            if (r >= 0)
-                return -1;
-            r = i;
-        }
-    const size_t nt = (size_t)tq * tk;
-    if (da != NULL && !sh->sa_zero && (qkv_any_nonzero(da, nt) || qkv_any_nonzero(ds, nt)))
-        return -1;
-    if (r < 0)
-        return 0;
+    const int tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     const int *rows = sh->row_index;
-    const qkv_real *go = dout + (size_t)r * d_v, *ar = a + (size_t)r * tk;
+    const qkv_real *ar = a + (size_t)r * tk;
     if (dv != NULL)
         for (int j = 0; j < tk; j++)
             add_scaled(ar[j], go, dv + (size_t)rows[j] * d_v, d_v);
-    if (da == NULL)
-        return 0;
-    qkv_real *dar = da + (size_t)r * tk, *dsr = ds + (size_t)r * tk;
+    if (dar == NULL)
+        return;
     qkv_real *g = scratch, *gq = scratch + tk;
     qkv_gemm(0, 1, 1, tk, d_v, go, v, dar, 1); /* dA[r] += dO[r]·Vᵀ */
     qkv_zero(g, (size_t)tk);
@@ -168,7 +165,67 @@ static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const q
     if (dk != NULL)
         for (int j = 0; j < tk; j++)
             add_scaled(g[j], q + (size_t)r * d_k, dk + (size_t)rows[j] * d_k, d_k);
+}
+
+/* one_row_backward for an item whose dO has at most one live row, found
+ * here. Returns nonzero, having done nothing, when the item does not
+ * qualify. */
+static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                            const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                            qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                            qkv_real *scratch)
+{
+    const int tq = sh->tq, tk = sh->tk, d_v = sh->dv;
+    if (!one_row_exact(sh))
+        return -1;
+    int r = -1;
+    for (int i = 0; i < tq; i++)
+        if (qkv_any_nonzero(dout + (size_t)i * d_v, (size_t)d_v)) {
+            if (r >= 0)
+                return -1;
+            r = i;
+        }
+    const size_t nt = (size_t)tq * tk;
+    if (da != NULL && !sh->sa_zero && (qkv_any_nonzero(da, nt) || qkv_any_nonzero(ds, nt)))
+        return -1;
+    if (r < 0)
+        return 0;
+    one_row_backward(sh, r, q, k, v, a, dout + (size_t)r * d_v,
+                     da != NULL ? da + (size_t)r * tk : NULL,
+                     da != NULL ? ds + (size_t)r * tk : NULL, dq, dk, dv, scratch);
     return 0;
+}
+
+size_t qkv_attention_row_scratch(int tq, int tk, int dk, int dv)
+{
+    return (size_t)tq * tk + (size_t)tq * dk + (size_t)tk * (dk + dv) /* the scatter form's */
+           + (size_t)tq * dv;                                         /* then dO whole */
+}
+
+/* The backward of the row_out form (kernels.h): past the fused kernels'
+ * keys, the one-row products, when they give the full products' bits and
+ * nothing else flows into A or S; else dO is made whole in scratch,
+ * beyond the scatter form's own, for the full form. */
+static void backward_row_out(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                             const qkv_real *v, const qkv_real *a, const qkv_real *go, qkv_real *ds,
+                             qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
+                             qkv_real *scratch)
+{
+    const int tq = sh->tq, tk = sh->tk, d_v = sh->dv, r = sh->row;
+    const size_t nt = (size_t)tq * tk;
+    if (one_row_exact(sh) && (qkv_kernels()->attn_bwd == NULL || tk > QKV_ATTN_FUSED_KEYS) &&
+        (da == NULL || sh->sa_zero || (!qkv_any_nonzero(da, nt) && !qkv_any_nonzero(ds, nt)))) {
+        if (qkv_any_nonzero(go, (size_t)d_v)) /* as backward_one_row: a zero dO adds nothing */
+            one_row_backward(sh, r, q, k, v, a, go, da != NULL ? da + (size_t)r * tk : NULL,
+                             da != NULL ? ds + (size_t)r * tk : NULL, dq, dk, dv, scratch);
+        return;
+    }
+    qkv_real *dout = scratch + nt + (size_t)tq * sh->dk + (size_t)tk * (sh->dk + d_v);
+    qkv_zero(dout, (size_t)tq * d_v);
+    memcpy(dout + (size_t)r * d_v, go, sizeof *go * (size_t)d_v);
+    qkv_attn_shape full = *sh;
+    full.row_out = 0;
+    qkv_attention_backward(&full, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
 }
 
 void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
@@ -199,6 +256,10 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                             qkv_real *scratch)
 {
+    if (sh->row_out) {
+        backward_row_out(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
+        return;
+    }
     const qkv_kernel_set *im = qkv_kernels();
     /* A set's fused backward adds dS·K into dQ as one chain from dQ, as the
      * CHAIN order does; in the BLOCKS order (tq and d_k of 48 or more) the

@@ -208,7 +208,7 @@ int qkv_attn_bwd_avx2(const qkv_attn_shape *sh, const float *q, const float *k, 
     const int tq = sh->tq, tk = sh->tk, C = (tk + 7) / 8;
     /* past 16 keys only the one-row scatter form, whose generic order is
      * per-row chains too; Vᵀ takes 8·C floats a row */
-    if (tk > 32 || (tk > 16 && sh->row_index == NULL) ||
+    if (tk > QKV_ATTN_FUSED_KEYS || (tk > 16 && sh->row_index == NULL) ||
         (da != NULL && (size_t)sh->dv * 8 * C > (size_t)ATTN_MAXD * 16))
         return -1;
     if (sh->row_index == NULL) {

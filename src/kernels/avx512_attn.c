@@ -317,7 +317,7 @@ int qkv_attn_bwd_avx512(const qkv_attn_shape *sh, const float *q, const float *k
     const int tq = sh->tq, tk = sh->tk;
     /* past 16 keys only the one-row scatter form, whose generic order is
      * per-row chains too; Vᵀ then takes 32 floats a row */
-    if (tk > 32 || (tk > 16 && sh->row_index == NULL) ||
+    if (tk > QKV_ATTN_FUSED_KEYS || (tk > 16 && sh->row_index == NULL) ||
         (da != NULL && sh->dv > (tk > 16 ? ATTN_MAXD / 2 : ATTN_MAXD)))
         return -1;
     if (sh->row_index == NULL) {

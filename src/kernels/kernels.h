@@ -140,11 +140,19 @@ typedef struct qkv_attn_shape {
     int sa_zero;          /* backward only: da and ds are known to hold zeros */
     int bq, bk;           /* online form: rows of Q and keys per block */
     int causal;           /* online form: key j > i is dropped from row i too */
+    int row_out;          /* embedded form: only row `row` of O is wanted (below) */
+    int row;
 } qkv_attn_shape;
+
+/* The most keys a kernel set's fused backward takes (avx512_attn.c,
+ * avx2_attn.c). */
+#define QKV_ATTN_FUSED_KEYS 32
 
 /* Writes S (before the mask), A and O. Every kernel set computes exactly
  * what qkv_gemm, the scaling, the mask and qkv_softmax_rows would, one
- * after the other; the fused form only keeps the item in cache. */
+ * after the other; the fused form only keeps the item in cache. With
+ * sh->row_out, o (still tq·dv reals) gets row sh->row of O, the bits of
+ * the full product's row; its other rows are scratch, written or not. */
 void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                            const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
 
@@ -160,7 +168,13 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
  * item's gradient for its row i is added into row row_index[i] of dq, dk
  * and dv, rows in order, exactly as computing the item's gradients from
  * zero and then qkv_scatter_add_rows would; scratch then holds
- * tq·tk + tq·dk + tk·(dk+dv) reals. */
+ * tq·tk + tq·dk + tk·(dk+dv) reals.
+ *
+ * With row_out as well (the output of one query row, row): dout holds that
+ * row alone (dv reals), and the result is what the scatter form gives for
+ * a dO that is zero but for that row. scratch then holds
+ * qkv_attention_row_scratch reals. */
+size_t qkv_attention_row_scratch(int tq, int tk, int dk, int dv);
 void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,

@@ -302,7 +302,7 @@ static qkv_tensor *c_attention_heads_online(qkv_tape *t, qkv_tensor **p)
  * coreference model): Q, K, V looked up from token ids, scaled scores,
  * padding mask, softmax, A·V (all in qkv_embed_attention), one query row
  * per item, ·Wo, cross-entropy. */
-static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
+static qkv_tensor *model_of(qkv_tape *t, qkv_tensor **p, int rows)
 {
     static const int ids[8] = {0, 3, 5, 2, 1, 4, 2, 0}; /* [2,4]; item 1 is padded */
     static const int pron[2] = {1, 2}, target[2] = {2, 0};
@@ -311,9 +311,24 @@ static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
         return m;
     for (int j = 0; j < 8; j++)
         m->data[j] = j == 7 ? -INFINITY : 0; /* item 1 has length 3 */
-    qkv_tensor *o = qkv_embed_attention(t, p[0], p[1], p[2], ids, 2, 4, m, 1.0 / sqrt(3.0), NULL);
-    qkv_tensor *h = qkv_pick_rows(t, o, pron);
+    const double scale = 1.0 / sqrt(3.0);
+    qkv_tensor *h =
+        rows ? qkv_embed_attention_rows(t, p[0], p[1], p[2], ids, 2, 4, m, scale, pron, NULL)
+             : qkv_pick_rows(t, qkv_embed_attention(t, p[0], p[1], p[2], ids, 2, 4, m, scale, NULL),
+                             pron);
     return qkv_cross_entropy(t, qkv_matmul(t, h, p[3]), target);
+}
+
+static qkv_tensor *c_model(qkv_tape *t, qkv_tensor **p)
+{
+    return model_of(t, p, 0);
+}
+
+/* The same with the rows form, qkv_embed_attention_rows, as the model
+ * runs it. */
+static qkv_tensor *c_model_rows(qkv_tape *t, qkv_tensor **p)
+{
+    return model_of(t, p, 1);
 }
 
 /* ---- layers: p[0] is the input x [B,T,D], then the layer's parameters -- */
@@ -707,6 +722,13 @@ static const gc_case cases[] = {
      LAYER_TOL},
     {"embedded attention classifier",
      c_model,
+     4,
+     {2, 2, 2, 2},
+     {{6, 3}, {6, 3}, {6, 3}, {3, 4}},
+     0,
+     0},
+    {"embed_attention_rows classifier",
+     c_model_rows,
      4,
      {2, 2, 2, 2},
      {{6, 3}, {6, 3}, {6, 3}, {3, 4}},

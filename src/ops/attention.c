@@ -41,13 +41,15 @@ typedef struct attn_rec {
                            * kept for backward (keep_rows), else one item's
                            * per part */
     int keep_rows;
-    int width;       /* heads form: the model width D of x [B,T,3D]; else 0 */
-    int parts;       /* threads the item loops may use (threads.c) */
-    size_t nscratch; /* reals of scratch per part */
-    int online;      /* online form: no S or A (attention_online.c) */
-    int causal;      /* online form: keys j > i dropped by index */
-    int bq, bk;      /* online form: its blocks */
-    qkv_real *lse;   /* online form: each row's ln Σ e^x, for backward */
+    int width;        /* heads form: the model width D of x [B,T,3D]; else 0 */
+    int parts;        /* threads the item loops may use (threads.c) */
+    size_t nscratch;  /* reals of scratch per part */
+    int online;       /* online form: no S or A (attention_online.c) */
+    int causal;       /* online form: keys j > i dropped by index */
+    int bq, bk;       /* online form: its blocks */
+    qkv_real *lse;    /* online form: each row's ln Σ e^x, for backward */
+    const int *query; /* rows form: the one output row of each item */
+    qkv_real *obuf;   /* rows form: one item's O per part (kernels.h) */
 } attn_rec;
 
 /* Reals of one item's Q, K and V rows (and of their gradients). */
@@ -71,8 +73,12 @@ typedef struct attn_io {
 /* The kernels' view of item b. */
 static qkv_attn_shape item_shape(const attn_rec *r, size_t b)
 {
-    qkv_attn_shape sh = {r->tq,    r->tk, r->dk, r->dv, NULL,  0,        0,
-                         r->scale, NULL,  0,     r->bq, r->bk, r->causal};
+    qkv_attn_shape sh = {r->tq, r->tk, r->dk, r->dv, NULL,      0, 0, r->scale,
+                         NULL,  0,     r->bq, r->bk, r->causal, 0, 0};
+    if (r->query != NULL) {
+        sh.row_out = 1;
+        sh.row = r->query[b];
+    }
     if (r->ids != NULL) /* backward adds the rows' gradients into the tables */
         sh.row_index = r->ids + b * (size_t)r->tq;
     if (r->mask != NULL) {
@@ -192,6 +198,14 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
             continue;
         }
         attn_io io = item_io(r, j->q, j->k, b, 0, part);
+        if (r->query != NULL) { /* O's row into the output */
+            qkv_real *o = r->obuf + (size_t)part * no;
+            qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
+                                  r->attn->data + b * ns, o);
+            memcpy(j->out->data + b * (size_t)r->dv, o + (size_t)sh.row * r->dv,
+                   sizeof *o * (size_t)r->dv);
+            continue;
+        }
         if (r->online) {
             qkv_attention_online_forward(&sh, io.q, io.k, io.v, j->out->data + b * no,
                                          r->lse != NULL ? r->lse + b * (size_t)r->tq : NULL,
@@ -259,7 +273,8 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
 {
     const attn_job *j = ctx;
     const attn_rec *r = j->r;
-    const size_t no = (size_t)r->tq * r->dv;
+    /* an item's output: its rows, or the one row of the rows form */
+    const size_t no = (size_t)(r->query != NULL ? 1 : r->tq) * r->dv;
     const size_t nq = (size_t)r->tq * r->dk, nk = (size_t)r->tk * r->dk, nv = (size_t)r->tk * r->dv;
     for (size_t b = b0; b < b1; b++) {
         attn_io io = item_io(r, j->q, j->k, b, 1, part);
@@ -302,8 +317,12 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         r->scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
         r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
     }
-    qkv_tensor *out =
-        qkv_op_tensor(t, name, r->width != 0 ? 3 : nd, oshape, qk_grad || r->v->grad != NULL);
+    int ond = r->width != 0 ? 3 : nd;
+    if (r->query != NULL) { /* [B,dv] */
+        ond = 2;
+        oshape[1] = r->dv;
+    }
+    qkv_tensor *out = qkv_op_tensor(t, name, ond, oshape, qk_grad || r->v->grad != NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     if (r->mask != NULL &&
@@ -335,6 +354,10 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         }
         if ((r->rows = qkv_op_alloc(t, name, n)) == NULL)
             return qkv_nil();
+        if (r->query != NULL && (!qkv_mul_size(sizeof(qkv_real) * (size_t)r->tq * (size_t)r->dv,
+                                               (size_t)r->parts, &n) ||
+                                 (r->obuf = qkv_op_alloc(t, name, n)) == NULL))
+            return qkv_nil();
     } else if (r->width != 0) { /* heads form: one buffer per part */
         size_t n;
         if (!qkv_mul_size(heads_buffer(r) * sizeof(qkv_real), (size_t)r->parts, &n) ||
@@ -360,9 +383,10 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     if (out->grad == NULL)
         return out;
     /* the kernels' scratch (kernels.h) for each part: dS, and in the
-     * embedded form one item's gradients */
+     * embedded form one item's gradients (the rows form: its own) */
     if (!r->online) {
-        r->nscratch = ns + (r->ids != NULL ? per : 0);
+        r->nscratch = r->query != NULL ? qkv_attention_row_scratch(r->tq, r->tk, r->dk, r->dv)
+                                       : ns + (r->ids != NULL ? per : 0);
         size_t n;
         if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
             (r->scratch = qkv_op_alloc(t, name, n)) == NULL)
@@ -507,13 +531,18 @@ qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_
     return attention_plain(t, "attention_online", 1, causal != 0, q, k, v, mask, scale, NULL);
 }
 
-qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
-                                const int *ids, int B, int T, const qkv_tensor *mask, double scale,
-                                qkv_attention_parts *parts)
+/* qkv_embed_attention, and with rows set its rows form (query rows). */
+static qkv_tensor *embed_attention(qkv_tape *t, const char *name, qkv_tensor *wq, qkv_tensor *wk,
+                                   qkv_tensor *wv, const int *ids, int B, int T,
+                                   const qkv_tensor *mask, double scale, int rows_form,
+                                   const int *query, qkv_attention_parts *parts)
 {
-    const char *name = "embed_attention";
     if (!attn_inputs_ok(t, name, wq, wk, wv, mask, parts))
         return qkv_nil();
+    if (rows_form && query == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: no query rows", name);
+        return qkv_nil();
+    }
     if (wq->ndim != 2 || wk->ndim != 2 || wv->ndim != 2 || wq->shape[1] != wk->shape[1] ||
         ids == NULL || B < 1 || T < 1) {
         shapes3 n = shapes_of(wq, wk, wv);
@@ -531,13 +560,37 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
                       name, ids[bad], bad, rows);
         return qkv_nil();
     }
+    if (query != NULL)
+        for (int b = 0; b < B; b++)
+            if (query[b] < 0 || query[b] >= T) {
+                qkv_tape_fail(t, QKV_ERR_ARG, "%s: query row %d of item %d is outside [0,%d)", name,
+                              query[b], b, T);
+                return qkv_nil();
+            }
     attn_rec *r = new_rec(t, name, wv, mask, scale);
-    if (r == NULL || (r->ids = qkv_tape_ints(t, name, ids, n)) == NULL)
+    if (r == NULL || (r->ids = qkv_tape_ints(t, name, ids, n)) == NULL ||
+        (query != NULL && (r->query = qkv_tape_ints(t, name, query, (size_t)B)) == NULL))
         return qkv_nil();
     r->tq = r->tk = T;
     r->dk = wq->shape[1];
     r->dv = wv->shape[1];
     return attn_run(t, name, r, wq, wk, 3, (const int[]){B}, parts);
+}
+
+qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
+                                const int *ids, int B, int T, const qkv_tensor *mask, double scale,
+                                qkv_attention_parts *parts)
+{
+    return embed_attention(t, "embed_attention", wq, wk, wv, ids, B, T, mask, scale, 0, NULL,
+                           parts);
+}
+
+qkv_tensor *qkv_embed_attention_rows(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
+                                     const int *ids, int B, int T, const qkv_tensor *mask,
+                                     double scale, const int *query, qkv_attention_parts *parts)
+{
+    return embed_attention(t, "embed_attention_rows", wq, wk, wv, ids, B, T, mask, scale, 1, query,
+                           parts);
 }
 
 /* qkv_attention_heads and qkv_attention_heads_online, by name. */

@@ -187,17 +187,18 @@ qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_ba
     if (ids == NULL)
         return qkv_tape_status(t);
     /* Q, K, V = rows of Wq, Wk, Wv (one-hot·W), then softmax(Q·Kᵀ/√d_k +
-     * mask)·V, fused: the same numbers as three qkv_gather, qkv_matmul_nt,
-     * qkv_scale, qkv_mask, qkv_softmax and qkv_matmul in a row */
+     * mask)·V at the pronoun's row, fused: the same numbers as three
+     * qkv_gather, qkv_matmul_nt, qkv_scale, qkv_mask, qkv_softmax,
+     * qkv_matmul and qkv_pick_rows in a row, without the rows of A·V that
+     * nothing reads */
     qkv_attention_parts parts;
     double scale = m->cfg.scaled ? 1 / sqrt((double)m->cfg.d_k) : 1;
-    qkv_tensor *o = qkv_embed_attention(t, m->wq, m->wk, m->wv, ids, b->B, b->T, mask, scale,
-                                        &parts);          /* (B,T,d_k) */
-    f->scores = parts.scores;                             /* (B,T,T) */
-    f->attn = parts.attn;                                 /* (B,T,T) */
-    qkv_tensor *h = qkv_pick_rows(t, o, b->query);        /* (B,d_k) */
-    f->logits = qkv_matmul(t, h, m->wo);                  /* (B,C) */
-    f->loss = qkv_cross_entropy(t, f->logits, b->target); /* () */
+    qkv_tensor *h = qkv_embed_attention_rows(t, m->wq, m->wk, m->wv, ids, b->B, b->T, mask, scale,
+                                             b->query, &parts); /* (B,d_k) */
+    f->scores = parts.scores;                                   /* (B,T,T) */
+    f->attn = parts.attn;                                       /* (B,T,T) */
+    f->logits = qkv_matmul(t, h, m->wo);                        /* (B,C) */
+    f->loss = qkv_cross_entropy(t, f->logits, b->target);       /* () */
     return qkv_tape_status(t);
 }
 
