@@ -31,6 +31,14 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
             known = 0; /* a size that overflows holds no x: said below */
             continue;
         }
+        if (shape[i] == -1) { /* a second -1 */
+            qkv_shape_str(x, sx, sizeof sx);
+            qkv_tape_fail(t, QKV_ERR_SHAPE,
+                          "reshape: %s: dimensions %d and %d of the new shape are both -1 (only "
+                          "one may be)",
+                          sx, infer, i);
+            return qkv_nil();
+        }
         if (shape[i] < 1) {
             qkv_shape_str(x, sx, sizeof sx);
             qkv_tape_fail(t, QKV_ERR_SHAPE,
