@@ -4,6 +4,7 @@
  * kernel set and thread count; and their error messages. (Finite
  * differences for them are in test_gradcheck.c.)
  */
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -344,6 +345,48 @@ START_TEST(test_embed_attention_rows_equals_picked_rows)
         check_rows_case(3, 40, 7, 16, 16, 1);
     }
     qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* The rows form's output row has the bits of the picked row, signed zeros
+ * too. With Wq = Wk = 0 every weight is 1/64, and each entry of V is the
+ * least subnormal times -1, so every product A[r,j]·V[j,c] lies below
+ * half of it and rounds to -0 (an FMA chain from zero stays -0 to the
+ * end). With T and dv of 48 or more, O = A·V takes qkv_gemm's BLOCKS
+ * order, which adds its one depth block to a zeroed C: 0 + (-0) = +0 in
+ * the embedded form, whose row the rows form must give. */
+START_TEST(test_embed_attention_rows_keeps_the_sign_of_zero)
+{
+    enum { T = 64, D = 48 };
+    const qkv_real tiny = sizeof(qkv_real) == sizeof(float) ? FLT_TRUE_MIN : DBL_TRUE_MIN;
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    qkv_tensor *wq = qkv_tensor_new(2, (const int[]){2, D}, 0, NULL);
+    qkv_tensor *wv = qkv_tensor_new(2, (const int[]){2, D}, 0, NULL);
+    for (size_t e = 0; e < wv->numel; e++)
+        wv->data[e] = -tiny;
+    int ids[T], query[1] = {5};
+    for (int i = 0; i < T; i++)
+        ids[i] = i % 2;
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *full = qkv_embed_attention(t, wq, wq, wv, ids, 1, T, NULL, 1, NULL);
+        qkv_tensor *rows = qkv_embed_attention_rows(t, wq, wq, wv, ids, 1, T, NULL, 1, query, NULL);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        for (int c = 0; c < D; c++) {
+            const qkv_real want = full->data[(size_t)query[0] * D + c];
+            ck_assert_msg(want == 0 && !signbit(want), "%s: O[%d,%d] = %g, not +0", impls[im],
+                          query[0], c, (double)want);
+            ck_assert_msg(rows->data[c] == 0 && !signbit(rows->data[c]),
+                          "%s: the rows form's O[%d] is %s0, not +0", impls[im], c,
+                          signbit(rows->data[c]) ? "-" : "+");
+        }
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+    qkv_tensor_free(wq);
+    qkv_tensor_free(wv);
 }
 END_TEST
 
@@ -1090,6 +1133,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_equals_unfused_ops);
     tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
     tcase_add_test(tc, test_embed_attention_rows_equals_picked_rows);
+    tcase_add_test(tc, test_embed_attention_rows_keeps_the_sign_of_zero);
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);

@@ -87,11 +87,18 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
         qkv_softmax_rows(ab, ab, (size_t)(i1 - i0), (size_t)tk);
     }
     /* that row alone, when its chains are the full product's (as in
-     * one_row_exact: O = A·V has dQ's depth, tk) */
-    if (sh->row_out && !(qkv_gemm_blocked(tq, sh->dv, tk) && tk > QKV_GEMM_KC))
-        qkv_gemm(0, 0, 1, sh->dv, tk, a + (size_t)sh->row * tk, v, o + (size_t)sh->row * sh->dv, 0);
-    else
+     * one_row_exact: O = A·V has dQ's depth, tk). In the BLOCKS order the
+     * full product adds its one block to a zero, where a chain of -0
+     * comes out +0: so does the row's. */
+    const int blocked = qkv_gemm_blocked(tq, sh->dv, tk);
+    if (sh->row_out && !(blocked && tk > QKV_GEMM_KC)) {
+        qkv_real *orow = o + (size_t)sh->row * sh->dv;
+        qkv_gemm(0, 0, 1, sh->dv, tk, a + (size_t)sh->row * tk, v, orow, 0);
+        for (int c = 0; blocked && c < sh->dv; c++)
+            orow[c] += 0;
+    } else {
         qkv_gemm(0, 0, tq, sh->dv, tk, a, v, o, 0);
+    }
 }
 
 int qkv_any_nonzero(const qkv_real *x, size_t n)
