@@ -316,9 +316,12 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
  * item b's output. The same numbers, bit for bit, as
  * qkv_pick_rows(qkv_embed_attention(...), query): the output, the scores
  * and weights of every row in parts, the tables' gradients and, after
- * qkv_backward, the scores' and weights' grads. Only those rows of A·V
- * are computed; and unless other ops read the scores or weights, backward
- * is O(T·d) per item rather than O(T²·d), with no [B,T,dv] gradient made.
+ * qkv_backward, the scores' and weights' grads. While T and dv are at
+ * most 256 (one depth block of the GEMM), only those rows of A·V are
+ * computed (but for AVX-512's fused form of up to 16 keys) and, unless
+ * other ops read the scores or weights, backward is O(T·d) per item
+ * rather than O(T²·d); past that the full products run and the row is
+ * taken from them. No [B,T,dv] output or gradient is made.
  * Each query[b] must lie in [0,T): QKV_ERR_ARG otherwise, and for a NULL
  * query. */
 qkv_tensor *qkv_embed_attention_rows(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
