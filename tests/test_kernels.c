@@ -50,14 +50,14 @@ static void check_gemm(qkv_rng *g, int ta, int tb, int m, int n, int k)
     ref_gemm(ta, tb, m, n, k, A, B, R, E);
     qkv_gemm(ta, tb, m, n, k, A, B, C, 0);
     for (int i = 0; i < m * n; i++)
-        ck_assert_msg(fabs(C[i] - R[i]) <= E[i] + REAL_EPS * fabs(R[i]),
-                      "%s ta=%d tb=%d %dx%dx%d: C[%d] = %.9g, expected %.9g", qkv_kernels_name(),
-                      ta, tb, m, n, k, i, (double)C[i], R[i]);
+        CHECK_EACH(fabs(C[i] - R[i]) <= E[i] + REAL_EPS * fabs(R[i]),
+                   "%s ta=%d tb=%d %dx%dx%d: C[%d] = %.9g, expected %.9g", qkv_kernels_name(), ta,
+                   tb, m, n, k, i, (double)C[i], R[i]);
     /* accumulate mode adds on top: one more rounding per entry */
     qkv_gemm(ta, tb, m, n, k, A, B, C, 1);
     for (int i = 0; i < m * n; i++)
-        ck_assert_msg(fabs(C[i] - 2 * R[i]) <= 2 * E[i] + 3 * REAL_EPS * fabs(2 * R[i]),
-                      "%s accumulate %dx%dx%d", qkv_kernels_name(), m, n, k);
+        CHECK_EACH(fabs(C[i] - 2 * R[i]) <= 2 * E[i] + 3 * REAL_EPS * fabs(2 * R[i]),
+                   "%s accumulate %dx%dx%d", qkv_kernels_name(), m, n, k);
     free(A);
     free(B);
     free(C);
@@ -141,11 +141,11 @@ START_TEST(test_softmax_paths_agree_with_libm)
             for (int j = 0; j < n; j++) {
                 double want = ref[j] / sum;
                 if (isinf(x[j]))
-                    ck_assert_msg(y[j] == 0, "%s: masked entry %g", impls[im], (double)y[j]);
+                    CHECK_EACH(y[j] == 0, "%s: masked entry %g", impls[im], (double)y[j]);
                 else
-                    ck_assert_msg(
-                        fabs(y[j] - want) <= (8 + fabs(x[j] - mx)) * REAL_EPS * want + 1e-37,
-                        "%s n=%d j=%d: %.9g, expected %.9g", impls[im], n, j, (double)y[j], want);
+                    CHECK_EACH(fabs(y[j] - want) <= (8 + fabs(x[j] - mx)) * REAL_EPS * want + 1e-37,
+                               "%s n=%d j=%d: %.9g, expected %.9g", impls[im], n, j, (double)y[j],
+                               want);
             }
         }
     }
@@ -225,19 +225,19 @@ START_TEST(test_softmax_rows_keep_their_bits_on_every_path)
                 ref_softmax_rows(k, 0, want, x, ROWS, n);
                 k->softmax_rows(y, x, ROWS, n);
                 for (size_t i = 0; i < ROWS * n; i++)
-                    ck_assert_msg(same_bits(y[i], want[i]),
-                                  "%s kernel n=%zu row %zu entry %zu: %a, not %a (x %a)", impls[im],
-                                  n, i / n, i % n, (double)y[i], (double)want[i], (double)x[i]);
+                    CHECK_EACH(same_bits(y[i], want[i]),
+                               "%s kernel n=%zu row %zu entry %zu: %a, not %a (x %a)", impls[im], n,
+                               i / n, i % n, (double)y[i], (double)want[i], (double)x[i]);
             }
             ref_softmax_rows(k, 1, want, x, ROWS, n);
             qkv_softmax_rows(y, x, ROWS, n);
             for (size_t i = 0; i < ROWS * n; i++)
-                ck_assert_msg(same_bits(y[i], want[i]), "%s n=%zu row %zu entry %zu: %a, not %a",
-                              impls[im], n, i / n, i % n, (double)y[i], (double)want[i]);
+                CHECK_EACH(same_bits(y[i], want[i]), "%s n=%zu row %zu entry %zu: %a, not %a",
+                           impls[im], n, i / n, i % n, (double)y[i], (double)want[i]);
             qkv_softmax_rows(x, x, ROWS, n); /* in place */
             for (size_t i = 0; i < ROWS * n; i++)
-                ck_assert_msg(same_bits(x[i], want[i]), "%s in place n=%zu row %zu entry %zu",
-                              impls[im], n, i / n, i % n);
+                CHECK_EACH(same_bits(x[i], want[i]), "%s in place n=%zu row %zu entry %zu",
+                           impls[im], n, i / n, i % n);
         }
     }
     qkv_kernels_use("auto", NULL);
@@ -269,8 +269,8 @@ START_TEST(test_softmax_nan_rows_are_nan_on_every_set)
                 x[at[p]] = NAN;
                 qkv_softmax_rows(y, x, 1, n);
                 for (size_t j = 0; j < n; j++)
-                    ck_assert_msg(isnan(y[j]), "%s n=%zu NaN at %zu: y[%zu] = %g", impls[im], n,
-                                  at[p], j, (double)y[j]);
+                    CHECK_EACH(isnan(y[j]), "%s n=%zu NaN at %zu: y[%zu] = %g", impls[im], n, at[p],
+                               j, (double)y[j]);
             }
             /* -inf alone (at = n), or with one NaN: anywhere in a short row,
              * in the middle of a long one */
@@ -279,8 +279,8 @@ START_TEST(test_softmax_nan_rows_are_nan_on_every_set)
                     x[j] = j == at ? NAN : -INFINITY;
                 qkv_softmax_rows(y, x, 1, n);
                 for (size_t j = 0; j < n; j++)
-                    ck_assert_msg(y[j] == 0, "%s n=%zu masked, NaN at %zu: y[%zu] = %g", impls[im],
-                                  n, at, j, (double)y[j]);
+                    CHECK_EACH(y[j] == 0, "%s n=%zu masked, NaN at %zu: y[%zu] = %g", impls[im], n,
+                               at, j, (double)y[j]);
             }
         }
         qkv_tape *t = qkv_tape_new(0, NULL);
@@ -288,9 +288,9 @@ START_TEST(test_softmax_nan_rows_are_nan_on_every_set)
         logits->data[4] = NAN;
         const int targets[2] = {0, 1};
         qkv_tensor *loss = qkv_cross_entropy(t, logits, targets);
-        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
-        ck_assert_msg(isnan(loss->data[0]), "%s: cross-entropy over a NaN logit: %g", impls[im],
-                      (double)loss->data[0]);
+        CHECK_EACH(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        CHECK_EACH(isnan(loss->data[0]), "%s: cross-entropy over a NaN logit: %g", impls[im],
+                   (double)loss->data[0]);
         qkv_tensor_free(logits);
         qkv_tape_free(t);
     }
@@ -332,8 +332,8 @@ START_TEST(test_gather_scatter_zero_on_every_path)
             got[7 * d] = 42; /* a sentinel just past the end */
             qkv_gather_rows(got, table, ids, 7, d);
             for (size_t i = 0; i < 7 * d; i++)
-                ck_assert_msg(got[i] == table[(size_t)ids[i / d] * d + i % d],
-                              "%s gather d=%zu entry %zu", impls[im], d, i);
+                CHECK_EACH(got[i] == table[(size_t)ids[i / d] * d + i % d],
+                           "%s gather d=%zu entry %zu", impls[im], d, i);
             ck_assert(got[7 * d] == 42);
             memcpy(want, table, sizeof(qkv_real) * 6 * d);
             for (size_t i = 0; i < 7; i++)
@@ -341,10 +341,10 @@ START_TEST(test_gather_scatter_zero_on_every_path)
                     want[(size_t)ids[i] * d + j] += rows[i * d + j];
             qkv_scatter_add_rows(table, rows, ids, 7, d);
             for (size_t i = 0; i < 6 * d; i++)
-                ck_assert_msg(table[i] == want[i], "%s scatter d=%zu entry %zu", impls[im], d, i);
+                CHECK_EACH(table[i] == want[i], "%s scatter d=%zu entry %zu", impls[im], d, i);
             qkv_zero(got, 7 * d); /* and zeroing, up to the sentinel */
             for (size_t i = 0; i < 7 * d; i++)
-                ck_assert_msg(got[i] == 0, "%s zero d=%zu entry %zu", impls[im], d, i);
+                CHECK_EACH(got[i] == 0, "%s zero d=%zu entry %zu", impls[im], d, i);
             ck_assert(got[7 * d] == 42);
         }
     }
@@ -547,8 +547,8 @@ START_TEST(test_vector_maths_are_within_their_ulp_bounds_of_libm)
                     at = x[i];
                 }
             }
-            ck_assert_msg(worst <= c->bound, "%s %s: %.3g ulp at x = %.9g (bound %g)", sets[im],
-                          c->name, worst, at, c->bound);
+            CHECK_EACH(worst <= c->bound, "%s %s: %.3g ulp at x = %.9g (bound %g)", sets[im],
+                       c->name, worst, at, c->bound);
         }
     }
     qkv_kernels_use("auto", NULL);
@@ -594,8 +594,8 @@ START_TEST(test_gelu_backward_is_within_its_error_bound)
                 at = x[i];
             }
         }
-        ck_assert_msg(worst <= 1, "%s gelu backward: %.3g times the bound at x = %.9g", sets[im],
-                      worst, at);
+        CHECK_EACH(worst <= 1, "%s gelu backward: %.3g times the bound at x = %.9g", sets[im],
+                   worst, at);
     }
     qkv_kernels_use("auto", NULL);
     free(x);
@@ -690,15 +690,15 @@ START_TEST(test_vector_maths_give_the_edge_values_exactly)
                 continue;
             qkv_real x = edges[i].x, y;
             maps[edges[i].f].fn(&y, &x, 1);
-            ck_assert_msg(same(y, edges[i].want, edges[i].sign), "%s %s(%g) = %g, expected %g",
-                          sets[im], maps[edges[i].f].name, (double)x, (double)y,
-                          (double)edges[i].want);
+            CHECK_EACH(same(y, edges[i].want, edges[i].sign), "%s %s(%g) = %g, expected %g",
+                       sets[im], maps[edges[i].f].name, (double)x, (double)y,
+                       (double)edges[i].want);
         }
         for (size_t i = 0; i < ng; i++) {
             qkv_real x = gx[i], dx = 0.5f, dy = 3;
             qkv_vgelu_backward(&dx, &x, &dy, 1);
-            ck_assert_msg(same(dx, gwant[i], 0), "%s gelu backward at %g: %g, expected %g",
-                          sets[im], (double)x, (double)dx, (double)gwant[i]);
+            CHECK_EACH(same(dx, gwant[i], 0), "%s gelu backward at %g: %g, expected %g", sets[im],
+                       (double)x, (double)dx, (double)gwant[i]);
         }
     }
     qkv_kernels_use("auto", NULL);
@@ -743,11 +743,11 @@ START_TEST(test_vector_maths_match_at_every_length_and_in_place)
                     } else {
                         maps[f].fn(y, x, n);
                     }
-                    ck_assert_msg(memcmp(y, full, sizeof *y * n) == 0, "%s %s n=%zu in place %d",
-                                  sets[im], name, n, in_place);
+                    CHECK_EACH(memcmp(y, full, sizeof *y * n) == 0, "%s %s n=%zu in place %d",
+                               sets[im], name, n, in_place);
                     for (size_t i = n; i <= N; i++)
-                        ck_assert_msg(y[i] == -42, "%s %s n=%zu wrote entry %zu", sets[im], name, n,
-                                      i);
+                        CHECK_EACH(y[i] == -42, "%s %s n=%zu wrote entry %zu", sets[im], name, n,
+                                   i);
                 }
             }
         }

@@ -27,6 +27,16 @@
                       (double)(tol));                                                            \
     } while (0)
 
+/* ck_assert_msg for a check repeated over many values: Check records
+ * each passing assertion with a write(2), which in a loop over an array
+ * costs more than the test itself. This records only a failure, with the
+ * same message. */
+#define CHECK_EACH(expr, ...)          \
+    do {                               \
+        if (!(expr))                   \
+            ck_abort_msg(__VA_ARGS__); \
+    } while (0)
+
 /* Runs one failing call on tape t, reset first, and checks that it returns
  * the nil tensor with this status and message. */
 #define EXPECT_ERROR_ON(t, call, status, message)       \
