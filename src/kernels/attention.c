@@ -174,6 +174,27 @@ static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q,
             add_scaled(g[j], q + (size_t)r * d_k, dk + (size_t)rows[j] * d_k, d_k);
 }
 
+/* Nonzero when one_row_backward gives the full computation's bits for
+ * this item: one_row_exact, and no gradient in da or ds from elsewhere. */
+static int one_row_ok(const qkv_attn_shape *sh, const qkv_real *ds, const qkv_real *da)
+{
+    const size_t nt = (size_t)sh->tq * sh->tk;
+    return one_row_exact(sh) &&
+           (da == NULL || sh->sa_zero || (!qkv_any_nonzero(da, nt) && !qkv_any_nonzero(ds, nt)));
+}
+
+/* one_row_backward for row r, whose dO row is go, with dA's and dS's rows
+ * taken from da and ds; a zero go adds nothing. */
+static void one_row_at(const qkv_attn_shape *sh, int r, const qkv_real *q, const qkv_real *k,
+                       const qkv_real *v, const qkv_real *a, const qkv_real *go, qkv_real *ds,
+                       qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv, qkv_real *scratch)
+{
+    const size_t off = (size_t)r * sh->tk;
+    if (qkv_any_nonzero(go, (size_t)sh->dv))
+        one_row_backward(sh, r, q, k, v, a, go, da != NULL ? da + off : NULL,
+                         da != NULL ? ds + off : NULL, dq, dk, dv, scratch);
+}
+
 /* one_row_backward for an item whose dO has at most one live row, found
  * here. Returns nonzero, having done nothing, when the item does not
  * qualify. */
@@ -182,24 +203,18 @@ static int backward_one_row(const qkv_attn_shape *sh, const qkv_real *q, const q
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                             qkv_real *scratch)
 {
-    const int tq = sh->tq, tk = sh->tk, d_v = sh->dv;
-    if (!one_row_exact(sh))
+    const int d_v = sh->dv;
+    if (!one_row_ok(sh, ds, da))
         return -1;
     int r = -1;
-    for (int i = 0; i < tq; i++)
+    for (int i = 0; i < sh->tq; i++)
         if (qkv_any_nonzero(dout + (size_t)i * d_v, (size_t)d_v)) {
             if (r >= 0)
                 return -1;
             r = i;
         }
-    const size_t nt = (size_t)tq * tk;
-    if (da != NULL && !sh->sa_zero && (qkv_any_nonzero(da, nt) || qkv_any_nonzero(ds, nt)))
-        return -1;
-    if (r < 0)
-        return 0;
-    one_row_backward(sh, r, q, k, v, a, dout + (size_t)r * d_v,
-                     da != NULL ? da + (size_t)r * tk : NULL,
-                     da != NULL ? ds + (size_t)r * tk : NULL, dq, dk, dv, scratch);
+    if (r >= 0)
+        one_row_at(sh, r, q, k, v, a, dout + (size_t)r * d_v, ds, da, dq, dk, dv, scratch);
     return 0;
 }
 
@@ -210,24 +225,20 @@ size_t qkv_attention_row_scratch(int tq, int tk, int dk, int dv)
 }
 
 /* The backward of the row_out form (kernels.h): past the fused kernels'
- * keys, the one-row products, when they give the full products' bits and
- * nothing else flows into A or S; else dO is made whole in scratch,
- * beyond the scatter form's own, for the full form. */
+ * keys, the one-row products, when they give the full computation's
+ * bits; else dO is made whole in scratch, beyond the scatter form's own,
+ * for the full form. */
 static void backward_row_out(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                              const qkv_real *v, const qkv_real *a, const qkv_real *go, qkv_real *ds,
                              qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                              qkv_real *scratch)
 {
     const int tq = sh->tq, tk = sh->tk, d_v = sh->dv, r = sh->row;
-    const size_t nt = (size_t)tq * tk;
-    if (one_row_exact(sh) && (qkv_kernels()->attn_bwd == NULL || tk > QKV_ATTN_FUSED_KEYS) &&
-        (da == NULL || sh->sa_zero || (!qkv_any_nonzero(da, nt) && !qkv_any_nonzero(ds, nt)))) {
-        if (qkv_any_nonzero(go, (size_t)d_v)) /* as backward_one_row: a zero dO adds nothing */
-            one_row_backward(sh, r, q, k, v, a, go, da != NULL ? da + (size_t)r * tk : NULL,
-                             da != NULL ? ds + (size_t)r * tk : NULL, dq, dk, dv, scratch);
+    if ((qkv_kernels()->attn_bwd == NULL || tk > QKV_ATTN_FUSED_KEYS) && one_row_ok(sh, ds, da)) {
+        one_row_at(sh, r, q, k, v, a, go, ds, da, dq, dk, dv, scratch);
         return;
     }
-    qkv_real *dout = scratch + nt + (size_t)tq * sh->dk + (size_t)tk * (sh->dk + d_v);
+    qkv_real *dout = scratch + (size_t)tq * tk + (size_t)tq * sh->dk + (size_t)tk * (sh->dk + d_v);
     qkv_zero(dout, (size_t)tq * d_v);
     memcpy(dout + (size_t)r * d_v, go, sizeof *go * (size_t)d_v);
     qkv_attn_shape full = *sh;
