@@ -284,6 +284,23 @@ START_TEST(test_relu_keeps_nan)
 }
 END_TEST
 
+START_TEST(test_relu_keeps_the_sign_of_zero)
+{
+    /* torch.relu(torch.tensor([-0.0, 0.0])) is [-0., 0.] in PyTorch 1.13
+     * (torch.copysign(1, y) gives [-1, 1]); the gradient at either is 0 */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){-0.0, 0.0}, 1);
+    qkv_tensor *y = qkv_relu(t, x);
+    ck_assert(!qkv_tensor_is_nil(y));
+    ck_assert(y->data[0] == 0 && signbit(y->data[0]));
+    ck_assert(y->data[1] == 0 && !signbit(y->data[1]));
+    ck_assert_int_eq(qkv_backward_from(t, y, (const qkv_real[]){3, 5}, 2), QKV_OK);
+    ck_assert(x->grad[0] == 0 && x->grad[1] == 0);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -295,6 +312,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_broadcasting_works_both_ways_and_reduces_gradients);
     tcase_add_test(tc, test_pow_has_a_zero_gradient_at_exponent_zero);
     tcase_add_test(tc, test_relu_keeps_nan);
+    tcase_add_test(tc, test_relu_keeps_the_sign_of_zero);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -77,8 +77,8 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
  *   sqrt     √x; √0 = 0 with gradient dy/0 = inf (as PyTorch)    dx = dy/(2y)
  *   tanh     exactly ±1 at ±1e4 and ±inf                         dx = dy·(1 - y²)
  *   sigmoid  1/(1 + e^-x), exactly 0 and 1 at ∓1e4 and ∓inf     dx = dy·y·(1 - y)
- *   relu     max(x, 0); the gradient at 0 is 0; NaN stays NaN    dx = dy·[x > 0]
- *            and passes dy back (as PyTorch)
+ *   relu     max(x, 0); the gradient at ±0 is 0; -0 stays -0    dx = dy·[x > 0]
+ *            and NaN stays NaN, passing dy back (as PyTorch)
  *   gelu     x/2·(1 + tanh(√(2/π)(x + 0.044715x³))), GPT-2's;    dx = dy·gelu'(x)
  *            x and 0 at ±1e4 (gradients 1 and 0); +inf and -0 at
  *            ±inf, gradients 1 and 0 (PyTorch: NaN at -inf, and

@@ -340,8 +340,9 @@ static void sigmoid_backward(const qkv_node *nd)
 static void relu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
 {
     (void)c;
-    for (size_t i = 0; i < n; i++) /* x <= 0, not x > 0: a NaN stays NaN, as in PyTorch */
-        y[i] = x[i] <= 0 ? 0 : x[i];
+    /* x < 0, not x > 0: a NaN stays NaN, and -0 stays -0, as in PyTorch */
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] < 0 ? 0 : x[i];
 }
 
 static void relu_backward(const qkv_node *nd)
