@@ -219,7 +219,7 @@ static void check_embed_form(int B, int T, int V, int dk, int dv, int pick, int 
             o[f] = f == 0
                        ? qkv_embed_attention(t, w[0], w[1], w[2], ids, B, T, mask, 0.3, &parts[f])
                        : qkv_embed_attention_rows(t, w[0], w[1], w[2], ids, B, T, mask, 0.3, rows,
-                                                  &parts[f]);
+                                                  rows_form == 2 ? NULL : &parts[f]);
         } else if (f == 0) {
             const int shape[2] = {B, T};
             o[f] = qkv_attention(t, qkv_gather(t, w[0], ids, 2, shape),
@@ -251,10 +251,13 @@ static void check_embed_form(int B, int T, int V, int dk, int dv, int pick, int 
     } else {
         assert_same(o[1]->data, o[0]->data, o[0]->numel, "O");
     }
-    assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
-    assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
-    assert_same(parts[1].scores->grad, parts[0].scores->grad, parts[0].scores->numel, "dscores");
-    assert_same(parts[1].attn->grad, parts[0].attn->grad, parts[0].attn->numel, "dattn");
+    if (rows_form != 2) { /* 2: the rows form made no parts */
+        assert_same(parts[1].scores->data, parts[0].scores->data, parts[0].scores->numel, "scores");
+        assert_same(parts[1].attn->data, parts[0].attn->data, parts[0].attn->numel, "attn");
+        assert_same(parts[1].scores->grad, parts[0].scores->grad, parts[0].scores->numel,
+                    "dscores");
+        assert_same(parts[1].attn->grad, parts[0].attn->grad, parts[0].attn->numel, "dattn");
+    }
     const char *names[3] = {"dWq", "dWk", "dWv"};
     for (int i = 0; i < 3; i++) {
         assert_same(grads[1][i], grads[0][i], w[i]->numel, names[i]);
@@ -346,6 +349,77 @@ START_TEST(test_embed_attention_rows_equals_picked_rows)
         check_rows_case(3, 40, 7, 16, 16, 1);
     }
     qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* The rows form without parts (row 2 of check_embed_form: NULL parts)
+ * makes S and A of the query rows alone, and must still give the picked
+ * rows of the full form, bit for bit, and the same tables' gradients. */
+static void check_rows_only_case(int B, int T, int V, int dk, int dv)
+{
+    check_embed_form(B, T, V, dk, dv, 1, 0, 2);
+}
+
+START_TEST(test_embed_attention_rows_without_parts_equals_picked_rows)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int threads = 1; threads <= 2; threads++) { /* each part its own S row */
+            ck_assert_int_eq(qkv_threads_use(threads, NULL), 0);
+            check_rows_only_case(4, 12, 7, 16, 16); /* the full form's fused kernels */
+            check_rows_only_case(3, 21, 6, 16, 16);
+            check_rows_only_case(3, 33, 6, 16, 16);
+        }
+        qkv_threads_use(1, NULL);
+        check_rows_only_case(1, 1, 3, 4, 2);     /* one token: S is 1×1 */
+        check_rows_only_case(2, 32, 6, 16, 300); /* dv past a depth block */
+        check_rows_only_case(2, 50, 7, 64, 48);  /* S, A·V in the BLOCKS order */
+        check_rows_only_case(2, 40, 5, 8, 3500); /* dA = dO·Vᵀ as dot products */
+        check_rows_only_case(2, 20, 5, 3000, 8); /* S = Q·Kᵀ as dot products */
+        check_rows_only_case(2, 256, 9, 8, 8);   /* a depth of one whole block */
+        /* past one block (BLOCKS order): the full form, rows picked */
+        check_rows_only_case(2, 260, 9, 48, 48);
+        check_rows_only_case(2, 60, 9, 300, 16);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* Without parts, the rows form makes no [B,T,T] scores or weights (nor
+ * their gradients): it records at least 4·B·T² reals fewer on the tape than
+ * with them, when its chains allow; past one depth block it cannot. */
+START_TEST(test_embed_attention_rows_without_parts_makes_no_scores)
+{
+    enum { B = 4, V = 5 };
+    qkv_rng g;
+    qkv_rng_seed(&g, 3);
+    const int Ts[2] = {40, 260}, dks[2] = {16, 300};
+    for (int c = 0; c < 2; c++) {
+        const int T = Ts[c], dk = dks[c];
+        qkv_tensor *w = random_tensor(&g, 2, (const int[]){V, dk}, 1);
+        int *ids = calloc((size_t)B * T, sizeof *ids), query[B] = {0, 1, 2, 3};
+        size_t used[2];
+        for (int f = 0; f < 2; f++) {
+            qkv_tape *t = qkv_tape_new(0, NULL);
+            qkv_attention_parts parts;
+            qkv_tensor *o =
+                qkv_embed_attention_rows(t, w, w, w, ids, B, T, NULL, 1, query, f ? &parts : NULL);
+            ck_assert_int_eq(qkv_backward(t, qkv_sum(t, o)), QKV_OK);
+            used[f] = qkv_tape_bytes_used(t);
+            qkv_tape_free(t);
+        }
+        const size_t st = 4 * sizeof(qkv_real) * B * (size_t)T * T; /* S, A and their grads */
+        if (c == 0)
+            ck_assert_msg(used[0] + st <= used[1], "T %d: %zu bytes without parts, %zu with", T,
+                          used[0], used[1]);
+        else /* dk past a block: S = Q·Kᵀ's row is not the full product's chain */
+            ck_assert_msg(used[0] + st > used[1], "T %d: %zu bytes without parts, %zu with", T,
+                          used[0], used[1]);
+        free(ids);
+        qkv_tensor_free(w);
+    }
 }
 END_TEST
 
@@ -1135,6 +1209,8 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_embed_attention_equals_gathers_and_attention);
     tcase_add_test(tc, test_embed_attention_rows_equals_picked_rows);
     tcase_add_test(tc, test_embed_attention_rows_keeps_the_sign_of_zero);
+    tcase_add_test(tc, test_embed_attention_rows_without_parts_equals_picked_rows);
+    tcase_add_test(tc, test_embed_attention_rows_without_parts_makes_no_scores);
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);

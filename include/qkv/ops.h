@@ -322,6 +322,11 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
  * other ops read the scores or weights, backward is O(T·d) per item
  * rather than O(T²·d); past that the full products run and the row is
  * taken from them. No [B,T,dv] output or gradient is made.
+ * With parts NULL, nothing can read the other rows of the scores and
+ * weights, so under the same bound (and d_k at most 256) they are not
+ * made at all: each item costs O(T·(d_k + d_v)), forward and backward,
+ * and the [B,T,T] tensors and their gradients are not on the tape. The
+ * output and the tables' gradients are still those of the picked rows.
  * Each query[b] must lie in [0,T): QKV_ERR_ARG otherwise, and for a NULL
  * query. */
 qkv_tensor *qkv_embed_attention_rows(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,

@@ -48,6 +48,32 @@ static void mask_scale_row(const qkv_attn_shape *sh, int i, qkv_real *dsi, qkv_r
         g[j] = (qkv_real)(c * dsi[j]);
 }
 
+/* Row i of the forward's scaling and mask: si = scale·si (rounded as the
+ * scaling op rounds), ai = si + the mask's row i. No mask or one laid out
+ * along the keys takes the kernel set's loop; loops of one shape each
+ * otherwise, so that they vectorise. */
+static void scale_mask_row(const qkv_attn_shape *sh, int i, qkv_real *si, qkv_real *ai)
+{
+    const int tk = sh->tk;
+    const double c = sh->scale;
+    const qkv_kernel_set *im = qkv_kernels();
+    const qkv_real *mr = sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL;
+    if (im->scale_mask != NULL && (mr == NULL || sh->mask_cs == 1)) {
+        im->scale_mask(si, ai, mr, (size_t)tk, c);
+        return;
+    }
+    for (int j = 0; j < tk; j++)
+        si[j] = (qkv_real)(c * si[j]);
+    if (mr == NULL)
+        memcpy(ai, si, sizeof *ai * (size_t)tk);
+    else if (sh->mask_cs == 1)
+        for (int j = 0; j < tk; j++)
+            ai[j] = si[j] + mr[j];
+    else
+        for (int j = 0; j < tk; j++)
+            ai[j] = si[j] + mr[(size_t)j * sh->mask_cs];
+}
+
 void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                            const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o)
 {
@@ -65,24 +91,8 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
         i0 = tq; /* all three steps done */
     for (; i0 < tq; i0 += ROWS) {
         const int i1 = tq - i0 < ROWS ? tq : i0 + ROWS;
-        for (int i = i0; i < i1; i++) { /* loops of one shape each, so they vectorise */
-            qkv_real *si = s + (size_t)i * tk, *ai = a + (size_t)i * tk;
-            const qkv_real *mr = sh->mask != NULL ? sh->mask + (size_t)i * sh->mask_rs : NULL;
-            if (row_fn) {
-                im->scale_mask(si, ai, mr, (size_t)tk, c);
-                continue;
-            }
-            for (int j = 0; j < tk; j++)
-                si[j] = (qkv_real)(c * si[j]);
-            if (mr == NULL)
-                memcpy(ai, si, sizeof *ai * (size_t)tk);
-            else if (sh->mask_cs == 1)
-                for (int j = 0; j < tk; j++)
-                    ai[j] = si[j] + mr[j];
-            else
-                for (int j = 0; j < tk; j++)
-                    ai[j] = si[j] + mr[(size_t)j * sh->mask_cs];
-        }
+        for (int i = i0; i < i1; i++)
+            scale_mask_row(sh, i, s + (size_t)i * tk, a + (size_t)i * tk);
         qkv_real *ab = a + (size_t)i0 * tk;
         qkv_softmax_rows(ab, ab, (size_t)(i1 - i0), (size_t)tk);
     }
@@ -143,17 +153,16 @@ static int one_row_exact(const qkv_attn_shape *sh)
  * dS[r,j]·Q[r], each row added into its table row. Every other row of the
  * full computation is a chain of multiply-adds by 0, so these are its
  * bits (only a -0 may come out +0; dV's and dK's elements are one rounded
- * product in every order), given one_row_exact. go is dO[r]; dar and dsr
- * (NULL when neither dq nor dk is wanted) are row r of dA and dS, holding
- * zeros; scratch holds tk + dk reals. */
+ * product in every order), given one_row_exact. ar is A[r], go dO[r]; dar
+ * and dsr (NULL when neither dq nor dk is wanted) are row r of dA and dS,
+ * holding zeros; scratch holds tk + dk reals. */
 static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q, const qkv_real *k,
-                             const qkv_real *v, const qkv_real *a, const qkv_real *go,
+                             const qkv_real *v, const qkv_real *ar, const qkv_real *go,
                              qkv_real *dar, qkv_real *dsr, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                              qkv_real *scratch)
 {
     const int tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     const int *rows = sh->row_index;
-    const qkv_real *ar = a + (size_t)r * tk;
     if (dv != NULL)
         for (int j = 0; j < tk; j++)
             add_scaled(ar[j], go, dv + (size_t)rows[j] * d_v, d_v);
@@ -191,7 +200,7 @@ static void one_row_at(const qkv_attn_shape *sh, int r, const qkv_real *q, const
 {
     const size_t off = (size_t)r * sh->tk;
     if (qkv_any_nonzero(go, (size_t)sh->dv))
-        one_row_backward(sh, r, q, k, v, a, go, da != NULL ? da + off : NULL,
+        one_row_backward(sh, r, q, k, v, a + off, go, da != NULL ? da + off : NULL,
                          da != NULL ? ds + off : NULL, dq, dk, dv, scratch);
 }
 
@@ -244,6 +253,52 @@ static void backward_row_out(const qkv_attn_shape *sh, const qkv_real *q, const 
     qkv_attn_shape full = *sh;
     full.row_out = 0;
     qkv_attention_backward(&full, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
+}
+
+int qkv_attention_row_only_exact(int tq, int tk, int dk, int dv)
+{
+    const qkv_attn_shape sh = {.tq = tq, .tk = tk, .dk = dk, .dv = dv};
+    return one_row_exact(&sh) && !(qkv_gemm_blocked(tq, tk, dk) && dk > QKV_GEMM_KC) &&
+           !(qkv_gemm_blocked(tq, dv, tk) && tk > QKV_GEMM_KC);
+}
+
+/* c[0..n) += 0 when the full product (m rows) takes the BLOCKS order: it
+ * adds its one block to a zero, where a chain of -0 comes out +0. */
+static void as_blocked(int m, int n, int k, qkv_real *c)
+{
+    for (int j = 0; qkv_gemm_blocked(m, n, k) && j < n; j++)
+        c[j] += 0;
+}
+
+void qkv_attention_row_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                               const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o)
+{
+    const int tq = sh->tq, tk = sh->tk, r = sh->row;
+    qkv_gemm(0, 1, 1, tk, sh->dk, q + (size_t)r * sh->dk, k, s, 0); /* S[r] = Q[r]·Kᵀ */
+    as_blocked(tq, tk, sh->dk, s);
+    scale_mask_row(sh, r, s, a);
+    qkv_softmax_rows(a, a, 1, (size_t)tk);
+    qkv_gemm(0, 0, 1, sh->dv, tk, a, v, o, 0); /* O[r] = A[r]·V */
+    as_blocked(tq, sh->dv, tk, o);
+}
+
+size_t qkv_attention_row_only_scratch(int tk, int dk)
+{
+    return 3 * (size_t)tk + (size_t)dk;
+}
+
+void qkv_attention_row_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                const qkv_real *v, const qkv_real *a, const qkv_real *go,
+                                qkv_real *dq, qkv_real *dk, qkv_real *dv, qkv_real *scratch)
+{
+    const size_t tk = (size_t)sh->tk;
+    if (!qkv_any_nonzero(go, (size_t)sh->dv))
+        return;
+    const int grads = dq != NULL || dk != NULL;
+    if (grads)
+        qkv_zero(scratch, 2 * tk); /* the rows of dA and dS */
+    one_row_backward(sh, sh->row, q, k, v, a, go, grads ? scratch : NULL,
+                     grads ? scratch + tk : NULL, dq, dk, dv, scratch + 2 * tk);
 }
 
 void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,

@@ -49,7 +49,11 @@ typedef struct attn_rec {
     int bq, bk;       /* online form: its blocks */
     qkv_real *lse;    /* online form: each row's ln Σ e^x, for backward */
     const int *query; /* rows form: the one output row of each item */
-    qkv_real *obuf;   /* rows form: one item's O per part (kernels.h) */
+    qkv_real *obuf;   /* rows form: one item's O per part (kernels.h); row
+                       * only: one item's row of S */
+    int row_only;     /* rows form without parts: S and A of the query rows
+                       * alone (kernels.h); no scores or attn tensors */
+    qkv_real *arow;   /* row only: each item's row of A, for backward */
 } attn_rec;
 
 /* Reals of one item's Q, K and V rows (and of their gradients). */
@@ -198,6 +202,11 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
             continue;
         }
         attn_io io = item_io(r, j->q, j->k, b, 0, part);
+        if (r->row_only) { /* S and A of that row alone; O's row into the output */
+            qkv_attention_row_forward(&sh, io.q, io.k, io.v, r->obuf + (size_t)part * r->tk,
+                                      r->arow + b * (size_t)r->tk, j->out->data + b * r->dv);
+            continue;
+        }
         if (r->query != NULL) { /* O's row into the output */
             qkv_real *o = r->obuf + (size_t)part * no;
             qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
@@ -227,6 +236,11 @@ static void item_backward(const attn_job *j, size_t b, int part, const qkv_real 
     const attn_rec *r = j->r;
     const size_t ns = (size_t)r->tq * r->tk;
     qkv_attn_shape sh = item_shape(r, b);
+    if (r->row_only) { /* dout: the item's one row */
+        qkv_attention_row_backward(&sh, q, k, v, r->arow + b * (size_t)r->tk, dout, dq, dk, dv,
+                                   r->scratch + (size_t)part * r->nscratch);
+        return;
+    }
     if (r->online) { /* o: the item's output rows */
         qkv_attention_online_backward(&sh, q, k, v, o, r->lse + b * (size_t)r->tq, dout, dq, dk, dv,
                                       r->scratch + (size_t)part * r->nscratch);
@@ -313,7 +327,12 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     /* the scores' shape, for the plans; the online form makes no S or A */
     qkv_tensor sview = {.ndim = nd};
     memcpy(sview.shape, sshape, sizeof(int) * (size_t)nd);
-    if (!r->online) {
+    /* the rows form with no parts wanted: nothing reads the other rows of
+     * S and A, so they are not made, when that row's chains are the full
+     * products' (kernels.h) */
+    r->row_only = r->query != NULL && parts == NULL &&
+                  qkv_attention_row_only_exact(r->tq, r->tk, r->dk, r->dv);
+    if (!r->online && !r->row_only) {
         r->scores = qkv_tape_tensor(t, nd, sshape, qk_grad);
         r->attn = qkv_tape_tensor(t, nd, sshape, qk_grad);
     }
@@ -354,9 +373,12 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
         }
         if ((r->rows = qkv_op_alloc(t, name, n)) == NULL)
             return qkv_nil();
-        if (r->query != NULL && (!qkv_mul_size(sizeof(qkv_real) * (size_t)r->tq * (size_t)r->dv,
-                                               (size_t)r->parts, &n) ||
+        const size_t nobuf = r->row_only ? (size_t)r->tk : (size_t)r->tq * (size_t)r->dv;
+        if (r->query != NULL && (!qkv_mul_size(sizeof(qkv_real) * nobuf, (size_t)r->parts, &n) ||
                                  (r->obuf = qkv_op_alloc(t, name, n)) == NULL))
+            return qkv_nil();
+        if (r->row_only && (!qkv_mul_size(sizeof(qkv_real) * (size_t)r->tk, items, &n) ||
+                            (r->arow = qkv_op_alloc(t, name, n)) == NULL))
             return qkv_nil();
     } else if (r->width != 0) { /* heads form: one buffer per part */
         size_t n;
@@ -385,8 +407,9 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     /* the kernels' scratch (kernels.h) for each part: dS, and in the
      * embedded form one item's gradients (the rows form: its own) */
     if (!r->online) {
-        r->nscratch = r->query != NULL ? qkv_attention_row_scratch(r->tq, r->tk, r->dk, r->dv)
-                                       : ns + (r->ids != NULL ? per : 0);
+        r->nscratch = r->row_only        ? qkv_attention_row_only_scratch(r->tk, r->dk)
+                      : r->query != NULL ? qkv_attention_row_scratch(r->tq, r->tk, r->dk, r->dv)
+                                         : ns + (r->ids != NULL ? per : 0);
         size_t n;
         if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
             (r->scratch = qkv_op_alloc(t, name, n)) == NULL)
@@ -400,7 +423,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
     node->state = r;
     /* a gradient that reaches only the scores or the weights reaches the
      * node too */
-    if (!r->online && r->scores->grad != NULL &&
+    if (r->scores != NULL && r->scores->grad != NULL &&
         (qkv_tape_record_output(t, r->scores, out) == NULL ||
          qkv_tape_record_output(t, r->attn, out) == NULL))
         return qkv_nil();
