@@ -318,6 +318,14 @@ START_TEST(test_training_step_allocates_nothing_after_the_first)
     }
     ck_assert_uint_eq(qkv_alloc_count(), after_first);
     ck_assert_uint_gt(qkv_tape_high_water(t), 4096);
+    m->rows_only = 1; /* as qkv train steps: nothing either, after its first */
+    for (int step = 0; step < 10; step++) {
+        qkv_coref_out f;
+        ck_assert_int_eq(qkv_coref_train_step(m, o, t, b, &f), QKV_OK);
+        if (step == 0)
+            after_first = qkv_alloc_count();
+    }
+    ck_assert_uint_eq(qkv_alloc_count(), after_first);
     qkv_coref_batch_free(b);
     qkv_tape_free(t);
     qkv_optim_free(o);
@@ -358,6 +366,51 @@ START_TEST(test_thread_count_changes_no_bit)
     ck_assert_int_eq(qkv_threads_use(0, NULL), QKV_ERR_ARG);
     ck_assert_int_eq(qkv_threads_use(65, NULL), QKV_ERR_ARG);
     qkv_threads_use(1, NULL);
+    qkv_coref_data_free(&d);
+}
+END_TEST
+
+/* Steps that make the pronoun's rows only (rows_only, as qkv train runs
+ * them) leave the weights bit for bit where steps with every row leave
+ * them, on every kernel set, with the same loss and accuracy each step;
+ * their out has no scores or weights, and the statistics skip them. */
+START_TEST(test_rows_only_steps_change_no_bit)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 1, NULL), QKV_OK);
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        rig r[2] = {rig_new(16, QKV_ADAM, 0.05), rig_new(16, QKV_ADAM, 0.05)};
+        r[1].m->rows_only = 1;
+        qkv_rng g;
+        qkv_rng_seed(&g, 6);
+        for (int step = 0; step < 12; step++) {
+            qkv_coref_batch_clear(r[0].b);
+            for (int i = 0; i < 32; i++) {
+                const qkv_coref_example *e = &d.train[qkv_rng_choice(&g, (size_t)d.n_train)];
+                qkv_coref_batch_add(r[0].b, e->ids, e->len, e->pronoun, e->target, e->antecedent);
+            }
+            qkv_coref_stats st[2];
+            for (int k = 0; k < 2; k++) {
+                qkv_coref_out f;
+                ck_assert_int_eq(qkv_coref_train_step(r[k].m, r[k].o, r[k].t, r[0].b, &f), QKV_OK);
+                ck_assert(k == 0 ? f.scores != NULL && f.attn != NULL
+                                 : f.scores == NULL && f.attn == NULL);
+                qkv_coref_stats_of(&f, r[0].b, &st[k]);
+            }
+            ck_assert(st[0].loss == st[1].loss && st[0].correct == st[1].correct);
+            ck_assert(st[0].entropy > 0 && st[1].entropy == 0 && st[1].mark_mass == 0);
+        }
+        for (int i = 0; i < QKV_COREF_PARAMS; i++)
+            ck_assert_msg(memcmp(r[0].m->params[i]->data, r[1].m->params[i]->data,
+                                 sizeof(qkv_real) * r[0].m->params[i]->numel) == 0,
+                          "%s: parameter %d differs", impls[im], i);
+        rig_free(&r[0]);
+        rig_free(&r[1]);
+    }
+    qkv_kernels_use("auto", NULL);
     qkv_coref_data_free(&d);
 }
 END_TEST
@@ -407,6 +460,7 @@ Suite *coref_model_suite(void)
     tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
     tcase_add_test(tc, test_training_step_allocates_nothing_after_the_first);
     tcase_add_test(tc, test_thread_count_changes_no_bit);
+    tcase_add_test(tc, test_rows_only_steps_change_no_bit);
     tcase_add_test(tc, test_entropy_of_known_distributions);
     tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
     suite_add_tcase(s, tc);

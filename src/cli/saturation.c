@@ -64,6 +64,9 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     const sat_opts *o = c->o;
     run_result *r = run->r;
     const int step = s->step - 1;
+    /* the next step's forward pass makes every row of the scores and
+     * weights only when that step is logged (step 0's is: as made) */
+    run->m->rows_only = s->step % o->log_every != 0 && s->step != o->steps - 1;
     if (step % o->log_every != 0 && step != o->steps - 1)
         return QKV_OK;
     qkv_coref_stats st;

@@ -125,8 +125,12 @@ static int trainer_run(trainer *tr, const train_opts *o)
 {
     qkv_error err = qkv_error_none();
     int done;
+    /* the log needs each step's loss and accuracy alone (the validation
+     * pass makes its own weights): the steps make the pronoun's rows only */
+    tr->model->rows_only = 1;
     qkv_status s = qkv_coref_fit(tr->model, tr->opt, tr->tape, tr->batch, &tr->data, o->steps,
                                  o->seed + 1, log_step, tr, &done, &err);
+    tr->model->rows_only = 0;
     if (s == QKV_ERR_NUMERIC) {
         cli_progress(o->quiet, done + 1, o->steps, "", 1);
         return cli_fail("train: %s (try a smaller --lr); %s and %s were left untouched",

@@ -585,6 +585,8 @@ static void bench_real(const char *batches_path)
     oc.lr = 0.05;
     r.c.o = qkv_optim_new(&oc, r.c.m->params, QKV_COREF_PARAMS, NULL);
     r.c.t = qkv_tape_new(0, NULL);
+    if (r.c.m != NULL) /* as qkv train's steps: the pronoun's rows only */
+        r.c.m->rows_only = getenv("QKV_BENCH_ALLROWS") == NULL;
     int *order = malloc(sizeof *order * (size_t)d.n_train), pos = 0, tmin = 1 << 30, tmax = 0;
     if (r.c.m == NULL || r.c.o == NULL || r.c.t == NULL || order == NULL) {
         fprintf(stderr, "bench: out of memory\n");
@@ -1265,7 +1267,9 @@ static const char usage[] =
     "       bench steps [R|S|M|L]      the training steps (all, or one)\n"
     "       bench gemm [CSV|-] [SET]   GEMM against OpenBLAS (SET: portable, avx2, avx512)\n"
     "       bench ops | threads | rnn | long | block   one table alone\n"
-    "QKV_KERNELS picks the kernel set; OPENBLAS_CORETYPE OpenBLAS's kernel.\n";
+    "QKV_KERNELS picks the kernel set; OPENBLAS_CORETYPE OpenBLAS's kernel;\n"
+    "QKV_BENCH_ALLROWS=1 makes the R step compute every row's scores and weights\n"
+    "(qkv train's steps compute the pronoun's row only).\n";
 
 int main(int argc, char **argv)
 {

@@ -64,6 +64,13 @@ typedef struct qkv_coref_model {
     qkv_tensor *wq, *wk, *wv;             /* (vocab, d_k) */
     qkv_tensor *wo;                       /* (d_k, classes), ~ N(0, 1/d_k) */
     qkv_tensor *params[QKV_COREF_PARAMS]; /* wq, wk, wv, wo */
+    /* 0 (as made): forward passes make the scores and weights of every
+     * row, for the statistics and the heat maps. Nonzero: only the
+     * pronoun's row, which is all that the loss and its gradients read,
+     * in O(T·d_k) per sentence instead of O(T²·d_k) (qkv_embed_attention_rows
+     * without parts); the out's scores and attn are then NULL. The
+     * logits, the loss and every gradient are the same, bit for bit. */
+    int rows_only;
 } qkv_coref_model;
 
 /* qkv_coref_model_new(const qkv_coref_config *cfg, qkv_error *err) makes a
@@ -83,8 +90,9 @@ qkv_coref_model *qkv_coref_model_alloc(const qkv_coref_config *cfg, qkv_error *e
 
 /* Tape tensors of one forward pass, valid until the tape is reset. */
 typedef struct qkv_coref_out {
-    qkv_tensor *scores; /* (B,T,T) Q·Kᵀ, scaled if the model scales; before the mask */
-    qkv_tensor *attn;   /* (B,T,T) softmax rows; padded keys get 0 */
+    qkv_tensor *scores; /* (B,T,T) Q·Kᵀ, scaled if the model scales; before the
+                         * mask (NULL when the model's rows_only is set) */
+    qkv_tensor *attn;   /* (B,T,T) softmax rows; padded keys get 0 (NULL likewise) */
     qkv_tensor *logits; /* (B,classes) */
     qkv_tensor *loss;   /* scalar mean cross-entropy */
 } qkv_coref_out;
@@ -102,7 +110,9 @@ qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t,
                                 const qkv_coref_batch *b, qkv_coref_out *f);
 
 /* Attention metrics of one forward pass, averaged over the valid query rows
- * (i < len) of every item unless noted. */
+ * (i < len) of every item unless noted. A forward pass without scores and
+ * weights (rows_only) gives the loss, correct and items alone; the rest
+ * are 0. */
 typedef struct qkv_coref_stats {
     double loss; /* the batch loss */
     int correct; /* items whose argmax logit is the target */

@@ -19,7 +19,9 @@ qkv_status qkv_coref_evaluate(qkv_coref_model *m, qkv_tape *t, qkv_coref_batch *
 {
     double loss = 0, mass = 0;
     int correct = 0, count = 0;
-    int old = qkv_tape_set_grad(t, 0);
+    int old = qkv_tape_set_grad(t, 0), rows_only = m != NULL && m->rows_only;
+    if (m != NULL)
+        m->rows_only = 0; /* the mass on the antecedent reads the weights */
     qkv_status s = QKV_OK;
     for (int i = 0; i < n && s == QKV_OK;) {
         qkv_coref_batch_clear(b);
@@ -41,6 +43,8 @@ qkv_status qkv_coref_evaluate(qkv_coref_model *m, qkv_tape *t, qkv_coref_batch *
         count += b->B;
     }
     qkv_tape_set_grad(t, old);
+    if (m != NULL)
+        m->rows_only = rows_only;
     out->n = count;
     out->loss = count ? loss / count : 0;
     out->mass = count ? mass / count : 0;

@@ -59,6 +59,8 @@ void qkv_coref_stats_of(const qkv_coref_out *f, const qkv_coref_batch *b, qkv_co
     for (int i = 0; i < b->B; i++) {
         int n = b->len[i];
         st->correct += qkv_coref_predict(f, i, NULL) == b->target[i];
+        if (f->attn == NULL || f->scores == NULL) /* a rows_only forward pass */
+            continue;
         for (int r = 0; r < n; r++) {
             const qkv_real *a = f->attn->data + ((size_t)i * T + r) * T;
             const qkv_real *s = f->scores->data + ((size_t)i * T + r) * T;

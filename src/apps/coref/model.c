@@ -191,14 +191,14 @@ qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_ba
      * qkv_gather, qkv_matmul_nt, qkv_scale, qkv_mask, qkv_softmax,
      * qkv_matmul and qkv_pick_rows in a row, without the rows of A·V that
      * nothing reads */
-    qkv_attention_parts parts;
+    qkv_attention_parts parts = {NULL, NULL}; /* none: the pronoun's rows alone */
     double scale = m->cfg.scaled ? 1 / sqrt((double)m->cfg.d_k) : 1;
     qkv_tensor *h = qkv_embed_attention_rows(t, m->wq, m->wk, m->wv, ids, b->B, b->T, mask, scale,
-                                             b->query, &parts); /* (B,d_k) */
-    f->scores = parts.scores;                                   /* (B,T,T) */
-    f->attn = parts.attn;                                       /* (B,T,T) */
-    f->logits = qkv_matmul(t, h, m->wo);                        /* (B,C) */
-    f->loss = qkv_cross_entropy(t, f->logits, b->target);       /* () */
+                                             b->query, m->rows_only ? NULL : &parts); /* (B,d_k) */
+    f->scores = parts.scores;                                                         /* (B,T,T) */
+    f->attn = parts.attn;                                                             /* (B,T,T) */
+    f->logits = qkv_matmul(t, h, m->wo);                                              /* (B,C) */
+    f->loss = qkv_cross_entropy(t, f->logits, b->target);                             /* () */
     return qkv_tape_status(t);
 }
 
