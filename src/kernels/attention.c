@@ -270,16 +270,20 @@ static void as_blocked(int m, int n, int k, qkv_real *c)
         c[j] += 0;
 }
 
-void qkv_attention_row_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                               const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o)
+void qkv_attention_row_scores(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                              qkv_real *s, qkv_real *a)
 {
-    const int tq = sh->tq, tk = sh->tk, r = sh->row;
-    qkv_gemm(0, 1, 1, tk, sh->dk, q + (size_t)r * sh->dk, k, s, 0); /* S[r] = Q[r]·Kᵀ */
-    as_blocked(tq, tk, sh->dk, s);
+    const int r = sh->row;
+    qkv_gemm(0, 1, 1, sh->tk, sh->dk, q + (size_t)r * sh->dk, k, s, 0); /* S[r] = Q[r]·Kᵀ */
+    as_blocked(sh->tq, sh->tk, sh->dk, s);
     scale_mask_row(sh, r, s, a);
-    qkv_softmax_rows(a, a, 1, (size_t)tk);
-    qkv_gemm(0, 0, 1, sh->dv, tk, a, v, o, 0); /* O[r] = A[r]·V */
-    as_blocked(tq, sh->dv, tk, o);
+}
+
+void qkv_attention_row_output(const qkv_attn_shape *sh, const qkv_real *a, const qkv_real *v,
+                              qkv_real *o)
+{
+    qkv_gemm(0, 0, 1, sh->dv, sh->tk, a, v, o, 0); /* O[r] = A[r]·V */
+    as_blocked(sh->tq, sh->dv, sh->tk, o);
 }
 
 size_t qkv_attention_row_only_scratch(int tk, int dk)

@@ -181,17 +181,22 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
                             qkv_real *scratch);
 
 /* The row-only form, for a caller that reads neither S nor A: only row
- * sh->row of S, A and O is made (s and a hold tk reals, o dv), in
- * O(tk·(dk + dv)), and backward takes that row of A and dO (go, dv reals)
- * and scatters into dq, dk and dv by sh->row_index, as the row_out form
- * does. Their bits are the full computation's row and gradients (a -0 may
- * come out +0) when qkv_attention_row_only_exact holds for the item's
- * sizes; callers take the full form otherwise. scratch holds
+ * sh->row of S, A and O is made, in O(tk·(dk + dv)): row_scores writes
+ * S's row (s, tk reals) and the softmax's input, S + M (a, tk reals);
+ * qkv_softmax_rows on a then gives A's row, the rows of many items in one
+ * call, so that their chains overlap; row_output writes O's row from it
+ * (o, dv reals). Backward takes that row of A and dO (go, dv reals) and
+ * scatters into dq, dk and dv by sh->row_index, as the row_out form does.
+ * Their bits are the full computation's row and gradients (a -0 may come
+ * out +0) when qkv_attention_row_only_exact holds for the item's sizes;
+ * callers take the full form otherwise. scratch holds
  * qkv_attention_row_only_scratch reals. */
 int qkv_attention_row_only_exact(int tq, int tk, int dk, int dv);
 size_t qkv_attention_row_only_scratch(int tk, int dk);
-void qkv_attention_row_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                               const qkv_real *v, qkv_real *s, qkv_real *a, qkv_real *o);
+void qkv_attention_row_scores(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                              qkv_real *s, qkv_real *a);
+void qkv_attention_row_output(const qkv_attn_shape *sh, const qkv_real *a, const qkv_real *v,
+                              qkv_real *o);
 void qkv_attention_row_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                                 const qkv_real *v, const qkv_real *a, const qkv_real *go,
                                 qkv_real *dq, qkv_real *dk, qkv_real *dv, qkv_real *scratch);

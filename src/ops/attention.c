@@ -179,11 +179,46 @@ typedef struct attn_job {
     int zero[5]; /* backward: clear each item's slice of dQ, dK, dV (plain form), dS, dA first */
 } attn_job;
 
+/* The row-only form's forward over items b0..b1 (kernels.h): each item's
+ * query row of S + M, then the softmax of all those rows in one call,
+ * then each output row. Of Q only the query row is looked up; the rows
+ * are kept for backward as item_io keeps them (r->keep_rows), or V's
+ * looked up again. */
+static void forward_rows_only(const attn_job *j, int part, size_t b0, size_t b1)
+{
+    const attn_rec *r = j->r;
+    const size_t tk = (size_t)r->tk, dk = (size_t)r->dk, dv = (size_t)r->dv;
+    const size_t nq = (size_t)r->tq * dk, nk = tk * dk, per = nq + nk + tk * dv;
+    for (size_t b = b0; b < b1; b++) {
+        const qkv_attn_shape sh = item_shape(r, b);
+        const int *ids = r->ids + b * (size_t)r->tq;
+        qkv_real *rows = r->rows + (r->keep_rows ? b : (size_t)part) * per;
+        qkv_gather_rows(rows + (size_t)sh.row * dk, j->q->data, ids + sh.row, 1, dk);
+        qkv_gather_rows(rows + nq, j->k->data, ids, tk, dk);
+        if (r->keep_rows)
+            qkv_gather_rows(rows + nq + nk, r->v->data, ids, tk, dv);
+        qkv_attention_row_scores(&sh, rows, rows + nq, r->obuf + (size_t)part * tk,
+                                 r->arow + b * tk);
+    }
+    qkv_softmax_rows(r->arow + b0 * tk, r->arow + b0 * tk, b1 - b0, tk);
+    for (size_t b = b0; b < b1; b++) {
+        const qkv_attn_shape sh = item_shape(r, b);
+        qkv_real *rows = r->rows + (r->keep_rows ? b : (size_t)part) * per;
+        if (!r->keep_rows)
+            qkv_gather_rows(rows + nq + nk, r->v->data, r->ids + b * (size_t)r->tq, tk, dv);
+        qkv_attention_row_output(&sh, r->arow + b * tk, rows + nq + nk, j->out->data + b * dv);
+    }
+}
+
 static void forward_items(void *ctx, int part, size_t b0, size_t b1)
 {
     const attn_job *j = ctx;
     const attn_rec *r = j->r;
     const size_t ns = (size_t)r->tq * r->tk, no = (size_t)r->tq * r->dv;
+    if (r->row_only) {
+        forward_rows_only(j, part, b0, b1);
+        return;
+    }
     for (size_t b = b0; b < b1; b++) {
         qkv_attn_shape sh = item_shape(r, b);
         if (r->width != 0) { /* heads form: rows in, output rows out */
@@ -202,11 +237,6 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
             continue;
         }
         attn_io io = item_io(r, j->q, j->k, b, 0, part);
-        if (r->row_only) { /* S and A of that row alone; O's row into the output */
-            qkv_attention_row_forward(&sh, io.q, io.k, io.v, r->obuf + (size_t)part * r->tk,
-                                      r->arow + b * (size_t)r->tk, j->out->data + b * r->dv);
-            continue;
-        }
         if (r->query != NULL) { /* O's row into the output */
             qkv_real *o = r->obuf + (size_t)part * no;
             qkv_attention_forward(&sh, io.q, io.k, io.v, r->scores->data + b * ns,
