@@ -533,29 +533,23 @@ static void remove_torch_file(void)
     unlink(torch_file);
 }
 
-START_TEST(test_ops_match_pytorch)
+int torch_missing(void)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", QKV_PYTHON);
-    if (system(cmd) != 0) {
-        printf("torch: skipped: %s cannot import torch "
-               "(apt-get install python3-torch libopenblas0-pthread)\n",
-               QKV_PYTHON);
-        return;
-    }
-    const char *path = torch_file;
-    probe p = {fopen(path, "w"), qkv_tape_new(0, NULL), {{0}, 0}, 0, {NULL}, {0}};
-    ck_assert_ptr_nonnull(p.f);
-    static const char *sets[] = {"portable", "avx2", "avx512"};
-    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
-        if (qkv_kernels_use(sets[s], NULL) == QKV_OK)
-            write_cases(&p);
-    qkv_kernels_use("auto", NULL);
-    ck_assert_int_eq(fclose(p.f), 0);
-    qkv_tape_free(p.t);
+    if (system(cmd) == 0)
+        return 0;
+    printf("torch: skipped: %s cannot import torch "
+           "(apt-get install python3-torch libopenblas0-pthread)\n",
+           QKV_PYTHON);
+    return 1;
+}
 
-    snprintf(cmd, sizeof cmd, "'%s' '%s/torch_check.py' --tol %g '%s' 2>&1", QKV_PYTHON,
-             QKV_SCRIPTS, TORCH_TOL, path);
+void torch_run_script(const char *script, const char *options, const char *path)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' '%s/%s' %s '%s' 2>&1", QKV_PYTHON, QKV_SCRIPTS, script, options,
+             path);
     FILE *f = popen(cmd, "r");
     ck_assert_ptr_nonnull(f);
     size_t cap = 1 << 16, n = 0;
@@ -571,10 +565,31 @@ START_TEST(test_ops_match_pytorch)
     /* the table on stdout when asked or on failure; the summary and the
      * failures (cut to what a Check message holds) in the message */
     if (rc != 0 || getenv("QKV_TORCH_VERBOSE") != NULL)
-        fputs(out, stdout);
-    const char *summary = strstr(out, "torch_check:");
+        fputs(out, stdout), fflush(stdout);
+    char key[64]; /* the summary line starts "SCRIPT:" (no .py) */
+    snprintf(key, sizeof key, "%.*s:", (int)strcspn(script, "."), script);
+    const char *summary = strstr(out, key);
     ck_assert_msg(rc == 0, "%s failed:\n%.2000s", cmd, summary != NULL ? summary : out);
     free(out);
+}
+
+START_TEST(test_ops_match_pytorch)
+{
+    if (torch_missing())
+        return;
+    const char *path = torch_file;
+    probe p = {fopen(path, "w"), qkv_tape_new(0, NULL), {{0}, 0}, 0, {NULL}, {0}};
+    ck_assert_ptr_nonnull(p.f);
+    static const char *sets[] = {"portable", "avx2", "avx512"};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
+        if (qkv_kernels_use(sets[s], NULL) == QKV_OK)
+            write_cases(&p);
+    qkv_kernels_use("auto", NULL);
+    ck_assert_int_eq(fclose(p.f), 0);
+    qkv_tape_free(p.t);
+    char options[32];
+    snprintf(options, sizeof options, "--tol %g", TORCH_TOL);
+    torch_run_script("torch_check.py", options, path);
 }
 END_TEST
 

@@ -47,6 +47,16 @@
         ck_assert_str_eq(qkv_tape_error(t), (message)); \
     } while (0)
 
+/* 1 (and a line saying the torch suite skipped) when QKV_PYTHON cannot
+ * import torch. */
+int torch_missing(void);
+
+/* Runs QKV_PYTHON on scripts/SCRIPT with these options and the cases'
+ * file at path, and fails with its summary (the line "SCRIPT:", without
+ * .py) and failures unless it exits 0; QKV_TORCH_VERBOSE=1 shows all of
+ * its output. */
+void torch_run_script(const char *script, const char *options, const char *path);
+
 /* Makes a heap tensor holding the given values (with a gradient buffer when
  * grad is nonzero). */
 qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad);
