@@ -8,8 +8,8 @@
  * output and the input gradients in hex floats ('%a', exact) to a file;
  * scripts/torch_check.py recomputes each case with torch and prints its
  * worst errors, which QKV_TORCH_VERBOSE=1 shows here. Not covered:
- * dropout (its mask is random), and the layers (compositions of these
- * ops).
+ * dropout (its mask is random). The layers, compositions of these ops,
+ * are checked against PyTorch's modules in test_torch_layers.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -601,5 +601,6 @@ Suite *torch_suite(void)
     tcase_add_unchecked_fixture(tc, make_torch_file, remove_torch_file);
     tcase_add_test(tc, test_ops_match_pytorch);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, torch_layers_tcase());
     return s;
 }

@@ -75,6 +75,7 @@ Suite *threads_suite(void);
 Suite *rng_suite(void);
 Suite *gradcheck_suite(void);
 Suite *torch_suite(void);
+TCase *torch_layers_tcase(void); /* in the torch suite */
 Suite *optim_suite(void);
 Suite *params_suite(void);
 Suite *layers_suite(void);
