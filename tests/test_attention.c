@@ -387,6 +387,51 @@ START_TEST(test_embed_attention_rows_without_parts_equals_picked_rows)
 }
 END_TEST
 
+/* An infinite upstream gradient reaches every key's row of dWv, masked
+ * ones too (0·inf is NaN), in the rows form with or without parts as in
+ * the picked rows of the full form: skipping a key of weight 0 is only
+ * for finite gradients. */
+START_TEST(test_embed_attention_rows_spread_an_infinite_gradient)
+{
+    enum { B = 2, T = 6, V = 4, D = 3 };
+    qkv_rng g;
+    qkv_rng_seed(&g, 9);
+    /* Wq and Wk take no gradient, so only dWv sees dO; id 3 stands only
+     * at the masked keys, 4 and 5, of both items */
+    qkv_tensor *wqk = random_tensor(&g, 2, (const int[]){V, D}, 0);
+    qkv_tensor *wv = random_tensor(&g, 2, (const int[]){V, D}, 1);
+    const int ids[B * T] = {0, 1, 2, 0, 3, 3, 0, 1, 2, 1, 3, 3}, query[B] = {1, 2};
+    qkv_tensor *mask = qkv_tensor_new(3, (const int[]){B, 1, T}, 0, NULL);
+    for (int e = 0; e < B * T; e++)
+        mask->data[e] = e % T >= T - 2 ? -INFINITY : 0;
+    const qkv_real dy[B * D] = {1, INFINITY, 2, 3, 4, 5};
+    qkv_real *grads[3];
+    for (int f = 0; f < 3; f++) { /* the full form picked, rows with parts, without */
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_attention_parts parts;
+        qkv_tensor_zero_grad(wv);
+        qkv_tensor *o =
+            f == 0 ? qkv_pick_rows(
+                         t, qkv_embed_attention(t, wqk, wqk, wv, ids, B, T, mask, 0.5, NULL), query)
+                   : qkv_embed_attention_rows(t, wqk, wqk, wv, ids, B, T, mask, 0.5, query,
+                                              f == 1 ? &parts : NULL);
+        ck_assert_int_eq(qkv_backward_from(t, o, dy, B * D), QKV_OK);
+        grads[f] = malloc(sizeof(qkv_real) * wv->numel);
+        memcpy(grads[f], wv->grad, sizeof(qkv_real) * wv->numel);
+        qkv_tape_free(t);
+    }
+    ck_assert(isnan(grads[0][3 * D + 1])); /* 0·inf, from the masked keys */
+    ck_assert(isfinite(grads[0][0]));
+    assert_same(grads[1], grads[0], wv->numel, "dWv (parts)");
+    assert_same(grads[2], grads[0], wv->numel, "dWv (no parts)");
+    for (int f = 0; f < 3; f++)
+        free(grads[f]);
+    qkv_tensor_free(mask);
+    qkv_tensor_free(wqk);
+    qkv_tensor_free(wv);
+}
+END_TEST
+
 /* Without parts, the rows form makes no [B,T,T] scores or weights (nor
  * their gradients): it records at least 4·B·T² reals fewer on the tape than
  * with them, when its chains allow; past one depth block it cannot. */
@@ -1211,6 +1256,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_embed_attention_rows_keeps_the_sign_of_zero);
     tcase_add_test(tc, test_embed_attention_rows_without_parts_equals_picked_rows);
     tcase_add_test(tc, test_embed_attention_rows_without_parts_makes_no_scores);
+    tcase_add_test(tc, test_embed_attention_rows_spread_an_infinite_gradient);
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);

@@ -127,6 +127,15 @@ int qkv_any_nonzero(const qkv_real *x, size_t n)
     return 0;
 }
 
+/* Nonzero when x[0..n) holds no infinity or NaN. */
+static int all_finite(const qkv_real *x, int n)
+{
+    qkv_real z = 0;
+    for (int i = 0; i < n; i++) /* x·0 is 0 for finite x, NaN otherwise */
+        z += x[i] * 0;
+    return z == 0;
+}
+
 /* y[0..d) += x·row[0..d), each product rounded before its sum. */
 static void add_scaled(qkv_real x, const qkv_real *row, qkv_real *y, int d)
 {
@@ -152,7 +161,7 @@ static int one_row_exact(const qkv_attn_shape *sh)
  * dO[r]·Vᵀ, its softmax backward, dS[r], dQ[r] = dS[r]·K and dK[j] +=
  * dS[r,j]·Q[r], each row added into its table row. Every other row of the
  * full computation is a chain of multiply-adds by 0, so these are its
- * bits (only a -0 may come out +0; dV's and dK's elements are one rounded
+ * bits (but for the sign of a zero; dV's and dK's elements are one rounded
  * product in every order), given one_row_exact. ar is A[r], go dO[r]; dar
  * and dsr (NULL when neither dq nor dk is wanted) are row r of dA and dS,
  * holding zeros; scratch holds tk + dk reals. */
@@ -163,9 +172,13 @@ static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q,
 {
     const int tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     const int *rows = sh->row_index;
+    /* a weight of 0 (a masked key: padding) adds products of ±0, which
+     * change nothing but a -0 (into +0) while the other factor is finite */
+    const int skip_v = all_finite(go, d_v);
     if (dv != NULL)
         for (int j = 0; j < tk; j++)
-            add_scaled(ar[j], go, dv + (size_t)rows[j] * d_v, d_v);
+            if (!(skip_v && ar[j] == 0))
+                add_scaled(ar[j], go, dv + (size_t)rows[j] * d_v, d_v);
     if (dar == NULL)
         return;
     qkv_real *g = scratch, *gq = scratch + tk;
@@ -178,9 +191,11 @@ static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q,
         qkv_gemm(0, 0, 1, d_k, tk, g, k, gq, 1);
         qkv_scatter_add_rows(dq, gq, rows + r, 1, (size_t)d_k);
     }
+    const int skip_k = dk != NULL && all_finite(q + (size_t)r * d_k, d_k);
     if (dk != NULL)
         for (int j = 0; j < tk; j++)
-            add_scaled(g[j], q + (size_t)r * d_k, dk + (size_t)rows[j] * d_k, d_k);
+            if (!(skip_k && g[j] == 0))
+                add_scaled(g[j], q + (size_t)r * d_k, dk + (size_t)rows[j] * d_k, d_k);
 }
 
 /* Nonzero when one_row_backward gives the full computation's bits for
