@@ -73,7 +73,7 @@ awk -F, '
             printf "%-4s %14.1f %14.1f %9.1fx %14.2f %14.2f\n", c, qkv[c "_step"], torch[c "_step"],
                    torch[c "_step"] / qkv[c "_step"], qkv[c "_bwd_over_fwd"],
                    torch[c "_bwd_over_fwd"]
-            if (c == "R" && ("R1_step" in torch)) /* the same loss, the pronoun row alone */
+            if (c == "R" && ("R1_step" in torch)) # the same loss, the pronoun row alone
                 printf "%-4s %14.1f %14.1f %9.1fx %14.2f %14.2f  (PyTorch: the pronoun row only)\n",
                        "R1", qkv["R_step"], torch["R1_step"], torch["R1_step"] / qkv["R_step"],
                        qkv["R_bwd_over_fwd"], torch["R1_bwd_over_fwd"]
