@@ -430,6 +430,28 @@ START_TEST(test_ablate_is_the_same_on_any_number_of_jobs)
 }
 END_TEST
 
+/* A run that fails in a worker process: the same one-line error, for
+ * the first failing run in task order, on any number of jobs. Each
+ * worker used to print its own failure, so --jobs 4 gave four lines in
+ * an order that changed from run to run. */
+START_TEST(test_ablate_fails_the_same_on_any_number_of_jobs)
+{
+#ifndef QKV_DOUBLE /* double has the range to keep these runs finite */
+    const char *args = "ablate --quiet --lr 1e300 --steps 10 --seeds 2 --out %s";
+    char cmd[256], *o[3];
+    for (int j = 0; j < 3; j++) {
+        snprintf(cmd, sizeof cmd, args, j == 0 ? "a" : j == 1 ? "b --jobs 2" : "c --jobs 4");
+        ck_assert_int_eq(run(cmd, &o[j]), 1);
+    }
+    ck_assert_str_eq(o[0], "qkv: ablate: full, seed 1: diverged at step 2 (try a smaller --lr)\n");
+    ck_assert_str_eq(o[1], o[0]);
+    ck_assert_str_eq(o[2], o[0]);
+    for (int j = 0; j < 3; j++)
+        free(o[j]);
+#endif
+}
+END_TEST
+
 START_TEST(test_softmax_in_base_b_is_b_to_the_z_over_its_sum)
 {
     /* by hand: 2^(1,2,3)/14 = (1,2,4)/7 and 10^(1,2,3)/1110 = (1,10,100)/111 */
@@ -2843,6 +2865,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_distance_steps_to_90_counts_the_seeds_that_got_there);
     tcase_add_test(tc, test_ablate_is_the_same_on_any_number_of_jobs);
+    tcase_add_test(tc, test_ablate_fails_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);

@@ -5,17 +5,23 @@
  * the caller's collect function in task order. With more than one job the
  * tasks run in forked worker processes, which take the next task from a
  * queue (a pipe holding every task number, the costliest first: longest
- * processing time first, the classic greedy schedule) and append (task, length,
- * bytes) records to a temporary file of their own; the parent counts the
- * finished tasks for the progress bar, waits for the workers, and then
- * collects every task in order. The serial path goes through the same
- * bytes, so the output is the same whatever the number of jobs, as long
- * as a task depends only on its number (each run seeds its own RNGs).
+ * processing time first, the classic greedy schedule) and append (task,
+ * status, output, messages) records to a temporary file of their own; a
+ * worker's stderr goes to a file too, and each record carries what its
+ * task printed there. The parent counts the finished tasks for the
+ * progress bar, waits for the workers, and then, in task order, prints
+ * each task's messages and collects it, up to the first task that failed,
+ * whose messages it prints last: what the serial path prints. A worker
+ * whose task failed skips the later tasks it takes, which that failure
+ * makes moot. So the output, errors included, is the same whatever the
+ * number of jobs, as long as a task depends only on its number (each run
+ * seeds its own RNGs).
  *
  * Processes rather than threads: a task may use the library's thread pool
  * and the per-thread kernel scratch, and forked workers share none of it.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,46 +65,117 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-/* A worker: tasks from the queue until it is empty, each record into out,
- * one byte per finished task into done. Never returns. */
-static void worker(int queue, int done, FILE *out, cli_task_fn run, void *ctx)
+/* What a task left: its status, its output and its messages (stderr). */
+typedef struct task_result {
+    int ran, status;
+    char *out, *err;
+    size_t out_len, err_len;
+} task_result;
+
+static int put_bytes(FILE *f, const char *p, size_t len)
 {
-    int task;
+    return fwrite(&len, sizeof len, 1, f) == 1 && (len == 0 || fwrite(p, 1, len, f) == len) ? 0
+                                                                                            : -1;
+}
+
+/* All the bytes fd holds, into *p (free it, even on failure), or -1. */
+static int file_bytes(int fd, char **p, size_t *len)
+{
+    *p = NULL;
+    *len = 0;
+    const off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0 || (*p = malloc((size_t)end + 1)) == NULL)
+        return -1;
+    for (size_t got = 0; got < (size_t)end;) {
+        ssize_t r = pread(fd, *p + got, (size_t)end - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    *len = (size_t)end;
+    return 0;
+}
+
+/* Empties the file at fd, from which stderr then writes afresh. */
+static int rewind_messages(int fd)
+{
+    fflush(stderr);
+    return ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
+}
+
+/* A worker: tasks from the queue until it is empty, each record into out,
+ * one byte per task taken into done. Its stderr goes to msgs, emptied
+ * before each task, so that each record takes what its task printed, and
+ * what a worker that dies printed last is there for the parent to show.
+ * Never returns. */
+static void worker(int queue, int done, FILE *out, FILE *msgs, cli_task_fn run, void *ctx)
+{
+    int task, failed = INT_MAX; /* the first task that failed here */
+    const int real_err = dup(STDERR_FILENO);
+    fflush(stderr);
+    if (real_err < 0 || dup2(fileno(msgs), STDERR_FILENO) < 0) {
+        fprintf(stderr, "qkv: a worker could not capture its messages: %s\n", strerror(errno));
+        _exit(CLI_FAIL);
+    }
     for (;;) {
         ssize_t got = read(queue, &task, sizeof task);
         if (got < 0 && errno == EINTR)
             continue;
         if (got != (ssize_t)sizeof task)
             break;
-        char *buf;
-        size_t len;
-        if (run_to_memory(run, ctx, task, &buf, &len) != CLI_OK)
-            _exit(CLI_FAIL);
-        int bad = fwrite(&task, sizeof task, 1, out) != 1 ||
-                  fwrite(&len, sizeof len, 1, out) != 1 ||
-                  (len > 0 && fwrite(buf, 1, len, out) != len);
-        free(buf);
+        int bad = 0;
+        if (task < failed) { /* past a failure, its output would never be shown */
+            char *buf = NULL, *msg = NULL;
+            size_t len = 0, msg_len = 0;
+            bad = rewind_messages(STDERR_FILENO) != 0;
+            const int status[2] = {task,
+                                   bad ? CLI_FAIL : run_to_memory(run, ctx, task, &buf, &len)};
+            if (status[1] != CLI_OK) {
+                failed = task;
+                len = 0; /* buf is gone */
+            }
+            fflush(stderr);
+            bad = bad || file_bytes(STDERR_FILENO, &msg, &msg_len) != 0 ||
+                  fwrite(status, sizeof status, 1, out) != 1 || put_bytes(out, buf, len) != 0 ||
+                  put_bytes(out, msg, msg_len) != 0;
+            free(buf);
+            free(msg);
+        }
         if (bad || write_all(done, "x", 1) != 0) {
-            fprintf(stderr, "qkv: a worker could not write its results\n");
+            dprintf(real_err, "qkv: a worker could not write its results\n");
             _exit(CLI_FAIL);
         }
     }
-    _exit(fflush(out) == 0 && !ferror(out) ? CLI_OK : CLI_FAIL);
+    /* every message went out with its record */
+    _exit(fflush(out) == 0 && !ferror(out) && rewind_messages(STDERR_FILENO) == 0 ? CLI_OK
+                                                                                  : CLI_FAIL);
 }
 
-/* Reads one worker's records into bufs/lens (by task). */
-static int read_records(FILE *f, int n, char **bufs, size_t *lens)
+static int get_bytes(FILE *f, char **p, size_t *len)
+{
+    *p = NULL;
+    if (fread(len, sizeof *len, 1, f) != 1 || (*p = malloc(*len + 1)) == NULL ||
+        (*len > 0 && fread(*p, 1, *len, f) != *len))
+        return -1;
+    (*p)[*len] = '\0';
+    return 0;
+}
+
+/* Reads one worker's records into res (by task). */
+static int read_records(FILE *f, int n, task_result *res)
 {
     rewind(f);
-    int task;
-    size_t len;
-    while (fread(&task, sizeof task, 1, f) == 1) {
-        if (fread(&len, sizeof len, 1, f) != 1 || task < 0 || task >= n || bufs[task] != NULL)
+    int head[2];
+    while (fread(head, sizeof head, 1, f) == 1) {
+        if (head[0] < 0 || head[0] >= n || res[head[0]].ran)
             return -1;
-        bufs[task] = malloc(len + 1);
-        if (bufs[task] == NULL || (len > 0 && fread(bufs[task], 1, len, f) != len))
+        task_result *x = &res[head[0]];
+        x->ran = 1;
+        x->status = head[1];
+        if (get_bytes(f, &x->out, &x->out_len) != 0 || get_bytes(f, &x->err, &x->err_len) != 0)
             return -1;
-        lens[task] = len;
     }
     return ferror(f) ? -1 : 0;
 }
@@ -135,12 +212,11 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
                         void *ctx, int quiet, const char *what)
 {
     int queue[2] = {-1, -1}, done[2] = {-1, -1};
-    FILE **outs = calloc((size_t)jobs, sizeof *outs);
+    FILE **outs = calloc((size_t)jobs, sizeof *outs), **msgs = calloc((size_t)jobs, sizeof *msgs);
     pid_t *pids = calloc((size_t)jobs, sizeof *pids);
-    char **bufs = calloc((size_t)n, sizeof *bufs);
-    size_t *lens = calloc((size_t)n, sizeof *lens);
+    task_result *res = calloc((size_t)n, sizeof *res);
     int r = CLI_OK, started = 0;
-    if (outs == NULL || pids == NULL || bufs == NULL || lens == NULL)
+    if (outs == NULL || msgs == NULL || pids == NULL || res == NULL)
         r = cli_fail("out of memory");
     if (r == CLI_OK && (pipe(queue) != 0 || pipe(done) != 0))
         r = cli_fail("cannot make a pipe for the workers: %s", strerror(errno));
@@ -152,7 +228,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     }
     fflush(NULL); /* nothing buffered is written twice */
     for (int w = 0; r == CLI_OK && w < jobs; w++) {
-        if ((outs[w] = tmpfile()) == NULL) {
+        if ((outs[w] = tmpfile()) == NULL || (msgs[w] = tmpfile()) == NULL) {
             r = cli_fail("cannot make a temporary file: %s", strerror(errno));
             break;
         }
@@ -163,7 +239,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         }
         if (pids[w] == 0) {
             close(done[0]);
-            worker(queue[0], done[1], outs[w], run, ctx);
+            worker(queue[0], done[1], outs[w], msgs[w], run, ctx);
         }
         started++;
     }
@@ -190,36 +266,58 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
             pid_t got_pid;
             while ((got_pid = waitpid(pids[w], &status, 0)) < 0 && errno == EINTR)
                 ;
+            if (got_pid == pids[w] && !(WIFEXITED(status) && WEXITSTATUS(status) == CLI_OK)) {
+                /* what it printed in the task it died in: perhaps why */
+                char *last;
+                size_t len;
+                if (file_bytes(fileno(msgs[w]), &last, &len) == 0)
+                    fwrite(last, 1, len, stderr);
+                free(last);
+            }
             if (got_pid == pids[w] && WIFSIGNALED(status)) /* it could not say why */
                 r = cli_fail("a worker process was ended by signal %d (%s)", WTERMSIG(status),
                              strsignal(WTERMSIG(status)));
             else if (got_pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != CLI_OK)
-                r = CLI_FAIL; /* the worker said why on stderr */
+                r = CLI_FAIL; /* the worker said why on stderr (its own) */
         }
     }
     for (int w = 0; r == CLI_OK && w < started; w++)
-        if (read_records(outs[w], n, bufs, lens) != 0)
+        if (read_records(outs[w], n, res) != 0)
             r = cli_fail("cannot read a worker's results back");
-    for (int t = 0; r == CLI_OK && t < n; t++)
-        if (bufs[t] == NULL)
+    /* as the serial path: each task's messages, then its output collected,
+     * up to the first failure */
+    for (int t = 0; r == CLI_OK && t < n; t++) {
+        if (!res[t].ran) {
             r = cli_fail("task %d of %d was never run", t, n);
-    for (int t = 0; r == CLI_OK && t < n; t++)
-        r = collect(ctx, t, bufs[t], lens[t]);
+            break;
+        }
+        if (res[t].err_len > 0 && fwrite(res[t].err, 1, res[t].err_len, stderr) != res[t].err_len)
+            r = CLI_FAIL; /* stderr itself failed: nothing to say it on */
+        else if (res[t].status != CLI_OK)
+            r = res[t].status;
+        else
+            r = collect(ctx, t, res[t].out, res[t].out_len);
+    }
     for (int i = 0; i < 2; i++) { /* what an early failure left open */
         if (queue[i] >= 0)
             close(queue[i]);
         if (done[i] >= 0)
             close(done[i]);
     }
-    for (int w = 0; outs != NULL && w < jobs; w++)
-        if (outs[w] != NULL)
+    for (int w = 0; w < jobs; w++) {
+        if (outs != NULL && outs[w] != NULL)
             fclose(outs[w]);
-    for (int t = 0; bufs != NULL && t < n; t++)
-        free(bufs[t]);
+        if (msgs != NULL && msgs[w] != NULL)
+            fclose(msgs[w]);
+    }
+    for (int t = 0; res != NULL && t < n; t++) {
+        free(res[t].out);
+        free(res[t].err);
+    }
     free(outs);
+    free(msgs);
     free(pids);
-    free(bufs);
-    free(lens);
+    free(res);
     return r;
 }
 
