@@ -670,11 +670,17 @@ START_TEST(test_parallel_rnn_paths_grow_with_t_and_attentions_do_not)
     /* linear in T: equal steps from 16 to 32 to 48, and proportional */
     ck_assert_int_eq(csv_column(csv, "model", "rnn", "critical_path", p, 3), 3);
     ck_assert(p[1] - p[0] == p[2] - p[1] && p[1] - p[0] >= 16 && p[0] >= 16);
+    /* as the READMEs count it: 3 nodes a token and 4 outside the recurrence */
+    ck_assert_msg(p[0] == 3 * 16 + 4 && p[2] == 3 * 48 + 4, "%g %g", p[0], p[2]);
     ck_assert_int_eq(csv_column(csv, "model", "lstm", "critical_path", p, 3), 3);
     ck_assert(p[1] - p[0] == p[2] - p[1] && p[1] - p[0] >= 16);
     /* attention: the same short path at every length */
     ck_assert_int_eq(csv_column(csv, "model", "attention", "critical_path", p, 3), 3);
     ck_assert(p[0] == p[1] && p[1] == p[2] && p[0] <= 8);
+    /* and as the READMEs give it: the fused attention node (the lookups,
+     * the scores, the softmax and the pronoun's row of A·V), the output
+     * layer's product and the loss, one after another */
+    ck_assert_msg(p[0] == 3, "attention's critical path is %g", p[0]);
     free(csv);
 }
 END_TEST
