@@ -187,6 +187,8 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
                         "the metadata 'seed' is not a valid value");
     expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\"nan\"",
                         "the metadata 'init_std' is not valid");
+    /* missing, as the other fields say, not "not valid" */
+    expect_edit_refused(good, n, "\"init_std\":\"0.5\",", "", "the metadata 'init_std' is missing");
     expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",
                         "\"vocab_fingerprint\":\"1234abc\"", "'vocab_fingerprint' is damaged");
     /* the two fields are read exactly as written: the same values in

@@ -112,11 +112,14 @@ static int read_config(const qkv_st *f, const char *path, uint32_t fingerprint,
         meta_uint(f, path, "seed", 0, UINT64_MAX, &seed, err) != 0)
         return -1;
     const char *std = qkv_st_meta(f, "init_std");
+    if (std == NULL) {
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'init_std' is missing", path);
+        return -1;
+    }
     char *end = NULL;
     /* a decimal number as %.17g writes one: strtod alone would also take
      * " 0.5", "0x1p-1" or "infinity" */
-    const int decimal =
-        std != NULL && *std >= '0' && *std <= '9' && strspn(std, "0123456789.e+-") == strlen(std);
+    const int decimal = *std >= '0' && *std <= '9' && strspn(std, "0123456789.e+-") == strlen(std);
     double init_std = decimal ? strtod(std, &end) : NAN;
     if (!decimal || *end != '\0' || !isfinite(init_std) || init_std < 0) {
         qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'init_std' is not valid", path);
