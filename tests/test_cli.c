@@ -707,6 +707,29 @@ START_TEST(test_resolve_lists_the_words_it_knows)
 }
 END_TEST
 
+/* A long path pushed the reason off the end of the library's 256-byte
+ * message: "qkv: cannot open /tmp/.../aaaa" and nothing after it. The
+ * start and the end of a long message are kept now, the middle elided. */
+START_TEST(test_a_long_path_keeps_the_reason_in_the_message)
+{
+    char name[301], args[700];
+    memset(name, 'a', sizeof name - 1);
+    name[240] = '\0'; /* with ".safetensors", a name a directory entry can hold */
+    snprintf(args, sizeof args, "eval --model %s.safetensors", name);
+    expect(args, 1, "No such file or directory");
+    expect(args, 1, "qkv: cannot open ");
+    /* a name longer than a directory entry may be */
+    name[240] = 'a';
+    name[sizeof name - 1] = '\0';
+    snprintf(args, sizeof args, "train --quiet --steps 1 --save %s.safetensors --log a.csv", name);
+    expect(args, 1, "File name too long");
+    char *out;
+    ck_assert_int_eq(run(args, &out), 1);
+    ck_assert_msg(strchr(out, '\n') == out + strlen(out) - 1, "not one line:\n%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_resolve_without_a_model_says_to_train)
 {
     expect("resolve \"他很爱唱歌\"", 1, "run 'qkv train' first");
@@ -2866,6 +2889,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);
     tcase_add_test(tc, test_a_new_csv_never_writes_through_a_planted_link);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
+    tcase_add_test(tc, test_a_long_path_keeps_the_reason_in_the_message);
     tcase_add_test(tc, test_resolve_lists_the_words_it_knows);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);

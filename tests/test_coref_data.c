@@ -95,6 +95,41 @@ START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
 }
 END_TEST
 
+/* A message longer than qkv_error's buffer keeps its start (what failed)
+ * and its end (usually why: "No such file or directory"), with "..."
+ * between them, and cuts no character of UTF-8 in two. */
+START_TEST(test_a_long_error_message_keeps_its_start_and_end)
+{
+    char path[400];
+    memset(path, 'a', sizeof path - 1);
+    memcpy(path + 100, "小明小明", 12); /* 3-byte characters where a cut may fall */
+    memcpy(path + 250, "小明小明", 12);
+    path[sizeof path - 1] = '\0';
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_error_set(&err, QKV_ERR_IO, "cannot open %s: %s", path, "No such file"),
+                     QKV_ERR_IO);
+    const size_t n = strlen(err.message);
+    ck_assert_uint_lt(n, sizeof err.message);
+    ck_assert_uint_ge(n, sizeof err.message - 8); /* the room is used */
+    ck_assert_msg(strncmp(err.message, "cannot open aaaa", 16) == 0, "%s", err.message);
+    ck_assert_msg(strstr(err.message, "...") != NULL, "%s", err.message);
+    ck_assert_msg(n > 20 && strcmp(err.message + n - 20, "aaaaaa: No such file") == 0, "%s",
+                  err.message);
+    /* whole characters only: every byte sequence is valid UTF-8 */
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)err.message[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : 4;
+        ck_assert_msg(c < 0x80 || (c & 0xc0) == 0xc0, "a cut character at %zu: %s", i, err.message);
+        for (size_t k = 1; k < len; k++)
+            ck_assert_msg(i + k < n && (err.message[i + k] & 0xc0) == 0x80, "%s", err.message);
+        i += len;
+    }
+    /* a message that fits is left whole */
+    qkv_error_set(&err, QKV_ERR_IO, "cannot open %s: %s", "x", "No such file");
+    ck_assert_str_eq(err.message, "cannot open x: No such file");
+}
+END_TEST
+
 /* qkv_escape writes at most cap bytes, its NUL included: text that does
  * not fit stops short, whole characters and escapes only */
 START_TEST(test_escape_stays_within_its_buffer)
@@ -338,6 +373,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_tokenizer_splits_the_tutorial_sentence);
     tcase_add_test(tc, test_tokenizer_rejects_invalid_utf8_with_its_offset);
     tcase_add_test(tc, test_escape_stays_within_its_buffer);
+    tcase_add_test(tc, test_a_long_error_message_keeps_its_start_and_end);
     tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);
     tcase_add_test(tc, test_generator_is_deterministic_for_a_seed);
     tcase_add_test(tc, test_splits_are_disjoint_and_test_templates_unseen);

@@ -24,9 +24,9 @@
  * terminal. */
 static void vmessage(const char *fmt, va_list ap)
 {
-    char raw[1024], safe[1024];
+    char raw[9216], work[4 * sizeof raw], safe[1024];
     vsnprintf(raw, sizeof raw, fmt, ap);
-    qkv_escape(safe, sizeof safe, raw);
+    qkv_escape_elided(safe, sizeof safe, raw, work, sizeof work);
     cli_progress_clear(); /* the message on a line of its own */
     fprintf(stderr, "qkv: %s\n", safe);
 }

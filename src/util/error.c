@@ -32,12 +32,15 @@ qkv_error qkv_error_none(void)
 
 qkv_status qkv_verror(qkv_error *e, qkv_status s, const char *fmt, va_list ap)
 {
-    char raw[sizeof e->message];
+    /* room for a message with a path of the longest the CLI takes: what
+     * does not fit in e->message loses its middle, not its end */
+    char raw[4608], work[4 * sizeof raw];
     if (e == NULL || s == QKV_OK)
         return s;
     e->status = s;
     vsnprintf(raw, sizeof raw, fmt, ap);
-    qkv_escape(e->message, sizeof e->message, raw); /* one line, no escape sequences */
+    /* one line, no escape sequences */
+    qkv_escape_elided(e->message, sizeof e->message, raw, work, sizeof work);
     return s;
 }
 

@@ -117,3 +117,29 @@ size_t qkv_escape(char *dst, size_t cap, const char *src)
     dst[used] = '\0';
     return used;
 }
+
+size_t qkv_escape_elided(char *dst, size_t cap, const char *src, char *work, size_t work_cap)
+{
+    static const char gap[] = "...";
+    const size_t n = qkv_escape(work, work_cap, src);
+    if (cap == 0)
+        return 0;
+    if (n < cap) {
+        memcpy(dst, work, n + 1);
+        return n;
+    }
+    if (cap < 2 * (sizeof gap - 1) + 1) /* no room for both ends: the start */
+        return qkv_escape(dst, cap, src);
+    /* a third of the room for the start (what failed), the rest for the
+     * end (usually why), each on a character's boundary */
+    const size_t room = cap - 1 - (sizeof gap - 1);
+    size_t head = room / 3, from = n - (room - head);
+    while (head > 0 && ((unsigned char)work[head] & 0xc0) == 0x80)
+        head--;
+    while (from < n && ((unsigned char)work[from] & 0xc0) == 0x80)
+        from++;
+    memcpy(dst, work, head);
+    memcpy(dst + head, gap, sizeof gap - 1);
+    memcpy(dst + head + sizeof gap - 1, work + from, n - from + 1);
+    return head + sizeof gap - 1 + n - from;
+}

@@ -72,6 +72,14 @@ void qkv_dims_str(int n, const int *dims, char *buf, size_t len);
  * character that would not fit. Returns the length written. (utf8.c) */
 size_t qkv_escape(char *dst, size_t cap, const char *src);
 
+/* qkv_escape into dst (cap bytes), by way of work (work_cap bytes, four
+ * times src's length holds any escaping): text that does not fit keeps
+ * its start (a third of the room) and its end, "..." between them, cut
+ * on characters' boundaries, so that a long path in the middle of a
+ * message does not push the reason at its end out. Returns the length
+ * written. (utf8.c) */
+size_t qkv_escape_elided(char *dst, size_t cap, const char *src, char *work, size_t work_cap);
+
 /* ---- files (fs.c) ---- */
 
 /* Creates every missing directory on the way to dir (like mkdir -p).
