@@ -2550,12 +2550,12 @@ START_TEST(test_distance_names_the_forget_bias_only_with_an_lstm)
                  "--models attention,rnn --out d",
                  &out);
     ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
-    ck_assert_msg(strstr(out, "1 steps of 32 sentences\n") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "1 step of 32 sentences\n") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "forget-gate") == NULL, "%s", out);
     free(out);
     expect("distance --quiet --steps 1 --eval-every 1 --seeds 1 --distances 0 "
            "--models rnn,lstm --out d",
-           0, "1 steps of 32 sentences; LSTM forget-gate bias 1 at init\n");
+           0, "1 step of 32 sentences; LSTM forget-gate bias 1 at init\n");
 }
 END_TEST
 

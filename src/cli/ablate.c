@@ -256,10 +256,10 @@ static void print_report(const ablate_opts *o, int roles, const char *const *nam
     char dk[32] = ""; /* the coref layer's width: --d-k */
     if (!roles)
         snprintf(dk, sizeof dk, "; d_k %d", o->d_k);
-    printf("\n%s: Adam lr %g, %d steps of %d, %d seed%s from %llu%s\n\n",
+    printf("\n%s: Adam lr %g, %d step%s of %d, %d seed%s from %llu%s\n\n",
            roles ? "Two roles, two heads (「A喜欢B。」: who likes, who is liked)"
                  : "Coreference (他 -> 小明), test split: templates never trained on",
-           o->lr, o->steps, o->batch, o->seeds, o->seeds > 1 ? "s" : "",
+           o->lr, o->steps, o->steps > 1 ? "s" : "", o->batch, o->seeds, o->seeds > 1 ? "s" : "",
            (unsigned long long)o->seed, dk);
     printf("%-18s %7s %15s %9s %10s %10s %7s\n", "variant", "params",
            roles ? "both right" : "test acc", "to 90%", roles ? "A right" : "attn->name",

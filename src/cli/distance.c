@@ -139,9 +139,12 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
             else
                 snprintf(bias, sizeof bias, "; LSTM forget-gate bias %g at init", o->forget_bias);
         }
-    printf("Adam lr %g, clip %g, %d steps of %d sentences%s\n\n"
+    char clip[32] = "no clipping";
+    if (o->clip > 0)
+        snprintf(clip, sizeof clip, "clip %g", o->clip);
+    printf("Adam lr %g, %s, %d step%s of %d sentences%s\n\n"
            "%-10s %7s",
-           o->lr, o->clip, o->steps, o->batch, bias, "model", "params");
+           o->lr, clip, o->steps, o->steps > 1 ? "s" : "", o->batch, bias, "model", "params");
     for (int d = 0; d < nd; d++)
         printf(" %11d", ks[d]);
     printf("\n");

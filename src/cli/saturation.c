@@ -171,9 +171,10 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
     static const char *heads[5] = {"score var at init", "entropy at init", "Jacobian at init",
                                    "steps to 90% val", "final test acc"};
     static const char *fmts[5] = {"%.3g", "%.3f", "%.4f", "", "%.3f"};
-    printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d steps, "
+    printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d step%s, "
            "init std %g, %d seed(s)%s\n",
-           o->optim, o->lr, o->steps, o->init_std, o->seeds, o->seeds > 1 ? " (mean±sd)" : "");
+           o->optim, o->lr, o->steps, o->steps > 1 ? "s" : "", o->init_std, o->seeds,
+           o->seeds > 1 ? " (mean±sd)" : "");
     printf("(each cell: scaled | unscaled; at init = before the first update)\n\n");
     /* every cell first, so that each column is as wide as its widest; in
      * a column, the scaled halves are as wide as the widest of them, so
