@@ -432,6 +432,53 @@ START_TEST(test_embed_attention_rows_spread_an_infinite_gradient)
 }
 END_TEST
 
+/* A key with K = -inf takes weight 0 (S = -inf), and with one other key
+ * of weight 1, dS's row is all zeros: dQ = dS·K then holds 0·-inf. The
+ * rows form without parts gives the picked full form's dWq, NaN or not
+ * (a set's fused backward skips a row of dS of zeros), on every kernel
+ * set; O and dWv by hand: A = [1, 0], so O = V[0] = 1, dWv = [1, 0]. */
+START_TEST(test_embed_attention_rows_without_parts_infinite_key)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    const int ids[2] = {0, 1}, query[1] = {0};
+    const qkv_real dy[1] = {1};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        qkv_real got[2][7];
+        for (int f = 0; f < 2; f++) { /* the full form picked, rows without parts */
+            qkv_tensor *w[3];
+            for (int i = 0; i < 3; i++)
+                w[i] = qkv_tensor_new(2, (const int[]){2, 1}, 1, NULL);
+            w[0]->data[0] = w[0]->data[1] = 1;
+            w[1]->data[0] = 0;
+            w[1]->data[1] = -INFINITY;
+            w[2]->data[0] = 1;
+            w[2]->data[1] = 2;
+            qkv_tape *t = qkv_tape_new(0, NULL);
+            qkv_tensor *o = f == 0 ? qkv_pick_rows(t,
+                                                   qkv_embed_attention(t, w[0], w[1], w[2], ids, 1,
+                                                                       2, NULL, 1.0, NULL),
+                                                   query)
+                                   : qkv_embed_attention_rows(t, w[0], w[1], w[2], ids, 1, 2, NULL,
+                                                              1.0, query, NULL);
+            ck_assert_int_eq(qkv_backward_from(t, o, dy, 1), QKV_OK);
+            got[f][0] = o->data[0];
+            for (int i = 0; i < 3; i++) {
+                got[f][1 + 2 * i] = w[i]->grad[0];
+                got[f][2 + 2 * i] = w[i]->grad[1];
+            }
+            qkv_tape_free(t);
+            for (int i = 0; i < 3; i++)
+                qkv_tensor_free(w[i]);
+        }
+        ck_assert(got[1][0] == 1 && got[1][5] == 1 && got[1][6] == 0);
+        assert_same(got[1], got[0], 7, impls[im]);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 /* Without parts, the rows form makes no [B,T,T] scores or weights (nor
  * their gradients): it records at least 4·B·T² reals fewer on the tape than
  * with them, when its chains allow; past one depth block it cannot. */
@@ -1257,6 +1304,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_embed_attention_rows_without_parts_equals_picked_rows);
     tcase_add_test(tc, test_embed_attention_rows_without_parts_makes_no_scores);
     tcase_add_test(tc, test_embed_attention_rows_spread_an_infinite_gradient);
+    tcase_add_test(tc, test_embed_attention_rows_without_parts_infinite_key);
     tcase_add_test(tc, test_attention_heads_equals_slices_and_permutes);
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);

@@ -255,7 +255,12 @@ typedef struct qkv_attention_parts {
  * twice, as in attention(h, h, h)), the vector kernels add the dQ, dK and
  * dV terms into it row by row, so the sum comes out in another order,
  * correct but not bit for bit the unfused ops' (as qkv_embed_attention
- * says of a table passed twice). */
+ * says of a table passed twice). Another: a row of dO that is all zeros
+ * adds nothing to any gradient, and a row of the scores' gradient that is
+ * all zeros (after a one-hot row of weights, say) nothing to dQ and dK,
+ * where the unfused ops add products of 0: NaN where V, K or Q holds an
+ * infinity or a NaN. Every form of attention skips such rows alike, on
+ * every kernel set. */
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts);
 

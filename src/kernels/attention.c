@@ -186,6 +186,11 @@ static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q,
     qkv_zero(g, (size_t)tk);
     qkv_softmax_backward_rows(g, ar, dar, 1, (size_t)tk);
     mask_scale_row(sh, r, dsr, g);
+    /* a row of dS of zeros adds nothing to dQ or dK, as the kernel sets'
+     * fused backward skip it: the same bits as theirs even where K or Q
+     * holds an infinity (0·inf, which the unfused ops make NaN) */
+    if (!qkv_any_nonzero(dsr, (size_t)tk))
+        return;
     if (dq != NULL) { /* dQ[r] = dS[r]·K, from zero, then into its table row */
         qkv_zero(gq, (size_t)d_k);
         qkv_gemm(0, 0, 1, d_k, tk, g, k, gq, 1);

@@ -160,8 +160,9 @@ void qkv_attention_forward(const qkv_attn_shape *sh, const qkv_real *q, const qk
  * gradient already flowing into A and receives dL/dA in total; ds (tq×tk)
  * likewise for S. dq, dk and dv are accumulated into; any of them may be
  * NULL, and da and ds may both be NULL when neither dq nor dk is wanted.
- * scratch holds tq·tk reals. Rows whose gradient is zero are skipped where
- * that cannot change a result; sa_zero spares the kernel looking for
+ * scratch holds tq·tk reals. Rows whose gradient is zero are skipped, which
+ * changes no result while Q and K are finite (0·inf would be NaN), and
+ * every path skips the same rows; sa_zero spares the kernel looking for
  * gradients already in da and ds when the caller knows there are none.
  *
  * With row_index (tq == tk), dq, dk and dv are scattered into instead: the
