@@ -35,6 +35,15 @@ def ints(s):
     return [int(v) for v in s.split(",")]
 
 
+def hex_tensor(words):
+    """The tensor that words write: ndim, the shape, then hex float values
+    (float64, so that torch sees exactly qkv's numbers)."""
+    nd = int(words[0])
+    shape = [int(v) for v in words[1:1 + nd]]
+    vals = [float.fromhex(v) for v in words[1 + nd:]]
+    return torch.tensor(vals, dtype=torch.float64).reshape(shape)
+
+
 def read_cases(path):
     """Yields (label, op, params, tensors, y, dy, grads)."""
     with open(path) as f:
@@ -49,10 +58,7 @@ def read_cases(path):
         while lines[i][0] != "end":
             w = lines[i]
             if w[0] in ("x", "c", "y"):
-                nd = int(w[1])
-                shape = [int(v) for v in w[2:2 + nd]]
-                vals = [float.fromhex(v) for v in w[2 + nd:]]
-                t = torch.tensor(vals, dtype=torch.float64).reshape(shape)
+                t = hex_tensor(w[1:])
                 if w[0] == "y":
                     y = t
                 else:

@@ -57,6 +57,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_check import hex_tensor  # the file format both scripts read
+
 F64 = torch.float64
 
 
@@ -78,10 +80,7 @@ def read_cases(path):
         i += 1
         while lines[i][0] != "end":
             w = lines[i]
-            nd = int(w[2])
-            shape = [int(v) for v in w[3:3 + nd]]
-            vals = [float.fromhex(v) for v in w[3 + nd:]]
-            items.append((w[0], w[1], torch.tensor(vals, dtype=F64).reshape(shape)))
+            items.append((w[0], w[1], hex_tensor(w[2:])))
             i += 1
         i += 1
         yield label, kind, params, items

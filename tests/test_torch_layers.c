@@ -166,6 +166,41 @@ static void backward_random(FILE *f, qkv_tape *t, qkv_tensor *y, qkv_rng *g)
     free(dy);
 }
 
+/* A layer case's start: g seeded with seed, p's parameters drawn from it,
+ * then, on the reset tape, x [B,T,D] from it (with a gradient) and the
+ * padding mask in *pad when flags has PAD (else NULL). Returns x. */
+static qkv_tensor *case_input(qkv_tape *t, qkv_params *p, qkv_rng *g, uint64_t seed, int B, int T,
+                              int D, int flags, qkv_tensor **pad)
+{
+    qkv_rng_seed(g, seed);
+    randomise(p, g);
+    qkv_tape_reset(t);
+    qkv_tensor *x = qkv_tape_tensor(t, 3, S(B, T, D), 1);
+    fill_normal(x, g);
+    *pad = flags & PAD ? pad_mask(t, B, T) : NULL;
+    return x;
+}
+
+/* A layer case's end, after its header: x, the mask, y and the weights
+ * (attn, unless NULL), then a random upstream gradient from g, x's and
+ * every parameter's gradient; p is freed. */
+static void case_end(FILE *f, qkv_tape *t, qkv_params *p, qkv_rng *g, qkv_tensor *x,
+                     qkv_tensor *pad, qkv_tensor *y, qkv_tensor *attn)
+{
+    put_tensor(f, "x", "x", x);
+    if (pad != NULL)
+        put_tensor(f, "pad", "pad", pad);
+    put_tensor(f, "y", "y", y);
+    if (attn != NULL)
+        put_tensor(f, "y", "attn", attn);
+    qkv_params_zero_grad(p);
+    backward_random(f, t, y, g);
+    put(f, "g", "x", x->ndim, x->shape, x->grad);
+    put_params(f, "p", p, 1);
+    fputs("end\n", f);
+    qkv_params_free(p);
+}
+
 /* Multi-head attention over x [B,T,D], H heads. */
 static void mha_case(FILE *f, qkv_tape *t, const char *label, int B, int T, int D, int H, int flags,
                      uint64_t seed)
@@ -175,28 +210,12 @@ static void mha_case(FILE *f, qkv_tape *t, const char *label, int B, int T, int 
     qkv_mha m;
     ck_assert_int_eq(qkv_mha_init(&m, p, "attn", D, H, flags & CAUSAL, NULL), QKV_OK);
     qkv_rng g;
-    qkv_rng_seed(&g, seed);
-    randomise(p, &g);
-    qkv_tape_reset(t);
-    qkv_tensor *x = qkv_tape_tensor(t, 3, S(B, T, D), 1);
-    fill_normal(x, &g);
-    qkv_tensor *pad = flags & PAD ? pad_mask(t, B, T) : NULL;
+    qkv_tensor *pad, *x = case_input(t, p, &g, seed, B, T, D, flags, &pad);
     qkv_mha_parts parts;
     qkv_tensor *y = qkv_mha_forward(t, &m, x, pad, flags & WEIGHTS ? &parts : NULL);
     fprintf(f, "case %s-%s mha heads=%d causal=%d\n", qkv_kernels_name(), label, H,
             (flags & CAUSAL) != 0);
-    put_tensor(f, "x", "x", x);
-    if (pad != NULL)
-        put_tensor(f, "pad", "pad", pad);
-    put_tensor(f, "y", "y", y);
-    if (flags & WEIGHTS)
-        put_tensor(f, "y", "attn", parts.attn);
-    qkv_params_zero_grad(p);
-    backward_random(f, t, y, &g);
-    put(f, "g", "x", x->ndim, x->shape, x->grad);
-    put_params(f, "p", p, 1);
-    fputs("end\n", f);
-    qkv_params_free(p);
+    case_end(f, t, p, &g, x, pad, y, flags & WEIGHTS ? parts.attn : NULL);
 }
 
 /* The pre-norm block over x [B,T,D]. */
@@ -208,25 +227,11 @@ static void block_case(FILE *f, qkv_tape *t, const char *label, int B, int T, in
     qkv_block b;
     ck_assert_int_eq(qkv_block_init(&b, p, "blk", D, H, hidden, flags & CAUSAL, NULL), QKV_OK);
     qkv_rng g;
-    qkv_rng_seed(&g, seed);
-    randomise(p, &g);
-    qkv_tape_reset(t);
-    qkv_tensor *x = qkv_tape_tensor(t, 3, S(B, T, D), 1);
-    fill_normal(x, &g);
-    qkv_tensor *pad = flags & PAD ? pad_mask(t, B, T) : NULL;
+    qkv_tensor *pad, *x = case_input(t, p, &g, seed, B, T, D, flags, &pad);
     qkv_tensor *y = qkv_block_forward(t, &b, x, pad, NULL);
     fprintf(f, "case %s-%s block heads=%d causal=%d\n", qkv_kernels_name(), label, H,
             (flags & CAUSAL) != 0);
-    put_tensor(f, "x", "x", x);
-    if (pad != NULL)
-        put_tensor(f, "pad", "pad", pad);
-    put_tensor(f, "y", "y", y);
-    qkv_params_zero_grad(p);
-    backward_random(f, t, y, &g);
-    put(f, "g", "x", x->ndim, x->shape, x->grad);
-    put_params(f, "p", p, 1);
-    fputs("end\n", f);
-    qkv_params_free(p);
+    case_end(f, t, p, &g, x, pad, y, NULL);
 }
 
 /* The small model: tokens of V kinds, B sentences of T, causal blocks

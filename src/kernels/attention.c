@@ -286,7 +286,9 @@ int qkv_attention_row_only_exact(int tq, int tk, int dk, int dv)
  * adds its one block to a zero, where a chain of -0 comes out +0. */
 static void as_blocked(int m, int n, int k, qkv_real *c)
 {
-    for (int j = 0; qkv_gemm_blocked(m, n, k) && j < n; j++)
+    if (!qkv_gemm_blocked(m, n, k))
+        return;
+    for (int j = 0; j < n; j++)
         c[j] += 0;
 }
 

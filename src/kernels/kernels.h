@@ -188,8 +188,8 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
  * call, so that their chains overlap; row_output writes O's row from it
  * (o, dv reals). Backward takes that row of A and dO (go, dv reals) and
  * scatters into dq, dk and dv by sh->row_index, as the row_out form does.
- * Their bits are the full computation's row and gradients (a -0 may come
- * out +0) when qkv_attention_row_only_exact holds for the item's sizes;
+ * Their bits are the full computation's row and gradients (but for the
+ * sign of a zero) when qkv_attention_row_only_exact holds for the sizes;
  * callers take the full form otherwise. scratch holds
  * qkv_attention_row_only_scratch reals. */
 int qkv_attention_row_only_exact(int tq, int tk, int dk, int dv);
