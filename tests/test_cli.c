@@ -1364,6 +1364,29 @@ START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
 }
 END_TEST
 
+/* A NaN in a CSV log is written "nan": x86's default NaN has its sign bit
+ * set, and printf wrote it "-nan". Weights of std 100 and lr 1e6 blow up
+ * within a few steps (float) or a few dozen (double); the validation loss
+ * goes NaN (inf - inf) at a logged step before the run stops. */
+START_TEST(test_a_nan_in_a_csv_log_is_written_nan)
+{
+    char *out;
+    ck_assert_int_eq(run("train --quiet --optim sgd --lr 1e6 --init-std 100 --steps 50 "
+                         "--log-every 1 --save n.safetensors --log n.csv",
+                         &out),
+                     1);
+    free(out);
+    char path[128];
+    snprintf(path, sizeof path, "%s/n.csv.failed", tmp);
+    size_t n;
+    char *log = (char *)qkv_read_file(path, 1 << 20, &n, NULL);
+    ck_assert_ptr_nonnull(log);
+    ck_assert_msg(strstr(log, ",nan,") != NULL, "no NaN in the failed log:\n%s", log);
+    ck_assert_msg(strstr(log, "-nan") == NULL, "a signed NaN in the log:\n%s", log);
+    free(log);
+}
+END_TEST
+
 START_TEST(test_input_is_parsed_strictly_and_limits_agree)
 {
     expect("saturation --out ''", 2, "--out: the file or directory name is empty");
@@ -2917,6 +2940,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_plots_interrupted_leave_no_png_cut_short);
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
+    tcase_add_test(tc, test_a_nan_in_a_csv_log_is_written_nan);
     tcase_add_test(tc, test_a_csv_with_two_names_is_written_through_both);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);

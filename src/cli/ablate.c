@@ -116,7 +116,8 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         if (r->steps90 < 0 && val.acc >= 0.9)
             r->steps90 = step;
         fprintf(log->curves, "%s,%llu,%d,%.6g,%.6g,%.4f\n", log->variant,
-                (unsigned long long)log->seed, step, train_loss / since, val.loss, val.acc);
+                (unsigned long long)log->seed, step, cli_num(train_loss / since), cli_num(val.loss),
+                cli_num(val.acc));
         train_loss = 0;
         since = 0;
     }
@@ -209,7 +210,8 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         if (r->steps90 < 0 && both >= 0.9)
             r->steps90 = step;
         fprintf(log->curves, "%s,%llu,%d,%.6g,%.6g,%.4f\n", log->variant,
-                (unsigned long long)log->seed, step, train_loss / since, test_loss, both);
+                (unsigned long long)log->seed, step, cli_num(train_loss / since),
+                cli_num(test_loss), cli_num(both));
         train_loss = 0;
         since = 0;
     }
@@ -328,11 +330,11 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
         for (int s = 0; s < o->seeds; s++) {
             const run_result *r = &res[v][s];
             fprintf(f, "%s,%llu,%zu,%.4f,%d,%.4f,%.4f", names[v],
-                    (unsigned long long)(o->seed + (uint64_t)s), r->params, r->acc, r->steps90,
-                    r->antecedent, r->self);
+                    (unsigned long long)(o->seed + (uint64_t)s), r->params, cli_num(r->acc),
+                    r->steps90, cli_num(r->antecedent), cli_num(r->self));
             if (!roles)
-                fprintf(f, ",%.6g", r->loss);
-            fprintf(f, ",%.4f\n", r->train);
+                fprintf(f, ",%.6g", cli_num(r->loss));
+            fprintf(f, ",%.4f\n", cli_num(r->train));
         }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
@@ -360,7 +362,8 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
         if (reached > 0)
             cli_mean_sd(steps, reached, &sm, &ssd);
         fprintf(f, "%s,%zu,%d,%.4f,%.4f,%.1f,%.1f,%d,%.4f,%.4f\n", names[v], res[v][0].params,
-                o->seeds, m, sd, sm, ssd, reached, a, b);
+                o->seeds, cli_num(m), cli_num(sd), cli_num(sm), cli_num(ssd), reached, cli_num(a),
+                cli_num(b));
     }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());

@@ -7,6 +7,7 @@
 #ifndef QKV_CLI_H
 #define QKV_CLI_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -17,6 +18,14 @@
 #define CLI_FAIL 1
 #define CLI_USAGE 2
 #define CLI_HELP (-1) /* --help was printed: exit 0 */
+
+/* x for a CSV field: a NaN without its sign, so that every NaN prints as
+ * "nan" (x86's default NaN has its sign bit set, and printf writes the sign:
+ * "-nan", which some CSV readers take for text). */
+static inline double cli_num(double x)
+{
+    return isnan(x) ? fabs(x) : x;
+}
 
 /* OPT_PATH is a string that must not be empty; OPT_FILE is an OPT_PATH
  * that must not name a directory ("d/", ".", "d/.."); OPT_U64 takes 0 to

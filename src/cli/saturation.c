@@ -86,10 +86,11 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     if (r->steps90 < 0 && val.acc >= 0.9)
         r->steps90 = step;
     fprintf(c->csv, "%d,%d,%llu,%d,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
-            run->d_k, run->scaled, (unsigned long long)run->seed, step, st.loss,
-            (double)st.correct / st.items, val.acc, qkv_grad_norm(&m->wq, 1),
-            qkv_grad_norm(&m->wk, 1), qkv_grad_norm(&m->wv, 1), gs, st.entropy, st.max_weight,
-            st.jacobian, st.score_var);
+            run->d_k, run->scaled, (unsigned long long)run->seed, step, cli_num(st.loss),
+            (double)st.correct / st.items, cli_num(val.acc), cli_num(qkv_grad_norm(&m->wq, 1)),
+            cli_num(qkv_grad_norm(&m->wk, 1)), cli_num(qkv_grad_norm(&m->wv, 1)), cli_num(gs),
+            cli_num(st.entropy), cli_num(st.max_weight), cli_num(st.jacobian),
+            cli_num(st.score_var));
     return QKV_OK;
 }
 
@@ -270,7 +271,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
         }
         double mean = s / VAR_SAMPLES, var = (ss - VAR_SAMPLES * mean * mean) / (VAR_SAMPLES - 1);
         fprintf(out, "%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
-        fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], var, var / dks[d], dks[d]);
+        fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], cli_num(var), cli_num(var / dks[d]), dks[d]);
     }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());

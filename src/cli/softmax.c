@@ -252,9 +252,10 @@ int cmd_softmax(int argc, char **argv)
                            : lin < 0 || lin > 1 ? "   <- not a weight"
                                                 : "");
             if (out != NULL) {
-                fprintf(out, "%s,%d,%g,%.6g,%.6g", label, i, z[i], lin, p[i]);
+                fprintf(out, "%s,%d,%g,%.6g,%.6g", label, i, cli_num(z[i]), cli_num(lin),
+                        cli_num(p[i]));
                 for (int k = 0; k < nb; k++)
-                    fprintf(out, ",%.6g", pb[k][i]);
+                    fprintf(out, ",%.6g", cli_num(pb[k][i]));
                 fprintf(out, "\n");
             }
         }
