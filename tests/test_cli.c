@@ -566,6 +566,46 @@ static int cell_starts(const char *line, int *starts, int max, int *bars, int *n
     return n;
 }
 
+/* The summary tables' numbers keep their trailing zeros: "%.3g" wrote a
+ * score variance of 1.20 as "1.2" beside "19.2", and 22800 as "2.28e+04".
+ * Expected strings by hand. */
+START_TEST(test_significant_digits_keep_trailing_zeros)
+{
+    static const struct {
+        double x;
+        int digits;
+        const char *want;
+    } cases[] = {
+        {1.2, 3, "1.20"},
+        {19.2, 3, "19.2"},
+        {256, 3, "256"},
+        {22800, 3, "22800"},
+        {0.05, 3, "0.0500"},
+        {0.001, 3, "0.00100"},
+        {0, 3, "0.00"},
+        {-1.5, 3, "-1.50"},
+        {9.996, 3, "10.0"},
+        {0.09996, 3, "0.100"},
+        {99999.5, 3, "1.00e+05"},
+        {123456, 3, "1.23e+05"},
+        {0.000999, 2, "0.0010"},
+        {0.00099, 2, "9.9e-04"},
+        {0.0099, 2, "0.0099"},
+        {0.04, 2, "0.040"},
+        {1, 1, "1"},
+        {INFINITY, 3, "inf"},
+        {-INFINITY, 3, "-inf"},
+        {-NAN, 3, "nan"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[32];
+        cli_format_sig(buf, sizeof buf, cases[i].x, cases[i].digits);
+        ck_assert_msg(strcmp(buf, cases[i].want) == 0, "%.17g to %d digits: '%s', not '%s'",
+                      cases[i].x, cases[i].digits, buf, cases[i].want);
+    }
+}
+END_TEST
+
 START_TEST(test_saturation_table_columns_line_up)
 {
     /* the header gave each column 27 places, and a wider cell (the
@@ -2923,6 +2963,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);
     tcase_add_test(tc, test_bptt_table_header_lines_up_with_its_rows);
+    tcase_add_test(tc, test_significant_digits_keep_trailing_zeros);
     tcase_add_test(tc, test_saturation_table_columns_line_up);
     tcase_add_test(tc, test_parallel_rnn_paths_grow_with_t_and_attentions_do_not);
     tcase_add_test(tc, test_divergence_stops_and_keeps_the_last_checkpoint);

@@ -790,6 +790,24 @@ int cli_csv_end(FILE *f, const char *path, int ok)
     return -1;
 }
 
+const char *cli_format_sig(char *buf, size_t len, double x, int digits)
+{
+    if (!isfinite(x)) {
+        snprintf(buf, len, "%g", cli_num(x));
+        return buf;
+    }
+    /* rounded first, in e-notation, so that a carry (9.996 to 1.00e+01)
+     * is seen; its exponent decides the form and the decimals */
+    char e_form[48];
+    snprintf(e_form, sizeof e_form, "%.*e", digits - 1, x);
+    const int e = x == 0 ? 0 : atoi(strchr(e_form, 'e') + 1);
+    if (x != 0 && (e < -3 || e >= 5))
+        snprintf(buf, len, "%s", e_form);
+    else
+        snprintf(buf, len, "%.*f", digits - 1 - e > 0 ? digits - 1 - e : 0, x);
+    return buf;
+}
+
 void cli_mean_sd(const double *x, int n, double *mean, double *sd)
 {
     double s = 0, ss = 0;

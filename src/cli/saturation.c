@@ -138,14 +138,17 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     return rc;
 }
 
-/* "1.23" or "1.23±0.04" */
+/* "1.23" or "1.23±0.040": the mean by f (or to 3 significant digits, f
+ * NULL), the sd to 2 significant digits, trailing zeros kept */
 static const char *fmt_stat(char *buf, size_t len, const double *x, int n, const char *f)
 {
     double m, sd;
     cli_mean_sd(x, n, &m, &sd);
-    int used = snprintf(buf, len, f, m);
-    if (n > 1 && used > 0 && (size_t)used < len)
-        snprintf(buf + used, len - (size_t)used, "±%.2g", sd);
+    int used = f == NULL ? (int)strlen(cli_format_sig(buf, len, m, 3)) : snprintf(buf, len, f, m);
+    if (n > 1 && used > 0 && (size_t)used + 3 < len) {
+        memcpy(buf + used, "±", 2); /* U+00B1 is two bytes in UTF-8 */
+        cli_format_sig(buf + used + 2, len - (size_t)used - 2, sd, 2);
+    }
     return buf;
 }
 
@@ -171,7 +174,7 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
 {
     static const char *heads[5] = {"score var at init", "entropy at init", "Jacobian at init",
                                    "steps to 90% val", "final test acc"};
-    static const char *fmts[5] = {"%.3g", "%.3f", "%.4f", "", "%.3f"};
+    static const char *fmts[5] = {NULL, "%.3f", "%.4f", "", "%.3f"};
     printf("\n√d_k scaling on the coreference task: optimizer %s, lr %g, %d step%s, "
            "init std %g, %d seed(s)%s\n",
            o->optim, o->lr, o->steps, o->steps > 1 ? "s" : "", o->init_std, o->seeds,
