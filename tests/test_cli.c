@@ -1600,6 +1600,31 @@ START_TEST(test_parallel_runs_draw_their_last_count_once)
 }
 END_TEST
 
+/* With --jobs 2 and a run that fails, the bar counted the runs that the
+ * failure made the workers skip, and closed at "4/4 runs" on a line of its
+ * own above the error. Now it goes, as on the serial path, and the error
+ * is the only line. */
+START_TEST(test_a_failed_parallel_run_leaves_no_bar)
+{
+#ifndef QKV_DOUBLE /* double has the range to keep these runs finite */
+    if (system("script -q -c true /dev/null </dev/null >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "skipped: no util-linux script(1) to make a terminal\n");
+        return;
+    }
+    for (int jobs = 1; jobs <= 2; jobs++) {
+        char args[160];
+        snprintf(args, sizeof args, "ablate --lr 1e300 --steps 10 --seeds 2 --jobs %d --out j%d",
+                 jobs, jobs);
+        char *shown = run_on_terminal(args);
+        ck_assert_msg(strstr(shown, "qkv: ablate: full, seed 1: diverged at step 2") != NULL, "%s",
+                      shown);
+        ck_assert_msg(bar_line(shown) == NULL, "--jobs %d left a bar:\n%s", jobs, shown);
+        free(shown);
+    }
+#endif
+}
+END_TEST
+
 /* The widest bar in raw terminal output, in columns: the text before each
  * "\033[K" (which ends every bar) back to the '\r' or '\n' before it. */
 static int widest_bar(const char *raw)
@@ -3001,6 +3026,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_distance_cells_leave_out_the_seeds_that_diverged);
     tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
     tcase_add_test(tc, test_parallel_runs_draw_their_last_count_once);
+    tcase_add_test(tc, test_a_failed_parallel_run_leaves_no_bar);
     tcase_add_test(tc, test_heatmap_of_a_one_token_sentence_is_drawn);
     tcase_add_test(tc, test_bptt_plot_draws_every_rho_qkv_bptt_takes);
     tcase_add_test(tc, test_train_does_not_follow_a_link_at_its_part_log);

@@ -8,9 +8,11 @@
  * processing time first, the classic greedy schedule) and append (task,
  * status, output, messages) records to a temporary file of their own; a
  * worker's stderr goes to a file too, and each record carries what its
- * task printed there. The parent counts the finished tasks for the
- * progress bar, waits for the workers, and then, in task order, prints
- * each task's messages and collects it, up to the first task that failed,
+ * task printed there. The parent counts the tasks that ran for the
+ * progress bar (a worker sends a byte for each task it takes, saying
+ * whether it ran, failed or was skipped), waits for the workers, and
+ * then, in task order, prints each task's messages and collects it, up
+ * to the first task that failed,
  * whose messages it prints last: what the serial path prints. A worker
  * whose task failed skips the later tasks it takes, which that failure
  * makes moot. So the output, errors included, is the same whatever the
@@ -126,12 +128,14 @@ static void worker(int queue, int done, FILE *out, FILE *msgs, cli_task_fn run, 
         if (got != (ssize_t)sizeof task)
             break;
         int bad = 0;
+        char said = 's';     /* skipped; 'x' ran, 'f' ran and failed */
         if (task < failed) { /* past a failure, its output would never be shown */
             char *buf = NULL, *msg = NULL;
             size_t len = 0, msg_len = 0;
             bad = rewind_messages(STDERR_FILENO) != 0;
             const int status[2] = {task,
                                    bad ? CLI_FAIL : run_to_memory(run, ctx, task, &buf, &len)};
+            said = status[1] == CLI_OK ? 'x' : 'f';
             if (status[1] != CLI_OK) {
                 failed = task;
                 len = 0; /* buf is gone */
@@ -143,7 +147,7 @@ static void worker(int queue, int done, FILE *out, FILE *msgs, cli_task_fn run, 
             free(buf);
             free(msg);
         }
-        if (bad || write_all(done, "x", 1) != 0) {
+        if (bad || write_all(done, &said, 1) != 0) {
             dprintf(real_err, "qkv: a worker could not write its results\n");
             _exit(CLI_FAIL);
         }
@@ -249,16 +253,25 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         queue[0] = done[1] = -1;
         char c;
         long finished = 0;
+        int any_failed = 0;
         ssize_t got;
         while ((got = read(done[0], &c, 1)) != 0) {
             if (got < 0 && errno == EINTR)
                 continue;
             if (got < 0)
                 break;
+            any_failed |= c == 'f';
+            if (c == 's') /* skipped after a failure: it never ran */
+                continue;
             if (++finished < n) /* the last count is drawn once, below */
                 cli_progress(quiet, finished, n, what, 0);
         }
-        cli_progress(quiet, finished, n, what, 1);
+        /* after a failure the bar goes, as on the serial path (whose
+         * error message clears it): the messages follow on their own */
+        if (any_failed)
+            cli_progress_clear();
+        else
+            cli_progress(quiet, finished, n, what, 1);
         close(done[0]);
         done[0] = -1;
         for (int w = 0; w < started; w++) {
