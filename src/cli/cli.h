@@ -145,8 +145,8 @@ void cli_mean_sd(const double *x, int n, double *mean, double *sd);
 
 /* x to `digits` significant digits, trailing zeros kept ("1.20", "19.2",
  * "0.0500", "256"); from 1e5 up and below 1e-3 in e-notation ("2.28e+05");
- * 0 as "0" followed by digits - 1 zeros; inf and NaN as printf has them,
- * NaN unsigned. digits is 1 to 9. Returns buf. */
+ * 0 as "0"; inf and NaN as printf has them, NaN unsigned. digits is 1 to
+ * 9. Returns buf. */
 const char *cli_format_sig(char *buf, size_t len, double x, int digits);
 
 /* Display width of UTF-8 text in terminal columns: CJK ideographs and

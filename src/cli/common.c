@@ -792,7 +792,7 @@ int cli_csv_end(FILE *f, const char *path, int ok)
 
 const char *cli_format_sig(char *buf, size_t len, double x, int digits)
 {
-    if (!isfinite(x)) {
+    if (!isfinite(x) || x == 0) { /* "inf", "nan", "0" (an sd of 0: "1.000±0") */
         snprintf(buf, len, "%g", cli_num(x));
         return buf;
     }
