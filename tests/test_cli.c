@@ -1464,6 +1464,42 @@ START_TEST(test_input_is_parsed_strictly_and_limits_agree)
 }
 END_TEST
 
+/* A file option naming an existing directory is the same usage error
+ * with or without a trailing slash: "--csv d" failed only when the
+ * command came to write, with exit 1, where "--csv d/" was refused with
+ * exit 2. Nothing is made on the way. */
+START_TEST(test_a_file_option_naming_a_directory_is_a_usage_error)
+{
+    char *out;
+    ck_assert_int_eq(sh("mkdir d && ln -s d dlink", &out), 0);
+    free(out);
+    static const char *const cmds[][2] = {
+        {"softmax --csv %s", "--csv"},
+        {"resolve --csv %s 小明他", "--csv"},
+        {"resolve --model %s 小明他", "--model"},
+        {"eval --model %s", "--model"},
+        {"train --steps 1 --quiet --log %s", "--log"},
+        {"train --steps 1 --quiet --save %s", "--save"},
+    };
+    static const char *const dirs[] = {"d", "d/", "dlink", "./d", "d/../d"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        for (size_t j = 0; j < sizeof dirs / sizeof dirs[0]; j++) {
+            char args[256], want[128];
+            snprintf(args, sizeof args, cmds[i][0], dirs[j]);
+            snprintf(want, sizeof want, "qkv: %s: '%s' names a directory, not a file\n", cmds[i][1],
+                     dirs[j]);
+            const int rc = run(args, &out);
+            ck_assert_msg(rc == 2, "qkv %s: exit %d, expected 2\n%s", args, rc, out);
+            ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "qkv %s:\n%s", args, out);
+            free(out);
+        }
+    /* nothing new, in the directory or beside it */
+    ck_assert_int_eq(sh("ls -A . d", &out), 0);
+    ck_assert_str_eq(out, ".:\nd\ndlink\n\nd:\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_messages_escape_control_characters)
 {
     char *out;
@@ -1687,8 +1723,6 @@ START_TEST(test_a_csv_written_last_that_cannot_be_fails_before_the_work)
     const char *cases[][3] = {
         {"resolve --model m.st --csv afile/x.csv \"小明是个运动达人，他平时很爱打篮球\"",
          "qkv: resolve: afile exists and is not a directory\n", NULL},
-        {"resolve --model m.st --csv x.csv \"小明是个运动达人，他平时很爱打篮球\"",
-         "qkv: resolve: cannot write x.csv: Is a directory\n", NULL},
         {"distance --models attention --distances 0 --seeds 1 --steps 5 --eval-every 5 --quiet "
          "--out d",
          "qkv: distance: cannot write d/summary.csv: Is a directory\n", "d/runs.csv"},
@@ -1710,6 +1744,9 @@ START_TEST(test_a_csv_written_last_that_cannot_be_fails_before_the_work)
                       out);
         free(out);
     }
+    /* a directory named as the file is refused as the option is read */
+    expect("resolve --model m.st --csv x.csv \"小明是个运动达人，他平时很爱打篮球\"", 2,
+           "qkv: --csv: 'x.csv' names a directory, not a file\n");
     /* a table not asked for is not checked */
     expect("saturation --dk 4 --steps 5 --log-every 5 --quiet --no-variance --out s", 0,
            "wrote s/runs.csv\n");
@@ -1724,8 +1761,13 @@ START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
     char *out;
     ck_assert_int_eq(sh("mkdir d && ln -s t.csv link && mkfifo fifo", &out), 0);
     free(out);
-    const char *bad[][2] = {{"d", "a directory"},
-                            {"link", "a symbolic link"},
+    /* a directory is refused as the option is read (exit 2), a link or a
+     * pipe once train looks at what is there */
+    expect("train --steps 2 --quiet --save m.st --log d", 2,
+           "qkv: --log: 'd' names a directory, not a file");
+    expect("train --steps 2 --quiet --log t.csv --save d", 2,
+           "qkv: --save: 'd' names a directory, not a file");
+    const char *bad[][2] = {{"link", "a symbolic link"},
                             {"fifo", "a device or other special file"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[256], want[256];
@@ -3015,6 +3057,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
+    tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);

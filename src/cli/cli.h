@@ -28,7 +28,8 @@ static inline double cli_num(double x)
 }
 
 /* OPT_PATH is a string that must not be empty; OPT_FILE is an OPT_PATH
- * that must not name a directory ("d/", ".", "d/.."); OPT_U64 takes 0 to
+ * that must not name a directory ("d/", ".", "d/..", or a directory that
+ * exists, with or without the slash); OPT_U64 takes 0 to
  * 2^64 - 1 whatever min and max say. */
 typedef enum cli_kind {
     OPT_FLAG,

@@ -154,10 +154,13 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
             return cli_usage_error(cmd, "--%s: the file or directory name is longer than %d bytes",
                                    o->name, MAX_PATH_OPT);
         /* "d/", "." or "d/..": a directory, which the command would make
-         * first and then refuse to write as a file */
+         * first and then refuse to write as a file; and "d" where d is a
+         * directory (or a link to one) now, the same mistake */
         const char *slash = strrchr(v, '/'), *base = slash != NULL ? slash + 1 : v;
+        struct stat sb;
         if (o->kind == OPT_FILE &&
-            (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0))
+            (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
+             (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode))))
             return cli_usage_error(cmd, "--%s: '%s' names a directory, not a file", o->name, v);
         *(const char **)o->dst = v;
         return CLI_OK;
