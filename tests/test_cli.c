@@ -1753,6 +1753,67 @@ START_TEST(test_a_csv_written_last_that_cannot_be_fails_before_the_work)
 }
 END_TEST
 
+/* A command that fails leaves nothing new on disk: the checks made
+ * before the work (cli_csv_check, train's) made the directories on the
+ * way to an output first, and a later failure (a missing model, an
+ * unknown word, a usage error, another output in the way, a name too
+ * long) left them behind, empty. */
+START_TEST(test_a_failed_command_leaves_no_directory_behind)
+{
+    char *out;
+    ck_assert_int_eq(run("train --steps 2 --quiet --log t.csv --save m.st", &out), 0);
+    free(out);
+    ck_assert_int_eq(sh("touch afile && ls -A", &out), 0);
+    const char *const listing = "afile\nm.st\nt.csv\n";
+    ck_assert_str_eq(out, listing);
+    free(out);
+    char x300[301];
+    memset(x300, 'x', sizeof x300 - 1);
+    x300[300] = '\0';
+    static const char *const cmds[] = {
+        "resolve --model none.st --csv n1/x.csv \"小明是个运动达人，他平时很爱打篮球\"",
+        "resolve --model m.st --csv n2/x.csv \"小明是个火星人\"",
+        "train --quiet --log n3/t.csv --optim rmsprop",
+        "train --quiet --log n4/t.csv --save afile/m.st",
+        "train --quiet --log n5/t.csv --save n5/%s.st",
+        "resolve --model m.st --csv n6/a/%s.csv 小明他",
+        "distance --quiet --steps 5 --out n7/%s/b",
+        "ablate --quiet --steps 5 --out n8/%s",
+        "saturation --quiet --dk 4 --steps 5 --out n9/%s",
+    };
+    char cmd[600];
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        snprintf(cmd, sizeof cmd, cmds[i], x300);
+        const int rc = run(cmd, &out);
+        ck_assert_msg(rc == 1 || rc == 2, "qkv %s: exit %d\n%s", cmd, rc, out);
+        free(out);
+        ck_assert_int_eq(sh("ls -A", &out), 0);
+        ck_assert_msg(strcmp(out, listing) == 0, "qkv %s left:\n%s", cmd, out);
+        free(out);
+    }
+    /* the names too long are named as such, before any work */
+    snprintf(cmd, sizeof cmd, cmds[5], x300);
+    expect(cmd, 1, "File name too long");
+    snprintf(cmd, sizeof cmd, cmds[6], x300);
+    expect(cmd, 1, "qkv: distance: cannot create directory n7/x");
+    /* the check alone passes where the directories can be made, and
+     * makes none of them */
+    char p[600];
+    qkv_error err = qkv_error_none();
+    snprintf(p, sizeof p, "%s/c1/c2/x.csv", tmp);
+    ck_assert_int_eq(cli_csv_check(p, &err), QKV_OK);
+    snprintf(p, sizeof p, "%s/afile/c2/x.csv", tmp);
+    ck_assert_int_eq(cli_csv_check(p, &err), QKV_ERR_IO);
+    ck_assert_msg(strstr(err.message, "/afile exists and is not a directory"), "%s", err.message);
+    snprintf(p, sizeof p, "%s/c1/%s.csv", tmp, x300);
+    ck_assert_int_eq(cli_csv_check(p, &err), QKV_ERR_IO);
+    ck_assert_msg(strstr(err.message, "File name too long"), "%s", err.message);
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_str_eq(out, listing);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
 {
     /* the log was renamed over whatever --log named: as root, --log
@@ -3062,6 +3123,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
+    tcase_add_test(tc, test_a_failed_command_leaves_no_directory_behind);
     tcase_add_test(tc, test_a_csv_written_last_that_cannot_be_fails_before_the_work);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);

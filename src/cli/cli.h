@@ -216,11 +216,12 @@ FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err);
 void cli_remove_partial_on_signals(void);
 
 /* Fails now, with the reason in err, where cli_csv_create(path) would
- * fail later, after a command's work: a directory that cannot be made
- * (creating it if it can), a directory at path, a file there that cannot
- * be opened for writing, or no file there and a directory that takes no
- * new one. Changes no file; a device, pipe or link at path is left for
- * the write to judge. For each CSV a command writes after its runs. */
+ * fail later, after a command's work: a directory that cannot be made,
+ * a name too long, a directory at path, a file there that cannot be
+ * opened for writing, or no file there and a directory that takes no new
+ * one. Makes nothing, neither a file nor a directory (cli_csv_create
+ * makes the directories); a device, pipe or link at path is left for the
+ * write to judge. For each CSV a command writes after its runs. */
 qkv_status cli_csv_check(const char *path, qkv_error *err);
 
 /* 1 if paths a and b name the same file: the same string, the same file

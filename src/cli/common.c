@@ -625,7 +625,10 @@ static qkv_status check_open_for_write(const char *path, qkv_error *err)
  * is not followed). */
 static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
 {
-    if (qkv_mkdirs_for(path, err) != QKV_OK)
+    /* a directory that cannot be made, or a name too long for it, fails
+     * before any is made: nothing left behind */
+    int missing;
+    if (qkv_mkdirs_for_check(path, &missing, err) != QKV_OK || qkv_mkdirs_for(path, err) != QKV_OK)
         return NULL;
     FILE *f = NULL;
     struct stat sb;
@@ -694,9 +697,12 @@ FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err)
 
 qkv_status cli_csv_check(const char *path, qkv_error *err)
 {
-    qkv_status s = qkv_mkdirs_for(path, err);
-    if (s != QKV_OK)
-        return s;
+    /* the directories are made when the CSV is: a command that fails
+     * between the two leaves none behind */
+    int missing;
+    qkv_status s = qkv_mkdirs_for_check(path, &missing, err);
+    if (s != QKV_OK || missing)
+        return s; /* nothing there yet, and a new directory takes the file */
     struct stat sb;
     if (stat(path, &sb) != 0) {
         const int e = errno;

@@ -242,9 +242,14 @@ int cmd_train(int argc, char **argv)
         qkv_check_replaceable(o.save, &err) != QKV_OK)
         return cli_fail("train: %s", err.message);
     /* and a checkpoint that could not be written fails now, not after
-     * the whole run; the log's directory is made (or found in the way)
-     * here too, so that its error names it and not the LOG.part file */
-    if (qkv_mkdirs_for(o.log, &err) != QKV_OK || qkv_mkdirs_for(o.save, &err) != QKV_OK ||
+     * the whole run; the log's directory is checked (found in the way)
+     * here too, so that its error names it and not the LOG.part file.
+     * Nothing is made yet: a run that fails before it starts leaves no
+     * directory behind */
+    char part[4096 + 8];
+    snprintf(part, sizeof part, "%s.part", o.log);
+    int missing;
+    if (qkv_mkdirs_for_check(part, &missing, &err) != QKV_OK ||
         qkv_check_writable(o.save, &err) != QKV_OK)
         return cli_fail("train: %s", err.message);
     if (o.threads > 0)

@@ -55,6 +55,85 @@ qkv_status qkv_mkdirs_for(const char *path, qkv_error *err)
     return qkv_mkdirs(dir, err);
 }
 
+/* The longest name a directory entry in dir may have. */
+static size_t name_max(const char *dir)
+{
+    errno = 0;
+    const long n = pathconf(dir, _PC_NAME_MAX);
+    return n > 0 ? (size_t)n : 255; /* no limit given: NAME_MAX on Linux */
+}
+
+/* qkv_mkdirs_check's body; when a directory is missing, *max is the
+ * longest name it and those below it may have. */
+static qkv_status check_dirs(const char *dir, int *missing, size_t *max, qkv_error *err)
+{
+    char p[4096];
+    size_t n = strlen(dir);
+    *missing = 0;
+    if (n == 0)
+        return QKV_OK;
+    if (n >= sizeof p)
+        return qkv_error_set(err, QKV_ERR_IO, "%s: path too long", dir);
+    memcpy(p, dir, n + 1);
+    size_t last = p[0] == '/'; /* where the name being looked at starts */
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0')
+            continue;
+        char c = p[i];
+        p[i] = '\0';
+        struct stat sb;
+        if (!*missing && stat(p, &sb) == 0) {
+            if (!S_ISDIR(sb.st_mode))
+                return qkv_error_set(err, QKV_ERR_IO, "%s exists and is not a directory", p);
+        } else if (!*missing && errno != ENOENT) {
+            return qkv_error_set(err, QKV_ERR_IO, "cannot create directory %s: %s", p,
+                                 strerror(errno));
+        } else if (!*missing) {
+            /* the first to make: its parent must take a new entry */
+            char parent[4096];
+            snprintf(parent, sizeof parent, "%.*s", last == 0 ? 1 : (int)last, last == 0 ? "." : p);
+            if (access(parent, W_OK | X_OK) != 0)
+                return qkv_error_set(err, QKV_ERR_IO, "cannot create directory %s: %s", p,
+                                     strerror(errno));
+            *missing = 1;
+            *max = name_max(parent); /* and below it, on the same file system */
+            if (strlen(p + last) > *max)
+                return qkv_error_set(err, QKV_ERR_IO, "cannot create directory %s: %s", p,
+                                     strerror(ENAMETOOLONG));
+        } else if (strlen(p + last) > *max) {
+            return qkv_error_set(err, QKV_ERR_IO, "cannot create directory %s: %s", p,
+                                 strerror(ENAMETOOLONG));
+        }
+        p[i] = c;
+        last = i + 1;
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_mkdirs_check(const char *dir, int *missing, qkv_error *err)
+{
+    size_t max;
+    return check_dirs(dir, missing, &max, err);
+}
+
+qkv_status qkv_mkdirs_for_check(const char *path, int *missing, qkv_error *err)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    *missing = 0;
+    if (slash == NULL)
+        return QKV_OK;
+    if ((size_t)(slash - path) >= sizeof dir)
+        return qkv_error_set(err, QKV_ERR_IO, "%s: path too long", path);
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    size_t max = 0;
+    qkv_status s = check_dirs(dir, missing, &max, err);
+    if (s == QKV_OK && *missing && strlen(slash + 1) > max)
+        s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(ENAMETOOLONG));
+    return s;
+}
+
 unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_error *err)
 {
     struct stat sb;
@@ -187,6 +266,18 @@ qkv_status qkv_check_writable(const char *path, qkv_error *err)
     qkv_status s = temp_beside(path, &dir, &tmp, err);
     if (s != QKV_OK)
         return s;
+    /* a directory still to make takes the file if it can be made and
+     * the temporary file's name fits in it; nothing is made now */
+    int missing;
+    if ((s = qkv_mkdirs_for_check(path, &missing, err)) != QKV_OK)
+        return s;
+    if (missing) {
+        qkv_error ignored = qkv_error_none();
+        if (qkv_mkdirs_for_check(tmp, &missing, &ignored) != QKV_OK)
+            return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",
+                                 path, dir, strerror(ENAMETOOLONG));
+        return QKV_OK;
+    }
     int fd = create_unique(tmp); /* as qkv_save_atomic's, then gone */
     if (fd < 0)
         return qkv_error_set(err, QKV_ERR_IO, "cannot write %s: cannot create a file in %s: %s",

@@ -90,6 +90,17 @@ qkv_status qkv_mkdirs(const char *dir, qkv_error *err);
  * to its last '/'), as qkv_mkdirs does; nothing for a bare file name. */
 qkv_status qkv_mkdirs_for(const char *path, qkv_error *err);
 
+/* Checks that qkv_mkdirs(dir) could make dir, making nothing: every
+ * directory on the way that exists is a directory, and the first that
+ * does not could be made (its parent takes new entries) with each name
+ * below it short enough. *missing is 1 if one is missing, else 0.
+ * QKV_ERR_IO with the reason, as qkv_mkdirs would give it, in err. */
+qkv_status qkv_mkdirs_check(const char *dir, int *missing, qkv_error *err);
+
+/* qkv_mkdirs_check for the directory the file path would live in; when
+ * one is missing, path's own name must be short enough for it too. */
+qkv_status qkv_mkdirs_for_check(const char *path, int *missing, qkv_error *err);
+
 /* Reads the whole regular file at path, of at most max bytes, into memory
  * the caller frees; its size goes to *len. NULL with the reason in err for
  * a missing or unreadable path, a directory or other non-regular file
@@ -104,8 +115,9 @@ unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_erro
 qkv_status qkv_check_replaceable(const char *path, qkv_error *err);
 
 /* QKV_OK if qkv_save_atomic could create its temporary file beside path
- * (and qkv_check_replaceable passes): a check before a long run whose
- * output is saved at its end. Creates nothing that stays. */
+ * (and qkv_check_replaceable passes), once the directories on the way are
+ * made (qkv_mkdirs_for_check, if one is missing): a check before a long
+ * run whose output is saved at its end. Creates nothing that stays. */
 qkv_status qkv_check_writable(const char *path, qkv_error *err);
 
 /* Writes a file's bytes to f; returns a status (with the reason in err). */
