@@ -185,6 +185,58 @@ START_TEST(test_every_example_reports_every_allocation_failure)
 }
 END_TEST
 
+/* Running out of memory, a CLI user was told the library's hint for C
+ * programmers: "did a loop forget qkv_tape_reset?". Every allocation of
+ * a run of each command that grows its tape fails in turn: no message
+ * names a C function (qkv_...), and each one about memory names the
+ * options that would lower it. */
+START_TEST(test_out_of_memory_names_the_options_to_lower_not_c_functions)
+{
+    static const char *const runs[][2] = {
+        {"train --quiet --steps 1 --batch 4096 --log t.csv --save m.st",
+         "try a smaller --batch or --d-k"},
+        {"eval --model m.st", "try a model trained with a smaller --d-k"},
+        {"demo --d-model 256 --seq-len 256 --d-k 256",
+         "try a smaller --d-model, --seq-len or --d-k"},
+        {"saturation --quiet --dk 4 --steps 2 --batch 4096 --log-every 1 --out s",
+         "try a smaller --batch or --dk, or fewer --jobs"},
+        {"distance --quiet --steps 2 --eval-every 1 --seeds 1 --distances 0 --models attention "
+         "--batch 4096 --out d",
+         "try a smaller --batch or --distances, or fewer --jobs"},
+        {"bptt --quiet --train-steps 0 --length 16 --batch 512 --rho 1 --out b",
+         "try a smaller --batch or --length"},
+        {"parallel --quiet --lengths 16 --batch 512 --min-time 0.001 --threads 1 --models "
+         "attention --out p",
+         "try a smaller --batch or --lengths"},
+        {"ablate --quiet --steps 2 --eval-every 1 --seeds 1 --variants full --batch 4096 --out a",
+         "try a smaller --batch or --d-k, or fewer --jobs"},
+    };
+    char cmd[900];
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' %s", QKV_BIN, runs[i][0]);
+        ck_assert_int_eq(run_failing(cmd, 0), 0); /* m.st for eval, from train */
+        size_t total, ignore, tape = 0;
+        free(last_stderr(&total));
+        for (size_t n = 1; n <= total; n++) {
+            const int rc = run_failing(cmd, n);
+            char *e = last_stderr(&ignore);
+            *strstr(e, "qkv-test: ") = '\0';
+            /* (0: distance counts a model's parameters where it can) */
+            ck_assert_msg(rc == 1 || rc == 0, "%s: allocation %zu: exit %d\n%s", runs[i][0], n, rc,
+                          e);
+            ck_assert_msg(strstr(e, "qkv_") == NULL, "%s: allocation %zu:\n%s", runs[i][0], n, e);
+            if (strstr(e, "out of memory") != NULL)
+                ck_assert_msg(strstr(e, runs[i][1]) != NULL, "%s: allocation %zu: no '%s':\n%s",
+                              runs[i][0], n, runs[i][1], e);
+            tape += strstr(e, "out of memory allocating") != NULL;
+            free(e);
+        }
+        /* the tape's own message was among them, where the tape grows */
+        ck_assert_msg(tape > 0 || i == 1, "%s: the tape never ran out", runs[i][0]);
+    }
+}
+END_TEST
+
 Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -194,6 +246,7 @@ Suite *faults_suite(void)
     tcase_add_test(tc, test_every_allocation_failure_of_a_training_run_is_reported);
     tcase_add_test(tc, test_the_program_reports_every_allocation_failure_and_keeps_its_checkpoint);
     tcase_add_test(tc, test_every_example_reports_every_allocation_failure);
+    tcase_add_test(tc, test_out_of_memory_names_the_options_to_lower_not_c_functions);
     suite_add_tcase(s, tc);
     return s;
 }

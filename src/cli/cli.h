@@ -90,6 +90,13 @@ typedef struct cli_opt {
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos);
 
+/* What to tell a user whose command ran out of memory ("try a smaller
+ * --batch"), added to every message about it (cli_fail,
+ * cli_usage_error), which then names no C function: the library's hint
+ * that a loop may have forgotten qkv_tape_reset is for C programmers.
+ * NULL: free some memory and try again. */
+void cli_memory_advice(const char *advice);
+
 /* Prints "qkv: <message>" to stderr and returns CLI_FAIL. */
 int cli_fail(const char *fmt, ...)
 #if defined(__GNUC__)

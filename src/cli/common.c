@@ -19,6 +19,41 @@
 #include "cli.h"
 #include "util/util.h"
 
+/* What a user can do when the command runs out of memory (main.c sets
+ * it for the command); NULL: the general advice. */
+static const char *memory_advice;
+
+void cli_memory_advice(const char *advice)
+{
+    memory_advice = advice;
+}
+
+/* A message about running out of memory, in s (len bytes), for a user of
+ * the program: the library's hint for C programmers (did a loop forget
+ * qkv_tape_reset?) goes, "the arena" becomes what is in use, and the
+ * command's advice (the options to lower) is added. */
+static void memory_message(char *s, size_t len)
+{
+    static const char hint[] = "; did a loop forget qkv_tape_reset?", arena[] = "(the arena holds ";
+    if (strstr(s, "out of memory") == NULL)
+        return;
+    char *h = strstr(s, hint);
+    if (h != NULL)
+        memmove(h, h + strlen(hint), strlen(h + strlen(hint)) + 1);
+    char *a = strstr(s, arena), *end;
+    if (a != NULL) {
+        const unsigned long long used = strtoull(a + strlen(arena), &end, 10);
+        if (strncmp(end, " bytes)", 7) == 0) {
+            char rest[1024];
+            snprintf(rest, sizeof rest, "%s", end + 7);
+            snprintf(a, len - (size_t)(a - s), "(%llu bytes in use)%s", used, rest);
+        }
+    }
+    const size_t n = strlen(s);
+    snprintf(s + n, len - n, "; %s",
+             memory_advice != NULL ? memory_advice : "free some memory and try again");
+}
+
 /* Prints "qkv: " and the message, with control characters and invalid
  * UTF-8 (from user input) escaped, so nothing typed can drive the
  * terminal. */
@@ -26,6 +61,7 @@ static void vmessage(const char *fmt, va_list ap)
 {
     char raw[9216], work[4 * sizeof raw], safe[1024];
     vsnprintf(raw, sizeof raw, fmt, ap);
+    memory_message(raw, sizeof raw);
     qkv_escape_elided(safe, sizeof safe, raw, work, sizeof work);
     cli_progress_clear(); /* the message on a line of its own */
     fprintf(stderr, "qkv: %s\n", safe);

@@ -12,20 +12,31 @@ typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *about;
+    const char *memory; /* what lowers its memory, if it runs out (NULL: none) */
 } command;
 
 static const command commands[] = {
-    {"demo", cmd_demo, "reproduce the tutorial's Python self-attention demo"},
-    {"gradcheck", cmd_gradcheck, "check every op's gradient against finite differences"},
-    {"train", cmd_train, "train Wq, Wk, Wv on the coreference task (他 -> 小明)"},
-    {"eval", cmd_eval, "accuracy of a trained model per split and level"},
-    {"resolve", cmd_resolve, "show whom each pronoun in a sentence refers to"},
-    {"softmax", cmd_softmax, "compare linear and exponential normalisation (the tutorial's table)"},
-    {"saturation", cmd_saturation, "measure softmax saturation with and without sqrt(d_k)"},
-    {"distance", cmd_distance, "RNN, LSTM, GRU and attention as the pronoun moves away"},
-    {"bptt", cmd_bptt, "gradient norms through time against the recurrence's radius"},
-    {"parallel", cmd_parallel, "critical path and step time against sequence length"},
-    {"ablate", cmd_ablate, "why V, why Q and K, why e: train without each, compare"},
+    {"demo", cmd_demo, "reproduce the tutorial's Python self-attention demo",
+     "try a smaller --d-model, --seq-len or --d-k"},
+    {"gradcheck", cmd_gradcheck, "check every op's gradient against finite differences", NULL},
+    {"train", cmd_train, "train Wq, Wk, Wv on the coreference task (他 -> 小明)",
+     "try a smaller --batch or --d-k"},
+    {"eval", cmd_eval, "accuracy of a trained model per split and level",
+     "try a model trained with a smaller --d-k"},
+    {"resolve", cmd_resolve, "show whom each pronoun in a sentence refers to",
+     "try a model trained with a smaller --d-k"},
+    {"softmax", cmd_softmax, "compare linear and exponential normalisation (the tutorial's table)",
+     NULL},
+    {"saturation", cmd_saturation, "measure softmax saturation with and without sqrt(d_k)",
+     "try a smaller --batch or --dk, or fewer --jobs"},
+    {"distance", cmd_distance, "RNN, LSTM, GRU and attention as the pronoun moves away",
+     "try a smaller --batch or --distances, or fewer --jobs"},
+    {"bptt", cmd_bptt, "gradient norms through time against the recurrence's radius",
+     "try a smaller --batch or --length"},
+    {"parallel", cmd_parallel, "critical path and step time against sequence length",
+     "try a smaller --batch or --lengths"},
+    {"ablate", cmd_ablate, "why V, why Q and K, why e: train without each, compare",
+     "try a smaller --batch or --d-k, or fewer --jobs"},
 };
 
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
@@ -89,6 +100,7 @@ static int run(int argc, char **argv)
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (strcmp(name, commands[i].name) == 0) {
+            cli_memory_advice(commands[i].memory);
             return commands[i].run(argc - 1, argv + 1); /* cli_parse checks the env */
         }
     return cli_usage_error("", "unknown command '%s'", name);
