@@ -1500,6 +1500,35 @@ START_TEST(test_a_file_option_naming_a_directory_is_a_usage_error)
 }
 END_TEST
 
+/* eval and resolve took a checkpoint whose init_std (1e9) no --init-std
+ * could have given; the loader holds it to the option's bound. */
+START_TEST(test_a_checkpoint_is_held_to_the_options_bounds)
+{
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 1 --init-std 100 --log t.csv --save m.st", &out),
+                     0);
+    free(out);
+    char p[160];
+    snprintf(p, sizeof p, "%s/m.st", tmp);
+    FILE *f = fopen(p, "r+b");
+    ck_assert_ptr_nonnull(f);
+    char head[4096];
+    const size_t n = fread(head, 1, sizeof head, f);
+    static const char from[] = "\"init_std\":\"100\"", to[] = "\"init_std\":\"1e9\"";
+    size_t at = 0;
+    while (at + sizeof from - 1 <= n && memcmp(head + at, from, sizeof from - 1) != 0)
+        at++;
+    ck_assert_msg(at + sizeof from - 1 <= n, "no %s in the header", from);
+    /* the same length: the header's size stays, and its CRC covers the data */
+    ck_assert_int_eq(fseek(f, (long)at, SEEK_SET), 0);
+    ck_assert_uint_eq(fwrite(to, 1, sizeof to - 1, f), sizeof to - 1);
+    ck_assert_int_eq(fclose(f), 0);
+    expect("eval --model m.st", 1, "m.st: the metadata 'init_std' is not a number in [0, 100]");
+    expect("resolve --model m.st 小明他", 1,
+           "m.st: the metadata 'init_std' is not a number in [0, 100]");
+}
+END_TEST
+
 START_TEST(test_messages_escape_control_characters)
 {
     char *out;
@@ -3119,6 +3148,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
+    tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);

@@ -180,13 +180,13 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
     expect_edit_refused(good, n, "\"version\":\"1\"", "\"version\":\"2\"",
                         "has checkpoint version 2; this qkv reads version 1");
     expect_edit_refused(good, n, "\"scaled\":\"1\"", "\"scaled\":\"2\"",
-                        "the metadata 'scaled' is not a valid value");
+                        "the metadata 'scaled' is not a whole number in [0, 1]");
     expect_edit_refused(good, n, "\"classes\":\"4\",", "", "the metadata 'classes' is missing");
     /* 2^64: strtoull saturates at 2^64 - 1, which must not pass for it */
     expect_edit_refused(good, n, "\"seed\":\"9\"", "\"seed\":\"18446744073709551616\"",
-                        "the metadata 'seed' is not a valid value");
+                        "the metadata 'seed' is not a whole number in [0, 18446744073709551615]");
     expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\"nan\"",
-                        "the metadata 'init_std' is not valid");
+                        "the metadata 'init_std' is not a number in [0, 100]");
     /* missing, as the other fields say, not "not valid" */
     expect_edit_refused(good, n, "\"init_std\":\"0.5\",", "", "the metadata 'init_std' is missing");
     expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",
@@ -198,9 +198,9 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
     expect_edit_refused(good, n, "\"vocab_fingerprint\":\"1234abcd\"",
                         "\"vocab_fingerprint\":\"0x34abcd\"", "'vocab_fingerprint' is damaged");
     expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\"0x1p-1\"",
-                        "the metadata 'init_std' is not valid");
+                        "the metadata 'init_std' is not a number in [0, 100]");
     expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\" 0.5\"",
-                        "the metadata 'init_std' is not valid");
+                        "the metadata 'init_std' is not a number in [0, 100]");
     /* the shapes must be the ones the metadata implies */
     expect_edit_refused(good, n, "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[3,4]",
                         "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[4,3]",
@@ -235,8 +235,64 @@ START_TEST(test_metadata_declaring_a_huge_model_is_refused_before_allocating)
     free(b2);
     /* d_k beyond what any command allows is refused from the metadata */
     expect_edit_refused(good, n, "\"d_k\":\"3\"", "\"d_k\":\"65536\"",
-                        "the metadata 'd_k' is not a valid value");
+                        "the metadata 'd_k' is not a whole number in [1, 4096]");
     free(b1);
+    free(good);
+    qkv_coref_model_free(m);
+}
+END_TEST
+
+/* A checkpoint's hyper-parameters are held to the bounds the program's
+ * options have (--init-std at most 100, --d-k at most 4096, ...): the
+ * loader took init_std up to 1e308, which no command would train with.
+ * The message names the key and the range, as an option's does. */
+START_TEST(test_every_hyper_parameter_is_held_to_the_options_bounds)
+{
+    qkv_coref_model *m = small_model();
+    ck_assert_int_eq(qkv_coref_save(m, FP, path, NULL), QKV_OK);
+    long n;
+    unsigned char *good = read_all(path, &n);
+    static const char *const refused[][3] = {
+        {"\"init_std\":\"0.5\"", "\"init_std\":\"1e308\"",
+         "the metadata 'init_std' is not a number in [0, 100]"},
+        {"\"init_std\":\"0.5\"", "\"init_std\":\"100.5\"",
+         "the metadata 'init_std' is not a number in [0, 100]"},
+        {"\"init_std\":\"0.5\"", "\"init_std\":\"-0.5\"",
+         "the metadata 'init_std' is not a number in [0, 100]"},
+        {"\"d_k\":\"3\"", "\"d_k\":\"4097\"",
+         "the metadata 'd_k' is not a whole number in [1, 4096]"},
+        {"\"d_k\":\"3\"", "\"d_k\":\"0\"", "the metadata 'd_k' is not a whole number in [1, 4096]"},
+        {"\"scaled\":\"1\"", "\"scaled\":\"2\"",
+         "the metadata 'scaled' is not a whole number in [0, 1]"},
+        {"\"vocab\":\"7\"", "\"vocab\":\"0\"",
+         "the metadata 'vocab' is not a whole number in [1, 2147483647]"},
+        {"\"classes\":\"4\"", "\"classes\":\"x\"",
+         "the metadata 'classes' is not a whole number in [1, 2147483647]"},
+        {"\"seed\":\"9\"", "\"seed\":\"18446744073709551616\"",
+         "the metadata 'seed' is not a whole number in [0, 18446744073709551615]"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        expect_edit_refused(good, n, refused[i][0], refused[i][1], refused[i][2]);
+    /* the bounds themselves load */
+    static const char *const taken[] = {"\"init_std\":\"100\"", "\"init_std\":\"0\""};
+    for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
+        long e;
+        unsigned char *b = edit_header(good, n, "\"init_std\":\"0.5\"", taken[i], &e);
+        qkv_error err = qkv_error_none();
+        qkv_coref_model *l = qkv_coref_load_buffer(b, (size_t)e, "edge", FP, &err);
+        ck_assert_msg(l != NULL, "%s: %s", taken[i], err.message);
+        qkv_coref_model_free(l);
+        free(b);
+    }
+    /* and a model is made within them, so that what is saved loads */
+    qkv_coref_config c = {7, 3, 4, 1, 100.5, 9};
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(qkv_coref_model_new(&c, &err));
+    ck_assert_msg(strstr(err.message, "init_std from 0 to 100"), "%s", err.message);
+    c.init_std = 100;
+    qkv_coref_model *edge = qkv_coref_model_new(&c, &err);
+    ck_assert_ptr_nonnull(edge);
+    qkv_coref_model_free(edge);
     free(good);
     qkv_coref_model_free(m);
 }
@@ -386,6 +442,7 @@ Suite *coref_checkpoint_suite(void)
     tcase_add_test(tc, test_every_checkpoint_fault_is_a_clear_error);
     tcase_add_test(tc, test_save_reports_an_unwritable_path);
     tcase_add_test(tc, test_metadata_declaring_a_huge_model_is_refused_before_allocating);
+    tcase_add_test(tc, test_every_hyper_parameter_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_a_non_finite_model_never_replaces_a_good_one);
     tcase_add_test(tc, test_saving_replaces_only_regular_files_and_follows_no_link);
     tcase_add_test(tc, test_a_full_disk_leaves_the_previous_checkpoint);

@@ -64,8 +64,8 @@ typedef struct cli_opt {
 #define CLI_MIN_LR 1e-12
 #define CLI_MAX_LR 1e300 /* a rate that diverges is reported as such */
 #define CLI_MAX_CLIP 1e12
-#define CLI_MAX_INIT_STD 100
-#define CLI_MAX_SEEDS 32   /* --seeds: the runs repeated per setting */
+#define CLI_MAX_INIT_STD QKV_COREF_MAX_INIT_STD /* a checkpoint's too (coref/model.h) */
+#define CLI_MAX_SEEDS 32                        /* --seeds: the runs repeated per setting */
 #define CLI_MAX_THREADS 64 /* qkv_threads_use's limit (runtime.h); QKV_THREADS too */
 #define CLI_MAX_JOBS 64
 

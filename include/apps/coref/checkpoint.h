@@ -41,6 +41,8 @@ qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const 
  * err for: a missing path or a directory (QKV_ERR_IO); an empty, truncated
  * or corrupted file, one that is not safetensors or not a coreference
  * checkpoint, a newer version, metadata that disagrees with the tensors,
+ * a hyper-parameter out of the bounds the qkv program's options have
+ * (init_std at most QKV_COREF_MAX_INIT_STD, d_k at most QKV_COREF_MAX_DK),
  * or a fingerprint other than `fingerprint` (QKV_ERR_FORMAT); a program built
  * for another scalar type (QKV_ERR_ABI). The caller owns the result
  * (qkv_coref_model_free). A macro: it passes QKV_ABI. */

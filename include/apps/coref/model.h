@@ -43,14 +43,16 @@ void qkv_coref_batch_clear(qkv_coref_batch *b);
 qkv_status qkv_coref_batch_add(qkv_coref_batch *b, const int *ids, int len, int query, int target,
                                int mark);
 
-#define QKV_COREF_MAX_DK 4096 /* the widest Q, K and V; every command uses this limit */
+#define QKV_COREF_MAX_DK 4096      /* the widest Q, K and V; every command uses this limit */
+#define QKV_COREF_MAX_INIT_STD 100 /* the largest init_std; so does every command */
 
 typedef struct qkv_coref_config {
     int vocab;       /* rows of Wq, Wk, Wv (d_model = vocabulary size) */
     int d_k;         /* columns of Wq, Wk, Wv: 1 .. QKV_COREF_MAX_DK */
     int classes;     /* columns of Wo */
     int scaled;      /* 1: divide scores by √d_k (the default); 0: don't */
-    double init_std; /* Wq, Wk, Wv ~ N(0, init_std²); the tutorial uses 0.1 */
+    double init_std; /* Wq, Wk, Wv ~ N(0, init_std²), 0 .. QKV_COREF_MAX_INIT_STD;
+                      * the tutorial uses 0.1 */
     uint64_t seed;   /* weights are drawn with qkv_rng seeded by this */
 } qkv_coref_config;
 

@@ -53,8 +53,9 @@ qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const 
     return qkv_safetensors_save(m->list, path, all, *levels ? 10 : 9, err);
 }
 
-/* Metadata key of f as a whole number in [lo, hi]; 0, or -1 after
- * recording why. */
+/* Metadata key of f as a whole number in [lo, hi], the bounds the qkv
+ * program's options have where it has one; 0, or -1 after recording why
+ * (naming the key and the range). */
 static int meta_uint(const qkv_st *f, const char *path, const char *key, uint64_t lo, uint64_t hi,
                      uint64_t *out, qkv_error *err)
 {
@@ -68,8 +69,12 @@ static int meta_uint(const qkv_st *f, const char *path, const char *key, uint64_
             return 0;
         }
     }
-    qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata '%s' is %s", path, key,
-                  s == NULL ? "missing" : "not a valid value");
+    if (s == NULL)
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata '%s' is missing", path, key);
+    else
+        qkv_error_set(err, QKV_ERR_FORMAT,
+                      "%s: the metadata '%s' is not a whole number in [%" PRIu64 ", %" PRIu64 "]",
+                      path, key, lo, hi);
     return -1;
 }
 
@@ -121,8 +126,11 @@ static int read_config(const qkv_st *f, const char *path, uint32_t fingerprint,
      * " 0.5", "0x1p-1" or "infinity" */
     const int decimal = *std >= '0' && *std <= '9' && strspn(std, "0123456789.e+-") == strlen(std);
     double init_std = decimal ? strtod(std, &end) : NAN;
-    if (!decimal || *end != '\0' || !isfinite(init_std) || init_std < 0) {
-        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'init_std' is not valid", path);
+    /* the bound of --init-std and of qkv_coref_model_new: a file
+     * trained with neither is no checkpoint of ours */
+    if (!decimal || *end != '\0' || !(init_std >= 0 && init_std <= QKV_COREF_MAX_INIT_STD)) {
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'init_std' is not a number in [0, %d]",
+                      path, QKV_COREF_MAX_INIT_STD);
         return -1;
     }
     cfg->vocab = (int)vocab;
@@ -165,7 +173,8 @@ static qkv_coref_model *model_of(const qkv_st *f, const char *path, uint32_t fin
     const char *lv = qkv_st_meta(f, "levels");
     const unsigned levels = lv != NULL ? qkv_coref_parse_levels(lv) : 0;
     if (lv != NULL && levels == 0) {
-        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'levels' is not valid", path);
+        qkv_error_set(err, QKV_ERR_FORMAT, "%s: the metadata 'levels' is not a list of 1, 2, 3",
+                      path);
         return NULL;
     }
     qkv_coref_model *m = qkv_coref_model_alloc(&cfg, err);

@@ -91,11 +91,11 @@ static void fill_normal(qkv_rng *g, qkv_tensor *w, double std)
 qkv_coref_model *qkv_coref_model_alloc(const qkv_coref_config *cfg, qkv_error *err)
 {
     if (cfg == NULL || cfg->vocab < 1 || cfg->d_k < 1 || cfg->d_k > QKV_COREF_MAX_DK ||
-        cfg->classes < 1 || !(cfg->init_std >= 0) || !isfinite(cfg->init_std)) {
+        cfg->classes < 1 || !(cfg->init_std >= 0 && cfg->init_std <= QKV_COREF_MAX_INIT_STD)) {
         qkv_error_set(err, QKV_ERR_ARG,
                       "model: vocab and classes must be at least 1, d_k from 1 to %d, and "
-                      "init_std finite and >= 0",
-                      QKV_COREF_MAX_DK);
+                      "init_std from 0 to %d",
+                      QKV_COREF_MAX_DK, QKV_COREF_MAX_INIT_STD);
         return NULL;
     }
     qkv_coref_model *m = qkv_calloc(1, sizeof *m);
