@@ -15,12 +15,19 @@
  * It trains with AdamW (no decay on biases and norm gains), a warm-up then
  * cosine learning rate and gradient clipping; then it sorts fresh
  * sequences by greedy decoding, one digit at a time; saves its weights as
- * safetensors (argv[1], default transformer.safetensors), loads them into
- * a second model and checks that it sorts exactly as the first.
+ * safetensors (to argv[1], or else to a temporary file in $TMPDIR or /tmp,
+ * removed at the end), loads them into a second model and checks that it
+ * sorts exactly as the first.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
+#endif
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qkv.h"
 
@@ -154,12 +161,16 @@ int main(int argc, char **argv)
         fprintf(help ? stdout : stderr,
                 "usage: transformer [WEIGHTS]\n"
                 "Trains a two-block causal Transformer to sort %d digits, saves its weights\n"
-                "to WEIGHTS (default transformer.safetensors), reloads them into a second\n"
-                "model and checks that it sorts exactly as the first.\n",
+                "to WEIGHTS (default: a temporary file, removed at the end, in $TMPDIR or\n"
+                "/tmp), reloads them into a second model and checks that it sorts exactly\n"
+                "as the first.\n",
                 N);
         return help ? 0 : 2;
     }
-    const char *path = argc > 1 ? argv[1] : "transformer.safetensors";
+    /* without WEIGHTS, a new temporary file: nothing is left behind where
+     * the example was run */
+    const char *path = argc > 1 ? argv[1] : NULL;
+    char temp[4096] = "";
     qkv_error err = qkv_error_none();
     model m, m2 = {0};
     qkv_tape *t = NULL;
@@ -211,6 +222,19 @@ int main(int argc, char **argv)
         goto done;
     printf("sorted exactly: %d of %d fresh sequences (%.1f%%)\n", right, TESTS,
            100.0 * right / TESTS);
+    if (path == NULL) {
+        const char *tmpdir = getenv("TMPDIR");
+        snprintf(temp, sizeof temp, "%s/transformer.XXXXXX",
+                 tmpdir != NULL && *tmpdir != '\0' ? tmpdir : "/tmp");
+        const int fd = mkstemp(temp);
+        if (fd < 0) {
+            fprintf(stderr, "transformer: cannot create %s: %s\n", temp, strerror(errno));
+            temp[0] = '\0';
+            goto done;
+        }
+        close(fd);
+        path = temp;
+    }
     const qkv_meta_entry meta[2] = {{"task", "sort 8 digits"}, {"blocks", "2"}};
     if (qkv_safetensors_save(m.p, path, meta, 2, &err) != QKV_OK ||
         model_init(&m2, 12345, &err) != QKV_OK || /* other random weights */
@@ -224,6 +248,8 @@ int main(int argc, char **argv)
     printf("heap allocations in steps 2 to %d: %zu\n", STEPS, allocs);
     rc = right >= TESTS * 9 / 10 && same && allocs == 0 ? 0 : 1;
 done:
+    if (temp[0] != '\0')
+        remove(temp);
     qkv_optim_free(opt);
     qkv_tape_free(t);
     qkv_params_free(m.p);

@@ -1182,17 +1182,37 @@ START_TEST(test_every_example_runs_to_its_result)
     expect_example("mha", "heap allocations in steps 2 to 500: 0");
     /* the Transformer sorts at least 90% of fresh sequences exactly (its
      * exit status), and the model reloaded from safetensors sorts them
-     * exactly as the trained one */
-    expect_example("transformer", "reloaded from transformer.safetensors: the same predictions\n"
-                                  "heap allocations in steps 2 to 800: 0");
-    /* its one argument is a path: --help is not taken for one, and
-     * another option is refused before any training (exit 2) */
+     * exactly as the trained one; its weights go to a temporary file (in
+     * $TMPDIR), removed at the end: it wrote transformer.safetensors
+     * into the directory it was run from */
     char cmd[600], dir[512], *out;
     snprintf(dir, sizeof dir, "%s", QKV_BIN);
     *strrchr(dir, '/') = '\0';
+    snprintf(cmd, sizeof cmd, "mkdir tdir && TMPDIR=\"$PWD/tdir\" '%s/examples/transformer'", dir);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    char want[200];
+    snprintf(want, sizeof want, "reloaded from %s/tdir/transformer.", tmp);
+    ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+    ck_assert_msg(strstr(out, ": the same predictions\nheap allocations in steps 2 to 800: 0"),
+                  "%s", out);
+    free(out);
+    /* no example leaves a file behind, here or in $TMPDIR */
+    ck_assert_int_eq(sh("ls -A . tdir", &out), 0);
+    ck_assert_str_eq(out, ".:\ntdir\n\ntdir:\n");
+    free(out);
+    /* a path given keeps the weights there */
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' w.safetensors", dir);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "reloaded from w.safetensors: the same predictions\n"), "%s", out);
+    free(out);
+    ck_assert_int_eq(sh("test -s w.safetensors", &out), 0);
+    free(out);
+    /* its one argument is a path: --help is not taken for one, and
+     * another option is refused before any training (exit 2) */
     snprintf(cmd, sizeof cmd, "'%s/examples/transformer' --help", dir);
     ck_assert_int_eq(sh(cmd, &out), 0);
     ck_assert_msg(strstr(out, "usage: transformer [WEIGHTS]") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "a temporary file, removed at the end") != NULL, "%s", out);
     free(out);
     snprintf(cmd, sizeof cmd, "'%s/examples/transformer' --bogus", dir);
     ck_assert_int_eq(sh(cmd, &out), 2);
