@@ -125,9 +125,27 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
     return rc;
 }
 
-static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, const int *ks,
-                        int nd, dist_result (*res)[MAX_ITEMS][MAX_SEEDS])
+/* The tables; CLI_FAIL, having printed nothing, if a model to count the
+ * parameters of cannot be made. */
+static int print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, const int *ks, int nd,
+                       dist_result (*res)[MAX_ITEMS][MAX_SEEDS])
 {
+    size_t params[MAX_ITEMS];
+    for (int i = 0; i < nk; i++) {
+        qkv_seq_config c = {kinds[i],
+                            qkv_coref_vocab_size(),
+                            qkv_coref_classes(),
+                            qkv_seq_default_width(kinds[i]),
+                            QKV_RNN_TANH,
+                            0,
+                            NAN};
+        qkv_error err = qkv_error_none();
+        qkv_seq_model *m = qkv_seq_model_new(&c, &err);
+        if (m == NULL)
+            return cli_fail("distance: %s", err.message);
+        params[i] = qkv_params_numel(m->list);
+        qkv_seq_model_free(m);
+    }
     printf("\nTest accuracy (%d fresh sentences) against the distance k between the name and "
            "its pronoun%s\n",
            TEST_N, o->seeds > 1 ? "; mean±sd over seeds" : "");
@@ -150,16 +168,7 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
     printf("\n");
     int diverged = 0; /* runs whose training stopped on a non-finite value */
     for (int i = 0; i < nk; i++) {
-        qkv_seq_config c = {kinds[i],
-                            qkv_coref_vocab_size(),
-                            qkv_coref_classes(),
-                            qkv_seq_default_width(kinds[i]),
-                            QKV_RNN_TANH,
-                            0,
-                            NAN};
-        qkv_seq_model *m = qkv_seq_model_new(&c, NULL);
-        printf("%-10s %7zu", qkv_seq_name(kinds[i]), m != NULL ? qkv_params_numel(m->list) : 0);
-        qkv_seq_model_free(m);
+        printf("%-10s %7zu", qkv_seq_name(kinds[i]), params[i]);
         for (int d = 0; d < nd; d++) {
             double x[MAX_SEEDS], mean = 0, sd = 0;
             int n = 0;
@@ -210,6 +219,7 @@ static void print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, c
         }
         printf("\n");
     }
+    return CLI_OK;
 }
 
 /* DIR/summary.csv: per model and distance, the mean and sd of the test
@@ -411,10 +421,10 @@ int cmd_distance(int argc, char **argv)
         r = cli_fail("distance: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)
         r = write_summary(&o, kinds, nk, ks, nd, res);
-    if (r == CLI_OK) {
-        print_table(&o, kinds, nk, ks, nd, res);
+    if (r == CLI_OK)
+        r = print_table(&o, kinds, nk, ks, nd, res);
+    if (r == CLI_OK)
         printf("\nwrote %s and %s/summary.csv\n", path, o.out);
-    }
     qkv_coref_batch_free(b);
     qkv_coref_batch_free(eb);
     qkv_tape_free(t);
