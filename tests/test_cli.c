@@ -1447,6 +1447,26 @@ START_TEST(test_a_nan_in_a_csv_log_is_written_nan)
 }
 END_TEST
 
+/* --init-std -0 saved "init_std": "-0", which the loader refused: a
+ * checkpoint that eval and resolve could not read, over the good one. A
+ * number option's -0 is 0, in the file and in what is echoed. */
+START_TEST(test_a_negative_zero_option_is_zero)
+{
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 2 --init-std -0 --save z.st --log z.csv", &out), 0);
+    free(out);
+    ck_assert_int_eq(run("eval --model z.st", &out), 0);
+    ck_assert_msg(strstr(out, "init_std=0 ") != NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(run("distance --steps 1 --eval-every 1 --seeds 1 --distances 0 --models lstm "
+                         "--forget-bias -0 --out zd",
+                         &out),
+                     0);
+    ck_assert_msg(strstr(out, "forget-gate bias 0 at init") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_input_is_parsed_strictly_and_limits_agree)
 {
     expect("saturation --out ''", 2, "--out: the file or directory name is empty");
@@ -3159,6 +3179,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_a_nan_in_a_csv_log_is_written_nan);
+    tcase_add_test(tc, test_a_negative_zero_option_is_zero);
     tcase_add_test(tc, test_a_csv_with_two_names_is_written_through_both);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);

@@ -165,9 +165,11 @@ int cli_parse_double(const char *s, double *out)
     char *end;
     double v = strtod(s, &end);
     if (*end != '\0' || !isfinite(v))
-        return -1; /* overflow (inf); an underflow to 0 or a subnormal, which
+        return -1;  /* overflow (inf); an underflow to 0 or a subnormal, which
                     * strtod also flags with ERANGE, is fine */
-    *out = v;
+    *out = v + 0.0; /* -0 as 0: an option's value is a magnitude, and is
+                     * echoed and saved ("init std -0"; a checkpoint whose
+                     * "-0" its loader refused) */
     return 0;
 }
 

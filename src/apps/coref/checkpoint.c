@@ -28,7 +28,7 @@ qkv_status qkv_coref_save(const qkv_coref_model *m, uint32_t fingerprint, const 
     snprintf(v[1], sizeof v[1], "%d", m->cfg.d_k);
     snprintf(v[2], sizeof v[2], "%d", m->cfg.classes);
     snprintf(v[3], sizeof v[3], "%d", m->cfg.scaled);
-    snprintf(v[4], sizeof v[4], "%.17g", m->cfg.init_std);
+    snprintf(v[4], sizeof v[4], "%.17g", m->cfg.init_std + 0.0); /* -0 as "0" */
     snprintf(v[5], sizeof v[5], "%" PRIu64, m->cfg.seed);
     snprintf(fp, sizeof fp, "%08" PRIx32, fingerprint);
     const qkv_meta_entry meta[8] = {
