@@ -1450,6 +1450,39 @@ END_TEST
 /* --init-std -0 saved "init_std": "-0", which the loader refused: a
  * checkpoint that eval and resolve could not read, over the good one. A
  * number option's -0 is 0, in the file and in what is echoed. */
+/* Row `step` of saturation's runs.csv describes the weights after `step`
+ * updates, but its val_acc was measured after one more: row 0 ("at
+ * init") then depended on the learning rate. Now row 0 is the same at any
+ * rate, and so all of it but nothing later (at lr 5 the first update
+ * changes the weights). */
+START_TEST(test_saturation_rows_measure_one_set_of_weights)
+{
+    char *out, *rows[2];
+    for (int k = 0; k < 2; k++) {
+        char cmd[160], path[128];
+        snprintf(cmd, sizeof cmd,
+                 "saturation --quiet --dk 16 --steps 3 --log-every 1 --lr %s --no-variance "
+                 "--out r%d",
+                 k == 0 ? "1e-12" : "5", k);
+        ck_assert_int_eq(run(cmd, &out), 0);
+        free(out);
+        snprintf(path, sizeof path, "%s/r%d/runs.csv", tmp, k);
+        size_t n;
+        rows[k] = (char *)qkv_read_file(path, 1 << 20, &n, NULL);
+        ck_assert_ptr_nonnull(rows[k]);
+    }
+    /* the header, then the scaled run's rows 0, 1, 2 */
+    const char *a = strchr(rows[0], '\n') + 1, *b = strchr(rows[1], '\n') + 1;
+    const char *a1 = strchr(a, '\n') + 1, *b1 = strchr(b, '\n') + 1;
+    ck_assert_msg(a1 - a == b1 - b && memcmp(a, b, (size_t)(a1 - a)) == 0,
+                  "row 0 depends on the learning rate:\n%.*s%.*s", (int)(a1 - a), a, (int)(b1 - b),
+                  b);
+    ck_assert_msg(strncmp(a1, b1, (size_t)(strchr(a1, '\n') - a1)) != 0, "row 1 is the same");
+    free(rows[0]);
+    free(rows[1]);
+}
+END_TEST
+
 START_TEST(test_a_negative_zero_option_is_zero)
 {
     char *out;
@@ -3180,6 +3213,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_a_nan_in_a_csv_log_is_written_nan);
     tcase_add_test(tc, test_a_negative_zero_option_is_zero);
+    tcase_add_test(tc, test_saturation_rows_measure_one_set_of_weights);
     tcase_add_test(tc, test_a_csv_with_two_names_is_written_through_both);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);

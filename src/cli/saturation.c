@@ -51,12 +51,31 @@ typedef struct sat_run {
     int d_k, scaled;
     uint64_t seed;
     run_result *r;
+    qkv_coref_eval val; /* of the weights after the updates the next row describes */
 } sat_run;
 
-/* After every update: every log_every steps (and at the last), measure the
- * step's attention and gradients and the validation accuracy, and write a
- * CSV row. Steps are counted from 0 here: row `step` describes the forward
- * pass and gradients of the weights after `step` updates. */
+/* Row `step` is logged: every log_every steps, and the last. */
+static int logged(const sat_opts *o, int step)
+{
+    return step % o->log_every == 0 || step == o->steps - 1;
+}
+
+/* The validation scores of the weights as they are now, into run->val. */
+static qkv_status measure_val(sat_run *run)
+{
+    sat_ctx *c = run->c;
+    return qkv_coref_evaluate(run->m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0,
+                              &run->val);
+}
+
+/* After every update: every log_every steps (and at the last), write a CSV
+ * row from the step's attention and gradients. Steps are counted from 0
+ * here: row `step` describes the weights after `step` updates, so the
+ * forward pass and gradients of update step + 1 (this call's), and the
+ * validation accuracy measured before that update: by the call before
+ * (run_one for row 0), into run->val. This call then measures the
+ * weights it leaves, if the next row is logged. (The accuracy used to be
+ * measured here, after the update: one update later than its row.) */
 static qkv_status log_step(void *ctx, const qkv_coref_step *s)
 {
     sat_run *run = ctx;
@@ -66,9 +85,9 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     const int step = s->step - 1;
     /* the next step's forward pass makes every row of the scores and
      * weights only when that step is logged (step 0's is: as made) */
-    run->m->rows_only = s->step % o->log_every != 0 && s->step != o->steps - 1;
-    if (step % o->log_every != 0 && step != o->steps - 1)
-        return QKV_OK;
+    run->m->rows_only = !logged(o, s->step);
+    if (!logged(o, step))
+        return s->step < o->steps && logged(o, s->step) ? measure_val(run) : QKV_OK;
     qkv_coref_stats st;
     qkv_coref_stats_of(s->out, s->batch, &st);
     double gs = qkv_grad_norm(&s->out->scores, 1);
@@ -78,11 +97,7 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
         r->jacobian0 = st.jacobian;
     }
     qkv_coref_model *m = run->m;
-    qkv_coref_eval val;
-    qkv_status st_eval =
-        qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.val, c->data.n_val, 0, &val);
-    if (st_eval != QKV_OK)
-        return st_eval; /* the tape keeps the message */
+    const qkv_coref_eval val = run->val;
     if (r->steps90 < 0 && val.acc >= 0.9)
         r->steps90 = step;
     fprintf(c->csv, "%d,%d,%llu,%d,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\n",
@@ -91,7 +106,8 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
             cli_num(qkv_grad_norm(&m->wk, 1)), cli_num(qkv_grad_norm(&m->wv, 1)), cli_num(gs),
             cli_num(st.entropy), cli_num(st.max_weight), cli_num(st.jacobian),
             cli_num(st.score_var));
-    return QKV_OK;
+    /* the tape's outputs are read: the evaluation may reuse it */
+    return s->step < o->steps && logged(o, s->step) ? measure_val(run) : QKV_OK;
 }
 
 /* Trains one model; logs rows; fills r. Returns CLI_OK or CLI_FAIL. */
@@ -111,7 +127,12 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     }
     r->steps90 = -1;
     r->final_acc = NAN;
-    sat_run run = {c, m, d_k, scaled, seed, r};
+    sat_run run = {.c = c, .m = m, .d_k = d_k, .scaled = scaled, .seed = seed, .r = r};
+    if (measure_val(&run) != QKV_OK) { /* row 0's: before the first update */
+        qkv_optim_free(opt);
+        qkv_coref_model_free(m);
+        return cli_fail("saturation: %s", qkv_tape_error(c->tape));
+    }
     /* the same batches for the scaled and the unscaled run; a run that
      * diverges is reported as such, not as a failure */
     qkv_status s = qkv_coref_fit(m, opt, c->tape, c->batch, &c->data, o->steps, seed + 1, log_step,
