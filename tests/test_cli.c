@@ -2281,6 +2281,15 @@ START_TEST(test_gradcheck_shows_the_tolerance_each_row_passed_at)
         const double rel = atof(p);
         const int starred = strncmp(pass, "  pass *\n", 9) == 0;
         ck_assert_msg(starred == (rel > tol), "row %.*s", (int)(end - l), l);
+        /* and its result under the header's (names wider than 30 columns
+         * pushed their rows' numbers out of line) */
+        char head[512], upto[512];
+        const char *h = strstr(out, "\nop "), *hr = h != NULL ? strstr(h, "result\n") : NULL;
+        ck_assert_ptr_nonnull(hr);
+        snprintf(head, sizeof head, "%.*s", (int)(hr - h - 1), h + 1);
+        snprintf(upto, sizeof upto, "%.*s", (int)(pass + 2 - l), l);
+        ck_assert_msg(cli_text_width(upto) == cli_text_width(head), "row out of line:\n%s\n%.*s",
+                      head, (int)(end - l), l);
         rows++;
     }
     ck_assert_int_gt(rows, 40);

@@ -2,6 +2,8 @@
  * gradcheck.c - `qkv gradcheck`: run every built-in gradient check and print
  * the table. Exits 1 if any check fails.
  */
+#include <stdlib.h>
+
 #include "cli.h"
 
 int cmd_gradcheck(int argc, char **argv)
@@ -24,27 +26,45 @@ int cmd_gradcheck(int argc, char **argv)
     if (most > tol)
         printf(" (ops), up to %g (layers)", most);
     printf("\n\n");
-    printf("%-30s %8s %13s %13s  %s\n", "op", "entries", "max abs err", "max rel err", "result");
+    /* every check first, so that the name column is as wide as the
+     * widest name (some are wider than 30 columns) */
+    const size_t count = n > 0 ? (size_t)n : 1;
+    const char **names = calloc(count, sizeof *names);
+    qkv_gradcheck_result *res = calloc(count, sizeof *res);
+    qkv_status *st = calloc(count, sizeof *st);
+    if (names == NULL || res == NULL || st == NULL) {
+        free(names);
+        free(res);
+        free(st);
+        return cli_fail("gradcheck: out of memory");
+    }
+    int width = 30;
     for (int i = 0; i < n; i++) {
-        const char *name = "?";
-        qkv_gradcheck_result res;
-        qkv_status s = qkv_gradcheck_builtin(i, &name, &res);
-        if (s != QKV_OK) {
-            cli_print_padded(stdout, name, 30);
-            printf(" %s\n", qkv_status_string(s));
+        names[i] = "?";
+        st[i] = qkv_gradcheck_builtin(i, &names[i], &res[i]);
+        width = cli_text_width(names[i]) > width ? cli_text_width(names[i]) : width;
+    }
+    cli_print_padded(stdout, "op", width);
+    printf(" %8s %13s %13s  %s\n", "entries", "max abs err", "max rel err", "result");
+    for (int i = 0; i < n; i++) {
+        cli_print_padded(stdout, names[i], width);
+        if (st[i] != QKV_OK) {
+            printf(" %s\n", qkv_status_string(st[i]));
             failed++;
             continue;
         }
-        failed += !res.passed;
+        failed += !res[i].passed;
         /* a pass above the ops' tolerance is within the check's looser one */
-        const int above = res.passed && res.max_rel > tol;
+        const int above = res[i].passed && res[i].max_rel > tol;
         looser += above;
-        cli_print_padded(stdout, name, 30);
-        printf(" %8zu %13.3e %13.3e  %s\n", res.checked, res.max_abs, res.max_rel,
-               !res.passed ? "FAIL"
-               : above     ? "pass *"
-                           : "pass");
+        printf(" %8zu %13.3e %13.3e  %s\n", res[i].checked, res[i].max_abs, res[i].max_rel,
+               !res[i].passed ? "FAIL"
+               : above        ? "pass *"
+                              : "pass");
     }
+    free(names);
+    free(res);
+    free(st);
     if (looser > 0)
         printf("\n* above %g, within the layers' tolerance of %g\n", tol, most);
     printf("\n%d of %d checks passed\n", n - failed, n);
