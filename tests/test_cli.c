@@ -1483,6 +1483,24 @@ START_TEST(test_saturation_rows_measure_one_set_of_weights)
 }
 END_TEST
 
+/* bptt's slope for the linear RNN at rho 1 is -1e-9 or so: it printed
+ * "-0.0000"; and parallel --batch 1 said "1 sentences". */
+START_TEST(test_no_negative_zero_or_wrong_plural_in_tables)
+{
+    char *out;
+    ck_assert_int_eq(run("bptt --quiet --length 12 --train-steps 0 --rho 1 --out bz", &out), 0);
+    ck_assert_msg(strstr(out, "rnn          linear      1.00       0.0000 ") != NULL, "%s", out);
+    ck_assert_msg(strstr(out, "-0.0000") == NULL, "%s", out);
+    free(out);
+    ck_assert_int_eq(run("parallel --quiet --batch 1 --lengths 16 --models rnn --min-time 0.001 "
+                         "--threads 1 --out pz",
+                         &out),
+                     0);
+    ck_assert_msg(strstr(out, "on 1 sentence of T tokens") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_negative_zero_option_is_zero)
 {
     char *out;
@@ -3222,6 +3240,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_a_nan_in_a_csv_log_is_written_nan);
     tcase_add_test(tc, test_a_negative_zero_option_is_zero);
+    tcase_add_test(tc, test_no_negative_zero_or_wrong_plural_in_tables);
     tcase_add_test(tc, test_saturation_rows_measure_one_set_of_weights);
     tcase_add_test(tc, test_a_csv_with_two_names_is_written_through_both);
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);

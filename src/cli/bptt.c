@@ -153,7 +153,8 @@ static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const ch
 static void row_cells(int fit, double slope, double ln_rho, double total, char *s, char *r, char *q,
                       size_t n)
 {
-    snprintf(s, n, "%.4f", slope);
+    /* a slope of -1e-9 is 0 to 4 decimals, not "-0.0000" */
+    snprintf(s, n, "%.4f", fabs(slope) < 5e-5 ? 0.0 : slope);
     snprintf(r, n, "%.3f", ln_rho != 0 ? slope / ln_rho : NAN);
     snprintf(q, n, "%.3g", total);
     if (isnan(ln_rho) || ln_rho == 0)

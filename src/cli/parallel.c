@@ -130,8 +130,8 @@ int cmd_parallel(int argc, char **argv)
     const int nthreads = o.threads > 1 ? 2 : 1, total = nk * nt * nthreads;
     static par_cell cell[MAX_ITEMS][MAX_ITEMS][2];
     int done = 0;
-    printf("\nOne training step (forward, backward, Adam) on %d sentences of T tokens\n\n",
-           o.batch);
+    printf("\nOne training step (forward, backward, Adam) on %d sentence%s of T tokens\n\n",
+           o.batch, o.batch > 1 ? "s" : "");
     printf("%-10s %5s %14s %8s %14s", "model", "T", "critical path", "nodes", "ms (1 thread)");
     if (nthreads > 1) { /* the second count, as the CSV's threads column has it */
         char head[32];
