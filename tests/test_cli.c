@@ -1438,9 +1438,7 @@ START_TEST(test_a_nan_in_a_csv_log_is_written_nan)
     free(out);
     char path[128];
     snprintf(path, sizeof path, "%s/n.csv.failed", tmp);
-    size_t n;
-    char *log = (char *)qkv_read_file(path, 1 << 20, &n, NULL);
-    ck_assert_ptr_nonnull(log);
+    char *log = slurp_path(path);
     ck_assert_msg(strstr(log, ",nan,") != NULL, "no NaN in the failed log:\n%s", log);
     ck_assert_msg(strstr(log, "-nan") == NULL, "a signed NaN in the log:\n%s", log);
     free(log);
@@ -1467,9 +1465,7 @@ START_TEST(test_saturation_rows_measure_one_set_of_weights)
         ck_assert_int_eq(run(cmd, &out), 0);
         free(out);
         snprintf(path, sizeof path, "%s/r%d/runs.csv", tmp, k);
-        size_t n;
-        rows[k] = (char *)qkv_read_file(path, 1 << 20, &n, NULL);
-        ck_assert_ptr_nonnull(rows[k]);
+        rows[k] = slurp_path(path);
     }
     /* the header, then the scaled run's rows 0, 1, 2 */
     const char *a = strchr(rows[0], '\n') + 1, *b = strchr(rows[1], '\n') + 1;
