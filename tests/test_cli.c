@@ -2076,6 +2076,90 @@ START_TEST(test_a_worker_killed_alone_is_named)
 }
 END_TEST
 
+/* The pids of the processes whose parent is ppid, into kids (at most
+ * max): their count. */
+static int children_of(pid_t ppid, pid_t *kids, int max)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while (n < max && (e = readdir(d)) != NULL) {
+        char p[300], comm[64], state;
+        int cpid, parent;
+        snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (f == NULL)
+            continue;
+        if (fscanf(f, "%d (%63[^)]) %c %d", &cpid, comm, &state, &parent) == 4 && parent == ppid)
+            kids[n++] = cpid;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* 1 while pid runs (a zombie has ended: only its parent's wait is left). */
+static int still_running(pid_t pid)
+{
+    char p[64], comm[64], state = 'Z';
+    int got;
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (f == NULL)
+        return 0;
+    const int ok = fscanf(f, "%d (%63[^)]) %c", &got, comm, &state) == 3;
+    fclose(f);
+    return ok && state != 'Z' && state != 'X';
+}
+
+/* Killing only the parent of a --jobs run (kill PID, a job manager that
+ * signals one process) left its workers running to the end of their
+ * tasks, minutes, on every core: they now end with it. */
+START_TEST(test_workers_end_when_their_parent_is_killed)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (chdir(tmp) != 0 || null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+            _exit(99);
+        execl(QKV_BIN, "qkv", "distance", "--models", "lstm", "--distances", "64,128", "--steps",
+              "5000000", "--seeds", "1", "--jobs", "2", "--quiet", "--out", "d", (char *)NULL);
+        _exit(98);
+    }
+    pid_t kids[2];
+    int n = 0;
+    for (int i = 0; i < 5000 && n < 2; i++) { /* a limit, not a measurement */
+        n = children_of(pid, kids, 2);
+        if (n < 2 && waitpid(pid, NULL, WNOHANG) == pid)
+            ck_abort_msg("qkv distance ended before its workers were seen");
+        if (n < 2)
+            nap_ms(2);
+    }
+    ck_assert_int_eq(n, 2);
+    int status = 0;
+    ck_assert_int_eq(kill(pid, SIGTERM), 0);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %#x", status);
+    int left = 2;
+    for (int i = 0; i < 300 && left > 0; i++) { /* up to 3 s */
+        left = still_running(kids[0]) + still_running(kids[1]);
+        if (left > 0)
+            nap_ms(10);
+    }
+    for (int k = 0; k < 2; k++) /* not to leave them on the cores when this fails */
+        if (still_running(kids[k]))
+            kill(kids[k], SIGKILL);
+    ck_assert_msg(left == 0, "%d worker(s) still running 3 s after their parent was killed", left);
+    /* and the parent still removed its partial table */
+    char *out;
+    ck_assert_int_eq(sh("find . -type f | wc -l", &out), 0);
+    ck_assert_str_eq(out, "0\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
 {
     /* Ctrl-C killed a sweep with its runs.csv half-written (or only its
@@ -3242,6 +3326,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_refuses_an_unwritable_save_before_it_trains);
     tcase_add_test(tc, test_an_interrupted_run_leaves_no_csv_cut_short);
     tcase_add_test(tc, test_a_worker_killed_alone_is_named);
+    tcase_add_test(tc, test_workers_end_when_their_parent_is_killed);
     tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);
     tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);

@@ -21,6 +21,12 @@
  *
  * Processes rather than threads: a task may use the library's thread pool
  * and the per-thread kernel scratch, and forked workers share none of it.
+ *
+ * A worker ends with its parent: killed alone (kill PID), the parent took
+ * the partial tables with it, and its workers would otherwise run their
+ * tasks, minutes, to the end, on every core, for nobody. On Linux the
+ * kernel kills them at once (PR_SET_PDEATHSIG); elsewhere a worker sees
+ * it between tasks.
  */
 #include <errno.h>
 #include <limits.h>
@@ -30,6 +36,10 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <signal.h>
+#include <sys/prctl.h>
+#endif
 
 #include "cli/cli.h"
 
@@ -111,9 +121,22 @@ static int rewind_messages(int fd)
  * one byte per task taken into done. Its stderr goes to msgs, emptied
  * before each task, so that each record takes what its task printed, and
  * what a worker that dies printed last is there for the parent to show.
- * Never returns. */
-static void worker(int queue, int done, FILE *out, FILE *msgs, cli_task_fn run, void *ctx)
+ * parent is the parent's pid, taken before the fork: once getppid() says
+ * otherwise, the parent is gone and the worker ends (with nothing to
+ * clean up: its files are tmpfile's, which have no name). Never
+ * returns. */
+static void worker(pid_t parent, int queue, int done, FILE *out, FILE *msgs, cli_task_fn run,
+                   void *ctx)
 {
+#ifdef __linux__
+    /* SIGKILL, not SIGTERM: the handler a worker inherits would remove the
+     * parent's files, and a SIGTERM ignored from the start stays ignored */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        /* no such kernel feature: the check between tasks remains */
+    }
+#endif
+    if (getppid() != parent) /* gone before the line above took effect */
+        _exit(CLI_FAIL);
     int task, failed = INT_MAX; /* the first task that failed here */
     const int real_err = dup(STDERR_FILENO);
     fflush(stderr);
@@ -127,6 +150,8 @@ static void worker(int queue, int done, FILE *out, FILE *msgs, cli_task_fn run, 
             continue;
         if (got != (ssize_t)sizeof task)
             break;
+        if (getppid() != parent) /* nobody will read what it would run */
+            _exit(CLI_FAIL);
         int bad = 0;
         char said = 's';     /* skipped; 'x' ran, 'f' ran and failed */
         if (task < failed) { /* past a failure, its output would never be shown */
@@ -231,6 +256,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         queue[1] = -1;
     }
     fflush(NULL); /* nothing buffered is written twice */
+    const pid_t self = getpid();
     for (int w = 0; r == CLI_OK && w < jobs; w++) {
         if ((outs[w] = tmpfile()) == NULL || (msgs[w] = tmpfile()) == NULL) {
             r = cli_fail("cannot make a temporary file: %s", strerror(errno));
@@ -243,7 +269,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         }
         if (pids[w] == 0) {
             close(done[0]);
-            worker(queue[0], done[1], outs[w], msgs[w], run, ctx);
+            worker(self, queue[0], done[1], outs[w], msgs[w], run, ctx);
         }
         started++;
     }
