@@ -1651,6 +1651,48 @@ START_TEST(test_messages_escape_control_characters)
 }
 END_TEST
 
+/* Runs `qkv ARGS` (rc code) and checks that its output (stdout and
+ * stderr) has part and not one raw byte of what BAD_NAME puts in a name:
+ * a control character that a terminal obeys, or invalid UTF-8. */
+#define BAD_NAME "$(printf '\\377\\033[31m\\007')"
+#define BAD_SHOWN "\\xff\\x1b[31m\\x07"
+static void expect_escaped(const char *args, int code, const char *part)
+{
+    char *out;
+    int rc = run(args, &out);
+    ck_assert_msg(rc == code, "qkv %s: exit %d, expected %d\n%s", args, rc, code, out);
+    ck_assert_msg(strstr(out, part) != NULL, "qkv %s: output lacks '%s':\n%s", args, part, out);
+    ck_assert_msg(strpbrk(out, "\033\007\377") == NULL, "qkv %s: a raw byte of the name:\n%s", args,
+                  out);
+    free(out);
+}
+
+/* Ordinary messages ("wrote DIR/runs.csv", eval's "model: FILE") printed
+ * paths as they were: a name could colour the terminal or ring its bell.
+ * They now show them as the error messages do; Chinese stays as it is. */
+START_TEST(test_ordinary_messages_escape_what_the_user_typed)
+{
+    expect_escaped("bptt --rho 0.5 --length 16 --train-steps 2 --quiet --out \"b" BAD_NAME "\"", 0,
+                   "\nwrote b" BAD_SHOWN "/grads.csv\n");
+    expect_escaped("distance --models rnn --distances 0 --steps 2 --quiet --out \"d" BAD_NAME "\"",
+                   0, "\nwrote d" BAD_SHOWN "/runs.csv and d" BAD_SHOWN "/summary.csv\n");
+    expect_escaped("ablate --steps 2 --quiet --out \"a" BAD_NAME "\"", 0,
+                   "\nwrote a" BAD_SHOWN "/runs.csv, a" BAD_SHOWN "/summary.csv and a" BAD_SHOWN
+                   "/curves.csv\n");
+    expect_escaped("train --steps 2 --save \"m" BAD_NAME ".st\" --log \"l" BAD_NAME ".csv\"", 0,
+                   "; log l" BAD_SHOWN ".csv; model m" BAD_SHOWN ".st\n");
+    expect_escaped("eval --model \"m" BAD_NAME ".st\"", 0, "model: m" BAD_SHOWN ".st  d_k=16");
+    expect_escaped("train --quiet --lr 1e300 --steps 2 --save \"f" BAD_NAME
+                   ".st\" --log \"f" BAD_NAME ".csv\"",
+                   1, "qkv: train: the failed run's log is f" BAD_SHOWN ".csv.failed\n");
+    /* valid UTF-8 is shown as it is */
+    expect("bptt --rho 0.5 --length 16 --train-steps 2 --quiet --out 小明", 0,
+           "\nwrote 小明/grads.csv\n");
+    expect("train --steps 2 --save 模型.st --log 日志.csv", 0, "; log 日志.csv; model 模型.st\n");
+    expect("eval --model 模型.st", 0, "model: 模型.st  d_k=16");
+}
+END_TEST
+
 /* What a terminal shows for raw output: '\r' moves to the line's start,
  * "\033[K" erases to its end, other bytes overwrite (caller frees). */
 static char *render_terminal(const char *raw)
@@ -3334,6 +3376,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_messages_escape_control_characters);
+    tcase_add_test(tc, test_ordinary_messages_escape_what_the_user_typed);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);

@@ -547,7 +547,13 @@ int cmd_ablate(int argc, char **argv)
         r = write_runs(&o, names, nv, res, roles);
     if (r == CLI_OK) {
         print_report(&o, roles, names, nv, res);
-        printf("\nwrote %s/runs.csv, %s/summary.csv and %s\n", o.out, o.out, path);
+        printf("\nwrote ");
+        cli_put_safe(stdout, o.out);
+        printf("/runs.csv, ");
+        cli_put_safe(stdout, o.out);
+        printf("/summary.csv and ");
+        cli_put_safe(stdout, path);
+        printf("\n");
     }
     for (int v = 0; v < nv; v++)
         for (int s = 0; s < o.seeds; s++)

@@ -354,8 +354,11 @@ int cmd_bptt(int argc, char **argv)
         r = run(&c, rhos, nr);
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("bptt: cannot write %s: %s", path, cli_csv_error());
-    if (r == CLI_OK)
-        printf("\nwrote %s\n", path);
+    if (r == CLI_OK) {
+        printf("\nwrote ");
+        cli_put_safe(stdout, path);
+        printf("\n");
+    }
     qkv_coref_batch_free(c.batch);
     qkv_tape_free(c.tape);
     return r;

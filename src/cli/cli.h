@@ -167,6 +167,14 @@ int cli_text_width(const char *s);
 void cli_print_padded(FILE *out, const char *s, int width);
 void cli_print_right(FILE *out, const char *s, int width);
 
+/* Prints s, a path or text the user gave, to out as a message shows it
+ * (qkv_escape): control characters and bytes of invalid UTF-8 as \xNN,
+ * characters that print as nothing or steer the terminal as \u{XXXX},
+ * other UTF-8 (Chinese) as it is; so that no name can drive the
+ * terminal. For every user string in ordinary output ("wrote DIR/x.csv");
+ * errors (cli_fail) escape theirs. */
+void cli_put_safe(FILE *out, const char *s);
+
 /* Subcommands. */
 int cmd_demo(int argc, char **argv);
 int cmd_gradcheck(int argc, char **argv);

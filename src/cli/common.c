@@ -515,6 +515,26 @@ void cli_print_right(FILE *out, const char *s, int width)
     fputs(s, out);
 }
 
+void cli_put_safe(FILE *out, const char *s)
+{
+    /* qkv_escape writes at most 4 bytes for each byte of s (\xNN for one,
+     * \u{a0} for two, \u{10ffff} for four) */
+    const size_t n = strlen(s);
+    char *buf = n < SIZE_MAX / 4 ? malloc(4 * n + 1) : NULL;
+    if (buf != NULL) {
+        qkv_escape(buf, 4 * n + 1, s);
+        fputs(buf, out);
+        free(buf);
+        return;
+    }
+    /* no memory for the copy: every byte outside printable ASCII as \xNN */
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p >= 0x20 && *p < 0x7f)
+            fputc(*p, out);
+        else
+            fprintf(out, "\\x%02x", *p);
+}
+
 /* path as the file it will be once the directories on its way exist, in
  * out (len bytes): the part that exists resolved by realpath (symbolic
  * links and ".." followed), the rest appended a component at a time, a

@@ -423,8 +423,13 @@ int cmd_distance(int argc, char **argv)
         r = write_summary(&o, kinds, nk, ks, nd, res);
     if (r == CLI_OK)
         r = print_table(&o, kinds, nk, ks, nd, res);
-    if (r == CLI_OK)
-        printf("\nwrote %s and %s/summary.csv\n", path, o.out);
+    if (r == CLI_OK) {
+        printf("\nwrote ");
+        cli_put_safe(stdout, path);
+        printf(" and ");
+        cli_put_safe(stdout, o.out);
+        printf("/summary.csv\n");
+    }
     qkv_coref_batch_free(b);
     qkv_coref_batch_free(eb);
     qkv_tape_free(t);

@@ -36,9 +36,10 @@ int cmd_eval(int argc, char **argv)
         qkv_coref_batch_free(b);
         return cli_fail("eval: %s", err.message);
     }
-    printf("model: %s  d_k=%d  %s  init_std=%g  seed=%llu", path ? path : CLI_DEFAULT_MODEL,
-           m->cfg.d_k, m->cfg.scaled ? "scaled" : "unscaled", m->cfg.init_std,
-           (unsigned long long)m->cfg.seed);
+    printf("model: ");
+    cli_put_safe(stdout, path ? path : CLI_DEFAULT_MODEL);
+    printf("  d_k=%d  %s  init_std=%g  seed=%llu", m->cfg.d_k,
+           m->cfg.scaled ? "scaled" : "unscaled", m->cfg.init_std, (unsigned long long)m->cfg.seed);
     for (int l = 1, first = 1; levels != QKV_COREF_ALL_LEVELS && l <= QKV_COREF_LEVELS; l++)
         if (levels & (1u << (l - 1))) {
             printf("%s%d", first ? "  levels=" : ",", l);

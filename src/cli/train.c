@@ -165,8 +165,13 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
     if (rename(tr->part, o->log) != 0)
         return cli_fail("train: cannot rename %s to %s: %s", tr->part, o->log, strerror(errno));
     tr->part[0] = '\0';
-    if (!o->quiet)
-        fprintf(stderr, "trained in %.2f s; log %s; model %s\n", seconds, o->log, o->save);
+    if (!o->quiet) {
+        fprintf(stderr, "trained in %.2f s; log ", seconds);
+        cli_put_safe(stderr, o->log);
+        fprintf(stderr, "; model ");
+        cli_put_safe(stderr, o->save);
+        fprintf(stderr, "\n");
+    }
     printf("final: steps=%d loss=%.4g train_acc=%.4f val_acc=%.4f test_acc=%.4f "
            "attn_antecedent=%.4f\n",
            o->steps, tr_e.loss, tr_e.acc, va_e.acc, te_e.acc, te_e.mass);
@@ -279,9 +284,9 @@ int cmd_train(int argc, char **argv)
         char failed[4096 + 8];
         snprintf(failed, sizeof failed, "%s.failed", o.log);
         if (rename(tr.part, failed) == 0)
-            fprintf(stderr, "qkv: train: the failed run's log is %s%s%s\n", failed,
-                    access(o.log, F_OK) == 0 ? "; the last good run's is " : "",
-                    access(o.log, F_OK) == 0 ? o.log : "");
+            cli_fail("train: the failed run's log is %s%s%s", failed, /* escaped */
+                     access(o.log, F_OK) == 0 ? "; the last good run's is " : "",
+                     access(o.log, F_OK) == 0 ? o.log : "");
         else
             remove(tr.part);
     }
