@@ -3171,6 +3171,17 @@ START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
 }
 END_TEST
 
+START_TEST(test_softmax_states_its_limit_on_vectors)
+{
+    /* a ninth vector was "unexpected argument '9'", the limit of 8 stated
+     * nowhere */
+    expect("softmax 1 2 3 4 5 6 7 8 9", 2, "qkv: softmax takes at most 8 vectors, not 9\n");
+    expect("softmax 1 2 3 4 5 6 7 8 9 10 11", 2, "at most 8 vectors, not 11\n");
+    expect("softmax --help", 0, "at most 8 VECTORs");
+    expect("softmax 1 2 3 4 5 6 7 8", 0, "z = [8]");
+}
+END_TEST
+
 START_TEST(test_softmax_plot_keeps_a_long_vectors_title_to_its_panel)
 {
     /* qkv softmax takes up to 32 numbers; a panel titled with all of them
@@ -3422,6 +3433,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bptt_prints_the_radius_it_was_given);
     tcase_add_test(tc, test_softmax_checks_every_vector_before_it_writes);
     tcase_add_test(tc, test_softmax_linear_weight_of_zero_has_no_sign);
+    tcase_add_test(tc, test_softmax_states_its_limit_on_vectors);
     suite_add_tcase(s, tc);
     return s;
 }

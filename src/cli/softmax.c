@@ -9,8 +9,8 @@
 
 #include "cli.h"
 
-#define MAX_VEC 8
-#define MAX_LEN 32
+#define MAX_VEC 8  /* vectors a command takes */
+#define MAX_LEN 32 /* numbers in a vector */
 
 /* p[0..n) = softmax(z) by the library's softmax op, with no gradient. */
 static qkv_status softmax_of(const double *z, int n, double *p)
@@ -165,24 +165,35 @@ static int argmin(const double *x, int n)
 int cmd_softmax(int argc, char **argv)
 {
     const char *csv = NULL, *bases = NULL;
-    char *vec[MAX_VEC];
+    char *vec[MAX_VEC], **all = malloc(sizeof *all * (size_t)argc); /* any count, to name it */
     int nvec = 0;
+    if (all == NULL)
+        return cli_fail("softmax: out of memory");
     const cli_opt opts[] = {
         {"csv", OPT_FILE, &csv, 0, 0,
          "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
         {"base", OPT_STR, &bases, 0, 0,
          "LIST: also normalise in these bases, b^z/Σb^z (e.g. 2,e,10; up to 4)"},
     };
-    int r = cli_parse(argc, argv, opts, 2, "[--csv FILE] [--base LIST] [VECTOR ...]",
-                      "Normalises each VECTOR (comma-separated numbers; default 1,2,3 and\n"
-                      "-1,2,-0.5, the tutorial's examples) two ways: linearly, z/Σz, and with\n"
-                      "softmax, e^z/Σe^z. Linear weights can be negative or blow up.\n"
-                      "With --base, also b^z/Σb^z = e^(z·ln b)/Σe^(z·ln b): base b is base e at\n"
-                      "temperature 1/ln b, and its gradient carries the factor ln b. The CSV\n"
-                      "then gets one more column per base, base_<b>.",
-                      vec, MAX_VEC, &nvec);
+    _Static_assert(MAX_VEC == 8 && MAX_LEN == 32, "the help states the limits");
+    static const char about[] =
+        "Normalises each VECTOR (at most 8 VECTORs, each of up to 32 comma-separated\n"
+        "numbers; default 1,2,3 and -1,2,-0.5, the tutorial's examples) two ways:\n"
+        "linearly, z/Σz, and with softmax, e^z/Σe^z. Linear weights can be negative\n"
+        "or blow up.\n"
+        "With --base, also b^z/Σb^z = e^(z·ln b)/Σe^(z·ln b): base b is base e at\n"
+        "temperature 1/ln b, and its gradient carries the factor ln b. The CSV\n"
+        "then gets one more column per base, base_<b>.";
+    int r = cli_parse(argc, argv, opts, 2, "[--csv FILE] [--base LIST] [VECTOR ...]", about, all,
+                      argc, &nvec);
+    for (int v = 0; v < nvec && v < MAX_VEC; v++)
+        vec[v] = all[v];
+    free(all);
     if (r != CLI_OK)
         return r;
+    if (nvec > MAX_VEC)
+        return cli_usage_error("softmax", "softmax takes at most %d vectors, not %d", MAX_VEC,
+                               nvec);
     double base[MAX_BASES];
     char blabel[MAX_BASES][16] = {{0}};
     int nb = 0;
