@@ -3182,6 +3182,30 @@ START_TEST(test_softmax_states_its_limit_on_vectors)
 }
 END_TEST
 
+START_TEST(test_softmax_takes_a_base_of_any_reasonable_length)
+{
+    /* a base of more than 15 characters (e to double precision) was "not
+     * a list of up to 4 distinct bases": the item buffer held 16 bytes */
+    expect("softmax --base 2.718281828459045 1,2", 0, "2.718281828459045^z/Σ2.718281828459045^z");
+    expect("softmax --base 2,2.00000000000000 1,2", 2, "is not a list of up to 4 distinct bases");
+    expect("softmax --base 10,2.00000000000000 --csv b.csv 1,2", 0, "2.00000000000000^z");
+    char *out;
+    ck_assert_int_eq(sh("head -1 b.csv", &out), 0);
+    ck_assert_str_eq(out, "vector,i,z,linear,softmax,base_10,base_2.00000000000000\n");
+    free(out);
+    /* up to 64 characters; one more is named too long */
+    char args[256], zeros[80];
+    memset(zeros, '0', 62);
+    zeros[62] = '\0';
+    snprintf(args, sizeof args, "softmax --base 3.%s 1,2", zeros); /* 64 characters */
+    expect(args, 0, "0^z/Σ3.0");
+    char want[256];
+    snprintf(args, sizeof args, "softmax --base e,3.%s0 1,2", zeros);
+    snprintf(want, sizeof want, "--base: the base '3.%s0' is longer than 64 characters", zeros);
+    expect(args, 2, want);
+}
+END_TEST
+
 START_TEST(test_softmax_plot_keeps_a_long_vectors_title_to_its_panel)
 {
     /* qkv softmax takes up to 32 numbers; a panel titled with all of them
@@ -3434,6 +3458,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_checks_every_vector_before_it_writes);
     tcase_add_test(tc, test_softmax_linear_weight_of_zero_has_no_sign);
     tcase_add_test(tc, test_softmax_states_its_limit_on_vectors);
+    tcase_add_test(tc, test_softmax_takes_a_base_of_any_reasonable_length);
     suite_add_tcase(s, tc);
     return s;
 }

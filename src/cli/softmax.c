@@ -3,6 +3,7 @@
  * exponential normalisation, z/Σz against e^z/Σe^z.
  */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,16 +94,24 @@ static int parse_vector(const char *s, double *out, int max)
 }
 
 #define MAX_BASES 4
+#define MAX_BASE_CHARS 64 /* a base as typed: e to double precision is 17 */
 
 /* Parses "2,e,10" into distinct bases > 1 (at most 1e6; "e" is e) and
- * their labels: the count, or -1. */
-static int parse_bases(const char *s, double *base, char (*label)[16])
+ * their labels: the count, or -1; or -2 for an item longer than
+ * MAX_BASE_CHARS, which *bad (its length in *bad_len) points at. */
+static int parse_bases(const char *s, double *base, char (*label)[MAX_BASE_CHARS + 1],
+                       const char **bad, int *bad_len)
 {
-    char item[16];
+    char item[MAX_BASE_CHARS + 1];
     int n = 0;
     for (const char *p = s;; p++) {
         size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || n >= MAX_BASES)
+        if (len >= sizeof item) {
+            *bad = p;
+            *bad_len = len > INT_MAX ? INT_MAX : (int)len;
+            return -2;
+        }
+        if (len == 0 || n >= MAX_BASES)
             return -1;
         memcpy(item, p, len);
         item[len] = '\0';
@@ -123,7 +132,8 @@ static int parse_bases(const char *s, double *base, char (*label)[16])
 /* Checks that s is a vector parse_vector takes and that z·ln b fits
  * qkv_real for each of the nb bases: CLI_OK, or CLI_USAGE after the
  * message. */
-static int check_vector(const char *s, const double *base, char (*blabel)[16], int nb)
+static int check_vector(const char *s, const double *base, char (*blabel)[MAX_BASE_CHARS + 1],
+                        int nb)
 {
     double z[MAX_LEN];
     const int n = parse_vector(s, z, MAX_LEN);
@@ -195,9 +205,13 @@ int cmd_softmax(int argc, char **argv)
         return cli_usage_error("softmax", "softmax takes at most %d vectors, not %d", MAX_VEC,
                                nvec);
     double base[MAX_BASES];
-    char blabel[MAX_BASES][16] = {{0}};
-    int nb = 0;
-    if (bases != NULL && (nb = parse_bases(bases, base, blabel)) < 0)
+    char blabel[MAX_BASES][MAX_BASE_CHARS + 1] = {{0}};
+    const char *bad = NULL;
+    int nb = 0, bad_len = 0;
+    if (bases != NULL && (nb = parse_bases(bases, base, blabel, &bad, &bad_len)) == -2)
+        return cli_usage_error("softmax", "--base: the base '%.*s' is longer than %d characters",
+                               bad_len, bad, MAX_BASE_CHARS);
+    if (nb < 0)
         return cli_usage_error("softmax",
                                "--base: '%s' is not a list of up to %d distinct bases, each e or a "
                                "number in (1, 1e6]",
@@ -212,7 +226,7 @@ int cmd_softmax(int argc, char **argv)
             return r;
     FILE *out = NULL;
     qkv_error err = qkv_error_none();
-    char header[256] = "vector,i,z,linear,softmax";
+    char header[64 + MAX_BASES * (8 + MAX_BASE_CHARS)] = "vector,i,z,linear,softmax";
     for (int k = 0; k < nb; k++)
         snprintf(header + strlen(header), sizeof header - strlen(header), ",base_%s", blabel[k]);
     if (csv != NULL && (out = cli_csv_create(csv, header, &err)) == NULL)
@@ -246,8 +260,9 @@ int cmd_softmax(int argc, char **argv)
         print_right("e^z/Σe^z", 12);
         int w[MAX_BASES]; /* a base's column: 12, or its header's width */
         for (int k = 0; k < nb; k++) {
-            char h[160];
-            snprintf(h, sizeof h, "%s^z/Σ%s^z", blabel[k], blabel[k]);
+            char h[2 * MAX_BASE_CHARS + 16];
+            snprintf(h, sizeof h, "%.*s^z/Σ%.*s^z", MAX_BASE_CHARS, blabel[k], MAX_BASE_CHARS,
+                     blabel[k]);
             w[k] = cli_text_width(h) > 12 ? cli_text_width(h) : 12;
             print_right(h, w[k]);
         }
