@@ -3206,6 +3206,52 @@ START_TEST(test_softmax_takes_a_base_of_any_reasonable_length)
 }
 END_TEST
 
+/* Runs `qkv ARGS` (softmax without --base) and checks that every row of
+ * each table, less its "<- ..." note, is as wide as the table's header:
+ * no number overflows its column. */
+static void expect_softmax_rows_fit(const char *args)
+{
+    char *out;
+    ck_assert_int_eq(run(args, &out), 0);
+    int rows = 0, width = -1;
+    char *save = NULL;
+    for (char *l = strtok_r(out, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(l, "z = ", 4) == 0) {
+            width = -1;
+            continue;
+        }
+        char *note = strstr(l, "   <- ");
+        if (note != NULL)
+            *note = '\0';
+        if (width < 0) {
+            width = cli_text_width(l);
+            continue;
+        }
+        ck_assert_msg(cli_text_width(l) == width, "qkv %s: '%s' is %d columns wide, not %d", args,
+                      l, cli_text_width(l), width);
+        rows++;
+    }
+    ck_assert_int_ge(rows, 3);
+    free(out);
+}
+
+START_TEST(test_softmax_huge_linear_weights_keep_their_column)
+{
+    /* z/Σz of 3e38 over Σz = 1 printed all 39 digits, "%.4f", and pushed
+     * the row out of line; a huge value is now in e-notation, as is a z
+     * too wide for its column, and a tiny one */
+    expect_softmax_rows_fit("softmax 3e38,-3e38,1 1,-1,1e-30 -1.234567e-30,1");
+    /* 3e38/1, -3e38/1, 1/1; 1/1e-30 = 1e30; the z of -1.234567e-30 */
+    expect("softmax 3e38,-3e38,1", 0, "    0      3e+38    3.000e+38");
+    expect("softmax 3e38,-3e38,1", 0, "    1     -3e+38   -3.000e+38");
+    expect("softmax 3e38,-3e38,1", 0, "    2          1       1.0000");
+    expect("softmax 1,-1,1e-30", 0, "    0          1    1.000e+30");
+    expect("softmax 1,-1,1e-30", 0, "    1         -1   -1.000e+30");
+    /* and a weight that is not 0 shows more than "-0.0000" */
+    expect("softmax -1.234567e-30,1", 0, "    0 -1.235e-30   -1.235e-30");
+}
+END_TEST
+
 START_TEST(test_softmax_plot_keeps_a_long_vectors_title_to_its_panel)
 {
     /* qkv softmax takes up to 32 numbers; a panel titled with all of them
@@ -3459,6 +3505,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_linear_weight_of_zero_has_no_sign);
     tcase_add_test(tc, test_softmax_states_its_limit_on_vectors);
     tcase_add_test(tc, test_softmax_takes_a_base_of_any_reasonable_length);
+    tcase_add_test(tc, test_softmax_huge_linear_weights_keep_their_column);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -149,6 +149,26 @@ static int check_vector(const char *s, const double *base, char (*blabel)[MAX_BA
     return CLI_OK;
 }
 
+/* x in at most width characters, in buf (len bytes): with `decimals`
+ * decimals ("%.4f"), or "%g" for decimals < 0; a value too wide for that
+ * (3e38 to 4 decimals has 39 digits), or not 0 but shown as 0 ("-0.0000"
+ * for -1e-30), in e-notation with as many digits as fit ("3.000e+38",
+ * "-1.80e+308"). inf and nan as printf has them. Returns buf. */
+static const char *fit(char *buf, size_t len, double x, int width, int decimals)
+{
+    if (decimals >= 0)
+        snprintf(buf, len, "%.*f", decimals, x);
+    else
+        snprintf(buf, len, "%g", x);
+    const int lost = x != 0 && strtod(buf, NULL) == 0;
+    if (!isfinite(x) || ((int)strlen(buf) <= width && !lost))
+        return buf;
+    for (int d = 3; d >= 0; d--) /* "-1.798e+308" is 11 characters */
+        if (snprintf(buf, len, "%.*e", d, x) <= width)
+            break;
+    return buf;
+}
+
 /* Prints " " and s right-aligned in a field of width columns. */
 static void print_right(const char *s, int width)
 {
@@ -271,7 +291,9 @@ int cmd_softmax(int argc, char **argv)
             double lin = sum != 0 ? z[i] / sum : NAN;
             if (lin == 0)
                 lin = 0; /* 0/(-5) is -0: a weight of nothing has no sign */
-            printf("  %3d %10g %12.4f %12.4f", i, z[i], lin, p[i]);
+            char zs[32], ls[32];
+            printf("  %3d %10s %12s %12.4f", i, fit(zs, sizeof zs, z[i], 10, -1),
+                   fit(ls, sizeof ls, lin, 12, 4), p[i]);
             for (int k = 0; k < nb; k++)
                 printf(" %*.4f", w[k], pb[k][i]);
             printf("%s\n", sum == 0             ? "   <- undefined: Σz = 0"
