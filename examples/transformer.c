@@ -16,8 +16,8 @@
  * cosine learning rate and gradient clipping; then it sorts fresh
  * sequences by greedy decoding, one digit at a time; saves its weights as
  * safetensors (to argv[1], or else to a temporary file in $TMPDIR or /tmp,
- * removed at the end), loads them into a second model and checks that it
- * sorts exactly as the first.
+ * removed at the end; either place is checked before the training), loads
+ * them into a second model and checks that it sorts exactly as the first.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* mkstemp */
@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "qkv.h"
@@ -153,6 +154,55 @@ static int sort_fresh(qkv_tape *t, const model *m, uint64_t seed, int *out)
     return right;
 }
 
+/* 0 if a new file can be made with a name that starts with prefix (a
+ * directory and its slash, or "" for the working directory), as the save
+ * makes its temporary file there: a probe file, made and removed. Else
+ * -1, after "cannot save to WHAT: why". */
+static int can_create(const char *prefix, const char *what)
+{
+    char probe[4096];
+    const int n = snprintf(probe, sizeof probe, "%s.transformer.XXXXXX", prefix);
+    int fd = -1;
+    errno = ENAMETOOLONG;
+    if (n > 0 && (size_t)n < sizeof probe)
+        fd = mkstemp(probe);
+    if (fd < 0) {
+        fprintf(stderr, "transformer: cannot save to %s: %s\n", what, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+/* 0 if the weights can be saved to path; else -1 after one line saying
+ * why. Checked before the training, not after it: an empty name, a
+ * directory or anything else but a regular file at path (the save
+ * replaces a regular file only), or a directory that takes no new file
+ * (the save writes a temporary file beside path, then renames it). */
+static int can_save_to(const char *path)
+{
+    if (*path == '\0') {
+        fprintf(stderr, "transformer: WEIGHTS is empty; name a file\n");
+        return -1;
+    }
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        fprintf(stderr, "transformer: cannot save to %s: %s\n", path,
+                S_ISDIR(sb.st_mode) ? "it is a directory" : "it is not a regular file");
+        return -1;
+    }
+    const char *slash = strrchr(path, '/');
+    char prefix[4096]; /* path's directory, with its slash */
+    const int n =
+        snprintf(prefix, sizeof prefix, "%.*s", slash ? (int)(slash + 1 - path) : 0, path);
+    if (n < 0 || (size_t)n >= sizeof prefix) {
+        fprintf(stderr, "transformer: cannot save to %s: %s\n", path, strerror(ENAMETOOLONG));
+        return -1;
+    }
+    return can_create(prefix, path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 || (argc == 2 && argv[1][0] == '-')) { /* --help, or anything unknown */
@@ -170,6 +220,19 @@ int main(int argc, char **argv)
     /* without WEIGHTS, a new temporary file: nothing is left behind where
      * the example was run */
     const char *path = argc > 1 ? argv[1] : NULL;
+    const char *tmpdir = getenv("TMPDIR");
+    tmpdir = tmpdir != NULL && *tmpdir != '\0' ? tmpdir : "/tmp";
+    /* where the weights go can take them: checked now, not after 800
+     * steps (a bad WEIGHTS is an argument error, exit 2) */
+    if (path != NULL && can_save_to(path) != 0)
+        return 2;
+    if (path == NULL) {
+        char prefix[4096], where[4096 + 32];
+        snprintf(prefix, sizeof prefix, "%s/", tmpdir);
+        snprintf(where, sizeof where, "a temporary file in %s", tmpdir);
+        if (can_create(prefix, where) != 0)
+            return 1;
+    }
     char temp[4096] = "";
     qkv_error err = qkv_error_none();
     model m, m2 = {0};
@@ -223,9 +286,7 @@ int main(int argc, char **argv)
     printf("sorted exactly: %d of %d fresh sequences (%.1f%%)\n", right, TESTS,
            100.0 * right / TESTS);
     if (path == NULL) {
-        const char *tmpdir = getenv("TMPDIR");
-        snprintf(temp, sizeof temp, "%s/transformer.XXXXXX",
-                 tmpdir != NULL && *tmpdir != '\0' ? tmpdir : "/tmp");
+        snprintf(temp, sizeof temp, "%s/transformer.XXXXXX", tmpdir);
         const int fd = mkstemp(temp);
         if (fd < 0) {
             fprintf(stderr, "transformer: cannot create %s: %s\n", temp, strerror(errno));

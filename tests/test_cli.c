@@ -1224,6 +1224,50 @@ START_TEST(test_every_example_runs_to_its_result)
 }
 END_TEST
 
+/* The Transformer example checked where it saves its weights only after
+ * training 800 steps, and then failed: a path it cannot write is now
+ * refused first, with one line and exit 2 (as its other argument
+ * errors); a $TMPDIR that takes no file fails first too (exit 1). */
+START_TEST(test_transformer_checks_its_weights_path_before_it_trains)
+{
+    static const struct {
+        const char *args, *says;
+        int rc;
+    } cases[] = {
+        {"/proc/x.st", "transformer: cannot save to /proc/x.st: ", 2},
+        {"sub", "transformer: cannot save to sub: it is a directory", 2},
+        {"sub/", "transformer: cannot save to sub/: it is a directory", 2},
+        {"nodir/w.st", "transformer: cannot save to nodir/w.st: No such file or directory", 2},
+        {"link.st", "transformer: cannot save to link.st: it is not a regular file", 2},
+        {"''", "transformer: WEIGHTS is empty", 2},
+    };
+    char dir[512], cmd[1024], *out;
+    snprintf(dir, sizeof dir, "%s", QKV_BIN);
+    *strrchr(dir, '/') = '\0';
+    ck_assert_int_eq(sh("mkdir sub && ln -s sub/w.st link.st", &out), 0);
+    free(out);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s/examples/transformer' %s", dir, cases[i].args);
+        int rc = sh(cmd, &out);
+        ck_assert_msg(rc == cases[i].rc, "transformer %s: exit %d\n%s", cases[i].args, rc, out);
+        ck_assert_msg(strstr(out, cases[i].says) == out && strchr(out, '\n') == strrchr(out, '\n'),
+                      "transformer %s: not one line '%s...':\n%s", cases[i].args, cases[i].says,
+                      out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "TMPDIR=/proc '%s/examples/transformer'", dir);
+    ck_assert_int_eq(sh(cmd, &out), 1);
+    ck_assert_msg(strstr(out, "transformer: cannot save to a temporary file in /proc: ") == out &&
+                      strstr(out, "step") == NULL,
+                  "%s", out);
+    free(out);
+    /* nothing was made: no probe file left, sub still empty */
+    ck_assert_int_eq(sh("ls -A . sub", &out), 0);
+    ck_assert_str_eq(out, ".:\nlink.st\nsub\n\nsub:\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_full_stdout_is_a_failure)
 {
     /* every command whose output cannot be written exits non-zero */
@@ -3436,6 +3480,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
     tcase_add_test(tc, test_plots_read_columns_by_header_name);
     tcase_add_test(tc, test_every_example_runs_to_its_result);
+    tcase_add_test(tc, test_transformer_checks_its_weights_path_before_it_trains);
     tcase_add_test(tc, test_a_full_stdout_is_a_failure);
     tcase_add_test(tc, test_plots_on_a_full_disk_fail);
     tcase_add_test(tc, test_plots_interrupted_leave_no_png_cut_short);
