@@ -1726,6 +1726,13 @@ START_TEST(test_ordinary_messages_escape_what_the_user_typed)
     expect_escaped("train --steps 2 --save \"m" BAD_NAME ".st\" --log \"l" BAD_NAME ".csv\"", 0,
                    "; log l" BAD_SHOWN ".csv; model m" BAD_SHOWN ".st\n");
     expect_escaped("eval --model \"m" BAD_NAME ".st\"", 0, "model: m" BAD_SHOWN ".st  d_k=16");
+    expect_escaped("saturation --dk 4 --steps 2 --quiet --out \"s" BAD_NAME "\"", 0,
+                   "\nwrote s" BAD_SHOWN "/runs.csv and s" BAD_SHOWN "/variance.csv\n");
+    expect_escaped("saturation --dk 4 --steps 2 --quiet --no-variance --out \"s" BAD_NAME "\"", 0,
+                   "\nwrote s" BAD_SHOWN "/runs.csv\n");
+    expect_escaped("parallel --quiet --lengths 16 --models rnn --min-time 0.001 --threads 1 "
+                   "--out \"p" BAD_NAME "\"",
+                   0, " wrote p" BAD_SHOWN "/steps.csv\n");
     expect_escaped("train --quiet --lr 1e300 --steps 2 --save \"f" BAD_NAME
                    ".st\" --log \"f" BAD_NAME ".csv\"",
                    1, "qkv: train: the failed run's log is f" BAD_SHOWN ".csv.failed\n");

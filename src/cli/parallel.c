@@ -197,8 +197,11 @@ int cmd_parallel(int argc, char **argv)
                         cell[i][j][k].ms);
     if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("parallel: cannot write %s: %s", path, cli_csv_error());
-    if (r == CLI_OK)
-        printf("\n(%ld cores online) wrote %s\n", sysconf(_SC_NPROCESSORS_ONLN), path);
+    if (r == CLI_OK) {
+        printf("\n(%ld cores online) wrote ", sysconf(_SC_NPROCESSORS_ONLN));
+        cli_put_safe(stdout, path);
+        printf("\n");
+    }
     qkv_coref_batch_free(b);
     qkv_tape_free(t);
     return r;

@@ -451,10 +451,17 @@ int cmd_saturation(int argc, char **argv)
         r = sweep(&c, dks, ndk);
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
-    if (r == CLI_OK)
-        printf(o.no_variance ? "\nwrote %s/runs.csv\n"
-                             : "\nwrote %s/runs.csv and %s/variance.csv\n",
-               o.out, o.out);
+    if (r == CLI_OK) {
+        printf("\nwrote ");
+        cli_put_safe(stdout, o.out);
+        printf("/runs.csv");
+        if (!o.no_variance) {
+            printf(" and ");
+            cli_put_safe(stdout, o.out);
+            printf("/variance.csv");
+        }
+        printf("\n");
+    }
     qkv_coref_batch_free(c.batch);
     qkv_coref_batch_free(c.eval_batch);
     qkv_tape_free(c.tape);
