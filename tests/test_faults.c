@@ -198,17 +198,17 @@ START_TEST(test_out_of_memory_names_the_options_to_lower_not_c_functions)
         {"eval --model m.st", "try a model trained with a smaller --d-k"},
         {"demo --d-model 256 --seq-len 256 --d-k 256",
          "try a smaller --d-model, --seq-len or --d-k"},
-        {"saturation --quiet --dk 4 --steps 2 --batch 4096 --log-every 1 --out s",
+        {"saturation --quiet --dk 4 --steps 1 --batch 1024 --log-every 1 --no-variance --out s",
          "try a smaller --batch or --dk, or fewer --jobs"},
         {"distance --quiet --steps 2 --eval-every 1 --seeds 1 --distances 0 --models attention "
          "--batch 4096 --out d",
          "try a smaller --batch or --distances, or fewer --jobs"},
-        {"bptt --quiet --train-steps 0 --length 16 --batch 512 --rho 1 --out b",
+        {"bptt --quiet --train-steps 0 --length 16 --batch 128 --rho 1 --out b",
          "try a smaller --batch or --length"},
         {"parallel --quiet --lengths 16 --batch 512 --min-time 0.001 --threads 1 --models "
          "attention --out p",
          "try a smaller --batch or --lengths"},
-        {"ablate --quiet --steps 2 --eval-every 1 --seeds 1 --variants full --batch 4096 --out a",
+        {"ablate --quiet --steps 1 --eval-every 1 --seeds 1 --variants full --batch 1024 --out a",
          "try a smaller --batch or --d-k, or fewer --jobs"},
     };
     char cmd[900];
