@@ -1555,6 +1555,14 @@ START_TEST(test_a_negative_zero_option_is_zero)
                      0);
     ck_assert_msg(strstr(out, "forget-gate bias 0 at init") != NULL, "%s", out);
     free(out);
+    /* and so is a whole number's, whether the option is signed or not */
+    ck_assert_int_eq(run("train --quiet --steps 2 --seed -0 --save z0.st --log z0.csv", &out), 0);
+    free(out);
+    ck_assert_int_eq(run("eval --model z0.st", &out), 0);
+    ck_assert_msg(strstr(out, "seed=0") != NULL, "%s", out);
+    free(out);
+    expect("train --seed -1", 2, "--seed: '-1' is not a whole number");
+    expect("train --seed -", 2, "--seed: '-' is not a whole number");
 }
 END_TEST
 

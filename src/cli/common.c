@@ -128,6 +128,10 @@ int cli_parse_ll(const char *s, long long *out)
 
 int cli_parse_u64(const char *s, uint64_t *out)
 {
+    /* "-0" is 0, as for the signed options (--distances -0); any other
+     * sign is not a whole number here */
+    if (*s == '-' && digits(s + 1) > 0 && strspn(s + 1, "0") == strlen(s + 1))
+        s++;
     size_t n = digits(s);
     if (n == 0 || s[n] != '\0')
         return -1;
