@@ -27,7 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (strcmp(back, s) != 0 && !(s[0] == '0' || (s[0] == '-' && s[1] == '0')))
             abort(); /* only leading zeros may print differently */
     }
-    if (cli_parse_u64(s, &u) == 0 && (s[0] < '0' || s[0] > '9'))
+    /* a digit first, or a minus and zeros only ("-0", "-00"), which is 0 */
+    if (cli_parse_u64(s, &u) == 0 && (s[0] < '0' || s[0] > '9') &&
+        !(s[0] == '-' && s[1] != '\0' && strspn(s + 1, "0") == strlen(s + 1) && u == 0))
         abort();
     if (cli_parse_double(s, &d) == 0 && (d != d || strchr(s, '+') == s || s[0] == ' '))
         abort();
