@@ -42,16 +42,30 @@ qkv_status qkv_mkdirs(const char *dir, qkv_error *err)
     return QKV_OK;
 }
 
-qkv_status qkv_mkdirs_for(const char *path, qkv_error *err)
+/* Copies the directory part of path (before its last '/') into dir (cap
+ * bytes), and sets *base to the name after it; *base is NULL when path has no '/'. */
+static qkv_status parent_dir(const char *path, char *dir, size_t cap, const char **base,
+                             qkv_error *err)
 {
-    char dir[4096];
     const char *slash = strrchr(path, '/');
+    *base = NULL;
     if (slash == NULL)
         return QKV_OK;
-    if ((size_t)(slash - path) >= sizeof dir)
+    if ((size_t)(slash - path) >= cap)
         return qkv_error_set(err, QKV_ERR_IO, "%s: path too long", path);
     memcpy(dir, path, (size_t)(slash - path));
     dir[slash - path] = '\0';
+    *base = slash + 1;
+    return QKV_OK;
+}
+
+qkv_status qkv_mkdirs_for(const char *path, qkv_error *err)
+{
+    char dir[4096];
+    const char *base;
+    qkv_status s = parent_dir(path, dir, sizeof dir, &base, err);
+    if (s != QKV_OK || base == NULL)
+        return s;
     return qkv_mkdirs(dir, err);
 }
 
@@ -119,17 +133,14 @@ qkv_status qkv_mkdirs_check(const char *dir, int *missing, qkv_error *err)
 qkv_status qkv_mkdirs_for_check(const char *path, int *missing, qkv_error *err)
 {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
+    const char *base;
     *missing = 0;
-    if (slash == NULL)
-        return QKV_OK;
-    if ((size_t)(slash - path) >= sizeof dir)
-        return qkv_error_set(err, QKV_ERR_IO, "%s: path too long", path);
-    memcpy(dir, path, (size_t)(slash - path));
-    dir[slash - path] = '\0';
+    qkv_status s = parent_dir(path, dir, sizeof dir, &base, err);
+    if (s != QKV_OK || base == NULL)
+        return s;
     size_t max = 0;
-    qkv_status s = check_dirs(dir, missing, &max, err);
-    if (s == QKV_OK && *missing && strlen(slash + 1) > max)
+    s = check_dirs(dir, missing, &max, err);
+    if (s == QKV_OK && *missing && strlen(base) > max)
         s = qkv_error_set(err, QKV_ERR_IO, "cannot write %s: %s", path, strerror(ENAMETOOLONG));
     return s;
 }
