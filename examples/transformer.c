@@ -154,14 +154,15 @@ static int sort_fresh(qkv_tape *t, const model *m, uint64_t seed, int *out)
     return right;
 }
 
-/* 0 if a new file can be made with a name that starts with prefix (a
- * directory and its slash, or "" for the working directory), as the save
- * makes its temporary file there: a probe file, made and removed. Else
- * -1, after "cannot save to WHAT: why". */
-static int can_create(const char *prefix, const char *what)
+/* 0 if the save could make its temporary file for a file called name in
+ * prefix (a directory and its slash, or "" for the working directory):
+ * prefix.name.XXXXXX, the name qkv_safetensors_save gives it, so that a
+ * name too long for that fails now too; a probe file, made and removed.
+ * Else -1, after "cannot save to WHAT: why". */
+static int can_create(const char *prefix, const char *name, const char *what)
 {
     char probe[4096];
-    const int n = snprintf(probe, sizeof probe, "%s.transformer.XXXXXX", prefix);
+    const int n = snprintf(probe, sizeof probe, "%s.%s.XXXXXX", prefix, name);
     int fd = -1;
     errno = ENAMETOOLONG;
     if (n > 0 && (size_t)n < sizeof probe)
@@ -200,7 +201,7 @@ static int can_save_to(const char *path)
         fprintf(stderr, "transformer: cannot save to %s: %s\n", path, strerror(ENAMETOOLONG));
         return -1;
     }
-    return can_create(prefix, path);
+    return can_create(prefix, path + n, path);
 }
 
 int main(int argc, char **argv)
@@ -230,7 +231,8 @@ int main(int argc, char **argv)
         char prefix[4096], where[4096 + 32];
         snprintf(prefix, sizeof prefix, "%s/", tmpdir);
         snprintf(where, sizeof where, "a temporary file in %s", tmpdir);
-        if (can_create(prefix, where) != 0)
+        /* the weights' file there is transformer.XXXXXX */
+        if (can_create(prefix, "transformer.XXXXXX", where) != 0)
             return 1;
     }
     char temp[4096] = "";

@@ -1255,6 +1255,16 @@ START_TEST(test_transformer_checks_its_weights_path_before_it_trains)
                       out);
         free(out);
     }
+    /* a name that fits (253 bytes) but not as the save's temporary file
+     * beside it (.NAME.XXXXXX, 261): it trained 800 steps, then failed */
+    char name[251], want[400];
+    memset(name, 'w', sizeof name - 1);
+    name[250] = '\0';
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' %s.st", dir, name);
+    snprintf(want, sizeof want, "transformer: cannot save to %s.st: File name too long\n", name);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_str_eq(out, want);
+    free(out);
     snprintf(cmd, sizeof cmd, "TMPDIR=/proc '%s/examples/transformer'", dir);
     ck_assert_int_eq(sh(cmd, &out), 1);
     ck_assert_msg(strstr(out, "transformer: cannot save to a temporary file in /proc: ") == out &&
