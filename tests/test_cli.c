@@ -1713,6 +1713,48 @@ START_TEST(test_messages_escape_control_characters)
 }
 END_TEST
 
+/* A message that only quotes what the user typed is no message about
+ * memory: "unknown command 'out of memory'" was followed by "; free some
+ * memory and try again", and a path or list that said so by "try a
+ * smaller --batch or --d-k". The whole output is the one line and the
+ * usage hint, as written by hand. */
+START_TEST(test_quoting_out_of_memory_is_no_memory_message)
+{
+    static const struct {
+        const char *args, *says;
+        int rc;
+    } cases[] = {
+        {"'out of memory'", "qkv: unknown command 'out of memory'\nTry 'qkv --help'.\n", 2},
+        {"softmax 'out of memory'",
+         "qkv: 'out of memory' is not a list of up to 32 numbers within ", 2},
+        {"train --levels 'out of memory'",
+         "qkv: --levels: 'out of memory' is not a list of 1, 2, 3\nTry 'qkv train --help'.\n", 2},
+        {"train --levels='1,out of memory'",
+         "qkv: --levels: '1,out of memory' is not a list of 1, 2, 3\n", 2},
+        {"eval --model 'out of memory.st'",
+         "qkv: cannot open out of memory.st: No such file or directory\n", 1},
+        {"eval --model 'x/out of memory.st'",
+         "qkv: cannot open x/out of memory.st: No such file or directory\n", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out;
+        const int rc = run(cases[i].args, &out);
+        ck_assert_msg(rc == cases[i].rc, "qkv %s: exit %d\n%s", cases[i].args, rc, out);
+        ck_assert_msg(strncmp(out, cases[i].says, strlen(cases[i].says)) == 0,
+                      "qkv %s: not '%s':\n%s", cases[i].args, cases[i].says, out);
+        ck_assert_msg(strstr(out, "memory and try") == NULL && strstr(out, "try a") == NULL,
+                      "qkv %s: advice on memory:\n%s", cases[i].args, out);
+        free(out);
+    }
+    char *out, cmd[600];
+    snprintf(cmd, sizeof cmd, "QKV_THREADS='out of memory' '%s' softmax", QKV_BIN);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_str_eq(out, "qkv: QKV_THREADS: 'out of memory' is not a whole number of threads "
+                          "in [1, 64]\n");
+    free(out);
+}
+END_TEST
+
 /* Runs `qkv ARGS` (rc code) and checks that its output (stdout and
  * stderr) has part and not one raw byte of what BAD_NAME puts in a name:
  * a control character that a terminal obeys, or invalid UTF-8. */
@@ -3527,6 +3569,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_messages_escape_control_characters);
+    tcase_add_test(tc, test_quoting_out_of_memory_is_no_memory_message);
     tcase_add_test(tc, test_ordinary_messages_escape_what_the_user_typed);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);

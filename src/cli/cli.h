@@ -97,6 +97,11 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
  * NULL: free some memory and try again. */
 void cli_memory_advice(const char *advice);
 
+/* The command line (main's argc and argv): a message that only quotes
+ * what the user typed ("unknown command 'out of memory'", a path, a
+ * list) is not about memory, and gets no advice. */
+void cli_user_args(int argc, char **argv);
+
 /* Prints "qkv: <message>" to stderr and returns CLI_FAIL. */
 int cli_fail(const char *fmt, ...)
 #if defined(__GNUC__)

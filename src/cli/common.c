@@ -28,6 +28,73 @@ void cli_memory_advice(const char *advice)
     memory_advice = advice;
 }
 
+static char **user_args;
+static int n_user_args;
+
+void cli_user_args(int argc, char **argv)
+{
+    user_args = argv;
+    n_user_args = argc;
+}
+
+static const char out_of_memory[] = "out of memory";
+
+/* 1 if t[0..len) holds "out of memory". */
+static int says_out_of_memory(const char *t, size_t len)
+{
+    const size_t k = sizeof out_of_memory - 1;
+    for (size_t i = 0; i + k <= len; i++)
+        if (memcmp(t + i, out_of_memory, k) == 0)
+            return 1;
+    return 0;
+}
+
+/* Every copy of t[0..len) in s as spaces, if t says "out of memory". */
+static void blank_quoted(char *s, const char *t, size_t len)
+{
+    if (!says_out_of_memory(t, len))
+        return;
+    for (char *c = s; *c != '\0'; c++)
+        if (strncmp(c, t, len) == 0) {
+            memset(c, ' ', len);
+            c += len - 1;
+        }
+}
+
+/* Blanks in s what s quotes of a, something the user typed: all of it,
+ * the value of "--opt=value", or an item of a list, where it says "out of
+ * memory". */
+static void blank_user_text(char *s, const char *a)
+{
+    if (a == NULL)
+        return;
+    blank_quoted(s, a, strlen(a));
+    const char *v = strncmp(a, "--", 2) == 0 && strchr(a, '=') ? strchr(a, '=') + 1 : a;
+    blank_quoted(s, v, strlen(v));
+    for (const char *p = v;; p++) {
+        const size_t n = strcspn(p, ",");
+        blank_quoted(s, p, n);
+        p += n;
+        if (*p == '\0')
+            break;
+    }
+}
+
+/* 1 if s says "out of memory" other than where it quotes the user's
+ * input: the arguments, and the environment variables the program reads. */
+static int about_memory(const char *s)
+{
+    if (strstr(s, out_of_memory) == NULL)
+        return 0;
+    char rest[9216];
+    snprintf(rest, sizeof rest, "%s", s);
+    for (int i = 1; i < n_user_args; i++)
+        blank_user_text(rest, user_args[i]);
+    blank_user_text(rest, getenv("QKV_KERNELS"));
+    blank_user_text(rest, getenv("QKV_THREADS"));
+    return strstr(rest, out_of_memory) != NULL;
+}
+
 /* A message about running out of memory, in s (len bytes), for a user of
  * the program: the library's hint for C programmers (did a loop forget
  * qkv_tape_reset?) goes, "the arena" becomes what is in use, and the
@@ -35,7 +102,7 @@ void cli_memory_advice(const char *advice)
 static void memory_message(char *s, size_t len)
 {
     static const char hint[] = "; did a loop forget qkv_tape_reset?", arena[] = "(the arena holds ";
-    if (strstr(s, "out of memory") == NULL)
+    if (!about_memory(s))
         return;
     char *h = strstr(s, hint);
     if (h != NULL)
