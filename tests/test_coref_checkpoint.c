@@ -273,14 +273,19 @@ START_TEST(test_every_hyper_parameter_is_held_to_the_options_bounds)
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         expect_edit_refused(good, n, refused[i][0], refused[i][1], refused[i][2]);
-    /* the bounds themselves load */
-    static const char *const taken[] = {"\"init_std\":\"100\"", "\"init_std\":\"0\""};
+    /* the bounds themselves load, and the "-0" that earlier builds
+     * wrote for --init-std -0 loads as 0 */
+    static const char *const taken[] = {"\"init_std\":\"100\"", "\"init_std\":\"0\"",
+                                        "\"init_std\":\"-0\""};
+    static const double want[] = {100, 0, 0};
     for (size_t i = 0; i < sizeof taken / sizeof taken[0]; i++) {
         long e;
         unsigned char *b = edit_header(good, n, "\"init_std\":\"0.5\"", taken[i], &e);
         qkv_error err = qkv_error_none();
         qkv_coref_model *l = qkv_coref_load_buffer(b, (size_t)e, "edge", FP, &err);
         ck_assert_msg(l != NULL, "%s: %s", taken[i], err.message);
+        ck_assert_msg(l->cfg.init_std == want[i] && !signbit(l->cfg.init_std), "%s: %g", taken[i],
+                      l->cfg.init_std);
         qkv_coref_model_free(l);
         free(b);
     }

@@ -124,8 +124,10 @@ static int read_config(const qkv_st *f, const char *path, uint32_t fingerprint,
     char *end = NULL;
     /* a decimal number as %.17g writes one: strtod alone would also take
      * " 0.5", "0x1p-1" or "infinity" */
-    const int decimal = *std >= '0' && *std <= '9' && strspn(std, "0123456789.e+-") == strlen(std);
-    double init_std = decimal ? strtod(std, &end) : NAN;
+    const char *digits = std + (*std == '-'); /* "-0": earlier builds wrote --init-std -0 so */
+    const int decimal =
+        *digits >= '0' && *digits <= '9' && strspn(std, "0123456789.e+-") == strlen(std);
+    double init_std = decimal ? strtod(std, &end) + 0.0 : NAN; /* -0 taken as 0 */
     /* the bound of --init-std and of qkv_coref_model_new: a file
      * trained with neither is no checkpoint of ours */
     if (!decimal || *end != '\0' || !(init_std >= 0 && init_std <= QKV_COREF_MAX_INIT_STD)) {
