@@ -930,8 +930,8 @@ int cli_csv_end(FILE *f, const char *path, int ok)
 
 const char *cli_format_sig(char *buf, size_t len, double x, int digits)
 {
-    if (!isfinite(x) || x == 0) { /* "inf", "nan", "0" (an sd of 0: "1.000±0") */
-        snprintf(buf, len, "%g", cli_num(x));
+    if (!isfinite(x) || x == 0) { /* "inf", "nan", "0" (an sd of 0: "1.000±0"; -0 too) */
+        snprintf(buf, len, "%g", cli_num(x) + 0.0);
         return buf;
     }
     /* rounded first, in e-notation, so that a carry (9.996 to 1.00e+01)
