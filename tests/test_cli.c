@@ -1614,6 +1614,20 @@ START_TEST(test_input_is_parsed_strictly_and_limits_agree)
 }
 END_TEST
 
+/* Runs `qkv` with FMT's %s as PATH, which must be refused with exit 2
+ * and the one line "qkv: OPT: 'PATH' WHAT" first. */
+static void expect_path_refused(const char *fmt, const char *opt, const char *path,
+                                const char *what)
+{
+    char args[256], want[256], *out;
+    snprintf(args, sizeof args, fmt, path);
+    snprintf(want, sizeof want, "qkv: %s: '%s' %s\n", opt, path, what);
+    const int rc = run(args, &out);
+    ck_assert_msg(rc == 2, "qkv %s: exit %d, expected 2\n%s", args, rc, out);
+    ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "qkv %s:\n%s", args, out);
+    free(out);
+}
+
 /* A file option naming an existing directory is the same usage error
  * with or without a trailing slash: "--csv d" failed only when the
  * command came to write, with exit 1, where "--csv d/" was refused with
@@ -1633,19 +1647,40 @@ START_TEST(test_a_file_option_naming_a_directory_is_a_usage_error)
     };
     static const char *const dirs[] = {"d", "d/", "dlink", "./d", "d/../d"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        for (size_t j = 0; j < sizeof dirs / sizeof dirs[0]; j++) {
-            char args[256], want[128];
-            snprintf(args, sizeof args, cmds[i][0], dirs[j]);
-            snprintf(want, sizeof want, "qkv: %s: '%s' names a directory, not a file\n", cmds[i][1],
-                     dirs[j]);
-            const int rc = run(args, &out);
-            ck_assert_msg(rc == 2, "qkv %s: exit %d, expected 2\n%s", args, rc, out);
-            ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "qkv %s:\n%s", args, out);
-            free(out);
-        }
+        for (size_t j = 0; j < sizeof dirs / sizeof dirs[0]; j++)
+            expect_path_refused(cmds[i][0], cmds[i][1], dirs[j], "names a directory, not a file");
     /* nothing new, in the directory or beside it */
     ck_assert_int_eq(sh("ls -A . d", &out), 0);
     ck_assert_str_eq(out, ".:\nd\ndlink\n\nd:\n");
+    free(out);
+}
+END_TEST
+
+/* --out naming a file (or a link to one, or a device, with or without a
+ * trailing slash) is the mirror of the file option naming a directory:
+ * it failed with exit 1 once the command came to make its directory,
+ * after the checks, where it is a usage error as given. */
+START_TEST(test_an_out_option_naming_a_file_is_a_usage_error)
+{
+    char *out;
+    ck_assert_int_eq(sh("echo old > afile && ln -s afile flink && mkdir d", &out), 0);
+    free(out);
+    static const char *const cmds[] = {
+        "ablate --variants full --seeds 1 --steps 5 --eval-every 5 --quiet --out %s",
+        "bptt --rho 0.5 --train-steps 0 --batch 2 --quiet --out %s",
+        "distance --models attention --distances 0 --seeds 1 --steps 5 --eval-every 5 "
+        "--quiet --out %s",
+        "parallel --quiet --out %s",
+        "saturation --dk 4 --steps 5 --log-every 5 --quiet --out %s",
+    };
+    static const char *const files[] = {"afile",      "afile/",    "afile/.", "flink",
+                                        "d/../afile", "/dev/null", "./afile"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        for (size_t j = 0; j < sizeof files / sizeof files[0]; j++)
+            expect_path_refused(cmds[i], "--out", files[j], "names a file, not a directory");
+    /* the file is as it was, and nothing was made beside it */
+    ck_assert_int_eq(sh("cat afile && ls -A . d", &out), 0);
+    ck_assert_str_eq(out, "old\n.:\nafile\nd\nflink\n\nd:\n");
     free(out);
 }
 END_TEST
@@ -3568,6 +3603,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
+    tcase_add_test(tc, test_an_out_option_naming_a_file_is_a_usage_error);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_quoting_out_of_memory_is_no_memory_message);

@@ -307,7 +307,7 @@ int cmd_bptt(int argc, char **argv)
         {"train-steps", OPT_INT, &o.train_steps, 0, CLI_MAX_STEPS,
          "N: steps before the after-training measurement; 0 skips it (default 400)"},
         {"seed", OPT_U64, &o.seed, 0, 0, "N: seed of weights and sentences (default 1)"},
-        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/bptt)"},
+        {"out", OPT_DIR, &o.out, 0, 0, "DIR: output directory (default out/bptt)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",

@@ -27,17 +27,18 @@ static inline double cli_num(double x)
     return isnan(x) ? fabs(x) : x;
 }
 
-/* OPT_PATH is a string that must not be empty; OPT_FILE is an OPT_PATH
- * that must not name a directory ("d/", ".", "d/..", or a directory that
- * exists, with or without the slash); OPT_U64 takes 0 to
- * 2^64 - 1 whatever min and max say. */
+/* OPT_DIR and OPT_FILE are paths that must not be empty. An OPT_DIR must
+ * not name something that exists and is not a directory (a regular file,
+ * a device, or a link to one); an OPT_FILE must not name a directory
+ * ("d/", ".", "d/..", or a directory that exists, with or without the
+ * slash). OPT_U64 takes 0 to 2^64 - 1 whatever min and max say. */
 typedef enum cli_kind {
     OPT_FLAG,
     OPT_INT,
     OPT_U64,
     OPT_DOUBLE,
     OPT_STR,
-    OPT_PATH,
+    OPT_DIR,
     OPT_FILE
 } cli_kind;
 

@@ -253,7 +253,7 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
 {
     switch (o->kind) {
     case OPT_STR:
-    case OPT_PATH:
+    case OPT_DIR:
     case OPT_FILE: {
         const int path = o->kind != OPT_STR;
         const size_t len = strlen(v);
@@ -271,6 +271,19 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
             (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
              (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode))))
             return cli_usage_error(cmd, "--%s: '%s' names a directory, not a file", o->name, v);
+        /* --out afile (or "afile/", "afile/."): the command failed only
+         * when it came to make its directory, with exit 1, though the path
+         * was wrong as given */
+        if (o->kind == OPT_DIR) {
+            char d[MAX_PATH_OPT + 1];
+            size_t n = len;
+            memcpy(d, v, n);
+            while (n > 1 && (d[n - 1] == '/' || (d[n - 1] == '.' && d[n - 2] == '/')))
+                n--;
+            d[n] = '\0';
+            if (stat(d, &sb) == 0 && !S_ISDIR(sb.st_mode))
+                return cli_usage_error(cmd, "--%s: '%s' names a file, not a directory", o->name, v);
+        }
         *(const char **)o->dst = v;
         return CLI_OK;
     }

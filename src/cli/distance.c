@@ -345,7 +345,7 @@ int cmd_distance(int argc, char **argv)
             "eval-every", &o.eval_every,
             "N: steps between validations, for steps to 90% (default 25, at most --steps)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
-        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/distance)"},
+        {"out", OPT_DIR, &o.out, 0, 0, "DIR: output directory (default out/distance)"},
         CLI_OPT_THREADS(&o.threads, "N: threads (default QKV_THREADS or 1)"),
         CLI_OPT_JOBS(&o.jobs,
                      "N: worker processes for the runs (default 1; the same results on any N)"),

@@ -81,7 +81,7 @@ int cmd_parallel(int argc, char **argv)
         {"min-time", OPT_DOUBLE, &o.min_time, 1e-3, 60,
          "X: seconds per timed block, 5 blocks per cell (default 0.2)"},
         {"seed", OPT_U64, &o.seed, 0, 0, "N: seed of weights and sentences (default 1)"},
-        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/parallel)"},
+        {"out", OPT_DIR, &o.out, 0, 0, "DIR: output directory (default out/parallel)"},
         {"flush-denormals", OPT_FLAG, &o.flush, 0, 0,
          "time with subnormal numbers flushed to zero (see above)"},
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},

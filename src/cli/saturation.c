@@ -396,7 +396,7 @@ int cmd_saturation(int argc, char **argv)
         CLI_OPT_BATCH(&o.batch, "N: sentences per step (default 32)"),
         CLI_OPT_EVERY("log-every", &o.log_every, "N: steps between CSV rows (default 10)"),
         {"seed", OPT_U64, &o.seed, 0, 0, "N: first seed (default 1)"},
-        {"out", OPT_PATH, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
+        {"out", OPT_DIR, &o.out, 0, 0, "DIR: output directory (default out/saturation)"},
         CLI_OPT_THREADS(
             &o.threads,
             "N: threads for the attention items (default QKV_THREADS or 1; same results)"),

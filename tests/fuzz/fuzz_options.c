@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {"seed", OPT_U64, &u, 0, 0, "N: a seed"},
         {"lr", OPT_DOUBLE, &d, 1e-12, 1e300, "X: a number"},
         {"name", OPT_STR, &str, 0, 0, "NAME: a string"},
-        {"out", OPT_PATH, &path, 0, 0, "DIR: a path"},
+        {"out", OPT_DIR, &path, 0, 0, "DIR: a path"},
         {"file", OPT_FILE, &file, 0, 0, "FILE: a file's path"},
     };
     char *pos[2] = {NULL, NULL};
