@@ -462,7 +462,11 @@ START_TEST(test_loading_matches_names_and_shapes)
         w->data[0] = 42; /* the load above set it */
     }
 #else
-    expect_load_reject(fw, p, QKV_ERR_NUMERIC, "tensor 'b' value 0 (1e+39) is not finite");
+    /* in the file's terms (F32, F64), not the library's type */
+    expect_load_reject(fw, p, QKV_ERR_NUMERIC,
+                       "t.safetensors: tensor 'b' value 0 (1e+39) is beyond F32's range: this "
+                       "build reads F32 weights; the file holds F64, as a double build "
+                       "(make DOUBLE=1) writes and reads");
 #endif
     /* a value that is not finite */
     unsigned char nan[36];
@@ -470,7 +474,12 @@ START_TEST(test_loading_matches_names_and_shapes)
     nan[26] = 0xc0;
     nan[27] = 0x7f; /* b[0] = NaN */
     expect_load_reject(make("{" W_ENTRY "," B_ENTRY "}", nan, 36), p, QKV_ERR_NUMERIC,
-                       "tensor 'b' value 0 (nan) is not finite");
+                       "t.safetensors: tensor 'b' value 0 is nan, not a finite number");
+    nan[24] = nan[25] = 0;
+    nan[26] = 0x80;
+    nan[27] = 0xff; /* b[0] = -inf: 0xff800000 */
+    expect_load_reject(make("{" W_ENTRY "," B_ENTRY "}", nan, 36), p, QKV_ERR_NUMERIC,
+                       "t.safetensors: tensor 'b' value 0 is -inf, not a finite number");
     ck_assert(w->data[0] == 42); /* no failed load changed anything */
     qkv_params_free(p);
 }

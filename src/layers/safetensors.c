@@ -655,10 +655,21 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
         }
         for (size_t k = 0; k < t->numel; k++) {
             double v = value_at(f, e, k);
-            if (!isfinite(v) ||
-                fabs(v) > (sizeof(qkv_real) == 4 ? 3.4028234663852886e38 : INFINITY))
+            if (!isfinite(v))
                 return qkv_error_set(err, QKV_ERR_NUMERIC,
-                                     "%s: tensor '%s' value %zu (%g) is not finite in qkv_real",
+                                     "%s: tensor '%s' value %zu is %s, not a finite number",
+                                     f->label, name, k,
+                                     isnan(v) ? "nan"
+                                     : v > 0  ? "inf"
+                                              : "-inf");
+            /* only an F64 value can be beyond F32's range, and only a
+             * float build's weights are F32: the file is most likely a
+             * double build's */
+            if (sizeof(qkv_real) == 4 && fabs(v) > 3.4028234663852886e38)
+                return qkv_error_set(err, QKV_ERR_NUMERIC,
+                                     "%s: tensor '%s' value %zu (%g) is beyond F32's range: this "
+                                     "build reads F32 weights; the file holds F64, as a double "
+                                     "build (make DOUBLE=1) writes and reads",
                                      f->label, name, k, v);
         }
     }
