@@ -2947,6 +2947,42 @@ START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
 }
 END_TEST
 
+/* A /proc file says its size is 0 whatever it holds: eval said that
+ * /proc/self/status "is empty", where it is read to its end and is not a
+ * checkpoint. A file that is empty still says so. */
+START_TEST(test_a_file_whose_size_says_0_is_read_to_its_end)
+{
+    char *out;
+    ck_assert_int_eq(sh("touch e.st", &out), 0);
+    free(out);
+    expect("eval --model e.st", 1, "qkv: e.st is empty\n");
+    struct stat sb;
+    if (stat("/proc/version", &sb) != 0 || sb.st_size != 0)
+        return; /* no procfs here */
+    ck_assert_int_eq(run("eval --model /proc/self/status", &out), 1);
+    static const char want[] = "qkv: /proc/self/status is not a safetensors file";
+    ck_assert_msg(strncmp(out, want, sizeof want - 1) == 0, "%s", out);
+    free(out);
+    /* what qkv_read_file reads is what stdio reads to the end */
+    FILE *f = fopen("/proc/version", "rb");
+    ck_assert_ptr_nonnull(f);
+    char ref[4096];
+    const size_t n = fread(ref, 1, sizeof ref, f);
+    fclose(f);
+    ck_assert_uint_gt(n, 10);
+    size_t len = 0;
+    qkv_error err = qkv_error_none();
+    unsigned char *p = qkv_read_file("/proc/version", 1 << 20, &len, &err);
+    ck_assert_msg(p != NULL, "%s", err.message);
+    ck_assert_uint_eq(len, n);
+    ck_assert(memcmp(p, ref, n) == 0);
+    free(p);
+    /* and its limit holds for a size it did not know */
+    ck_assert_ptr_null(qkv_read_file("/proc/version", 10, &len, &err));
+    ck_assert_str_eq(err.message, "/proc/version is too large: more than 10 bytes");
+}
+END_TEST
+
 START_TEST(test_ablate_plot_draws_a_run_where_no_variant_reached_90)
 {
     /* a short `qkv ablate --steps 30` run: no variant reaches 90%, every
@@ -3605,6 +3641,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_an_out_option_naming_a_file_is_a_usage_error);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
+    tcase_add_test(tc, test_a_file_whose_size_says_0_is_read_to_its_end);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_quoting_out_of_memory_is_no_memory_message);
     tcase_add_test(tc, test_ordinary_messages_escape_what_the_user_typed);

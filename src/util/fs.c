@@ -157,33 +157,55 @@ unsigned char *qkv_read_file(const char *path, size_t max, size_t *len, qkv_erro
         return NULL;
     }
     unsigned char *p = NULL;
+    size_t cap = 0, got = 0;
     if (fstat(fd, &sb) != 0)
         qkv_error_set(err, QKV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
     else if (S_ISDIR(sb.st_mode))
         qkv_error_set(err, QKV_ERR_IO, "%s is a directory, not a file", path);
     else if (!S_ISREG(sb.st_mode))
         qkv_error_set(err, QKV_ERR_IO, "%s is not a regular file", path);
-    else if (sb.st_size == 0)
-        qkv_error_set(err, QKV_ERR_FORMAT, "%s is empty", path);
     else if ((uintmax_t)sb.st_size > max)
         qkv_error_set(err, QKV_ERR_FORMAT, "%s is too large: %jd bytes, at most %zu", path,
                       (intmax_t)sb.st_size, max);
-    else if ((p = qkv_malloc((size_t)sb.st_size)) == NULL)
-        qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory for %jd bytes", path,
-                      (intmax_t)sb.st_size);
-    size_t got = 0;
-    while (p != NULL && got < (size_t)sb.st_size) {
-        ssize_t r = read(fd, p + got, (size_t)sb.st_size - got);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            qkv_error_set(err, QKV_ERR_IO, "cannot read %s: %s", path,
-                          r < 0 ? strerror(errno) : "it shrank while being read");
-            free(p);
-            p = NULL;
-        } else {
+    else {
+        /* st_size is where the reading starts, not where it ends: a /proc
+         * file says 0 and a /sys file 4096 whatever they hold, so the
+         * file is read to its end */
+        cap = sb.st_size > 0 ? (size_t)sb.st_size : max < 4096 ? max : 4096;
+        if ((p = qkv_malloc(cap > 0 ? cap : 1)) == NULL)
+            qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory for %zu bytes", path, cap);
+    }
+    while (p != NULL) {
+        unsigned char more;
+        /* a full buffer reads one byte aside: at the end, nothing is
+         * grown, and a file of max bytes needs no room for max + 1 */
+        ssize_t r = got < cap ? read(fd, p + got, cap - got) : read(fd, &more, 1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            qkv_error_set(err, QKV_ERR_IO, "cannot read %s: %s", path, strerror(errno));
+        } else if (r == 0) {
+            if (got > 0)
+                break;
+            qkv_error_set(err, QKV_ERR_FORMAT, "%s is empty", path);
+        } else if (got < cap) {
             got += (size_t)r;
+            continue;
+        } else if (cap >= max) {
+            qkv_error_set(err, QKV_ERR_FORMAT, "%s is too large: more than %zu bytes", path, max);
+        } else {
+            const size_t grown = cap <= max / 2 ? 2 * cap : max;
+            unsigned char *q = qkv_realloc(p, grown);
+            if (q != NULL) {
+                p = q;
+                cap = grown;
+                p[got++] = more;
+                continue;
+            }
+            qkv_error_set(err, QKV_ERR_NOMEM, "%s: out of memory for %zu bytes", path, grown);
         }
+        free(p);
+        p = NULL;
     }
     close(fd);
     if (p != NULL)

@@ -102,7 +102,8 @@ qkv_status qkv_mkdirs_check(const char *dir, int *missing, qkv_error *err);
 qkv_status qkv_mkdirs_for_check(const char *path, int *missing, qkv_error *err);
 
 /* Reads the whole regular file at path, of at most max bytes, into memory
- * the caller frees; its size goes to *len. NULL with the reason in err for
+ * the caller frees; its size goes to *len. It is read to its end, whatever
+ * its size says (a /proc file's is 0). NULL with the reason in err for
  * a missing or unreadable path, a directory or other non-regular file
  * (QKV_ERR_IO), an empty file or one over max (QKV_ERR_FORMAT), or no
  * memory. */
