@@ -86,6 +86,23 @@ START_TEST(test_every_command_has_help)
         expect(args, 0, want);
     }
     expect("gradcheck --help", 0, "Usage: qkv gradcheck\n"); /* no blank before the end */
+    /* and each fits a terminal of 80 columns (options' lines were up to
+     * 117 wide), the wrapped part of a description under its start */
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *out;
+        snprintf(args, sizeof args, "%s --help", cmds[i]);
+        ck_assert_int_eq(run(args, &out), 0);
+        char *save = NULL;
+        int options = 0;
+        for (char *l = strtok_r(out, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+            ck_assert_msg(cli_text_width(l) <= 79, "qkv %s: %d columns: %s", args,
+                          cli_text_width(l), l);
+            options = options || strcmp(l, "Options:") == 0;
+            if (options && l[0] == ' ' && l[2] != '-') /* a description's continuation */
+                ck_assert_msg(strspn(l, " ") == 29, "qkv %s: '%s'", args, l);
+        }
+        free(out);
+    }
 }
 END_TEST
 
@@ -736,9 +753,9 @@ START_TEST(test_resolve_lists_the_words_it_knows)
            "  names      小明 小刚 小强 小军 大伟 阿杰 (他)\n"
            "             小红 小丽 小芳 小美 小雪 阿珍 (她)\n"
            "  pronouns   他 她\n"
-           "  others     是 个 运动达人 平时 很 爱 打 篮球 和 去 公园 喜欢 唱歌 跳舞 跑步 踢\n"
-           "             足球 画画 看书 老师 学生 朋友 今天 说 因为 所以 的 ， 。 也 一起\n"
-           "             昨天 同学 ！\n");
+           "  others     是 个 运动达人 平时 很 爱 打 篮球 和 去 公园 喜欢 唱歌 跳舞 跑步\n"
+           "             踢 足球 画画 看书 老师 学生 朋友 今天 说 因为 所以 的 ， 。 也\n"
+           "             一起 昨天 同学 ！\n");
     expect("resolve \"小明很爱打排球，他\"", 1,
            "qkv: resolve: unknown word \"排球\" at character 5 "
            "('qkv resolve --help' lists the 48 words the model knows)\n");

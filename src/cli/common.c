@@ -153,6 +153,30 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return CLI_USAGE;
 }
 
+/* One option of the help: "  left" padded to the description's column,
+ * then the description in words, wrapped so that no line is wider than
+ * 79 columns (a word wider than that stands alone on its line). */
+static void help_line(const char *left, const char *text)
+{
+    enum { COL = 29, WIDTH = 79 };
+    int at = printf("  %-26s", left); /* left is ASCII: bytes are columns */
+    for (const char *w = text; *w != '\0';) {
+        const size_t n = strcspn(w, " ");
+        char word[256];
+        snprintf(word, sizeof word, "%.*s", (int)n, w);
+        const int ww = cli_text_width(word);
+        if (at > COL && at + 1 + ww > WIDTH)
+            at = printf("\n%*s", COL, "") - 1;
+        else
+            at += printf(" ");
+        printf("%.*s", (int)n, w);
+        at += ww;
+        w += n;
+        w += strspn(w, " ");
+    }
+    printf("\n");
+}
+
 static void print_help(const char *cmd, const cli_opt *opts, int nopts, const char *usage,
                        const char *about)
 {
@@ -164,9 +188,9 @@ static void print_help(const char *cmd, const cli_opt *opts, int nopts, const ch
             snprintf(left, sizeof left, "--%s %.*s", opts[i].name, (int)(colon - h), h);
         else
             snprintf(left, sizeof left, "--%s", opts[i].name);
-        printf("  %-26s %s\n", left, opts[i].kind != OPT_FLAG && colon ? colon + 2 : h);
+        help_line(left, opts[i].kind != OPT_FLAG && colon ? colon + 2 : h);
     }
-    printf("  %-26s %s\n", "-h, --help", "show this help and exit");
+    help_line("-h, --help", "show this help and exit");
 }
 
 /* The decimal digits at s: their count, 0 if none. */

@@ -84,14 +84,14 @@ static void append(char *buf, size_t cap, size_t *used, const char *s)
 }
 
 /* Appends the words of one kind to a help line that is at column *col,
- * wrapped at 80 columns under column 13. */
+ * wrapped at 79 columns under column 13. */
 static void append_words(char *buf, size_t cap, size_t *used, qkv_coref_word_kind kind, int *col)
 {
     for (int i = 1, first = 1; i < qkv_coref_vocab_size(); i++) {
         if (qkv_coref_kind(i) != kind)
             continue;
         const int w = cli_text_width(qkv_coref_word(i));
-        if (!first && *col + 1 + w > 80) {
+        if (!first && *col + 1 + w > 79) {
             append(buf, cap, used, "\n             ");
             *col = 13;
         } else if (!first) {
