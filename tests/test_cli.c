@@ -249,7 +249,8 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
     expect("resolve \"小明很爱唱歌\"", 1, "no pronoun");
     expect("resolve \"小明是个运动达人，他平时很爱打排球\"", 1,
            "unknown word \"排球\" at character 15");
-    expect("resolve \"$(printf '\\344\\273')\"", 1, "invalid UTF-8 at byte 0");
+    expect("resolve \"$(printf '\\344\\273')\"", 1,
+           "qkv: resolve: the sentence has invalid UTF-8 at byte 0\n");
     expect("resolve --model nowhere.safetensors \"他\"", 1, "cannot open nowhere.safetensors");
 }
 END_TEST

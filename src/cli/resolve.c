@@ -165,6 +165,8 @@ int cmd_resolve(int argc, char **argv)
                         (int)(len - (size_t)paren), err.message, paren ? "; " : " (",
                         qkv_coref_vocab_size() - 1);
     }
+    if (s == QKV_ERR_FORMAT && strncmp(err.message, "invalid UTF-8", 13) == 0)
+        return cli_fail("resolve: the sentence has %s", err.message); /* "…at byte N" */
     if (s != QKV_OK)
         return cli_fail("resolve: %s", err.message);
     for (int i = 0; i < n; i++)
