@@ -1703,6 +1703,21 @@ START_TEST(test_an_out_option_naming_a_file_is_a_usage_error)
 }
 END_TEST
 
+/* --out d/ (as a shell completes a directory's name) wrote "d//grads.csv":
+ * the directory is kept without its trailing slashes and "/.". */
+START_TEST(test_an_out_directory_with_a_trailing_slash_writes_no_double_slash)
+{
+    static const char *const dirs[][2] = {{"b/", "b"}, {"c//", "c"}, {"e/./", "e"}, {".", "."}};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char args[160], want[64];
+        snprintf(args, sizeof args, "bptt --quiet --rho 0.5 --train-steps 0 --batch 2 --out %s",
+                 dirs[i][0]);
+        snprintf(want, sizeof want, "\nwrote %s/grads.csv\n", dirs[i][1]);
+        expect(args, 0, want);
+    }
+}
+END_TEST
+
 /* eval and resolve took a checkpoint whose init_std (1e9) no --init-std
  * could have given; the loader holds it to the option's bound. */
 START_TEST(test_a_checkpoint_is_held_to_the_options_bounds)
@@ -3658,6 +3673,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_an_out_option_naming_a_file_is_a_usage_error);
+    tcase_add_test(tc, test_an_out_directory_with_a_trailing_slash_writes_no_double_slash);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_a_file_whose_size_says_0_is_read_to_its_end);
     tcase_add_test(tc, test_messages_escape_control_characters);

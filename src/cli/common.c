@@ -299,7 +299,11 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
          * when it came to make its directory, with exit 1, though the path
          * was wrong as given */
         if (o->kind == OPT_DIR) {
-            char d[MAX_PATH_OPT + 1];
+            /* kept without its trailing "/" and "/.", so that the files
+             * written in it read "d/runs.csv", not "d//runs.csv" (a shell
+             * completes a directory's name with the slash); one buffer, as
+             * a command has one directory option */
+            static char d[MAX_PATH_OPT + 1];
             size_t n = len;
             memcpy(d, v, n);
             while (n > 1 && (d[n - 1] == '/' || (d[n - 1] == '.' && d[n - 2] == '/')))
@@ -307,6 +311,7 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
             d[n] = '\0';
             if (stat(d, &sb) == 0 && !S_ISDIR(sb.st_mode))
                 return cli_usage_error(cmd, "--%s: '%s' names a file, not a directory", o->name, v);
+            v = d;
         }
         *(const char **)o->dst = v;
         return CLI_OK;

@@ -86,8 +86,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (str != NULL && !is_arg(str, argv, argc))
             abort();
-        if (path != NULL && (!is_arg(path, argv, argc) || path[0] == '\0'))
-            abort();
+        if (path != NULL) { /* an argument less its trailing "/" and "/." ("d/." is d) */
+            const size_t k = strlen(path);
+            int from_arg = 0;
+            for (int i = 1; i < 2 * argc && !from_arg; i++) { /* each whole, then after "=" */
+                const char *a = i < argc ? argv[i] : strchr(argv[i - argc], '=');
+                a = i < argc || a == NULL ? a : a + 1;
+                from_arg =
+                    a != NULL && strncmp(a, path, k) == 0 && strspn(a + k, "/.") == strlen(a + k);
+            }
+            if (k == 0 || !from_arg || (k > 1 && path[k - 1] == '/') ||
+                (k > 2 && strcmp(path + k - 2, "/.") == 0))
+                abort();
+        }
         if (file != NULL) { /* a path, and not one that ends in a directory's name */
             const size_t k = strlen(file);
             if (!is_arg(file, argv, argc) || k == 0 || file[k - 1] == '/' ||
