@@ -1686,8 +1686,7 @@ START_TEST(test_an_out_option_naming_a_file_is_a_usage_error)
     static const char *const cmds[] = {
         "ablate --variants full --seeds 1 --steps 5 --eval-every 5 --quiet --out %s",
         "bptt --rho 0.5 --train-steps 0 --batch 2 --quiet --out %s",
-        "distance --models attention --distances 0 --seeds 1 --steps 5 --eval-every 5 "
-        "--quiet --out %s",
+        "distance --models attention --distances 0 --seeds 1 --steps 25 --quiet --out %s",
         "parallel --quiet --out %s",
         "saturation --dk 4 --steps 5 --log-every 5 --quiet --out %s",
     };
