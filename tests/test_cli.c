@@ -106,6 +106,38 @@ START_TEST(test_every_command_has_help)
 }
 END_TEST
 
+/* The columns a line of UTF-8 takes on a terminal, counted here apart
+ * from the code under test: an ASCII byte is one, any other character
+ * two (the non-ASCII in qkv's help is CJK, which is wide). */
+static int help_columns(const char *l)
+{
+    int w = 0;
+    for (const unsigned char *p = (const unsigned char *)l; *p != '\0'; p++)
+        if (*p < 0x80)
+            w++;
+        else if ((*p & 0xC0) != 0x80) /* a lead byte, not a continuation */
+            w += 2;
+    return w;
+}
+
+START_TEST(test_top_level_help_fits_80_columns)
+{
+    /* the list of commands too, not only each command's own --help: the
+     * softmax line was 82 columns wide */
+    static const char *const forms[] = {"--help", "help", "-h"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char *out;
+        ck_assert_int_eq(run(forms[i], &out), 0);
+        ck_assert_ptr_nonnull(strstr(out, "  softmax      "));
+        char *save = NULL;
+        for (char *l = strtok_r(out, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save))
+            ck_assert_msg(help_columns(l) <= 79, "qkv %s: %d columns: %s", forms[i],
+                          help_columns(l), l);
+        free(out);
+    }
+}
+END_TEST
+
 START_TEST(test_usage_errors_exit_2_with_a_message)
 {
     expect("", 2, "Usage: qkv <command>");
@@ -3622,6 +3654,7 @@ Suite *cli_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_every_command_has_help);
+    tcase_add_test(tc, test_top_level_help_fits_80_columns);
     tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);

@@ -25,7 +25,7 @@ static const command commands[] = {
      "try a model trained with a smaller --d-k"},
     {"resolve", cmd_resolve, "show whom each pronoun in a sentence refers to",
      "try a model trained with a smaller --d-k"},
-    {"softmax", cmd_softmax, "compare linear and exponential normalisation (the tutorial's table)",
+    {"softmax", cmd_softmax, "linear against exponential normalisation (the tutorial's table)",
      NULL},
     {"saturation", cmd_saturation, "measure softmax saturation with and without sqrt(d_k)",
      "try a smaller --batch or --dk, or fewer --jobs"},
