@@ -6,8 +6,8 @@
  *
  * A distance sentence, k = 4:
  *
- *   小明 今天 跑步 ，看书 ，唱歌 ， 他 很 爱 画画
- *   name          [k fillers]     pronoun
+ *   小明 今天 跑步 ， 看书 ， 唱歌 ， 他 很 爱 画画
+ *   name              [k fillers]     pronoun
  *
  * The name is at position 0 and the pronoun at k + 4: between them come
  * 今天 跑步 ， and the k fillers, pairs of "，" and an activity (看书, 唱歌,
