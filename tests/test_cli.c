@@ -706,6 +706,12 @@ START_TEST(test_bptt_table_header_lines_up_with_its_rows)
            "\nmodel        act          rho        slope       ln rho slope/ln rho      "
            "‖g_p‖/‖g_1‖\n"
            "rnn          linear      0.50      -0.6931      -0.6931        1.000 ");
+    /* and the lines above it say what g_j and the last column are (a
+     * reader took ‖g_p‖ for the gradient at the pronoun) */
+    expect("bptt --quiet --rho 0.5 --length 16 --batch 2 --train-steps 0 --out b", 0,
+           "\n‖g_j‖ = ‖∂L/∂h_{p-j}‖: the gradient j steps back from the pronoun p = 12,\n"
+           "in a sentence of 16 tokens; slope: least squares of ln‖g_j‖ over j = 1..12;\n"
+           "‖g_p‖/‖g_1‖: at the first token's state against the state before the pronoun\n\n");
 }
 END_TEST
 

@@ -211,9 +211,10 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
     int rc = CLI_OK, done = 0, total = 2 * nr + 2 + (o->train_steps > 0 ? 2 : 0);
     int unfit[3] = {0}; /* rows without a slope, by why */
     char cs[32], cr[32], cq[32];
-    printf("\n‖∂L/∂h_{p-j}‖ against the steps back j, for a sentence of %d tokens (the pronoun "
-           "p = %d);\nslope: least squares of ln‖∂L/∂h_{p-j}‖ over j = 1..%d\n\n",
-           o->length, c->k + QKV_DISTANCE_BASE, c->k + QKV_DISTANCE_BASE);
+    printf("\n‖g_j‖ = ‖∂L/∂h_{p-j}‖: the gradient j steps back from the pronoun p = %d,\n"
+           "in a sentence of %d tokens; slope: least squares of ln‖g_j‖ over j = 1..%d;\n"
+           "‖g_p‖/‖g_1‖: at the first token's state against the state before the pronoun\n\n",
+           c->k + QKV_DISTANCE_BASE, o->length, c->k + QKV_DISTANCE_BASE);
     printf("%-12s %-7s %8s %12s %12s %12s ", "model", "act", "rho", "slope", "ln rho",
            "slope/ln rho");
     cli_print_right(stdout, "‖g_p‖/‖g_1‖", 16); /* ‖: one column, three bytes */
