@@ -205,6 +205,33 @@ START_TEST(test_files_of_other_writers_load)
 }
 END_TEST
 
+/* A tensor with no elements (shape [0], data_offsets [k, k]), as other
+ * writers store one, takes no bytes: it begins where the next tensor
+ * does, whichever of the two the header names first. */
+START_TEST(test_an_empty_tensor_takes_no_bytes)
+{
+    unsigned char d[36];
+    wb_data(d);
+    static const char *const headers[] = {
+        "{\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}," W_ENTRY "," B_ENTRY "}",
+        "{" W_ENTRY ",\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}," B_ENTRY "}",
+        "{" W_ENTRY "," B_ENTRY
+        ",\"e\":{\"dtype\":\"F32\",\"shape\":[2,0],\"data_offsets\":[24,24]}}",
+        "{" W_ENTRY "," B_ENTRY
+        ",\"e\":{\"dtype\":\"F64\",\"shape\":[0],\"data_offsets\":[36,36]}}",
+    };
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+        file f = make(headers[i], d, 36);
+        qkv_error err = qkv_error_none();
+        qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+        ck_assert_msg(st != NULL, "%s: %s", headers[i], err.message);
+        ck_assert_int_eq(qkv_st_count(st), 3);
+        qkv_st_close(st);
+        free(f.b);
+    }
+}
+END_TEST
+
 START_TEST(test_the_header_length_must_fit_the_file_and_the_cap)
 {
     unsigned char d[36];
@@ -642,6 +669,7 @@ Suite *safetensors_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_qkv_writes_the_format_byte_for_byte);
     tcase_add_test(tc, test_files_of_other_writers_load);
+    tcase_add_test(tc, test_an_empty_tensor_takes_no_bytes);
     tcase_add_test(tc, test_the_header_length_must_fit_the_file_and_the_cap);
     tcase_add_test(tc, test_the_header_must_be_strict_json);
     tcase_add_test(tc, test_each_entry_is_checked);

@@ -372,10 +372,14 @@ static qkv_status read_entry(qkv_st *f, const qkv_json *j, int v, entry *e, qkv_
     return QKV_OK;
 }
 
+/* By where the data begins, and an empty tensor ([k, k]) before one that
+ * begins at k too: it takes no bytes, whichever the header names first. */
 static int by_begin(const void *a, const void *b)
 {
     const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
-    return (x->begin > y->begin) - (x->begin < y->begin);
+    if (x->begin != y->begin)
+        return (x->begin > y->begin) - (x->begin < y->begin);
+    return (x->end > y->end) - (x->end < y->end);
 }
 
 /* The tensors must tile the data exactly: from 0, each starting where the
