@@ -375,6 +375,12 @@ START_TEST(test_the_tensors_must_tile_the_data)
     snprintf(want, sizeof want, "4 bytes of the data at byte %zu belong to no tensor",
              8 + strlen(holed) + 24);
     expect_reject(make(holed, d, 40), QKV_ERR_FORMAT, want);
+    /* and the least hole, one byte */
+    const char *holed1 =
+        "{" W_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[25,37]}}";
+    snprintf(want, sizeof want, "of the data at byte %zu belong to no tensor (a hole before 'b')",
+             8 + strlen(holed1) + 24);
+    expect_reject(make(holed1, d, 37), QKV_ERR_FORMAT, want);
     /* bytes after the last tensor */
     expect_reject(make("{" W_ENTRY "," B_ENTRY "}", d, 40), QKV_ERR_FORMAT,
                   "4 bytes after the last tensor");
@@ -495,6 +501,25 @@ START_TEST(test_loading_matches_names_and_shapes)
                        "build reads F32 weights; the file holds F64, as a double build "
                        "(make DOUBLE=1) writes and reads");
 #endif
+    /* the largest float (0x7f7fffff, and negated) is finite: it loads */
+    unsigned char big[36];
+    memcpy(big, d, 36);
+    const unsigned char fmax[4] = {0xff, 0xff, 0x7f, 0x7f};
+    memcpy(big, fmax, 4);      /* w[0] = 3.4028234663852886e38 */
+    memcpy(big + 24, fmax, 4); /* b[0] = -3.4028234663852886e38 */
+    big[27] = 0xff;
+    {
+        file fb = make("{" W_ENTRY "," B_ENTRY "}", big, 36);
+        qkv_error err = qkv_error_none();
+        qkv_st *st = qkv_st_parse(fb.b, fb.n, "t.safetensors", &err);
+        ck_assert_msg(st != NULL, "%s", err.message);
+        ck_assert_msg(qkv_st_load(st, p, &err) == QKV_OK, "%s", err.message);
+        ck_assert(w->data[0] == (qkv_real)3.4028234663852886e38);
+        ck_assert(qkv_params_get(p, "b")->data[0] == (qkv_real)-3.4028234663852886e38);
+        qkv_st_close(st);
+        free(fb.b);
+        w->data[0] = 42; /* the load above set it */
+    }
     /* a value that is not finite */
     unsigned char nan[36];
     memcpy(nan, d, 36);
@@ -659,6 +684,13 @@ START_TEST(test_opening_a_fifo_or_device_fails_at_once)
     err = qkv_error_none();
     ck_assert_ptr_null(qkv_st_open("/dev/null", &err));
     ck_assert_msg(strstr(err.message, "/dev/null is not a regular file"), "%s", err.message);
+    /* and a directory is named as one */
+    err = qkv_error_none();
+    ck_assert_ptr_null(qkv_st_open(dir, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_IO);
+    char want[128];
+    snprintf(want, sizeof want, "%s is a directory, not a file", dir);
+    ck_assert_str_eq(err.message, want);
 }
 END_TEST
 
