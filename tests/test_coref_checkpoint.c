@@ -270,6 +270,20 @@ START_TEST(test_every_hyper_parameter_is_held_to_the_options_bounds)
          "the metadata 'classes' is not a whole number in [1, 2147483647]"},
         {"\"seed\":\"9\"", "\"seed\":\"18446744073709551616\"",
          "the metadata 'seed' is not a whole number in [0, 18446744073709551615]"},
+        /* whole numbers as written, digits only: strtoull alone would take
+         * "-1" as 2^64 - 1, and skip a sign or a blank */
+        {"\"seed\":\"9\"", "\"seed\":\"-1\"",
+         "the metadata 'seed' is not a whole number in [0, 18446744073709551615]"},
+        {"\"d_k\":\"3\"", "\"d_k\":\"+3\"",
+         "the metadata 'd_k' is not a whole number in [1, 4096]"},
+        {"\"d_k\":\"3\"", "\"d_k\":\" 3\"",
+         "the metadata 'd_k' is not a whole number in [1, 4096]"},
+        /* and a number with anything after it is no number (strtod stops
+         * before the second '.' and at a lone 'e') */
+        {"\"init_std\":\"0.5\"", "\"init_std\":\"0.5.5\"",
+         "the metadata 'init_std' is not a number in [0, 100]"},
+        {"\"init_std\":\"0.5\"", "\"init_std\":\"1e\"",
+         "the metadata 'init_std' is not a number in [0, 100]"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         expect_edit_refused(good, n, refused[i][0], refused[i][1], refused[i][2]);
