@@ -1741,10 +1741,13 @@ START_TEST(test_an_out_option_naming_a_file_is_a_usage_error)
 END_TEST
 
 /* --out d/ (as a shell completes a directory's name) wrote "d//grads.csv":
- * the directory is kept without its trailing slashes and "/.". */
+ * the directory is kept without its trailing slashes and "/.", and only
+ * those: a name ending in '.' ("x.") and a "/.." are other directories. */
 START_TEST(test_an_out_directory_with_a_trailing_slash_writes_no_double_slash)
 {
-    static const char *const dirs[][2] = {{"b/", "b"}, {"c//", "c"}, {"e/./", "e"}, {".", "."}};
+    static const char *const dirs[][2] = {{"b/", "b"},      {"c//", "c"},     {"e/./", "e"},
+                                          {".", "."},       {"x.", "x."},     {"x./", "x."},
+                                          {"f/..", "f/.."}, {"g/../", "g/.."}};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         char args[160], want[64];
         snprintf(args, sizeof args, "bptt --quiet --rho 0.5 --train-steps 0 --batch 2 --out %s",
@@ -1841,6 +1844,15 @@ START_TEST(test_quoting_out_of_memory_is_no_memory_message)
          "qkv: cannot open out of memory.st: No such file or directory\n", 1},
         {"eval --model 'x/out of memory.st'",
          "qkv: cannot open x/out of memory.st: No such file or directory\n", 1},
+        /* the value of --opt=value, quoted without its option */
+        {"train --optim='out of memory'",
+         "qkv: --optim: 'out of memory' is not sgd, adam or adamw\nTry 'qkv train --help'.\n", 2},
+        /* one item of a list, quoted without the rest of it */
+        {"softmax --base '2,a-base-longer-than-sixty-four-characters-that-then-says-out of "
+         "memory' 1,2",
+         "qkv: --base: the base 'a-base-longer-than-sixty-four-characters-that-then-says-out of "
+         "memory' is longer than 64 characters\nTry 'qkv softmax --help'.\n",
+         2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;
