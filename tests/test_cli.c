@@ -2201,6 +2201,58 @@ START_TEST(test_a_failed_command_leaves_no_directory_behind)
 }
 END_TEST
 
+/* The checks before the work hold a name to the file system's longest
+ * (NAME_MAX, from pathconf): a name of exactly that length is taken, as
+ * the first directory to make and below it, and one byte more is refused
+ * before any work, with nothing made; for train's log the name that
+ * counts is its temporary one, NAME.part. */
+START_TEST(test_a_name_of_the_longest_length_is_taken_one_more_is_not)
+{
+    const long max = pathconf(tmp, _PC_NAME_MAX);
+    if (max < 16 || max > 300) {
+        fprintf(stderr, "skipped: NAME_MAX %ld here\n", max);
+        return;
+    }
+    char name[302], args[700], want[400], *out;
+    memset(name, 'x', sizeof name);
+    name[max] = '\0';
+    static const char *const dirs[] = {"%s", "n/%s"};
+    for (size_t i = 0; i < 2; i++) {
+        char d[320];
+        snprintf(d, sizeof d, dirs[i], name);
+        snprintf(args, sizeof args, "bptt --quiet --rho 0.5 --train-steps 0 --batch 2 --out %s", d);
+        snprintf(want, sizeof want, "\nwrote %s/grads.csv\n", d);
+        expect(args, 0, want);
+    }
+    name[max] = 'x';
+    name[max + 1] = '\0';
+    snprintf(args, sizeof args, "bptt --quiet --rho 0.5 --train-steps 0 --batch 2 --out m/%s",
+             name);
+    ck_assert_int_eq(run(args, &out), 1);
+    ck_assert_msg(strstr(out, "File name too long\n") != NULL && strstr(out, "wrote") == NULL, "%s",
+                  out);
+    free(out);
+    /* the log's temporary name: max - 9 bytes and ".csv.part" fit */
+    name[max - 9] = '\0';
+    snprintf(args, sizeof args, "train --steps 2 --quiet --save m.st --log t/%s.csv", name);
+    expect(args, 0, "");
+    name[max - 9] = 'x';
+    name[max - 8] = '\0';
+    snprintf(args, sizeof args, "train --steps 2 --quiet --save m2.st --log t2/%s.csv", name);
+    expect(args, 1, ".csv.part: File name too long\n");
+    ck_assert_int_eq(sh("test ! -e m && test ! -e t2 && test ! -e m2.st", &out), 0);
+    free(out);
+    /* a directory on the way that cannot be looked at (here a link to
+     * itself) is named as the check finds it, before any work */
+    ck_assert_int_eq(sh("ln -s loop loop", &out), 0);
+    free(out);
+    ck_assert_int_eq(run("bptt --quiet --rho 0.5 --train-steps 0 --batch 2 --out loop/x", &out), 1);
+    ck_assert_str_eq(out, "qkv: bptt: cannot create directory loop: Too many levels of symbolic "
+                          "links\n");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
 {
     /* the log was renamed over whatever --log named: as root, --log
@@ -3062,6 +3114,42 @@ START_TEST(test_a_file_whose_size_says_0_is_read_to_its_end)
     /* and its limit holds for a size it did not know */
     ck_assert_ptr_null(qkv_read_file("/proc/version", 10, &len, &err));
     ck_assert_str_eq(err.message, "/proc/version is too large: more than 10 bytes");
+    /* and where the buffer grows past its first 4096 bytes: a file of n
+     * bytes is too large for a limit of n - 1, and read whole at n */
+    static const char *const big[] = {"/proc/crypto", "/proc/kallsyms"};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        size_t n1 = 0, n2 = 0;
+        char *all = NULL;
+        for (int k = 0; k < 2; k++) { /* its size, twice, to see it does not change */
+            FILE *g = fopen(big[i], "rb");
+            if (g == NULL)
+                break;
+            size_t cap = 1 << 16, m = 0, r;
+            char *buf = malloc(cap);
+            while ((r = fread(buf + m, 1, cap - m, g)) > 0)
+                if ((m += r) == cap)
+                    buf = realloc(buf, cap *= 2);
+            fclose(g);
+            *(k == 0 ? &n1 : &n2) = m;
+            free(all);
+            all = buf;
+        }
+        if (n1 <= 4096 || n1 != n2) {
+            free(all);
+            continue;
+        }
+        char want[128];
+        snprintf(want, sizeof want, "%s is too large: more than %zu bytes", big[i], n1 - 1);
+        ck_assert_ptr_null(qkv_read_file(big[i], n1 - 1, &len, &err));
+        ck_assert_str_eq(err.message, want);
+        p = qkv_read_file(big[i], n1, &len, &err);
+        ck_assert_msg(p != NULL, "%s", err.message);
+        ck_assert_uint_eq(len, n1);
+        ck_assert(memcmp(p, all, n1) == 0);
+        free(p);
+        free(all);
+        break;
+    }
 }
 END_TEST
 
@@ -3733,6 +3821,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
     tcase_add_test(tc, test_a_failed_command_leaves_no_directory_behind);
+    tcase_add_test(tc, test_a_name_of_the_longest_length_is_taken_one_more_is_not);
     tcase_add_test(tc, test_a_csv_written_last_that_cannot_be_fails_before_the_work);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);
