@@ -378,7 +378,8 @@ START_TEST(test_the_tensors_must_tile_the_data)
     /* and the least hole, one byte */
     const char *holed1 =
         "{" W_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[25,37]}}";
-    snprintf(want, sizeof want, "of the data at byte %zu belong to no tensor (a hole before 'b')",
+    snprintf(want, sizeof want,
+             ": 1 byte of the data at byte %zu belongs to no tensor (a hole before 'b')",
              8 + strlen(holed1) + 24);
     expect_reject(make(holed1, d, 37), QKV_ERR_FORMAT, want);
     /* bytes after the last tensor */

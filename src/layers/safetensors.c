@@ -399,9 +399,10 @@ static qkv_status check_tiling(qkv_st *f, qkv_error *err)
         const entry *e = order[i];
         if (e->begin > at)
             s = qkv_error_set(err, QKV_ERR_FORMAT,
-                              "%s: %" PRIu64 " bytes of the data at byte %" PRIu64
-                              " belong to no tensor (a hole before '%s')",
-                              f->label, e->begin - at, f->data_at + at, e->name);
+                              "%s: %" PRIu64 " %s of the data at byte %" PRIu64
+                              " belong%s to no tensor (a hole before '%s')",
+                              f->label, e->begin - at, e->begin - at == 1 ? "byte" : "bytes",
+                              f->data_at + at, e->begin - at == 1 ? "s" : "", e->name);
         else if (e->begin < at)
             s = qkv_error_set(
                 err, QKV_ERR_FORMAT,
@@ -417,8 +418,8 @@ static qkv_status check_tiling(qkv_st *f, qkv_error *err)
     }
     if (s == QKV_OK && at != data)
         s = qkv_error_set(err, QKV_ERR_FORMAT,
-                          "%s: %" PRIu64 " bytes after the last tensor (at byte %" PRIu64 ")",
-                          f->label, data - at, f->data_at + at);
+                          "%s: %" PRIu64 " %s after the last tensor (at byte %" PRIu64 ")",
+                          f->label, data - at, data - at == 1 ? "byte" : "bytes", f->data_at + at);
     free(order);
     return s;
 }
