@@ -105,13 +105,21 @@ QKV_ALWAYS_INLINE void attn_fwd_block(const int NJ, int i0, int nq, const qkv_at
         st[j] = j < NJ ? exp_avx512(_mm512_sub_ps(st[j], mx)) : _mm512_setzero_ps();
     __m512d half[2];
     for (int hf = 0; hf < 2; hf++) {
+        /* registers from NJ on hold +0, and x + 0 is x for the sums here
+         * (never -0): those terms are left out, the bits unchanged */
         __m512d d[8];
         for (int m = 0; m < 8; m++) {
-            __m256 e0 = half_ps(st[m], hf), e8 = half_ps(st[m + 8], hf);
-            d[m] = _mm512_add_pd(_mm512_cvtps_pd(e0), _mm512_cvtps_pd(e8));
+            if (m >= NJ) {
+                d[m] = _mm512_setzero_pd();
+                continue;
+            }
+            d[m] = _mm512_cvtps_pd(half_ps(st[m], hf));
+            if (m + 8 < NJ)
+                d[m] = _mm512_add_pd(d[m], _mm512_cvtps_pd(half_ps(st[m + 8], hf)));
         }
         for (int m = 0; m < 4; m++)
-            d[m] = _mm512_add_pd(d[m + 4], d[m]);
+            if (m + 4 < NJ)
+                d[m] = _mm512_add_pd(d[m + 4], d[m]);
         for (int m = 0; m < 2; m++)
             d[m] = _mm512_add_pd(d[m + 2], d[m]);
         half[hf] = _mm512_div_pd(_mm512_set1_pd(1), _mm512_add_pd(d[0], d[1]));
@@ -127,21 +135,25 @@ QKV_ALWAYS_INLINE void attn_fwd_block(const int NJ, int i0, int nq, const qkv_at
     transpose16_regs(t);
     for (int i = 0; i < nq; i++)
         store16(a + (size_t)(i0 + i) * tk, km, t[i]);
-    /* O[i,c] = Σ_j A[i,j]·V[j,c], j ascending, 16 columns at a time */
-    _Alignas(64) float vb[16 * 16];
+    /* O[i,c] = Σ_j A[i,j]·V[j,c], j ascending, 16 columns at a time: row
+     * i's chain takes A[i,j] from lane i of A's column j (pa) and V's row
+     * j from a register, and O's rows need no transpose */
     for (int c0 = 0; c0 < dv; c0 += 16) {
         const __mmask16 cm = lanes(dv - c0);
-        for (int j = 0; j < tk; j++)
-            _mm512_store_ps(vb + 16 * j, load16(cm, v + (size_t)j * dv + c0));
-        for (int l = 0; l < 16; l++)
-            t[l] = _mm512_setzero_ps();
-        for (int j = 0; j < tk; j++)
-            for (int l = 0; l < 16; l++)
-                t[l] = _mm512_fmadd_ps(_mm512_set1_ps(vb[16 * j + l]), _mm512_load_ps(pa + 16 * j),
-                                       t[l]);
-        transpose16_regs(t);
-        for (int i = 0; i < nq; i++)
-            store16(o + (size_t)(i0 + i) * dv + c0, cm, t[i]);
+        __m512 vr[16];
+        for (int j = 0; j < NJ; j++)
+            vr[j] = j < tk ? load16(cm, v + (size_t)j * dv + c0) : _mm512_setzero_ps();
+        for (int i = 0; i < nq; i += 4) { /* four chains at a time */
+            __m512 acc[4];
+            for (int r = 0; r < 4; r++)
+                acc[r] = _mm512_setzero_ps();
+            for (int j = 0; j < NJ; j++)
+                if (j < tk)
+                    for (int r = 0; r < 4; r++) /* lanes past nq: rows not stored */
+                        acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(pa[16 * j + i + r]), vr[j], acc[r]);
+            for (int r = 0; r < 4 && i + r < nq; r++)
+                store16(o + (size_t)(i0 + i + r) * dv + c0, cm, acc[r]);
+        }
     }
 }
 
