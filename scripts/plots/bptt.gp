@@ -1,5 +1,5 @@
 # bptt.png: ‖∂L/∂h_{p-j}‖ against the steps back j (log scale), for the
-# linear and the tanh recurrence with W_h = rho·Q, one line per rho, and for
+# linear and the tanh recurrence with W_h = rho·U, one line per rho, and for
 # the RNN and LSTM at initialisation and after training (qkv bptt).
 # Variables: infile (grads.csv), outfile, rhos ("0.5 0.9 1 1.1 1.5"),
 # trained (0 when grads.csv has no trained model's rows; default 1).

@@ -4,7 +4,7 @@
  *
  * An Elman RNN reads distance sentences (seq.h) and is trained by
  * backpropagation through time; after one backward pass every state h_t on
- * the tape holds ∂L/∂h_t. With W_h = ρ·Q, Q a random orthogonal matrix
+ * the tape holds ∂L/∂h_t. With W_h = ρ·U, U a random orthogonal matrix
  * (every singular value and every |eigenvalue| of W_h is ρ), a linear
  * recurrence multiplies the gradient by exactly ρ per step back, which is
  * the tutorial's "multiplied by a number below or above 1"; tanh multiplies
@@ -24,7 +24,7 @@ typedef struct bptt_opts {
     uint64_t seed;
 } bptt_opts;
 
-/* W (H×H, row-major) = rho·Q with Q orthogonal: modified Gram-Schmidt on
+/* W (H×H, row-major) = rho·U with U orthogonal: modified Gram-Schmidt on
  * the rows of a matrix of N(0,1) draws from g. */
 static void scaled_orthogonal(qkv_tensor *w, double rho, qkv_rng *g)
 {
@@ -312,7 +312,7 @@ int cmd_bptt(int argc, char **argv)
         {"quiet", OPT_FLAG, &o.quiet, 0, 0, "no progress bar"},
     };
     int r = cli_parse(argc, argv, opts, (int)(sizeof opts / sizeof opts[0]), "[options]",
-                      "Measures the gradient that flows back through an RNN: for W_h = rho·Q (Q\n"
+                      "Measures the gradient that flows back through an RNN: for W_h = rho·U (U\n"
                       "random orthogonal), with a linear and a tanh recurrence, and for the LSTM\n"
                       "and the tanh RNN at PyTorch's initialisation and after training, it\n"
                       "writes DIR/grads.csv with model,rho,activation,steps_back,grad_norm and\n"
