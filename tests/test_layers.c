@@ -327,6 +327,44 @@ START_TEST(test_adamw_decay_follows_each_parameters_rate)
 }
 END_TEST
 
+/* Adam's and AdamW's steps, not only AdamW's decay, take each parameter's
+ * own rate: three parameters at 2 with rates 0.1, 0.05 and 0 (scales 1,
+ * 0.5, 0) and gradients 0.5 then -1. torch 1.13, float64, parameter
+ * groups with those rates (betas 0.9/0.999, eps 1e-8): Adam 1.900000002,
+ * 1.950000001, 2, then 1.9366103542405655, 1.9683051771202826, 2; AdamW
+ * with weight decay 0.5: 1.800000002, 1.900000001, 2, then
+ * 1.7466103541405653, 1.8708051770952825, 2. */
+START_TEST(test_adam_steps_follow_each_parameters_rate)
+{
+    const double scale[3] = {1, 0.5, 0}, g[2] = {0.5, -1};
+    const double want[2][2][3] = {
+        {{1.900000002, 1.950000001, 2}, {1.9366103542405655, 1.9683051771202826, 2}},
+        {{1.800000002, 1.900000001, 2}, {1.7466103541405653, 1.8708051770952825, 2}}};
+    for (int w = 0; w < 2; w++) {
+        qkv_tensor *p[3];
+        for (int i = 0; i < 3; i++)
+            p[i] = tensor_of(1, (const int[]){1}, (const double[]){2}, 1);
+        qkv_optim_config c = qkv_optim_defaults(w ? QKV_ADAMW : QKV_ADAM);
+        c.lr = 0.1;
+        c.weight_decay = w ? 0.5 : 0;
+        qkv_optim *o = qkv_optim_new(&c, p, 3, NULL);
+        ck_assert_ptr_nonnull(o);
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(qkv_optim_set_lr_scale(o, i, scale[i]), QKV_OK);
+        for (int step = 0; step < 2; step++) {
+            for (int i = 0; i < 3; i++)
+                p[i]->grad[0] = (qkv_real)g[step];
+            ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+            for (int i = 0; i < 3; i++) /* a rounding near 2 a step */
+                ASSERT_NEAR(p[i]->data[0], want[w][step][i], 8 * REAL_EPS);
+        }
+        qkv_optim_free(o);
+        for (int i = 0; i < 3; i++)
+            qkv_tensor_free(p[i]);
+    }
+}
+END_TEST
+
 START_TEST(test_warmup_then_cosine)
 {
     /* warm-up 10 steps to 1, cosine down to 0.1 at step 110 */
@@ -1327,6 +1365,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
     tcase_add_test(tc, test_adamw_decay_follows_each_parameters_rate);
+    tcase_add_test(tc, test_adam_steps_follow_each_parameters_rate);
     tcase_add_test(tc, test_warmup_then_cosine);
     tcase_add_test(tc, test_each_parameter_can_have_its_own_rate);
     suite_add_tcase(s, tc);

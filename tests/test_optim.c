@@ -89,6 +89,46 @@ START_TEST(test_adam_two_steps_by_hand)
 }
 END_TEST
 
+/* eps is added to the bias-corrected root √v̂, as in PyTorch's Adam, not
+ * to √v: with a gradient of 1e-6 it is 1% of the denominator (torch 1.13,
+ * float64, lr 0.01: 0.99009900990099 then 0.98019801980198); added to √v
+ * it would be eps/√(1 - 0.999) = 3.2e-7, and the step 0.0076. */
+START_TEST(test_adam_eps_is_added_to_the_corrected_root)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){1e-6}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    c.lr = 0.01;
+    c.eps = 1e-8;
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_ptr_nonnull(o);
+    /* step 1: m̂ = g, √v̂ = g, so p = 1 - 0.01·1e-6/(1e-6 + 1e-8) = 1 - 0.01/1.01 */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 1 - 0.01 / 1.01, 2 * REAL_EPS);
+    /* step 2, the same g: m̂ = g and √v̂ = g again, the same step */
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 1 - 0.02 / 1.01, 4 * REAL_EPS);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* qkv_optim_defaults gives what optim.h lists: lr 0.1 for SGD and 0.01
+ * for Adam and AdamW, momentum 0, betas 0.9 and 0.999, eps 1e-8, weight
+ * decay 0 (AdamW: 0.01, PyTorch's AdamW default), no clipping. */
+START_TEST(test_defaults_are_the_documented_ones)
+{
+    const qkv_optim_kind kinds[3] = {QKV_SGD, QKV_ADAM, QKV_ADAMW};
+    const double lr[3] = {0.1, 0.01, 0.01}, wd[3] = {0, 0, 0.01};
+    for (int k = 0; k < 3; k++) {
+        qkv_optim_config c = qkv_optim_defaults(kinds[k]);
+        ck_assert_int_eq(c.kind, kinds[k]);
+        ck_assert(c.lr == lr[k] && c.weight_decay == wd[k]);
+        ck_assert(c.momentum == 0 && c.beta1 == 0.9 && c.beta2 == 0.999);
+        ck_assert(c.eps == 1e-8 && c.clip == 0);
+    }
+}
+END_TEST
+
 START_TEST(test_adamw_decays_weights_apart_from_the_gradient)
 {
     qkv_tensor *p = param((const double[]){1}, (const double[]){0}, 1);
@@ -334,7 +374,9 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_sgd_with_momentum_by_hand);
     tcase_add_test(tc, test_sgd_weight_decay_by_hand);
     tcase_add_test(tc, test_adam_two_steps_by_hand);
+    tcase_add_test(tc, test_adam_eps_is_added_to_the_corrected_root);
     tcase_add_test(tc, test_adamw_decays_weights_apart_from_the_gradient);
+    tcase_add_test(tc, test_defaults_are_the_documented_ones);
     tcase_add_test(tc, test_clip_by_global_norm);
     tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
     tcase_add_test(tc, test_bad_configs_are_refused);
