@@ -139,28 +139,56 @@ START_TEST(test_initialisers_match_cpython)
     /* l = √2·√(3/3) */
     expect_init((qkv_init){QKV_INIT_KAIMING_UNIFORM, 0, 0},
                 (const double[]){-0.49827618643742455, -0.98754766709947817, 0.42690715760519482});
+    /* a gain a replaces Kaiming's √2 and Xavier's 1: l = 0.5·√(3/3) */
+    expect_init((qkv_init){QKV_INIT_KAIMING_UNIFORM, 0.5, 0},
+                (const double[]){-0.17616723516683763, -0.3491508260754981, 0.15093447303985374});
+    /* normalvariate(0, 3/√3) */
+    expect_init((qkv_init){QKV_INIT_KAIMING_NORMAL, 3, 0},
+                (const double[]){-0.6164511709852107, 0.48350734092600195, 0.16808647678681185});
+    /* normalvariate(0, 2·√(2/5)) */
+    expect_init((qkv_init){QKV_INIT_XAVIER_NORMAL, 2, 0},
+                (const double[]){-0.4501922825987654, 0.3531038364593494, 0.12275300659694043});
     expect_init((qkv_init){QKV_INIT_CONST, 0.25, 0}, (const double[]){0.25, 0.25, 0.25});
     expect_init((qkv_init){QKV_INIT_ONES, 0, 0}, (const double[]){1, 1, 1});
 }
 END_TEST
 
-/* A vector's fans are both its length (params.h): a [4] vector from seed
- * 7, against CPython with fan_in = fan_out = 4: Kaiming uniform
- * l = √2·√(3/4), Xavier uniform l = √(6/8), each -l + 2l·random(). The
- * same operations as the library's, then one rounding to qkv_real. */
-START_TEST(test_a_vectors_fans_are_its_length)
+/* The first three values of a tensor of this shape from seed 7, Kaiming
+ * uniform (want[0]) and Xavier uniform (want[1]), with their default
+ * gains: the same operations as the library's, then one rounding. */
+static void expect_fans(int ndim, const int *shape, const double want[2][3])
 {
     const qkv_init kinds[2] = {{QKV_INIT_KAIMING_UNIFORM, 0, 0}, {QKV_INIT_XAVIER_UNIFORM, 0, 0}};
-    const double want[2][3] = {{-0.43151983555564077, -0.85524136715620602, 0.36971244354350596},
-                               {-0.30513060193789743, -0.60474697026740709, 0.26142617591866157}};
     for (int k = 0; k < 2; k++) {
         qkv_params *p = qkv_params_new(7, NULL);
-        qkv_tensor *t = qkv_params_add(p, "v", 1, (const int[]){4}, kinds[k], NULL);
+        qkv_tensor *t = qkv_params_add(p, "v", ndim, shape, kinds[k], NULL);
         ck_assert(!qkv_tensor_is_nil(t));
         for (int i = 0; i < 3; i++)
             ASSERT_NEAR(t->data[i], want[k][i], 2 * REAL_EPS * fabs(want[k][i]));
         qkv_params_free(p);
     }
+}
+
+/* A vector's fans are both its length (params.h): a [4] vector from seed
+ * 7, against CPython with fan_in = fan_out = 4: Kaiming uniform
+ * l = √2·√(3/4), Xavier uniform l = √(6/8), each -l + 2l·random(). */
+START_TEST(test_a_vectors_fans_are_its_length)
+{
+    const double want[2][3] = {{-0.43151983555564077, -0.85524136715620602, 0.36971244354350596},
+                               {-0.30513060193789743, -0.60474697026740709, 0.26142617591866157}};
+    expect_fans(1, (const int[]){4}, want);
+}
+END_TEST
+
+/* More than two dimensions: fan_in is the product of all but the last,
+ * fan_out the last (params.h). A [2,3,4] tensor from seed 7 has fan_in 6
+ * and fan_out 4; CPython: Kaiming uniform l = √2·√(3/6), Xavier uniform
+ * l = √(6/10), each -l + 2l·random(). */
+START_TEST(test_a_3d_tensors_fans_are_its_leading_product_and_last)
+{
+    const double want[2][3] = {{-0.3523344703336754, -0.6983016521509964, 0.3018689460797075},
+                               {-0.2729171071794271, -0.5409021338819866, 0.23382668018077846}};
+    expect_fans(3, (const int[]){2, 3, 4}, want);
 }
 END_TEST
 
@@ -1361,6 +1389,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_a_list_grows_past_its_first_capacity);
     tcase_add_test(tc, test_initialisers_match_cpython);
     tcase_add_test(tc, test_a_vectors_fans_are_its_length);
+    tcase_add_test(tc, test_a_3d_tensors_fans_are_its_leading_product_and_last);
     tcase_add_test(tc, test_initialisers_draw_one_stream_and_refuse_bad_ranges);
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
