@@ -593,6 +593,32 @@ START_TEST(test_linear_embedding_and_norm_forward)
 }
 END_TEST
 
+/* The starts layers.h documents, drawn from the list's generator: a
+ * linear weight U(-1/√in, 1/√in) (PyTorch's nn.Linear bound), an
+ * embedding and a learned position table N(0, 0.02²) (GPT-2's). CPython,
+ * random.seed(5): -0.5 + 1.0·random() for in = 4, and
+ * random.normalvariate(0, 0.02), the first three values of each. */
+START_TEST(test_layers_start_from_the_documented_draws)
+{
+    const double lin[3] = {0.12290169488970193, 0.2417869892607294, 0.29519356556569665};
+    const double emb[3] = {0.01633080145342392, -0.03024097548248123, -0.0014085743062417495};
+    for (int which = 0; which < 3; which++) {
+        qkv_params *p = qkv_params_new(5, NULL);
+        qkv_linear l;
+        qkv_embedding e;
+        ck_assert_int_eq(which == 0   ? qkv_linear_init(&l, p, "lin", 4, 3, 1, NULL)
+                         : which == 1 ? qkv_embedding_init(&e, p, "emb", 6, 4, NULL)
+                                      : qkv_positions_init(&e, p, "pos", 6, 4, NULL),
+                         QKV_OK);
+        const qkv_tensor *w = which == 0 ? l.weight : e.weight;
+        const double *want = which == 0 ? lin : emb;
+        for (int i = 0; i < 3; i++)
+            ASSERT_NEAR(w->data[i], want[i], 2 * REAL_EPS * fabs(want[i]));
+        qkv_params_free(p);
+    }
+}
+END_TEST
+
 /* A norm layer's eps is PyTorch's default, 1e-5, which a row of small
  * variance shows: [0, 0.02] has mean 0.01 and variance 1e-4, so y = ±0.01
  * / √(1e-4 + 1e-5) = ±0.953462589... (with eps 1e-3 it would be ±0.30). */
@@ -1406,6 +1432,7 @@ Suite *layers_suite(void)
     Suite *s = suite_create("layers");
     TCase *tc = tcase_create("layers");
     tcase_add_test(tc, test_linear_embedding_and_norm_forward);
+    tcase_add_test(tc, test_layers_start_from_the_documented_draws);
     tcase_add_test(tc, test_a_norm_layer_uses_pytorchs_eps);
     tcase_add_test(tc, test_mha_forward_matches_the_reference);
     tcase_add_test(tc, test_mha_long_takes_the_online_form);
