@@ -1873,6 +1873,80 @@ START_TEST(test_quoting_out_of_memory_is_no_memory_message)
 }
 END_TEST
 
+/* What cli_fail_status(s, "%s", text) prints, with advice as the
+ * command's (caller frees). */
+static char *failure_message(const char *advice, qkv_status s, const char *text)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/message.txt", tmp);
+    fflush(stderr);
+    const int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    ck_assert(saved >= 0 && fd >= 0 && dup2(fd, 2) == 2);
+    close(fd);
+    cli_memory_advice(advice);
+    const int rc = cli_fail_status(s, "%s", text);
+    cli_memory_advice(NULL);
+    fflush(stderr);
+    ck_assert(dup2(saved, 2) == 2);
+    close(saved);
+    ck_assert_int_eq(rc, CLI_FAIL);
+    return slurp_path(path);
+}
+
+/* The advice on memory went by the words "out of memory" in the message,
+ * with what the user typed blanked out: a checkpoint whose version read
+ * "out of memory" was refused with "; try a model trained with a smaller
+ * --d-k", and a size that overflows (QKV_ERR_NOMEM, said otherwise) got
+ * none. It goes by the failure's status now. The expected lines are the
+ * messages as written by hand. */
+START_TEST(test_memory_advice_follows_the_status_not_the_words)
+{
+    /* a checkpoint of metadata alone: its 8-byte little-endian header
+     * length, then the header */
+    static const char header[] =
+        "{\"__metadata__\":{\"format\":\"qkv-coref\",\"version\":\"out of memory\"}}";
+    char path[160];
+    snprintf(path, sizeof path, "%s/m.st", tmp);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    const unsigned char len[8] = {sizeof header - 1};
+    ck_assert_uint_eq(fwrite(len, 1, 8, f), 8);
+    ck_assert_uint_eq(fwrite(header, 1, sizeof header - 1, f), sizeof header - 1);
+    ck_assert_int_eq(fclose(f), 0);
+    char *out;
+    ck_assert_int_eq(run("eval --model m.st", &out), 1);
+    ck_assert_str_eq(out, "qkv: m.st has checkpoint version out of memory; this qkv reads version "
+                          "1 (upgrade qkv)\n");
+    free(out);
+
+    static const struct {
+        const char *advice;
+        qkv_status s;
+        const char *text, *says;
+    } cases[] = {
+        {"try a smaller --batch", QKV_ERR_FORMAT, "x: version out of memory",
+         "qkv: x: version out of memory\n"},
+        {"try a smaller --batch", QKV_ERR_IO, "cannot open out of memory.st",
+         "qkv: cannot open out of memory.st\n"},
+        {"try a smaller --batch", QKV_ERR_NOMEM, "gather: the output's size overflows",
+         "qkv: gather: the output's size overflows; try a smaller --batch\n"},
+        {NULL, QKV_ERR_NOMEM, "ablate: out of memory",
+         "qkv: ablate: out of memory; free some memory and try again\n"},
+        /* the library's words for C programmers go, with NOMEM only */
+        {"try a smaller --d-k", QKV_ERR_NOMEM,
+         "tape: out of memory allocating 64 bytes (the arena holds 4096 bytes); did a loop "
+         "forget qkv_tape_reset?",
+         "qkv: tape: out of memory allocating 64 bytes (4096 bytes in use); try a smaller "
+         "--d-k\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *m = failure_message(cases[i].advice, cases[i].s, cases[i].text);
+        ck_assert_str_eq(m, cases[i].says);
+        free(m);
+    }
+}
+END_TEST
+
 /* Runs `qkv ARGS` (rc code) and checks that its output (stdout and
  * stderr) has part and not one raw byte of what BAD_NAME puts in a name:
  * a control character that a terminal obeys, or invalid UTF-8. */
@@ -3816,6 +3890,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_file_whose_size_says_0_is_read_to_its_end);
     tcase_add_test(tc, test_messages_escape_control_characters);
     tcase_add_test(tc, test_quoting_out_of_memory_is_no_memory_message);
+    tcase_add_test(tc, test_memory_advice_follows_the_status_not_the_words);
     tcase_add_test(tc, test_ordinary_messages_escape_what_the_user_typed);
     tcase_add_test(tc, test_progress_bars_leave_the_tables_alone_on_a_terminal);
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);

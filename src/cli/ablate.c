@@ -64,13 +64,13 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
      * S, the batch order from S + 1 */
     if (qkv_coref_data_build(&d, QKV_COREF_ALL_LEVELS, seed, &err) != QKV_OK ||
         (m = qkv_ablate_model_new(&c, &err)) == NULL) {
-        rc = cli_fail("ablate: %s", err.message);
+        rc = cli_fail_status(err.status, "ablate: %s", err.message);
         goto done;
     }
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
     oc.lr = o->lr;
     if ((opt = qkv_params_optim(m->list, &oc, &err)) == NULL) {
-        rc = cli_fail("ablate: %s", err.message);
+        rc = cli_fail_status(err.status, "ablate: %s", err.message);
         goto done;
     }
     for (int i = 0; i < qkv_params_count(m->list); i++)
@@ -79,7 +79,7 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
     r->curve = curve_alloc(o, &r->n_curve);
     order = malloc(sizeof *order * (size_t)d.n_train);
     if (r->curve == NULL || order == NULL) {
-        rc = cli_fail("ablate: out of memory");
+        rc = cli_fail_status(QKV_ERR_NOMEM, "ablate: out of memory");
         goto done;
     }
     for (int i = 0; i < d.n_train; i++)
@@ -100,7 +100,7 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
             break;
         }
         if (s != QKV_OK) {
-            rc = cli_fail("ablate: %s: %s", variant, qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "ablate: %s: %s", variant, qkv_tape_error(t));
             break;
         }
         train_loss += f.f.loss->data[0];
@@ -109,7 +109,7 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
             continue;
         qkv_ablate_eval val;
         if (qkv_ablate_evaluate(m, t, eb, d.val, d.n_val, &val) != QKV_OK) {
-            rc = cli_fail("ablate: %s", qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "ablate: %s", qkv_tape_error(t));
             break;
         }
         r->curve[step / o->eval_every - 1] = val.loss;
@@ -124,11 +124,11 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
     if (rc == CLI_OK) {
         qkv_ablate_eval test = {0}, tr = {0};
         if (qkv_ablate_evaluate(m, t, eb, d.test, d.n_test, &test) != QKV_OK)
-            rc = cli_fail("ablate: %s", qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "ablate: %s", qkv_tape_error(t));
         r->acc = test.acc;
         r->loss = test.loss;
         if (rc == CLI_OK && qkv_ablate_evaluate(m, t, eb, d.train, d.n_train, &tr) != QKV_OK)
-            rc = cli_fail("ablate: %s", qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "ablate: %s", qkv_tape_error(t));
         r->train = tr.acc;
         r->antecedent = test.antecedent;
         r->self = test.self;
@@ -164,9 +164,9 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
     qkv_optim *opt = m != NULL ? qkv_params_optim(m->list, &oc, &err) : NULL;
     int rc = CLI_OK;
     if (opt == NULL)
-        rc = cli_fail("ablate: %s", err.message);
+        rc = cli_fail_status(err.status, "ablate: %s", err.message);
     else if ((r->curve = curve_alloc(o, &r->n_curve)) == NULL)
-        rc = cli_fail("ablate: out of memory");
+        rc = cli_fail_status(QKV_ERR_NOMEM, "ablate: out of memory");
     if (rc == CLI_OK)
         r->params = qkv_params_numel(m->list);
     r->steps90 = -1;
@@ -187,7 +187,7 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
             break;
         }
         if (s != QKV_OK) {
-            rc = cli_fail("ablate: %s: %s", variant, qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "ablate: %s: %s", variant, qkv_tape_error(t));
             break;
         }
         train_loss += loss;
@@ -203,7 +203,7 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         test_loss = qkv_tape_status(t) == QKV_OK ? (double)tl->data[0] : NAN;
         if (qkv_tape_status(t) != QKV_OK ||
             qkv_roles_accuracy(m, t, test, ROLES_TEST, NULL, NULL, &both) != QKV_OK) {
-            rc = cli_fail("ablate: %s", qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "ablate: %s", qkv_tape_error(t));
             break;
         }
         r->curve[step / o->eval_every - 1] = test_loss;
@@ -220,7 +220,7 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
     if (rc == CLI_OK &&
         (qkv_roles_accuracy(m, t, test, ROLES_TEST, &r->antecedent, &r->self, &r->acc) != QKV_OK ||
          qkv_roles_accuracy(m, t, train, n_train, NULL, NULL, &r->train) != QKV_OK))
-        rc = cli_fail("ablate: %s", qkv_tape_error(t));
+        rc = cli_fail_status(qkv_tape_status(t), "ablate: %s", qkv_tape_error(t));
     qkv_optim_free(opt);
     qkv_roles_model_free(m);
     return rc;
@@ -325,7 +325,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
                                      "attn_self,test_loss,train_acc",
                              &err);
     if (f == NULL)
-        return cli_fail("ablate: %s", err.message);
+        return cli_fail_status(err.status, "ablate: %s", err.message);
     for (int v = 0; v < nv; v++)
         for (int s = 0; s < o->seeds; s++) {
             const run_result *r = &res[v][s];
@@ -347,7 +347,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
                                "steps_to_90_sd,reached,attn_antecedent_mean,attn_self_mean",
                        &err);
     if (f == NULL)
-        return cli_fail("ablate: %s", err.message);
+        return cli_fail_status(err.status, "ablate: %s", err.message);
     for (int v = 0; v < nv; v++) {
         double acc[MAX_SEEDS], steps[MAX_SEEDS], m, sd, sm = -1, ssd = 0, a = 0, b = 0;
         int reached = 0;
@@ -413,7 +413,7 @@ static int ablate_task(void *ctx, int task, FILE *out)
     if (r == CLI_OK && ((x.n_curve > 0 && fwrite(x.curve, sizeof *x.curve, (size_t)x.n_curve,
                                                  out) != (size_t)x.n_curve) ||
                         fwrite(&x, sizeof x, 1, out) != 1))
-        r = cli_fail("ablate: out of memory");
+        r = cli_fail_status(QKV_ERR_NOMEM, "ablate: out of memory");
     free(x.curve);
     return r;
 }
@@ -523,18 +523,18 @@ int cmd_ablate(int argc, char **argv)
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", o.out, later[i]);
         if (cli_csv_check(path, &err) != QKV_OK)
-            return cli_fail("ablate: %s", err.message);
+            return cli_fail_status(err.status, "ablate: %s", err.message);
     }
     snprintf(path, sizeof path, "%s/curves.csv", o.out);
     FILE *curves = cli_csv_create(path, "variant,seed,step,train_loss,val_loss,val_acc", &err);
     if (curves == NULL)
-        return cli_fail("ablate: %s", err.message);
+        return cli_fail_status(err.status, "ablate: %s", err.message);
     qkv_tape *t = qkv_tape_new(0, &err);
     qkv_coref_batch *b =
         t && !roles ? qkv_coref_batch_new(o.batch, QKV_COREF_MAX_TOKENS, &err) : NULL;
     qkv_coref_batch *eb = b ? qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err) : NULL;
     if (t == NULL || (!roles && eb == NULL))
-        r = cli_fail("ablate: %s", err.message);
+        r = cli_fail_status(err.status, "ablate: %s", err.message);
     static run_result res[MAX_VARIANTS][MAX_SEEDS];
     memset(res, 0, sizeof res);
     ablate_tasks w = {&o, names, nv, roles, t, b, eb, curves, res};

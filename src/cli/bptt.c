@@ -130,7 +130,9 @@ static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const ch
     if (qkv_distance_batch(c->batch, c->o->batch, c->k, &g, &err) != QKV_OK ||
         qkv_seq_forward(m, c->tape, c->batch, &out) != QKV_OK ||
         qkv_backward(c->tape, out.loss) != QKV_OK) {
-        *rc = cli_fail("bptt: %s", err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+        *rc = cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(c->tape),
+                              "bptt: %s",
+                              err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
         return NAN;
     }
     const int p = c->batch->query[0]; /* every sentence has its pronoun here */
@@ -175,7 +177,7 @@ static int train(bptt_ctx *c, qkv_seq_model *m)
     oc.clip = 1;
     qkv_optim *opt = qkv_params_optim(m->list, &oc, &err);
     if (opt == NULL)
-        return cli_fail("bptt: %s", err.message);
+        return cli_fail_status(err.status, "bptt: %s", err.message);
     qkv_rng g;
     qkv_rng_seed(&g, c->o->seed + 5);
     int rc = CLI_OK;
@@ -187,7 +189,9 @@ static int train(bptt_ctx *c, qkv_seq_model *m)
         if (st == QKV_ERR_NUMERIC)
             break;
         if (st != QKV_OK)
-            rc = cli_fail("bptt: %s", err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+            rc = cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(c->tape),
+                                 "bptt: %s",
+                                 err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
     }
     qkv_optim_free(opt);
     return rc;
@@ -201,7 +205,7 @@ static qkv_seq_model *model(const bptt_opts *o, qkv_seq_kind kind, qkv_rnn_act a
         o->seed, QKV_SEQ_FORGET_BIAS};
     qkv_seq_model *m = qkv_seq_model_new(&mc, &err);
     if (m == NULL)
-        cli_fail("bptt: %s", err.message);
+        cli_fail_status(err.status, "bptt: %s", err.message);
     return m;
 }
 
@@ -347,10 +351,10 @@ int cmd_bptt(int argc, char **argv)
     bptt_ctx c = {&o, NULL, NULL, NULL, o.length - 8};
     c.csv = cli_csv_create(path, "model,rho,activation,steps_back,grad_norm", &err);
     if (c.csv == NULL)
-        return cli_fail("bptt: %s", err.message);
+        return cli_fail_status(err.status, "bptt: %s", err.message);
     if ((c.tape = qkv_tape_new(0, &err)) == NULL ||
         (c.batch = qkv_coref_batch_new(o.batch, o.length, &err)) == NULL)
-        r = cli_fail("bptt: %s", err.message);
+        r = cli_fail_status(err.status, "bptt: %s", err.message);
     if (r == CLI_OK)
         r = run(&c, rhos, nr);
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)

@@ -92,21 +92,28 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
               const char *about, char **pos, int max_pos, int *npos);
 
 /* What to tell a user whose command ran out of memory ("try a smaller
- * --batch"), added to every message about it (cli_fail,
- * cli_usage_error), which then names no C function: the library's hint
+ * --batch"), added to every message of status QKV_ERR_NOMEM
+ * (cli_fail_status), which then names no C function: the library's hint
  * that a loop may have forgotten qkv_tape_reset is for C programmers.
  * NULL: free some memory and try again. */
 void cli_memory_advice(const char *advice);
 
-/* The command line (main's argc and argv): a message that only quotes
- * what the user typed ("unknown command 'out of memory'", a path, a
- * list) is not about memory, and gets no advice. */
-void cli_user_args(int argc, char **argv);
-
-/* Prints "qkv: <message>" to stderr and returns CLI_FAIL. */
+/* Prints "qkv: <message>" to stderr and returns CLI_FAIL. For a failure
+ * that no library status reports; one that does goes to cli_fail_status. */
 int cli_fail(const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+/* cli_fail for a failure of the given status: the library's (err.status,
+ * qkv_tape_status), or QKV_ERR_NOMEM where the program's own allocation
+ * failed. With QKV_ERR_NOMEM, and only then, the message is one about
+ * memory, as cli_memory_advice says; the text itself does not decide
+ * (a name the user gave may say "out of memory"). */
+int cli_fail_status(qkv_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
 #endif
     ;
 

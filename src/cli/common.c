@@ -28,73 +28,6 @@ void cli_memory_advice(const char *advice)
     memory_advice = advice;
 }
 
-static char **user_args;
-static int n_user_args;
-
-void cli_user_args(int argc, char **argv)
-{
-    user_args = argv;
-    n_user_args = argc;
-}
-
-static const char out_of_memory[] = "out of memory";
-
-/* 1 if t[0..len) holds "out of memory". */
-static int says_out_of_memory(const char *t, size_t len)
-{
-    const size_t k = sizeof out_of_memory - 1;
-    for (size_t i = 0; i + k <= len; i++)
-        if (memcmp(t + i, out_of_memory, k) == 0)
-            return 1;
-    return 0;
-}
-
-/* Every copy of t[0..len) in s as spaces, if t says "out of memory". */
-static void blank_quoted(char *s, const char *t, size_t len)
-{
-    if (!says_out_of_memory(t, len))
-        return;
-    for (char *c = s; *c != '\0'; c++)
-        if (strncmp(c, t, len) == 0) {
-            memset(c, ' ', len);
-            c += len - 1;
-        }
-}
-
-/* Blanks in s what s quotes of a, something the user typed: all of it,
- * the value of "--opt=value", or an item of a list, where it says "out of
- * memory". */
-static void blank_user_text(char *s, const char *a)
-{
-    if (a == NULL)
-        return;
-    blank_quoted(s, a, strlen(a));
-    const char *v = strncmp(a, "--", 2) == 0 && strchr(a, '=') ? strchr(a, '=') + 1 : a;
-    blank_quoted(s, v, strlen(v));
-    for (const char *p = v;; p++) {
-        const size_t n = strcspn(p, ",");
-        blank_quoted(s, p, n);
-        p += n;
-        if (*p == '\0')
-            break;
-    }
-}
-
-/* 1 if s says "out of memory" other than where it quotes the user's
- * input: the arguments, and the environment variables the program reads. */
-static int about_memory(const char *s)
-{
-    if (strstr(s, out_of_memory) == NULL)
-        return 0;
-    char rest[9216];
-    snprintf(rest, sizeof rest, "%s", s);
-    for (int i = 1; i < n_user_args; i++)
-        blank_user_text(rest, user_args[i]);
-    blank_user_text(rest, getenv("QKV_KERNELS"));
-    blank_user_text(rest, getenv("QKV_THREADS"));
-    return strstr(rest, out_of_memory) != NULL;
-}
-
 /* A message about running out of memory, in s (len bytes), for a user of
  * the program: the library's hint for C programmers (did a loop forget
  * qkv_tape_reset?) goes, "the arena" becomes what is in use, and the
@@ -102,8 +35,6 @@ static int about_memory(const char *s)
 static void memory_message(char *s, size_t len)
 {
     static const char hint[] = "; did a loop forget qkv_tape_reset?", arena[] = "(the arena holds ";
-    if (!about_memory(s))
-        return;
     char *h = strstr(s, hint);
     if (h != NULL)
         memmove(h, h + strlen(hint), strlen(h + strlen(hint)) + 1);
@@ -123,12 +54,14 @@ static void memory_message(char *s, size_t len)
 
 /* Prints "qkv: " and the message, with control characters and invalid
  * UTF-8 (from user input) escaped, so nothing typed can drive the
- * terminal. */
-static void vmessage(const char *fmt, va_list ap)
+ * terminal; for a failure of status QKV_ERR_NOMEM, as memory_message
+ * words it. */
+static void vmessage(qkv_status status, const char *fmt, va_list ap)
 {
     char raw[9216], work[4 * sizeof raw], safe[1024];
     vsnprintf(raw, sizeof raw, fmt, ap);
-    memory_message(raw, sizeof raw);
+    if (status == QKV_ERR_NOMEM)
+        memory_message(raw, sizeof raw);
     qkv_escape_elided(safe, sizeof safe, raw, work, sizeof work);
     cli_progress_clear(); /* the message on a line of its own */
     fprintf(stderr, "qkv: %s\n", safe);
@@ -138,7 +71,16 @@ int cli_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vmessage(fmt, ap);
+    vmessage(QKV_OK, fmt, ap);
+    va_end(ap);
+    return CLI_FAIL;
+}
+
+int cli_fail_status(qkv_status status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(status, fmt, ap);
     va_end(ap);
     return CLI_FAIL;
 }
@@ -147,7 +89,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vmessage(fmt, ap);
+    vmessage(QKV_OK, fmt, ap);
     va_end(ap);
     fprintf(stderr, "Try 'qkv%s%s --help'.\n", *cmd ? " " : "", cmd);
     return CLI_USAGE;
@@ -903,7 +845,7 @@ qkv_coref_model *cli_load_model(const char *path)
     }
     qkv_coref_model *m = qkv_coref_load(path, qkv_coref_fingerprint(), &err);
     if (m == NULL)
-        cli_fail("%s", err.message);
+        cli_fail_status(err.status, "%s", err.message);
     else if (m->cfg.vocab != qkv_coref_vocab_size() || m->cfg.classes != qkv_coref_classes()) {
         cli_fail("%s: model shapes do not fit this task", path);
         qkv_coref_model_free(m);

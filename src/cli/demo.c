@@ -82,7 +82,7 @@ int demo_print(FILE *out, const demo_config *c)
     int rc = CLI_FAIL;
     if (t == NULL || qkv_tensor_is_nil(wq) || qkv_tensor_is_nil(wk) || qkv_tensor_is_nil(wv) ||
         (heads > 1 && qkv_tensor_is_nil(wo)) || qkv_tensor_is_nil(x)) {
-        cli_fail("demo: out of memory");
+        cli_fail_status(QKV_ERR_NOMEM, "demo: out of memory");
         goto done;
     }
     for (int i = 0; i < seq_len; i++) /* word i is the one-hot vector e_i */
@@ -98,7 +98,7 @@ int demo_print(FILE *out, const demo_config *c)
 
     qkv_tensor *q = qkv_matmul(t, x, wq), *k = qkv_matmul(t, x, wk), *v = qkv_matmul(t, x, wv);
     if (qkv_tape_status(t) != QKV_OK) {
-        cli_fail("demo: %s", qkv_tape_error(t));
+        cli_fail_status(qkv_tape_status(t), "demo: %s", qkv_tape_error(t));
         goto done;
     }
     fprintf(out, "Q 的形状: %d × %d\n", q->shape[0], q->shape[1]);
@@ -111,7 +111,7 @@ int demo_print(FILE *out, const demo_config *c)
                     h * width, (h + 1) * width - 1);
         outs[h] = one_head(out, t, q, k, v, h * width, width, c->scaled);
         if (qkv_tensor_is_nil(outs[h])) {
-            cli_fail("demo: %s", qkv_tape_error(t));
+            cli_fail_status(qkv_tape_status(t), "demo: %s", qkv_tape_error(t));
             goto done;
         }
         if (heads > 1) {
@@ -125,7 +125,7 @@ int demo_print(FILE *out, const demo_config *c)
         qkv_tensor *concat = qkv_concat(t, heads, outs, 1);
         output = qkv_matmul(t, concat, wo);
         if (qkv_tape_status(t) != QKV_OK) {
-            cli_fail("demo: %s", qkv_tape_error(t));
+            cli_fail_status(qkv_tape_status(t), "demo: %s", qkv_tape_error(t));
             goto done;
         }
         char title[96];

@@ -84,7 +84,7 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
     qkv_optim *opt = m != NULL ? qkv_params_optim(m->list, &oc, &err) : NULL;
     if (opt == NULL) {
         qkv_seq_model_free(m);
-        return cli_fail("distance: %s", err.message);
+        return cli_fail_status(err.status, "distance: %s", err.message);
     }
     qkv_rng g;
     qkv_rng_seed(&g, data_seed(seed, k, 0));
@@ -102,14 +102,15 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
             break; /* evaluated as it stands, and said in the table */
         }
         if (s != QKV_OK) {
-            rc = cli_fail("distance: %s: %s", qkv_seq_name(kind),
-                          err.status != QKV_OK ? err.message : qkv_tape_error(t));
+            rc = cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(t),
+                                 "distance: %s: %s", qkv_seq_name(kind),
+                                 err.status != QKV_OK ? err.message : qkv_tape_error(t));
             break;
         }
         if (r->steps90 < 0 && (step % o->eval_every == 0 || step == o->steps)) {
             double val = accuracy(m, t, eb, VAL_N, k, data_seed(seed, k, 1));
             if (val < 0)
-                rc = cli_fail("distance: %s", qkv_tape_error(t));
+                rc = cli_fail_status(qkv_tape_status(t), "distance: %s", qkv_tape_error(t));
             else if (val >= 0.9)
                 r->steps90 = step;
         }
@@ -118,7 +119,7 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
     if (rc == CLI_OK) {
         r->acc = accuracy(m, t, eb, TEST_N, k, data_seed(seed, k, 2));
         if (r->acc < 0)
-            rc = cli_fail("distance: %s", qkv_tape_error(t));
+            rc = cli_fail_status(qkv_tape_status(t), "distance: %s", qkv_tape_error(t));
     }
     qkv_optim_free(opt);
     qkv_seq_model_free(m);
@@ -142,7 +143,7 @@ static int print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, co
         qkv_error err = qkv_error_none();
         qkv_seq_model *m = qkv_seq_model_new(&c, &err);
         if (m == NULL)
-            return cli_fail("distance: %s", err.message);
+            return cli_fail_status(err.status, "distance: %s", err.message);
         params[i] = qkv_params_numel(m->list);
         qkv_seq_model_free(m);
     }
@@ -235,7 +236,7 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
     FILE *f = cli_csv_create(
         path, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached,diverged", &err);
     if (f == NULL)
-        return cli_fail("distance: %s", err.message);
+        return cli_fail_status(err.status, "distance: %s", err.message);
     for (int i = 0; i < nk; i++)
         for (int d = 0; d < nd; d++) {
             double x[MAX_SEEDS], mean = NAN, sd = NAN, steps = 0;
@@ -282,7 +283,7 @@ static int dist_run(void *ctx, int task, FILE *out)
     dist_result x;
     int r = run_one(w->o, w->kinds[i], w->ks[d], w->o->seed + (uint64_t)s, w->t, w->b, w->eb, &x);
     if (r == CLI_OK && fwrite(&x, sizeof x, 1, out) != 1)
-        r = cli_fail("distance: out of memory");
+        r = cli_fail_status(QKV_ERR_NOMEM, "distance: out of memory");
     return r;
 }
 
@@ -401,18 +402,18 @@ int cmd_distance(int argc, char **argv)
     /* summary.csv is written after the runs: fail now if it cannot be */
     snprintf(path, sizeof path, "%s/summary.csv", o.out);
     if (cli_csv_check(path, &err) != QKV_OK)
-        return cli_fail("distance: %s", err.message);
+        return cli_fail_status(err.status, "distance: %s", err.message);
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
     FILE *csv =
         cli_csv_create(path, "model,distance,seed,test_acc,steps_to_90,diverged,seconds", &err);
     if (csv == NULL)
-        return cli_fail("distance: %s", err.message);
+        return cli_fail_status(err.status, "distance: %s", err.message);
     qkv_tape *t = qkv_tape_new(0, &err);
     qkv_coref_batch *b = t ? qkv_coref_batch_new(o.batch, kmax + 8, &err) : NULL;
     qkv_coref_batch *eb = b ? qkv_coref_batch_new(128, kmax + 8, &err) : NULL;
     static dist_result res[MAX_ITEMS][MAX_ITEMS][MAX_SEEDS];
     if (eb == NULL)
-        r = cli_fail("distance: %s", err.message);
+        r = cli_fail_status(err.status, "distance: %s", err.message);
     dist_tasks w = {&o, kinds, ks, nk, nd, t, b, eb, csv, res};
     if (r == CLI_OK)
         r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, dist_cost, &w, o.quiet,

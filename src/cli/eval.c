@@ -34,7 +34,7 @@ int cmd_eval(int argc, char **argv)
         qkv_coref_model_free(m);
         qkv_tape_free(t);
         qkv_coref_batch_free(b);
-        return cli_fail("eval: %s", err.message);
+        return cli_fail_status(err.status, "eval: %s", err.message);
     }
     printf("model: ");
     cli_put_safe(stdout, path ? path : CLI_DEFAULT_MODEL);
@@ -58,7 +58,7 @@ int cmd_eval(int argc, char **argv)
             if (lv != 0 && !(levels & (1u << (lv - 1))))
                 continue; /* not trained on: no split of it */
             if (qkv_coref_evaluate(m, t, b, sets[s], sizes[s], lv, &e) != QKV_OK) {
-                r = cli_fail("eval: %s", qkv_tape_error(t));
+                r = cli_fail_status(qkv_tape_status(t), "eval: %s", qkv_tape_error(t));
                 break;
             }
             if (!isfinite(e.loss) || !isfinite(e.mass)) { /* weights that overflow Q·Kᵀ */

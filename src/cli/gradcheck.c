@@ -36,7 +36,7 @@ int cmd_gradcheck(int argc, char **argv)
         free(names);
         free(res);
         free(st);
-        return cli_fail("gradcheck: out of memory");
+        return cli_fail_status(QKV_ERR_NOMEM, "gradcheck: out of memory");
     }
     int width = 30;
     for (int i = 0; i < n; i++) {

@@ -109,6 +109,5 @@ static int run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     cli_remove_partial_on_signals(); /* Ctrl-C leaves no CSV cut short */
-    cli_user_args(argc, argv);
     return finish(run(argc, argv));
 }

@@ -122,11 +122,11 @@ int cmd_parallel(int argc, char **argv)
     snprintf(path, sizeof path, "%s/steps.csv", o.out);
     FILE *csv = cli_csv_create(path, "model,T,threads,critical_path,nodes,ms_per_step", &err);
     if (csv == NULL)
-        return cli_fail("parallel: %s", err.message);
+        return cli_fail_status(err.status, "parallel: %s", err.message);
     qkv_tape *t = qkv_tape_new(0, &err);
     qkv_coref_batch *b = t != NULL ? qkv_coref_batch_new(o.batch, tmax, &err) : NULL;
     if (b == NULL)
-        r = cli_fail("parallel: %s", err.message);
+        r = cli_fail_status(err.status, "parallel: %s", err.message);
     const int nthreads = o.threads > 1 ? 2 : 1, total = nk * nt * nthreads;
     static par_cell cell[MAX_ITEMS][MAX_ITEMS][2];
     int done = 0;
@@ -158,10 +158,10 @@ int cmd_parallel(int argc, char **argv)
             size_t path_len = 0, nodes = 0;
             double ms[2] = {0, 0};
             if (opt == NULL || qkv_distance_batch(b, o.batch, Ts[j] - 8, &g, &err) != QKV_OK)
-                r = cli_fail("parallel: %s", err.message);
+                r = cli_fail_status(err.status, "parallel: %s", err.message);
             else if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK ||
                      qkv_tape_critical_path(t, &path_len) != QKV_OK)
-                r = cli_fail("parallel: %s", qkv_tape_error(t));
+                r = cli_fail_status(qkv_tape_status(t), "parallel: %s", qkv_tape_error(t));
             nodes = qkv_tape_nodes(t);
             for (int k = 0; k < nthreads && r == CLI_OK; k++) {
                 char status[64];
@@ -171,7 +171,7 @@ int cmd_parallel(int argc, char **argv)
                 qkv_threads_use(k ? o.threads : 1, NULL);
                 double s = step_time(m, opt, t, b, o.min_time);
                 if (s < 0)
-                    r = cli_fail("parallel: %s", qkv_tape_error(t));
+                    r = cli_fail_status(qkv_tape_status(t), "parallel: %s", qkv_tape_error(t));
                 ms[k] = 1e3 * s;
                 cell[i][j][k] = (par_cell){path_len, nodes, ms[k]};
             }

@@ -30,7 +30,7 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
             (size_t)snprintf(header + used, sizeof header - used, ",%s", qkv_coref_word(ids[j]));
     FILE *out = cli_csv_create(path, header, &err);
     if (out == NULL)
-        return cli_fail("resolve: %s", err.message);
+        return cli_fail_status(err.status, "resolve: %s", err.message);
     for (int i = 0; i < n; i++) {
         fputs(qkv_coref_word(ids[i]), out);
         for (int j = 0; j < n; j++)
@@ -153,7 +153,7 @@ int cmd_resolve(int argc, char **argv)
      * the answer is printed */
     qkv_error err = qkv_error_none();
     if (csv != NULL && cli_csv_check(csv, &err) != QKV_OK)
-        return cli_fail("resolve: %s", err.message);
+        return cli_fail_status(err.status, "resolve: %s", err.message);
     int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
     qkv_status s = qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err);
     if (s == QKV_ERR_FORMAT && strncmp(err.message, "unknown word", 12) == 0) {
@@ -168,7 +168,7 @@ int cmd_resolve(int argc, char **argv)
     if (s == QKV_ERR_FORMAT && strncmp(err.message, "invalid UTF-8", 13) == 0)
         return cli_fail("resolve: the sentence has %s", err.message); /* "…at byte N" */
     if (s != QKV_OK)
-        return cli_fail("resolve: %s", err.message);
+        return cli_fail_status(err.status, "resolve: %s", err.message);
     for (int i = 0; i < n; i++)
         if (qkv_coref_kind(ids[i]) == QKV_COREF_HE || qkv_coref_kind(ids[i]) == QKV_COREF_SHE)
             pronouns[np++] = i;
@@ -181,14 +181,14 @@ int cmd_resolve(int argc, char **argv)
     qkv_coref_batch *b = t ? qkv_coref_batch_new(np, QKV_COREF_MAX_TOKENS, &err) : NULL;
     qkv_coref_out f;
     if (b == NULL) {
-        r = cli_fail("resolve: %s", err.message);
+        r = cli_fail_status(err.status, "resolve: %s", err.message);
         goto done;
     }
     for (int i = 0; i < np; i++)
         qkv_coref_batch_add(b, ids, n, pronouns[i], QKV_IGNORE, -1);
     qkv_tape_set_grad(t, 0);
     if (qkv_coref_forward(m, t, b, &f) != QKV_OK) {
-        r = cli_fail("resolve: %s", qkv_tape_error(t));
+        r = cli_fail_status(qkv_tape_status(t), "resolve: %s", qkv_tape_error(t));
         goto done;
     }
     if (!finite_out(&f)) {

@@ -123,7 +123,7 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     qkv_optim *opt = m ? qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, &err) : NULL;
     if (opt == NULL) {
         qkv_coref_model_free(m);
-        return cli_fail("saturation: %s", err.message);
+        return cli_fail_status(err.status, "saturation: %s", err.message);
     }
     r->steps90 = -1;
     r->final_acc = NAN;
@@ -131,7 +131,7 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     if (measure_val(&run) != QKV_OK) { /* row 0's: before the first update */
         qkv_optim_free(opt);
         qkv_coref_model_free(m);
-        return cli_fail("saturation: %s", qkv_tape_error(c->tape));
+        return cli_fail_status(qkv_tape_status(c->tape), "saturation: %s", qkv_tape_error(c->tape));
     }
     /* the same batches for the scaled and the unscaled run; a run that
      * diverges is reported as such, not as a failure */
@@ -139,12 +139,13 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
                                  &run, NULL, &err);
     int rc = s == QKV_OK || s == QKV_ERR_NUMERIC
                  ? CLI_OK
-                 : cli_fail("saturation: %s",
-                            err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+                 : cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(c->tape),
+                                   "saturation: %s",
+                                   err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
     qkv_coref_eval te;
     if (rc == CLI_OK && qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test,
                                            0, &te) != QKV_OK)
-        rc = cli_fail("saturation: %s", qkv_tape_error(c->tape));
+        rc = cli_fail_status(qkv_tape_status(c->tape), "saturation: %s", qkv_tape_error(c->tape));
     if (rc == CLI_OK) {
         int finite = 1;
         for (int i = 0; i < QKV_COREF_PARAMS; i++)
@@ -279,7 +280,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
     FILE *f =
         cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled", &err);
     if (f == NULL)
-        return cli_fail("saturation: %s", err.message);
+        return cli_fail_status(err.status, "saturation: %s", err.message);
     qkv_rng g;
     qkv_rng_seed(&g, o->seed);
     fprintf(out, "\nVar(q·k) for q, k with N(0,1) entries, %d samples per d_k\n\n", VAR_SAMPLES);
@@ -326,7 +327,7 @@ static int sweep_run(void *ctx, int task, FILE *out)
     w->c->csv = out; /* log_step's rows */
     int rc = run_one(w->c, w->dks[d], scaled, w->c->o->seed + (uint64_t)s, &r);
     if (rc == CLI_OK && fwrite(&r, sizeof r, 1, out) != 1)
-        rc = cli_fail("saturation: out of memory");
+        rc = cli_fail_status(QKV_ERR_NOMEM, "saturation: out of memory");
     return rc;
 }
 
@@ -351,7 +352,7 @@ static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
     sweep_tasks *w = ctx;
     if (task == w->runs) { /* printed by sweep: the bar is still drawn here */
         if ((w->var_table = malloc(len + 1)) == NULL)
-            return cli_fail("saturation: out of memory");
+            return cli_fail_status(QKV_ERR_NOMEM, "saturation: out of memory");
         memcpy(w->var_table, bytes, len);
         w->var_len = len;
         return CLI_OK;
@@ -434,19 +435,19 @@ int cmd_saturation(int argc, char **argv)
     /* variance.csv is written after the runs: fail now if it cannot be */
     snprintf(path, sizeof path, "%s/variance.csv", o.out);
     if (!o.no_variance && cli_csv_check(path, &err) != QKV_OK)
-        return cli_fail("saturation: %s", err.message);
+        return cli_fail_status(err.status, "saturation: %s", err.message);
     snprintf(path, sizeof path, "%s/runs.csv", o.out);
     c.csv = cli_csv_create(path,
                            "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
                            "gnorm_wv,gnorm_scores,entropy,max_weight,jacobian,score_var",
                            &err);
     if (c.csv == NULL)
-        return cli_fail("saturation: %s", err.message);
+        return cli_fail_status(err.status, "saturation: %s", err.message);
     if ((c.tape = qkv_tape_new(0, &err)) == NULL ||
         (c.batch = qkv_coref_batch_new(o.batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         (c.eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         qkv_coref_data_build(&c.data, QKV_COREF_ALL_LEVELS, o.seed, &err) != QKV_OK)
-        r = cli_fail("saturation: %s", err.message);
+        r = cli_fail_status(err.status, "saturation: %s", err.message);
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk);
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)

@@ -19,7 +19,7 @@ static qkv_status softmax_of(const double *z, int n, double *p)
     qkv_error err = qkv_error_none();
     qkv_tape *t = qkv_tape_new(0, &err);
     if (t == NULL) {
-        cli_fail("softmax: %s", err.message);
+        cli_fail_status(err.status, "softmax: %s", err.message);
         return err.status;
     }
     qkv_tape_set_grad(t, 0);
@@ -29,7 +29,7 @@ static qkv_status softmax_of(const double *z, int n, double *p)
     qkv_tensor *y = qkv_softmax(t, x);
     qkv_status s = qkv_tape_status(t);
     if (s != QKV_OK)
-        cli_fail("softmax: %s", qkv_tape_error(t));
+        cli_fail_status(qkv_tape_status(t), "softmax: %s", qkv_tape_error(t));
     for (int i = 0; s == QKV_OK && i < n; i++)
         p[i] = y->data[i];
     qkv_tape_free(t);
@@ -43,7 +43,7 @@ static qkv_status self_gradient(const double *z, int n, double ln_b, int k, doub
     qkv_error err = qkv_error_none();
     qkv_tape *t = qkv_tape_new(0, &err);
     if (t == NULL) {
-        cli_fail("softmax: %s", err.message);
+        cli_fail_status(err.status, "softmax: %s", err.message);
         return err.status;
     }
     qkv_tensor *x = qkv_tape_tensor(t, 1, &n, 1), *e = qkv_tape_tensor(t, 1, &n, 0);
@@ -56,7 +56,7 @@ static qkv_status self_gradient(const double *z, int n, double ln_b, int k, doub
     if (s == QKV_OK)
         s = qkv_backward(t, pk);
     if (s != QKV_OK)
-        cli_fail("softmax: %s", qkv_tape_error(t));
+        cli_fail_status(qkv_tape_status(t), "softmax: %s", qkv_tape_error(t));
     else
         *g = x->grad[k];
     qkv_tape_free(t);
@@ -198,7 +198,7 @@ int cmd_softmax(int argc, char **argv)
     char *vec[MAX_VEC], **all = malloc(sizeof *all * (size_t)argc); /* any count, to name it */
     int nvec = 0;
     if (all == NULL)
-        return cli_fail("softmax: out of memory");
+        return cli_fail_status(QKV_ERR_NOMEM, "softmax: out of memory");
     const cli_opt opts[] = {
         {"csv", OPT_FILE, &csv, 0, 0,
          "FILE: also write vector,i,z,linear,softmax rows (vector as 1;2;3)"},
@@ -250,7 +250,7 @@ int cmd_softmax(int argc, char **argv)
     for (int k = 0; k < nb; k++)
         snprintf(header + strlen(header), sizeof header - strlen(header), ",base_%s", blabel[k]);
     if (csv != NULL && (out = cli_csv_create(csv, header, &err)) == NULL)
-        return cli_fail("softmax: %s", err.message);
+        return cli_fail_status(err.status, "softmax: %s", err.message);
     for (int v = 0; v < nvec && r == CLI_OK; v++) {
         double z[MAX_LEN], p[MAX_LEN];
         const int n = parse_vector(use[v], z, MAX_LEN); /* > 0: checked above */

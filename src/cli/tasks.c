@@ -51,10 +51,10 @@ static int run_to_memory(cli_task_fn run, void *ctx, int task, char **buf, size_
     *len = 0;
     FILE *ms = open_memstream(buf, len);
     if (ms == NULL)
-        return cli_fail("out of memory for task %d", task);
+        return cli_fail_status(QKV_ERR_NOMEM, "out of memory for task %d", task);
     int r = run(ctx, task, ms);
     if (fclose(ms) != 0 && r == CLI_OK)
-        r = cli_fail("out of memory for task %d", task);
+        r = cli_fail_status(QKV_ERR_NOMEM, "out of memory for task %d", task);
     if (r != CLI_OK) {
         free(*buf);
         *buf = NULL;
@@ -246,7 +246,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     task_result *res = calloc((size_t)n, sizeof *res);
     int r = CLI_OK, started = 0;
     if (outs == NULL || msgs == NULL || pids == NULL || res == NULL)
-        r = cli_fail("out of memory");
+        r = cli_fail_status(QKV_ERR_NOMEM, "out of memory");
     if (r == CLI_OK && (pipe(queue) != 0 || pipe(done) != 0))
         r = cli_fail("cannot make a pipe for the workers: %s", strerror(errno));
     if (r == CLI_OK)

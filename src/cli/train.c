@@ -50,7 +50,7 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
     qkv_error err = qkv_error_none();
     tr->o = o;
     if (qkv_coref_data_build(&tr->data, levels, o->seed, &err) != QKV_OK)
-        return cli_fail("train: %s", err.message);
+        return cli_fail_status(err.status, "train: %s", err.message);
     qkv_coref_config mc = {qkv_coref_vocab_size(), o->d_k,      qkv_coref_classes(),
                            !o->no_scale,           o->init_std, o->seed};
     qkv_optim_config oc = qkv_optim_defaults(kind);
@@ -64,7 +64,7 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
         (tr->tape = qkv_tape_new(0, &err)) == NULL ||
         (tr->batch = qkv_coref_batch_new(o->batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         (tr->eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL)
-        return cli_fail("train: %s", err.message);
+        return cli_fail_status(err.status, "train: %s", err.message);
     tr->model->levels = levels; /* saved, so that eval rebuilds these splits */
     if (snprintf(tr->part, sizeof tr->part, "%s.part", o->log) >= (int)sizeof tr->part)
         return cli_fail("train: the --log path is too long");
@@ -82,7 +82,7 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
                                  &err);
     if (tr->log == NULL) {
         tr->part[0] = '\0';
-        return cli_fail("train: %s", err.message);
+        return cli_fail_status(err.status, "train: %s", err.message);
     }
     return CLI_OK;
 }
@@ -138,7 +138,9 @@ static int trainer_run(trainer *tr, const train_opts *o)
                         err.message, o->save, o->log);
     }
     if (s != QKV_OK)
-        return cli_fail("train: %s", err.status != QKV_OK ? err.message : qkv_tape_error(tr->tape));
+        return cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(tr->tape),
+                               "train: %s",
+                               err.status != QKV_OK ? err.message : qkv_tape_error(tr->tape));
     return CLI_OK;
 }
 
@@ -153,7 +155,8 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
             QKV_OK ||
         qkv_coref_evaluate(m, tr->tape, tr->eval_batch, tr->data.test, tr->data.n_test, 0, &te_e) !=
             QKV_OK)
-        return cli_fail("train: final evaluation: %s", qkv_tape_error(tr->tape));
+        return cli_fail_status(qkv_tape_status(tr->tape), "train: final evaluation: %s",
+                               qkv_tape_error(tr->tape));
     if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
         return cli_fail("train: cannot finish writing %s", tr->part);
@@ -161,7 +164,7 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
     tr->log = NULL;
     if (qkv_mkdirs_for(o->save, &err) != QKV_OK ||
         qkv_coref_save(m, qkv_coref_fingerprint(), o->save, &err) != QKV_OK)
-        return cli_fail("train: %s", err.message);
+        return cli_fail_status(err.status, "train: %s", err.message);
     if (rename(tr->part, o->log) != 0)
         return cli_fail("train: cannot rename %s to %s: %s", tr->part, o->log, strerror(errno));
     tr->part[0] = '\0';
@@ -245,7 +248,7 @@ int cmd_train(int argc, char **argv)
     qkv_error err = qkv_error_none();
     if (qkv_check_replaceable(o.log, &err) != QKV_OK ||
         qkv_check_replaceable(o.save, &err) != QKV_OK)
-        return cli_fail("train: %s", err.message);
+        return cli_fail_status(err.status, "train: %s", err.message);
     /* and a checkpoint that could not be written fails now, not after
      * the whole run; the log's directory is checked (found in the way)
      * here too, so that its error names it and not the LOG.part file.
@@ -256,7 +259,7 @@ int cmd_train(int argc, char **argv)
     int missing;
     if (qkv_mkdirs_for_check(part, &missing, &err) != QKV_OK ||
         qkv_check_writable(o.save, &err) != QKV_OK)
-        return cli_fail("train: %s", err.message);
+        return cli_fail_status(err.status, "train: %s", err.message);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
     qkv_optim_kind kind;
