@@ -1758,6 +1758,33 @@ START_TEST(test_an_out_directory_with_a_trailing_slash_writes_no_double_slash)
 }
 END_TEST
 
+/* A directory option's value, trimmed, lived in one static buffer: a
+ * second one in a command (--a x/ --b y/.) left both reading "y". And the
+ * files written in "/" were "//runs.csv". Each option keeps its own, in
+ * the argument; "/" stays "/", and a file in it is "/runs.csv". */
+START_TEST(test_each_directory_option_keeps_its_own_value)
+{
+    const char *a = NULL, *b = NULL;
+    const cli_opt opts[] = {{"a", OPT_DIR, &a, 0, 0, "DIR: one"},
+                            {"b", OPT_DIR, &b, 0, 0, "DIR: another"}};
+    char cmd[] = "t", oa[] = "--a", va[] = "x/", ob[] = "--b=y/.";
+    char *argv[] = {cmd, oa, va, ob, NULL};
+    ck_assert_int_eq(cli_parse(4, argv, opts, 2, "", "", NULL, 0, NULL), CLI_OK);
+    ck_assert_str_eq(a, "x");
+    ck_assert_str_eq(b, "y");
+    char root[] = "/", root_dot[] = "--b=//.";
+    char *argv2[] = {cmd, oa, root, root_dot, NULL};
+    ck_assert_int_eq(cli_parse(4, argv2, opts, 2, "", "", NULL, 0, NULL), CLI_OK);
+    ck_assert_str_eq(a, "/");
+    ck_assert_str_eq(b, "/");
+    char path[64];
+    ck_assert_str_eq(cli_path_in(path, sizeof path, "/", "runs.csv"), "/runs.csv");
+    ck_assert_str_eq(cli_path_in(path, sizeof path, "x", "runs.csv"), "x/runs.csv");
+    ck_assert_str_eq(cli_path_in(path, sizeof path, "out/bptt", "grads.csv"), "out/bptt/grads.csv");
+    ck_assert_str_eq(cli_path_in(path, sizeof path, "x.", "runs.csv"), "x./runs.csv");
+}
+END_TEST
+
 /* eval and resolve took a checkpoint whose init_std (1e9) no --init-std
  * could have given; the loader holds it to the option's bound. */
 START_TEST(test_a_checkpoint_is_held_to_the_options_bounds)
@@ -3886,6 +3913,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_an_out_option_naming_a_file_is_a_usage_error);
     tcase_add_test(tc, test_an_out_directory_with_a_trailing_slash_writes_no_double_slash);
+    tcase_add_test(tc, test_each_directory_option_keeps_its_own_value);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_a_file_whose_size_says_0_is_read_to_its_end);
     tcase_add_test(tc, test_messages_escape_control_characters);

@@ -317,7 +317,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
 {
     char path[4096];
     qkv_error err = qkv_error_none();
-    snprintf(path, sizeof path, "%s/runs.csv", o->out);
+    cli_path_in(path, sizeof path, o->out, "runs.csv");
     FILE *f = cli_csv_create(path,
                              roles ? "variant,seed,params,test_both,steps_to_90,test_a,test_b,"
                                      "train_both"
@@ -339,7 +339,7 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
     if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
     /* summary.csv: per variant, means over the seeds (sd of the accuracy) */
-    snprintf(path, sizeof path, "%s/summary.csv", o->out);
+    cli_path_in(path, sizeof path, o->out, "summary.csv");
     f = cli_csv_create(path,
                        roles ? "variant,params,seeds,both_mean,both_sd,steps_to_90_mean,"
                                "steps_to_90_sd,reached,a_mean,b_mean"
@@ -521,11 +521,11 @@ int cmd_ablate(int argc, char **argv)
      * they cannot be */
     static const char *const later[] = {"runs.csv", "summary.csv"};
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", o.out, later[i]);
+        cli_path_in(path, sizeof path, o.out, later[i]);
         if (cli_csv_check(path, &err) != QKV_OK)
             return cli_fail_status(err.status, "ablate: %s", err.message);
     }
-    snprintf(path, sizeof path, "%s/curves.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "curves.csv");
     FILE *curves = cli_csv_create(path, "variant,seed,step,train_loss,val_loss,val_acc", &err);
     if (curves == NULL)
         return cli_fail_status(err.status, "ablate: %s", err.message);
@@ -547,11 +547,12 @@ int cmd_ablate(int argc, char **argv)
         r = write_runs(&o, names, nv, res, roles);
     if (r == CLI_OK) {
         print_report(&o, roles, names, nv, res);
+        char other[4096];
         printf("\nwrote ");
-        cli_put_safe(stdout, o.out);
-        printf("/runs.csv, ");
-        cli_put_safe(stdout, o.out);
-        printf("/summary.csv and ");
+        cli_put_safe(stdout, cli_path_in(other, sizeof other, o.out, "runs.csv"));
+        printf(", ");
+        cli_put_safe(stdout, cli_path_in(other, sizeof other, o.out, "summary.csv"));
+        printf(" and ");
         cli_put_safe(stdout, path);
         printf("\n");
     }

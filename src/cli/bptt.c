@@ -347,7 +347,7 @@ int cmd_bptt(int argc, char **argv)
     }
     qkv_error err = qkv_error_none();
     char path[4096];
-    snprintf(path, sizeof path, "%s/grads.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "grads.csv");
     bptt_ctx c = {&o, NULL, NULL, NULL, o.length - 8};
     c.csv = cli_csv_create(path, "model,rho,activation,steps_back,grad_norm", &err);
     if (c.csv == NULL)

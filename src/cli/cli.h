@@ -31,7 +31,9 @@ static inline double cli_num(double x)
  * not name something that exists and is not a directory (a regular file,
  * a device, or a link to one); an OPT_FILE must not name a directory
  * ("d/", ".", "d/..", or a directory that exists, with or without the
- * slash). OPT_U64 takes 0 to 2^64 - 1 whatever min and max say. */
+ * slash). An OPT_DIR's value is its argument without the trailing "/"
+ * and "/." ("d/" is "d", "/." is "/"), cut short in argv itself.
+ * OPT_U64 takes 0 to 2^64 - 1 whatever min and max say. */
 typedef enum cli_kind {
     OPT_FLAG,
     OPT_INT,
@@ -90,6 +92,11 @@ typedef struct cli_opt {
  * one-line error and returns CLI_USAGE on a bad option; CLI_OK otherwise. */
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos);
+
+/* dir/name in buf (len bytes), the path of a file a command writes in
+ * its directory (an OPT_DIR): "d/runs.csv", and "/runs.csv" in "/", not
+ * "//runs.csv". Returns buf. */
+const char *cli_path_in(char *buf, size_t len, const char *dir, const char *name);
 
 /* What to tell a user whose command ran out of memory ("try a smaller
  * --batch"), added to every message of status QKV_ERR_NOMEM

@@ -215,7 +215,14 @@ int cli_parse_double(const char *s, double *out)
  * short. */
 #define MAX_PATH_OPT 4000
 
-static int set_value(const char *cmd, const cli_opt *o, const char *v)
+const char *cli_path_in(char *buf, size_t len, const char *dir, const char *name)
+{
+    const size_t n = strlen(dir);
+    snprintf(buf, len, "%s%s%s", dir, n > 0 && dir[n - 1] == '/' ? "" : "/", name);
+    return buf;
+}
+
+static int set_value(const char *cmd, const cli_opt *o, char *v)
 {
     switch (o->kind) {
     case OPT_STR:
@@ -243,17 +250,18 @@ static int set_value(const char *cmd, const cli_opt *o, const char *v)
         if (o->kind == OPT_DIR) {
             /* kept without its trailing "/" and "/.", so that the files
              * written in it read "d/runs.csv", not "d//runs.csv" (a shell
-             * completes a directory's name with the slash); one buffer, as
-             * a command has one directory option */
-            static char d[MAX_PATH_OPT + 1];
+             * completes a directory's name with the slash); cut short in
+             * the argument itself, once it is taken, so that each
+             * directory option keeps its own */
             size_t n = len;
-            memcpy(d, v, n);
-            while (n > 1 && (d[n - 1] == '/' || (d[n - 1] == '.' && d[n - 2] == '/')))
+            while (n > 1 && (v[n - 1] == '/' || (v[n - 1] == '.' && v[n - 2] == '/')))
                 n--;
+            char d[MAX_PATH_OPT + 1];
+            memcpy(d, v, n);
             d[n] = '\0';
             if (stat(d, &sb) == 0 && !S_ISDIR(sb.st_mode))
                 return cli_usage_error(cmd, "--%s: '%s' names a file, not a directory", o->name, v);
-            v = d;
+            v[n] = '\0';
         }
         *(const char **)o->dst = v;
         return CLI_OK;
@@ -342,7 +350,7 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
     const char *cmd = argv[0];
     int np = 0, options = 1; /* 0 after "--": the rest is positional */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        char *a = argv[i];
         if (options && strcmp(a, "--") == 0) {
             options = 0;
             continue;
@@ -362,7 +370,7 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
         }
         if (a[1] != '-') /* -x: every option but -h is long */
             return cli_usage_error(cmd, "unknown option '%s'", a);
-        const char *name = a + 2, *eq = strchr(name, '=');
+        char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const cli_opt *o = NULL;
         for (int j = 0; j < nopts && o == NULL; j++)
@@ -378,7 +386,7 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
             *(int *)o->dst = 1;
             continue;
         }
-        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (v == NULL)
             return cli_usage_error(cmd, "--%s needs a value", o->name);
         int r = set_value(cmd, o, v);

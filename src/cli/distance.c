@@ -232,7 +232,7 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
 {
     char path[4096];
     qkv_error err = qkv_error_none();
-    snprintf(path, sizeof path, "%s/summary.csv", o->out);
+    cli_path_in(path, sizeof path, o->out, "summary.csv");
     FILE *f = cli_csv_create(
         path, "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached,diverged", &err);
     if (f == NULL)
@@ -400,10 +400,10 @@ int cmd_distance(int argc, char **argv)
     qkv_error err = qkv_error_none();
     char path[4096];
     /* summary.csv is written after the runs: fail now if it cannot be */
-    snprintf(path, sizeof path, "%s/summary.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "summary.csv");
     if (cli_csv_check(path, &err) != QKV_OK)
         return cli_fail_status(err.status, "distance: %s", err.message);
-    snprintf(path, sizeof path, "%s/runs.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "runs.csv");
     FILE *csv =
         cli_csv_create(path, "model,distance,seed,test_acc,steps_to_90,diverged,seconds", &err);
     if (csv == NULL)
@@ -425,11 +425,12 @@ int cmd_distance(int argc, char **argv)
     if (r == CLI_OK)
         r = print_table(&o, kinds, nk, ks, nd, res);
     if (r == CLI_OK) {
+        char summary[4096];
         printf("\nwrote ");
         cli_put_safe(stdout, path);
         printf(" and ");
-        cli_put_safe(stdout, o.out);
-        printf("/summary.csv\n");
+        cli_put_safe(stdout, cli_path_in(summary, sizeof summary, o.out, "summary.csv"));
+        printf("\n");
     }
     qkv_coref_batch_free(b);
     qkv_coref_batch_free(eb);

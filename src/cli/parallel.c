@@ -119,7 +119,7 @@ int cmd_parallel(int argc, char **argv)
         tmax = Ts[i] > tmax ? Ts[i] : tmax;
     qkv_error err = qkv_error_none();
     char path[4096];
-    snprintf(path, sizeof path, "%s/steps.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "steps.csv");
     FILE *csv = cli_csv_create(path, "model,T,threads,critical_path,nodes,ms_per_step", &err);
     if (csv == NULL)
         return cli_fail_status(err.status, "parallel: %s", err.message);

@@ -276,7 +276,7 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
 {
     char path[4096];
     qkv_error err = qkv_error_none();
-    snprintf(path, sizeof path, "%s/variance.csv", o->out);
+    cli_path_in(path, sizeof path, o->out, "variance.csv");
     FILE *f =
         cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled", &err);
     if (f == NULL)
@@ -433,10 +433,10 @@ int cmd_saturation(int argc, char **argv)
     char path[4096];
     qkv_error err = qkv_error_none();
     /* variance.csv is written after the runs: fail now if it cannot be */
-    snprintf(path, sizeof path, "%s/variance.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "variance.csv");
     if (!o.no_variance && cli_csv_check(path, &err) != QKV_OK)
         return cli_fail_status(err.status, "saturation: %s", err.message);
-    snprintf(path, sizeof path, "%s/runs.csv", o.out);
+    cli_path_in(path, sizeof path, o.out, "runs.csv");
     c.csv = cli_csv_create(path,
                            "d_k,scaled,seed,step,loss,acc,val_acc,gnorm_wq,gnorm_wk,"
                            "gnorm_wv,gnorm_scores,entropy,max_weight,jacobian,score_var",
@@ -453,13 +453,12 @@ int cmd_saturation(int argc, char **argv)
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK) {
+        char variance[4096];
         printf("\nwrote ");
-        cli_put_safe(stdout, o.out);
-        printf("/runs.csv");
+        cli_put_safe(stdout, path);
         if (!o.no_variance) {
             printf(" and ");
-            cli_put_safe(stdout, o.out);
-            printf("/variance.csv");
+            cli_put_safe(stdout, cli_path_in(variance, sizeof variance, o.out, "variance.csv"));
         }
         printf("\n");
     }
