@@ -214,11 +214,11 @@ START_TEST(test_out_of_memory_names_the_options_to_lower_not_c_functions)
          "try a smaller --batch or --distances, or fewer --jobs", 1},
         {"bptt --quiet --train-steps 0 --length 16 --batch 128 --rho 1 --out b",
          "try a smaller --batch or --length", 1},
-        /* 0: a critical path's table that cannot be allocated is
+        /* a critical path's table that could not be allocated was
          * reported as "parallel: " and nothing more */
         {"parallel --quiet --lengths 16 --batch 512 --min-time 0.001 --threads 1 --models "
          "attention --out p",
-         "try a smaller --batch or --lengths", 0},
+         "try a smaller --batch or --lengths", 1},
         {"ablate --quiet --steps 1 --eval-every 1 --seeds 1 --variants full --batch 1024 --out a",
          "try a smaller --batch or --d-k, or fewer --jobs", 1},
     };

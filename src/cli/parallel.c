@@ -156,12 +156,14 @@ int cmd_parallel(int argc, char **argv)
             qkv_rng_seed(&g, o.seed);
             qkv_seq_out out;
             size_t path_len = 0, nodes = 0;
+            qkv_status cs; /* the critical path's */
             double ms[2] = {0, 0};
             if (opt == NULL || qkv_distance_batch(b, o.batch, Ts[j] - 8, &g, &err) != QKV_OK)
                 r = cli_fail_status(err.status, "parallel: %s", err.message);
-            else if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK ||
-                     qkv_tape_critical_path(t, &path_len) != QKV_OK)
+            else if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
                 r = cli_fail_status(qkv_tape_status(t), "parallel: %s", qkv_tape_error(t));
+            else if ((cs = qkv_tape_critical_path(t, &path_len)) != QKV_OK) /* not on the tape */
+                r = cli_fail_status(cs, "parallel: the critical path: %s", qkv_status_string(cs));
             nodes = qkv_tape_nodes(t);
             for (int k = 0; k < nthreads && r == CLI_OK; k++) {
                 char status[64];
