@@ -257,17 +257,20 @@ void qkv_st_close(qkv_st *f)
     free(f);
 }
 
-/* A copy of string token i, or NULL (too long, a NUL, no memory). */
-static char *dup_string(const qkv_json *j, int i)
+/* A copy of string token i in *out: QKV_ERR_FORMAT for one too long or
+ * holding a NUL, QKV_ERR_NOMEM when the copy cannot be allocated (*out
+ * NULL for both). */
+static qkv_status dup_string(const qkv_json *j, int i, char **out)
 {
     char buf[MAX_NAME + 1];
+    *out = NULL;
     long n = qkv_json_string(j, i, buf, sizeof buf);
     if (n < 0)
-        return NULL;
-    char *s = qkv_malloc((size_t)n + 1);
-    if (s != NULL)
-        memcpy(s, buf, (size_t)n + 1);
-    return s;
+        return QKV_ERR_FORMAT;
+    if ((*out = qkv_malloc((size_t)n + 1)) == NULL)
+        return QKV_ERR_NOMEM;
+    memcpy(*out, buf, (size_t)n + 1);
+    return QKV_OK;
 }
 
 /* Reads the "__metadata__" object at token v. */
@@ -283,11 +286,14 @@ static qkv_status read_meta(qkv_st *f, const qkv_json *j, int v, qkv_error *err)
             return qkv_error_set(err, QKV_ERR_FORMAT,
                                  "%s: __metadata__ values must be strings (byte %zu)", f->label,
                                  8 + j->tok[k + 1].start);
-        f->meta[2 * m] = dup_string(j, k);
-        f->meta[2 * m + 1] = dup_string(j, k + 1);
+        qkv_status s = dup_string(j, k, &f->meta[2 * m]);
+        if (s == QKV_OK)
+            s = dup_string(j, k + 1, &f->meta[2 * m + 1]);
         f->n_meta = m + 1;
-        if (f->meta[2 * m] == NULL || f->meta[2 * m + 1] == NULL)
-            return qkv_error_set(err, QKV_ERR_FORMAT,
+        if (s == QKV_ERR_NOMEM)
+            return qkv_error_set(err, s, "%s: out of memory", f->label);
+        if (s != QKV_OK)
+            return qkv_error_set(err, s,
                                  "%s: a __metadata__ string is too long or holds a NUL (byte %zu)",
                                  f->label, 8 + j->tok[k].start);
     }
@@ -503,10 +509,12 @@ static qkv_status check_file(qkv_st *f, qkv_error *err)
             continue;
         }
         entry *e = &f->e[f->n];
-        if ((e->name = dup_string(&j, k)) == NULL) {
-            s = qkv_error_set(err, QKV_ERR_FORMAT,
-                              "%s: a tensor name is too long or holds a NUL (byte %zu)", f->label,
-                              8 + j.tok[k].start);
+        if ((s = dup_string(&j, k, &e->name)) != QKV_OK) {
+            if (s == QKV_ERR_NOMEM)
+                qkv_error_set(err, s, "%s: out of memory", f->label);
+            else
+                qkv_error_set(err, s, "%s: a tensor name is too long or holds a NUL (byte %zu)",
+                              f->label, 8 + j.tok[k].start);
             break;
         }
         f->n++;
