@@ -136,6 +136,40 @@ START_TEST(test_reductions_by_hand)
 }
 END_TEST
 
+/* Each reduction names itself when its node cannot be recorded: mean,
+ * mean_dim and the _last shorthands said "sum" or "sum_dim", the node
+ * they share a backward with, of an input another tape made. */
+START_TEST(test_reductions_name_themselves_recording_their_node)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL), *u = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1);
+    qkv_tensor *x = qkv_scale(u, w, 2); /* its gradient is u's */
+    const char *const names[] = {"sum",     "mean",     "sum_dim",  "mean_dim",
+                                 "max_dim", "sum_last", "mean_last"};
+    char want[128];
+    for (int i = 0; i < 7; i++) {
+        qkv_tape_reset(t);
+        qkv_tensor *y = i == 0   ? qkv_sum(t, x)
+                        : i == 1 ? qkv_mean(t, x)
+                        : i == 2 ? qkv_sum_dim(t, x, 0, 0)
+                        : i == 3 ? qkv_mean_dim(t, x, 0, 1)
+                        : i == 4 ? qkv_max_dim(t, x, -1, 0)
+                        : i == 5 ? qkv_sum_last(t, x)
+                                 : qkv_mean_last(t, x);
+        ck_assert(y == qkv_nil());
+        ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+        snprintf(want, sizeof want,
+                 "%s: input 0 was made on another tape, whose nodes its gradient would not "
+                 "reach",
+                 names[i]);
+        ck_assert_str_eq(qkv_tape_error(t), want);
+    }
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+    qkv_tape_free(u);
+}
+END_TEST
+
 START_TEST(test_affine_by_hand)
 {
     /* x [2,1,2]·W [2,3] + b: rows (1,2) and (3,4) of x, by hand */
@@ -648,6 +682,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_matmul_gradients_by_hand);
     tcase_add_test(tc, test_elementwise_and_broadcast_by_hand);
     tcase_add_test(tc, test_reductions_by_hand);
+    tcase_add_test(tc, test_reductions_name_themselves_recording_their_node);
     tcase_add_test(tc, test_affine_by_hand);
     tcase_add_test(tc, test_rnn_scan_by_hand);
     tcase_add_test(tc, test_rnn_scan_matches_the_unrolled_ops);

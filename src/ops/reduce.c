@@ -18,18 +18,22 @@ static void sum_backward(const qkv_node *nd)
         x->grad[i] += (qkv_real)(nd->c * dy);
 }
 
+/* One definition per op, so that an error recording its node (an input
+ * from another tape, no memory) names the op that was called. */
 static const qkv_op_def op_sum = {"sum", sum_backward, 0};
+static const qkv_op_def op_mean = {"mean", sum_backward, 0};
 
 static qkv_tensor *reduce_all(qkv_tape *t, qkv_tensor *x, int mean)
 {
-    if (!qkv_op_inputs_ok(t, mean ? "mean" : "sum", x, NULL, 0))
+    const qkv_op_def *def = mean ? &op_mean : &op_sum;
+    if (!qkv_op_inputs_ok(t, def->name, x, NULL, 0))
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, mean ? "mean" : "sum", 0, NULL, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, def->name, 0, NULL, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     double c = mean ? 1.0 / (double)x->numel : 1.0;
     out->data[0] = (qkv_real)(c * qkv_sum_real(x->data, x->numel));
-    return qkv_op_finish(t, &op_sum, out, x, NULL, c);
+    return qkv_op_finish(t, def, out, x, NULL, c);
 }
 
 qkv_tensor *qkv_sum(qkv_tape *t, qkv_tensor *x)
@@ -85,13 +89,18 @@ static void max_dim_backward(const qkv_node *nd)
 }
 
 static const qkv_op_def op_sum_dim = {"sum_dim", sum_dim_backward, 0};
+static const qkv_op_def op_mean_dim = {"mean_dim", sum_dim_backward, 0};
 static const qkv_op_def op_max_dim = {"max_dim", max_dim_backward, 0};
+static const qkv_op_def op_sum_last = {"sum_last", sum_dim_backward, 0};
+static const qkv_op_def op_mean_last = {"mean_last", sum_dim_backward, 0};
 
 typedef enum reduce_kind { SUM, MEAN, MAX } reduce_kind;
 
-static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int dim, int keepdim,
-                              reduce_kind kind)
+/* The op def's name names the op in its errors. */
+static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x, int dim,
+                              int keepdim, reduce_kind kind)
 {
+    const char *name = def->name;
     if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
         return qkv_nil();
     if (x->ndim < 1) {
@@ -136,8 +145,7 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int 
             }
         }
     int failed;
-    qkv_node *node =
-        qkv_op_record(t, kind == MAX ? &op_max_dim : &op_sum_dim, out, x, NULL, &failed);
+    qkv_node *node = qkv_op_record(t, def, out, x, NULL, &failed);
     if (failed)
         return qkv_nil();
     if (node != NULL) {
@@ -152,25 +160,25 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const char *name, qkv_tensor *x, int 
 
 qkv_tensor *qkv_sum_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 {
-    return reduce_dim(t, "sum_dim", x, dim, keepdim, SUM);
+    return reduce_dim(t, &op_sum_dim, x, dim, keepdim, SUM);
 }
 
 qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 {
-    return reduce_dim(t, "mean_dim", x, dim, keepdim, MEAN);
+    return reduce_dim(t, &op_mean_dim, x, dim, keepdim, MEAN);
 }
 
 qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 {
-    return reduce_dim(t, "max_dim", x, dim, keepdim, MAX);
+    return reduce_dim(t, &op_max_dim, x, dim, keepdim, MAX);
 }
 
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x)
 {
-    return reduce_dim(t, "sum_last", x, -1, 0, SUM);
+    return reduce_dim(t, &op_sum_last, x, -1, 0, SUM);
 }
 
 qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x)
 {
-    return reduce_dim(t, "mean_last", x, -1, 0, MEAN);
+    return reduce_dim(t, &op_mean_last, x, -1, 0, MEAN);
 }
