@@ -16,6 +16,16 @@ qkv_tensor *tensor_of(int ndim, const int *shape, const double *values, int grad
     return t;
 }
 
+void expect_another_tapes_input(qkv_tape *t, const qkv_tensor *y, const char *op)
+{
+    char want[160];
+    snprintf(want, sizeof want,
+             "%s: input 0 was made on another tape, whose nodes its gradient would not reach", op);
+    ck_assert(y == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), want);
+}
+
 /* A suite's name (as suite_create and CK_RUN_SUITE know it) and maker. */
 #define SUITE(name)         \
     {                       \

@@ -1292,6 +1292,68 @@ START_TEST(test_attention_online_errors_name_the_op)
 }
 END_TEST
 
+/* Form f of the six attention ops on x [2,3,12] or the table tab [6,12],
+ * with parts where the form has them. */
+static qkv_tensor *attention_form(qkv_tape *t, int f, qkv_tensor *x, qkv_tensor *tab)
+{
+    qkv_attention_parts parts;
+    const int ids[6] = {0, 1, 2, 3, 4, 5}, query[2] = {0, 2};
+    switch (f) {
+    case 0: return qkv_attention(t, x, x, x, NULL, 1, &parts);
+    case 1: return qkv_attention_online(t, x, x, x, NULL, 1, 1);
+    case 2: return qkv_attention_heads(t, x, 2, NULL, 1, &parts);
+    case 3: return qkv_attention_heads_online(t, x, 2, NULL, 1, 1);
+    case 4: return qkv_embed_attention(t, tab, tab, tab, ids, 2, 3, NULL, 1, &parts);
+    default: return qkv_embed_attention_rows(t, tab, tab, tab, ids, 2, 3, NULL, 1, query, &parts);
+    }
+}
+
+/* Every form names itself when its node cannot be recorded: all six said
+ * "attention" (the node they share) for an input another tape made, and
+ * "output" when memory ran out for the link to the scores or weights. */
+START_TEST(test_attention_forms_name_themselves_recording_their_node)
+{
+    static const char *const names[] = {"attention",       "attention_online",
+                                        "attention_heads", "attention_heads_online",
+                                        "embed_attention", "embed_attention_rows"};
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tensor *w = qkv_tensor_new(3, (const int[]){2, 3, 12}, 1, NULL);
+    qkv_tensor *x = qkv_scale(u, w, 1); /* its gradient is u's */
+    qkv_tensor *tab = qkv_reshape(u, x, 2, (const int[]){6, 12});
+    char want[128];
+    for (int f = 0; f < 6; f++) {
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        expect_another_tapes_input(t, attention_form(t, f, x, tab), names[f]);
+        qkv_tape_free(t);
+    }
+    /* out of memory at each point in turn: an arena of n bytes, then the
+     * next block refused; the last points are the links to the parts */
+    qkv_tensor *tw = qkv_tensor_new(2, (const int[]){6, 12}, 1, NULL);
+    for (int f = 0; f < 6; f++) {
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        ck_assert(!qkv_tensor_is_nil(attention_form(t, f, w, tw)));
+        const size_t used = qkv_tape_bytes_used(t);
+        qkv_tape_free(t);
+        snprintf(want, sizeof want, "%s: out of memory allocating ", names[f]);
+        for (size_t n = 64; n <= used; n += 64) {
+            t = qkv_tape_new(n, NULL);
+            qkv_alloc_fail_at(qkv_alloc_count() + 1);
+            qkv_tensor *o = attention_form(t, f, w, tw);
+            qkv_alloc_fail_at(0);
+            if (qkv_tape_status(t) != QKV_OK) {
+                ck_assert(o == qkv_nil());
+                ck_assert_msg(strncmp(qkv_tape_error(t), want, strlen(want)) == 0,
+                              "arena of %zu bytes: %s", n, qkv_tape_error(t));
+            }
+            qkv_tape_free(t);
+        }
+    }
+    qkv_tensor_free(w);
+    qkv_tensor_free(tw);
+    qkv_tape_free(u);
+}
+END_TEST
+
 Suite *attention_suite(void)
 {
     Suite *s = suite_create("attention");
@@ -1317,6 +1379,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_online_within_its_bound);
     tcase_add_test(tc, test_attention_online_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_online_errors_name_the_op);
+    tcase_add_test(tc, test_attention_forms_name_themselves_recording_their_node);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -47,6 +47,10 @@
         ck_assert_str_eq(qkv_tape_error(t), (message)); \
     } while (0)
 
+/* Checks that y is nil and that t's error is op's refusal of its input 0,
+ * which another tape made, by the op's own name. */
+void expect_another_tapes_input(qkv_tape *t, const qkv_tensor *y, const char *op);
+
 /* 1 (and a line saying the torch suite skipped) when QKV_PYTHON cannot
  * import torch. */
 int torch_missing(void);

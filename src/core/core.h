@@ -8,10 +8,10 @@
 #include "qkv/tape.h"
 
 /* Names op in t's error when the tape itself set it (a message beginning
- * "tape: " or "tensor: ", such as running out of memory for a tensor):
- * that prefix becomes "op: ". Any other error, or none, is left as it is.
- * For an op to call after an allocation failed, so the cost is paid only
- * then. */
+ * "tape: " or "tensor: ", such as running out of memory for a tensor, or
+ * "output: ", qkv_tape_record_output's): that prefix becomes "op: ". Any
+ * other error, or none, is left as it is. For an op to call after an
+ * allocation failed, so the cost is paid only then. */
 void qkv_tape_name_failure(qkv_tape *t, const char *op);
 
 #endif

@@ -136,7 +136,7 @@ qkv_status qkv_tape_fail(qkv_tape *t, qkv_status s, const char *fmt, ...)
 
 void qkv_tape_name_failure(qkv_tape *t, const char *op)
 {
-    static const char *const own[] = {"tape: ", "tensor: "};
+    static const char *const own[] = {"tape: ", "tensor: ", "output: "};
     if (t == NULL || t->err.status == QKV_OK || op == NULL)
         return;
     char *m = t->err.message;

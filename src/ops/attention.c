@@ -336,7 +336,26 @@ static void backward_items(void *ctx, int part, size_t b0, size_t b1)
 }
 
 static void attention_backward(const qkv_node *nd);
-static const qkv_op_def op_attention = {"attention", attention_backward, QKV_OP_CLAIMS_GRADS};
+/* One definition per form, all with the same backward, so that an error
+ * recording the node (an input from another tape, no memory) names the
+ * form that was called. */
+static const qkv_op_def op_attention[] = {
+    {"attention", attention_backward, QKV_OP_CLAIMS_GRADS},
+    {"attention_online", attention_backward, QKV_OP_CLAIMS_GRADS},
+    {"attention_heads", attention_backward, QKV_OP_CLAIMS_GRADS},
+    {"attention_heads_online", attention_backward, QKV_OP_CLAIMS_GRADS},
+    {"embed_attention", attention_backward, QKV_OP_CLAIMS_GRADS},
+    {"embed_attention_rows", attention_backward, QKV_OP_CLAIMS_GRADS},
+};
+
+/* The definition of the form called name. */
+static const qkv_op_def *attention_def(const char *name)
+{
+    for (size_t i = 1; i < sizeof op_attention / sizeof op_attention[0]; i++)
+        if (strcmp(op_attention[i].name, name) == 0)
+            return &op_attention[i];
+    return &op_attention[0];
+}
 
 /* Makes the outputs, runs the forward pass item by item and records the
  * node. q and k are the inputs (or tables) the node keeps. */
@@ -446,17 +465,19 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
             return qkv_nil();
     }
     qkv_tensor *in[3] = {q, k, r->v};
-    qkv_node *node = qkv_tape_record(t, &op_attention, out, r->width != 0 ? 1 : 3, in);
+    qkv_node *node = qkv_tape_record(t, attention_def(name), out, r->width != 0 ? 1 : 3, in);
     if (node == NULL)
         return qkv_nil();
     node->constant = r->mask;
     node->state = r;
     /* a gradient that reaches only the scores or the weights reaches the
-     * node too */
+     * node too (a link that cannot be recorded names this op, not "output") */
     if (r->scores != NULL && r->scores->grad != NULL &&
         (qkv_tape_record_output(t, r->scores, out) == NULL ||
-         qkv_tape_record_output(t, r->attn, out) == NULL))
+         qkv_tape_record_output(t, r->attn, out) == NULL)) {
+        qkv_tape_name_failure(t, name);
         return qkv_nil();
+    }
     return out;
 }
 
