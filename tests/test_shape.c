@@ -105,6 +105,15 @@ START_TEST(test_permute_moves_values_and_gradients_back)
     qkv_tape_reset(t);
     ck_assert(qkv_swapdims(t, x, 0, 3) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "swapdims: dimension 3 is out of range for [2,3,4]");
+    /* an input another tape made: swapdims names itself, not the permute
+     * it is ("permute: input 0 was made on another tape, ...") */
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tensor *o = qkv_scale(u, x, 2);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_swapdims(t, o, 0, 1), "swapdims");
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_permute(t, o, (const int[]){1, 0, 2}), "permute");
+    qkv_tape_free(u);
     qkv_tensor_free(x);
     qkv_tape_free(t);
 }

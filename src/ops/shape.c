@@ -135,10 +135,13 @@ static void permute_backward(const qkv_node *nd)
 }
 
 static const qkv_op_def op_permute = {"permute", permute_backward, QKV_OP_CLAIMS_GRADS};
+/* swapdims is a permute that names itself in its errors */
+static const qkv_op_def op_swapdims = {"swapdims", permute_backward, QKV_OP_CLAIMS_GRADS};
 
-qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
+static qkv_tensor *permute_as(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x, const int *perm)
 {
-    if (!qkv_op_inputs_ok(t, "permute", x, NULL, 0))
+    const char *name = def->name;
+    if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
         return qkv_nil();
     int seen = 0, p[QKV_MAX_DIMS], shape[QKV_MAX_DIMS];
     for (int i = 0; perm != NULL && i < x->ndim; i++) {
@@ -152,24 +155,29 @@ qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
         char sx[64];
         qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_ARG,
-                      "permute: %s: the permutation must name each of its %d dimensions once", sx,
+                      "%s: %s: the permutation must name each of its %d dimensions once", name, sx,
                       x->ndim);
         return qkv_nil();
     }
-    qkv_tensor *out = qkv_op_out(t, "permute", x->ndim, shape, x, NULL);
+    qkv_tensor *out = qkv_op_out(t, name, x->ndim, shape, x, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     permute_copy(x, x->data, NULL, out->data, p, 0);
     int failed;
-    qkv_node *n = qkv_op_record(t, &op_permute, out, x, NULL, &failed);
+    qkv_node *n = qkv_op_record(t, def, out, x, NULL, &failed);
     if (n != NULL) {
-        perm_rec *r = qkv_op_alloc(t, "permute", sizeof *r);
+        perm_rec *r = qkv_op_alloc(t, name, sizeof *r);
         if (r == NULL)
             return qkv_nil();
         memcpy(r->perm, p, sizeof r->perm);
         n->state = r;
     }
     return failed ? qkv_nil() : out;
+}
+
+qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm)
+{
+    return permute_as(t, &op_permute, x, perm);
 }
 
 qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1)
@@ -182,7 +190,7 @@ qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1)
     int perm[QKV_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++)
         perm[i] = i == a ? b : i == b ? a : i;
-    return qkv_permute(t, x, perm);
+    return permute_as(t, &op_swapdims, x, perm);
 }
 
 /* ---- concat and slice --------------------------------------------------- */
