@@ -58,6 +58,16 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     qkv_tape_reset(t);
     ck_assert(qkv_reshape(t, x, 5, (const int[]){1, 1, 1, 4, 16}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: a new shape needs 0 to 4 dimensions");
+    /* two dimensions, which a shape may have, but no sizes: the message
+     * blamed the count ("a new shape needs 0 to 4 dimensions") */
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 2, NULL) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: no new shape (NULL) for 2 dimensions");
+    qkv_tape_reset(t); /* none: a scalar, which needs no sizes */
+    ck_assert(qkv_reshape(t, x, 0, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "reshape: [4,16] has 64 values; the new shape holds another number");
     /* sizes whose product overflows: the count is wrong, not the last size
      * (the message blamed "dimension 3 ... is 65536") */
     qkv_tape_reset(t);

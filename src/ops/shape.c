@@ -15,8 +15,12 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
     char sx[64]; /* x's shape, formatted only for an error: views run every step */
     if (ndim < 0 || ndim > QKV_MAX_DIMS || (ndim > 0 && shape == NULL)) {
         qkv_shape_str(x, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s: a new shape needs 0 to %d dimensions", sx,
-                      QKV_MAX_DIMS);
+        if (ndim < 0 || ndim > QKV_MAX_DIMS)
+            qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s: a new shape needs 0 to %d dimensions", sx,
+                          QKV_MAX_DIMS);
+        else /* the count is right: the sizes are missing */
+            qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s: no new shape (NULL) for %d dimensions",
+                          sx, ndim);
         return qkv_nil();
     }
     int dims[QKV_MAX_DIMS], infer = -1;
