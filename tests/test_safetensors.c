@@ -542,10 +542,26 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
 {
     qkv_params *p = two_params();
     qkv_error err = qkv_error_none();
-    const qkv_meta_entry mine[1] = {{"qkv_crc32", "0"}};
-    ck_assert_int_eq(qkv_safetensors_save(p, path, mine, 1, &err), QKV_ERR_ARG);
-    const qkv_meta_entry bad[1] = {{"note", "\xff"}};
-    ck_assert_int_eq(qkv_safetensors_save(p, path, bad, 1, &err), QKV_ERR_ARG);
+    /* each refusal names its rule: all four said "must be UTF-8 strings,
+     * its key not starting with qkv_", which "__metadata__" and a NULL
+     * value break neither */
+    static const struct {
+        qkv_meta_entry e;
+        const char *why;
+    } refused[] = {
+        {{"qkv_crc32", "0"},
+         "metadata 0 has a key starting with qkv_, which qkv keeps for its own"},
+        {{"note", "\xff"}, "metadata 0 is not UTF-8"},
+        {{"__metadata__", "x"}, "metadata 0 has the key __metadata__, the format's own"},
+        {{"note", NULL}, "metadata 0 has no key or no value (NULL)"},
+    };
+    char want[256];
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        err = qkv_error_none();
+        ck_assert_int_eq(qkv_safetensors_save(p, path, &refused[i].e, 1, &err), QKV_ERR_ARG);
+        snprintf(want, sizeof want, "safetensors: %s; %s was left untouched", refused[i].why, path);
+        ck_assert_str_eq(err.message, want);
+    }
     ck_assert_int_eq(access(path, F_OK), -1);
     /* metadata with quotes, backslashes and Chinese survives the trip */
     const qkv_meta_entry good[2] = {{"task", "他 → \"小明\"\\"}, {"tab", "a\tb"}};

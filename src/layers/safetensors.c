@@ -143,15 +143,22 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
 {
     if (p == NULL || path == NULL || n_meta < 0 || (n_meta > 0 && meta == NULL))
         return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no parameters, path or metadata");
-    for (int i = 0; i < n_meta; i++)
-        if (meta[i].key == NULL || meta[i].value == NULL || strncmp(meta[i].key, "qkv_", 4) == 0 ||
-            strcmp(meta[i].key, "__metadata__") == 0 ||
-            !qkv_utf8_valid(meta[i].key, strlen(meta[i].key), NULL) ||
-            !qkv_utf8_valid(meta[i].value, strlen(meta[i].value), NULL))
+    for (int i = 0; i < n_meta; i++) { /* each refusal says which rule the entry breaks */
+        const char *why = NULL;
+        if (meta[i].key == NULL || meta[i].value == NULL)
+            why = "has no key or no value (NULL)";
+        else if (!qkv_utf8_valid(meta[i].key, strlen(meta[i].key), NULL) ||
+                 !qkv_utf8_valid(meta[i].value, strlen(meta[i].value), NULL))
+            why = "is not UTF-8";
+        else if (strncmp(meta[i].key, "qkv_", 4) == 0)
+            why = "has a key starting with qkv_, which qkv keeps for its own";
+        else if (strcmp(meta[i].key, "__metadata__") == 0)
+            why = "has the key __metadata__, the format's own";
+        if (why != NULL)
             return qkv_error_set(err, QKV_ERR_ARG,
-                                 "safetensors: metadata %d must be UTF-8 strings, its key not "
-                                 "starting with qkv_",
-                                 i);
+                                 "safetensors: metadata %d %s; %s was left untouched", i, why,
+                                 path);
+    }
     for (int i = 1; i < n_meta; i++) /* the reader refuses a repeated key: never write one */
         for (int j = 0; j < i; j++)
             if (strcmp(meta[i].key, meta[j].key) == 0)
