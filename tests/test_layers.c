@@ -881,6 +881,18 @@ START_TEST(test_layers_refuse_bad_shapes)
     ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
     ck_assert_int_eq(qkv_embedding_init(&emb, p, "e0", 4, 0, &err), QKV_ERR_ARG);
     ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
+    /* layers made of these name themselves and their own sizes: an FFN
+     * of no hidden width said "linear: in and out must be at least 1",
+     * a position table of no rows "embedding: n and d ..." */
+    qkv_ffn ffn0;
+    ck_assert_int_eq(qkv_ffn_init(&ffn0, p, "f0", 4, 0, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "ffn: d_model 4 and hidden 0 must be at least 1");
+    ck_assert_int_eq(qkv_ffn_init(&ffn0, p, "f0", 0, 4, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "ffn: d_model 0 and hidden 4 must be at least 1");
+    ck_assert_int_eq(qkv_positions_init(&emb, p, "pos0", 0, 4, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "positions: max_len 0 and d 4 must be at least 1");
+    ck_assert_int_eq(qkv_positions_init(&emb, p, "pos0", 8, -1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "positions: max_len 8 and d -1 must be at least 1");
     ck_assert_int_eq(qkv_params_count(p), before);
     /* a linear layer without a bias has none; one whose bias name is
      * taken adds nothing, not even its weight */

@@ -230,6 +230,9 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
     char name[128];
     if (f == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "ffn: no layer");
+    if (d_model < 1 || hidden < 1) /* its own sizes, not its linear layers' in and out */
+        return qkv_error_set(err, QKV_ERR_ARG, "ffn: d_model %d and hidden %d must be at least 1",
+                             d_model, hidden);
     const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_name(name, sizeof name, prefix, "up", err);
     if (s == QKV_OK)
@@ -314,6 +317,9 @@ qkv_status qkv_sinusoidal_positions(qkv_tensor *pe, qkv_error *err)
 qkv_status qkv_positions_init(qkv_embedding *e, qkv_params *p, const char *prefix, int max_len,
                               int d, qkv_error *err)
 {
+    if (max_len < 1 || d < 1) /* its own sizes, not the embedding's n and d */
+        return qkv_error_set(err, QKV_ERR_ARG, "positions: max_len %d and d %d must be at least 1",
+                             max_len, d);
     return qkv_embedding_init(e, p, prefix, max_len, d, err);
 }
 
