@@ -112,6 +112,9 @@ START_TEST(test_permute_moves_values_and_gradients_back)
     ck_assert(qkv_permute(t, x, (const int[]){0, 0, 1}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "permute: [2,3,4]: the permutation must name each of its 3 dimensions once");
+    qkv_tape_reset(t); /* no permutation at all says so */
+    ck_assert(qkv_permute(t, x, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "permute: [2,3,4]: no permutation (NULL)");
     qkv_tape_reset(t);
     ck_assert(qkv_swapdims(t, x, 0, 3) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "swapdims: dimension 3 is out of range for [2,3,4]");

@@ -158,9 +158,12 @@ static qkv_tensor *permute_as(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x,
     if (seen != (1 << x->ndim) - 1) {
         char sx[64];
         qkv_shape_str(x, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_ARG,
-                      "%s: %s: the permutation must name each of its %d dimensions once", name, sx,
-                      x->ndim);
+        if (perm == NULL) /* not a wrong permutation: none */
+            qkv_tape_fail(t, QKV_ERR_ARG, "%s: %s: no permutation (NULL)", name, sx);
+        else
+            qkv_tape_fail(t, QKV_ERR_ARG,
+                          "%s: %s: the permutation must name each of its %d dimensions once", name,
+                          sx, x->ndim);
         return qkv_nil();
     }
     qkv_tensor *out = qkv_op_out(t, name, x->ndim, shape, x, NULL);
