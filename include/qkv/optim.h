@@ -47,8 +47,10 @@ void qkv_optim_free(qkv_optim *o); /* accepts NULL */
 void qkv_optim_zero_grad(qkv_optim *o);
 
 /* Clips (if configured) and applies one update. Returns QKV_ERR_NUMERIC and
- * changes nothing if some gradient is NaN or infinite, and QKV_ERR_ARG for
- * a NULL optimizer. */
+ * changes nothing if some gradient is NaN or infinite, or if the sum of
+ * their squares is (in the double build, gradients of about 1e154 and
+ * more: their global norm does not fit a double), and QKV_ERR_ARG for a
+ * NULL optimizer. */
 qkv_status qkv_optim_step(qkv_optim *o);
 
 /* The global gradient norm before the last step's clipping. */
