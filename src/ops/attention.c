@@ -339,29 +339,22 @@ static void attention_backward(const qkv_node *nd);
 /* One definition per form, all with the same backward, so that an error
  * recording the node (an input from another tape, no memory) names the
  * form that was called. */
+enum { ATTN_PLAIN, ATTN_ONLINE, ATTN_HEADS, ATTN_HEADS_ONLINE, ATTN_EMBED, ATTN_EMBED_ROWS };
 static const qkv_op_def op_attention[] = {
-    {"attention", attention_backward, QKV_OP_CLAIMS_GRADS},
-    {"attention_online", attention_backward, QKV_OP_CLAIMS_GRADS},
-    {"attention_heads", attention_backward, QKV_OP_CLAIMS_GRADS},
-    {"attention_heads_online", attention_backward, QKV_OP_CLAIMS_GRADS},
-    {"embed_attention", attention_backward, QKV_OP_CLAIMS_GRADS},
-    {"embed_attention_rows", attention_backward, QKV_OP_CLAIMS_GRADS},
+    [ATTN_PLAIN] = {"attention", attention_backward, QKV_OP_CLAIMS_GRADS},
+    [ATTN_ONLINE] = {"attention_online", attention_backward, QKV_OP_CLAIMS_GRADS},
+    [ATTN_HEADS] = {"attention_heads", attention_backward, QKV_OP_CLAIMS_GRADS},
+    [ATTN_HEADS_ONLINE] = {"attention_heads_online", attention_backward, QKV_OP_CLAIMS_GRADS},
+    [ATTN_EMBED] = {"embed_attention", attention_backward, QKV_OP_CLAIMS_GRADS},
+    [ATTN_EMBED_ROWS] = {"embed_attention_rows", attention_backward, QKV_OP_CLAIMS_GRADS},
 };
-
-/* The definition of the form called name. */
-static const qkv_op_def *attention_def(const char *name)
-{
-    for (size_t i = 1; i < sizeof op_attention / sizeof op_attention[0]; i++)
-        if (strcmp(op_attention[i].name, name) == 0)
-            return &op_attention[i];
-    return &op_attention[0];
-}
 
 /* Makes the outputs, runs the forward pass item by item and records the
  * node. q and k are the inputs (or tables) the node keeps. */
-static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tensor *q,
+static qkv_tensor *attn_run(qkv_tape *t, const qkv_op_def *def, attn_rec *r, qkv_tensor *q,
                             qkv_tensor *k, int nd, const int *lead, qkv_attention_parts *parts)
 {
+    const char *name = def->name;
     int sshape[QKV_MAX_DIMS], oshape[QKV_MAX_DIMS];
     memcpy(sshape, lead, sizeof(int) * (size_t)(nd - 2));
     memcpy(oshape, lead, sizeof(int) * (size_t)(nd - 2));
@@ -465,7 +458,7 @@ static qkv_tensor *attn_run(qkv_tape *t, const char *name, attn_rec *r, qkv_tens
             return qkv_nil();
     }
     qkv_tensor *in[3] = {q, k, r->v};
-    qkv_node *node = qkv_tape_record(t, attention_def(name), out, r->width != 0 ? 1 : 3, in);
+    qkv_node *node = qkv_tape_record(t, def, out, r->width != 0 ? 1 : 3, in);
     if (node == NULL)
         return qkv_nil();
     node->constant = r->mask;
@@ -565,11 +558,12 @@ static attn_rec *new_rec(qkv_tape *t, const char *name, qkv_tensor *v, const qkv
     return r;
 }
 
-/* qkv_attention and qkv_attention_online, by name. */
-static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, int causal,
+/* qkv_attention and qkv_attention_online, by their op's definition. */
+static qkv_tensor *attention_plain(qkv_tape *t, const qkv_op_def *def, int online, int causal,
                                    qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                                    const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
 {
+    const char *name = def->name;
     if (!attn_inputs_ok(t, name, q, k, v, mask, parts))
         return qkv_nil();
     if (!attn_shapes_ok(q, k, v)) {
@@ -590,27 +584,29 @@ static qkv_tensor *attention_plain(qkv_tape *t, const char *name, int online, in
     r->dv = v->shape[nd - 1];
     r->online = online;
     r->causal = causal;
-    return attn_run(t, name, r, q, k, nd, q->shape, parts);
+    return attn_run(t, def, r, q, k, nd, q->shape, parts);
 }
 
 qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                           const qkv_tensor *mask, double scale, qkv_attention_parts *parts)
 {
-    return attention_plain(t, "attention", 0, 0, q, k, v, mask, scale, parts);
+    return attention_plain(t, &op_attention[ATTN_PLAIN], 0, 0, q, k, v, mask, scale, parts);
 }
 
 qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                                  const qkv_tensor *mask, double scale, int causal)
 {
-    return attention_plain(t, "attention_online", 1, causal != 0, q, k, v, mask, scale, NULL);
+    return attention_plain(t, &op_attention[ATTN_ONLINE], 1, causal != 0, q, k, v, mask, scale,
+                           NULL);
 }
 
 /* qkv_embed_attention, and with rows set its rows form (query rows). */
-static qkv_tensor *embed_attention(qkv_tape *t, const char *name, qkv_tensor *wq, qkv_tensor *wk,
-                                   qkv_tensor *wv, const int *ids, int B, int T,
+static qkv_tensor *embed_attention(qkv_tape *t, const qkv_op_def *def, qkv_tensor *wq,
+                                   qkv_tensor *wk, qkv_tensor *wv, const int *ids, int B, int T,
                                    const qkv_tensor *mask, double scale, int rows_form,
                                    const int *query, qkv_attention_parts *parts)
 {
+    const char *name = def->name;
     if (!attn_inputs_ok(t, name, wq, wk, wv, mask, parts))
         return qkv_nil();
     if (rows_form && query == NULL) {
@@ -648,30 +644,32 @@ static qkv_tensor *embed_attention(qkv_tape *t, const char *name, qkv_tensor *wq
     r->tq = r->tk = T;
     r->dk = wq->shape[1];
     r->dv = wv->shape[1];
-    return attn_run(t, name, r, wq, wk, 3, (const int[]){B}, parts);
+    return attn_run(t, def, r, wq, wk, 3, (const int[]){B}, parts);
 }
 
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
                                 const int *ids, int B, int T, const qkv_tensor *mask, double scale,
                                 qkv_attention_parts *parts)
 {
-    return embed_attention(t, "embed_attention", wq, wk, wv, ids, B, T, mask, scale, 0, NULL,
-                           parts);
+    return embed_attention(t, &op_attention[ATTN_EMBED], wq, wk, wv, ids, B, T, mask, scale, 0,
+                           NULL, parts);
 }
 
 qkv_tensor *qkv_embed_attention_rows(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
                                      const int *ids, int B, int T, const qkv_tensor *mask,
                                      double scale, const int *query, qkv_attention_parts *parts)
 {
-    return embed_attention(t, "embed_attention_rows", wq, wk, wv, ids, B, T, mask, scale, 1, query,
-                           parts);
+    return embed_attention(t, &op_attention[ATTN_EMBED_ROWS], wq, wk, wv, ids, B, T, mask, scale, 1,
+                           query, parts);
 }
 
-/* qkv_attention_heads and qkv_attention_heads_online, by name. */
-static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, int causal,
+/* qkv_attention_heads and qkv_attention_heads_online, by their op's
+ * definition. */
+static qkv_tensor *attention_heads(qkv_tape *t, const qkv_op_def *def, int online, int causal,
                                    qkv_tensor *x, int heads, const qkv_tensor *mask, double scale,
                                    qkv_attention_parts *parts)
 {
+    const char *name = def->name;
     if (!attn_inputs_ok(t, name, x, x, x, mask, parts))
         return qkv_nil();
     if (x->ndim != 3 || heads < 1 || x->shape[2] % 3 != 0 || (x->shape[2] / 3) % heads != 0) {
@@ -691,18 +689,18 @@ static qkv_tensor *attention_heads(qkv_tape *t, const char *name, int online, in
     r->dk = r->dv = r->width / heads;
     r->online = online;
     r->causal = causal;
-    return attn_run(t, name, r, x, x, 4, (const int[]){B, heads}, parts);
+    return attn_run(t, def, r, x, x, 4, (const int[]){B, heads}, parts);
 }
 
 qkv_tensor *qkv_attention_heads(qkv_tape *t, qkv_tensor *x, int heads, const qkv_tensor *mask,
                                 double scale, qkv_attention_parts *parts)
 {
-    return attention_heads(t, "attention_heads", 0, 0, x, heads, mask, scale, parts);
+    return attention_heads(t, &op_attention[ATTN_HEADS], 0, 0, x, heads, mask, scale, parts);
 }
 
 qkv_tensor *qkv_attention_heads_online(qkv_tape *t, qkv_tensor *x, int heads,
                                        const qkv_tensor *mask, double scale, int causal)
 {
-    return attention_heads(t, "attention_heads_online", 1, causal != 0, x, heads, mask, scale,
-                           NULL);
+    return attention_heads(t, &op_attention[ATTN_HEADS_ONLINE], 1, causal != 0, x, heads, mask,
+                           scale, NULL);
 }
