@@ -130,9 +130,7 @@ static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const ch
     if (qkv_distance_batch(c->batch, c->o->batch, c->k, &g, &err) != QKV_OK ||
         qkv_seq_forward(m, c->tape, c->batch, &out) != QKV_OK ||
         qkv_backward(c->tape, out.loss) != QKV_OK) {
-        *rc = cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(c->tape),
-                              "bptt: %s",
-                              err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+        *rc = cli_fail_step("bptt", &err, c->tape);
         return NAN;
     }
     const int p = c->batch->query[0]; /* every sentence has its pronoun here */
@@ -189,9 +187,7 @@ static int train(bptt_ctx *c, qkv_seq_model *m)
         if (st == QKV_ERR_NUMERIC)
             break;
         if (st != QKV_OK)
-            rc = cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(c->tape),
-                                 "bptt: %s",
-                                 err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+            rc = cli_fail_step("bptt", &err, c->tape);
     }
     qkv_optim_free(opt);
     return rc;

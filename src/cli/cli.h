@@ -124,6 +124,11 @@ int cli_fail_status(qkv_status status, const char *fmt, ...)
 #endif
     ;
 
+/* The failure of a step that reports through err or, when err holds
+ * none, through the tape t: "what: <message>" with the status of
+ * whichever holds it (cli_fail_status). */
+int cli_fail_step(const char *what, const qkv_error *err, const qkv_tape *t);
+
 /* Prints "qkv: <message>" and a hint to run --help; returns CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)

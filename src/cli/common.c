@@ -85,6 +85,13 @@ int cli_fail_status(qkv_status status, const char *fmt, ...)
     return CLI_FAIL;
 }
 
+int cli_fail_step(const char *what, const qkv_error *err, const qkv_tape *t)
+{
+    if (err->status != QKV_OK)
+        return cli_fail_status(err->status, "%s: %s", what, err->message);
+    return cli_fail_status(qkv_tape_status(t), "%s: %s", what, qkv_tape_error(t));
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;

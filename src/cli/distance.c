@@ -102,9 +102,9 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
             break; /* evaluated as it stands, and said in the table */
         }
         if (s != QKV_OK) {
-            rc = cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(t),
-                                 "distance: %s: %s", qkv_seq_name(kind),
-                                 err.status != QKV_OK ? err.message : qkv_tape_error(t));
+            char what[64];
+            snprintf(what, sizeof what, "distance: %s", qkv_seq_name(kind));
+            rc = cli_fail_step(what, &err, t);
             break;
         }
         if (r->steps90 < 0 && (step % o->eval_every == 0 || step == o->steps)) {

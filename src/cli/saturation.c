@@ -137,11 +137,8 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
      * diverges is reported as such, not as a failure */
     qkv_status s = qkv_coref_fit(m, opt, c->tape, c->batch, &c->data, o->steps, seed + 1, log_step,
                                  &run, NULL, &err);
-    int rc = s == QKV_OK || s == QKV_ERR_NUMERIC
-                 ? CLI_OK
-                 : cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(c->tape),
-                                   "saturation: %s",
-                                   err.status != QKV_OK ? err.message : qkv_tape_error(c->tape));
+    int rc =
+        s == QKV_OK || s == QKV_ERR_NUMERIC ? CLI_OK : cli_fail_step("saturation", &err, c->tape);
     qkv_coref_eval te;
     if (rc == CLI_OK && qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test,
                                            0, &te) != QKV_OK)

@@ -138,9 +138,7 @@ static int trainer_run(trainer *tr, const train_opts *o)
                         err.message, o->save, o->log);
     }
     if (s != QKV_OK)
-        return cli_fail_status(err.status != QKV_OK ? err.status : qkv_tape_status(tr->tape),
-                               "train: %s",
-                               err.status != QKV_OK ? err.message : qkv_tape_error(tr->tape));
+        return cli_fail_step("train", &err, tr->tape);
     return CLI_OK;
 }
 
