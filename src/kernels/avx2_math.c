@@ -100,12 +100,11 @@ QKV_ALWAYS_INLINE __m256 scale8(__m256 p, __m256 t)
 /* e^r - 1 = r + r²·Q(r) for |r| <= ln2/2 (plus a rounding error of lo). */
 QKV_ALWAYS_INLINE __m256 expm1_poly8(__m256 r)
 {
-    __m256 q = _mm256_fmadd_ps(SET1(VM_EXP_Q5), r, SET1(VM_EXP_Q4));
-    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q3));
-    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q2));
-    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q1));
-    q = _mm256_fmadd_ps(q, r, SET1(VM_EXP_Q0));
-    return _mm256_fmadd_ps(q, _mm256_mul_ps(r, r), r);
+    __m256 r2 = _mm256_mul_ps(r, r);
+    __m256 p01 = _mm256_fmadd_ps(SET1(VM_EXP_Q1), r, SET1(VM_EXP_Q0));
+    __m256 p23 = _mm256_fmadd_ps(SET1(VM_EXP_Q3), r, SET1(VM_EXP_Q2));
+    __m256 q = _mm256_fmadd_ps(_mm256_fmadd_ps(SET1(VM_EXP_Q4), r2, p23), r2, p01);
+    return _mm256_fmadd_ps(q, r2, r);
 }
 
 /* e^(x + lo) = p·2^t for x in [-150, 89] (or NaN) and |lo| well below

@@ -45,12 +45,11 @@ QKV_ALWAYS_INLINE __m512 with_sign16(__m512 y, __m512 x)
 /* e^r - 1 = r + r²·Q(r) for |r| <= ln2/2 (plus a rounding error of lo). */
 QKV_ALWAYS_INLINE __m512 expm1_poly16(__m512 r)
 {
-    __m512 q = _mm512_fmadd_ps(SET1(VM_EXP_Q5), r, SET1(VM_EXP_Q4));
-    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q3));
-    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q2));
-    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q1));
-    q = _mm512_fmadd_ps(q, r, SET1(VM_EXP_Q0));
-    return _mm512_fmadd_ps(q, _mm512_mul_ps(r, r), r);
+    __m512 r2 = _mm512_mul_ps(r, r);
+    __m512 p01 = _mm512_fmadd_ps(SET1(VM_EXP_Q1), r, SET1(VM_EXP_Q0));
+    __m512 p23 = _mm512_fmadd_ps(SET1(VM_EXP_Q3), r, SET1(VM_EXP_Q2));
+    __m512 q = _mm512_fmadd_ps(_mm512_fmadd_ps(SET1(VM_EXP_Q4), r2, p23), r2, p01);
+    return _mm512_fmadd_ps(q, r2, r);
 }
 
 /* e^(x + lo) = p·2^t for x in [-150, 89] (or NaN) and |lo| well below
