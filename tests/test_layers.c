@@ -60,7 +60,17 @@ START_TEST(test_a_list_holds_named_parameters)
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "\xff", 1, (const int[]){1}, ZEROS, &err)));
     ck_assert_int_eq(err.status, QKV_ERR_ARG);
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "neg", 1, (const int[]){-1}, ZEROS, &err)));
-    ck_assert_int_eq(qkv_params_count(p), 3);
+    /* __metadata__ is safetensors' key for metadata: a parameter of that
+     * name was added, and only saving refused it */
+    err = qkv_error_none();
+    ck_assert(
+        qkv_tensor_is_nil(qkv_params_add(p, "__metadata__", 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "params: '__metadata__' is the key safetensors keeps for "
+                                  "metadata, not a parameter name");
+    ck_assert(
+        !qkv_tensor_is_nil(qkv_params_add(p, "__metadata", 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert_int_eq(qkv_params_count(p), 4);
     /* names of 127 bytes fit; 128 do not (the name buffer holds 127 and a NUL) */
     {
         char name[130];

@@ -63,13 +63,14 @@ qkv_params *qkv_params_new_abi(unsigned abi, uint64_t seed, qkv_error *err);
 void qkv_params_free(qkv_params *p);
 
 /* Adds a parameter with a gradient buffer, initialised by init, and
- * returns it (owned by the list: qkv_tensor_free ignores it). Its name (at most 127 bytes of UTF-8,
- * unique in the list, e.g. "block0.attn.qkv.weight") is how safetensors
- * files know it. It gets weight decay when it has two or more dimensions
- * (weights and embeddings), and none otherwise (biases, norm gains), as
- * GPT-2 trains; qkv_params_set_decay changes that. Returns the nil tensor
- * with the reason in err for a bad name or shape, a duplicate name, or no
- * memory. */
+ * returns it (owned by the list: qkv_tensor_free ignores it). Its name
+ * (at most 127 bytes of UTF-8, unique in the list, e.g.
+ * "block0.attn.qkv.weight") is how safetensors files know it, so it may
+ * not be "__metadata__", the format's key for metadata. It gets weight
+ * decay when it has two or more dimensions (weights and embeddings), and
+ * none otherwise (biases, norm gains), as GPT-2 trains;
+ * qkv_params_set_decay changes that. Returns the nil tensor with the
+ * reason in err for a bad name or shape, a duplicate name, or no memory. */
 qkv_tensor *qkv_params_add(qkv_params *p, const char *name, int ndim, const int *shape,
                            qkv_init init, qkv_error *err);
 

@@ -46,10 +46,11 @@ typedef struct qkv_meta_entry {
  * metadata besides qkv's own (keys and values UTF-8; keys may not start
  * with "qkv_", be "__metadata__", nor repeat: QKV_ERR_ARG).
  * Refuses a parameter with a value that is not finite (QKV_ERR_NUMERIC),
- * a header the reader would refuse (a repeated key, a parameter named
- * __metadata__, over QKV_SAFETENSORS_MAX_HEADER: QKV_ERR_ARG) and a path that exists and is
- * not a regular file, leaving the old file as it was; QKV_ERR_IO and the
- * reason in err for other failures. */
+ * a header the reader would refuse (a repeated key, over
+ * QKV_SAFETENSORS_MAX_HEADER: QKV_ERR_ARG; no parameter is named
+ * __metadata__, which qkv_params_add refuses) and a path that exists and
+ * is not a regular file, leaving the old file as it was; QKV_ERR_IO and
+ * the reason in err for other failures. */
 qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv_meta_entry *meta,
                                 int n_meta, qkv_error *err);
 

@@ -143,6 +143,12 @@ qkv_tensor *qkv_params_add(qkv_params *p, const char *name, int ndim, const int 
                       NAME_MAX_BYTES);
         return qkv_nil();
     }
+    if (strcmp(name, "__metadata__") == 0) { /* safetensors could not save it */
+        qkv_error_set(err, QKV_ERR_ARG,
+                      "params: '__metadata__' is the key safetensors keeps for metadata, "
+                      "not a parameter name");
+        return qkv_nil();
+    }
     if (qkv_params_get(p, name) != NULL) {
         qkv_error_set(err, QKV_ERR_ARG, "params: '%s' is already in the list", name);
         return qkv_nil();

@@ -169,11 +169,6 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
     for (int i = 0; i < qkv_params_count(p); i++) {
         const char *name;
         const qkv_tensor *t = qkv_params_at(p, i, &name);
-        if (strcmp(name, "__metadata__") == 0) /* a second key of that name: a repeat */
-            return qkv_error_set(err, QKV_ERR_ARG,
-                                 "safetensors: parameter %d is named __metadata__, the key the "
-                                 "format keeps for metadata; %s was left untouched",
-                                 i, path);
         for (size_t j = 0; j < t->numel; j++)
             if (!isfinite(t->data[j]))
                 return qkv_error_set(err, QKV_ERR_NUMERIC,
