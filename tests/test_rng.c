@@ -103,6 +103,25 @@ START_TEST(test_shuffle_matches_cpython)
 }
 END_TEST
 
+/* Each function took a NULL generator and read through it. rng.h: they
+ * draw nothing; seed and shuffle do nothing, the rest return 0. */
+START_TEST(test_a_null_generator_draws_nothing)
+{
+    qkv_rng_seed(NULL, 42);
+    ck_assert_uint_eq(qkv_rng_u32(NULL), 0);
+    ck_assert(qkv_rng_random(NULL) == 0);
+    ck_assert(qkv_rng_normalvariate(NULL, 5, 2) == 0);
+    ck_assert_uint_eq(qkv_rng_getrandbits(NULL, 8), 0);
+    ck_assert_uint_eq(qkv_rng_getrandbits(NULL, 64), 0);
+    ck_assert_uint_eq(qkv_rng_below(NULL, 10), 0);
+    ck_assert_uint_eq(qkv_rng_choice(NULL, 10), 0);
+    int deck[5] = {0, 1, 2, 3, 4};
+    qkv_rng_shuffle(NULL, deck, 5, sizeof deck[0]);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(deck[i], i);
+}
+END_TEST
+
 Suite *rng_suite(void)
 {
     Suite *s = suite_create("rng");
@@ -113,6 +132,7 @@ Suite *rng_suite(void)
     tcase_add_test(tc, test_getrandbits_and_randbelow_match_cpython);
     tcase_add_test(tc, test_wide_getrandbits_and_randbelow_match_cpython);
     tcase_add_test(tc, test_shuffle_matches_cpython);
+    tcase_add_test(tc, test_a_null_generator_draws_nothing);
     suite_add_tcase(s, tc);
     return s;
 }

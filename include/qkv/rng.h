@@ -6,6 +6,9 @@
  * getrandbits(k<=64), and the helpers below return exactly what CPython 3
  * returns for the same seed and the same sequence of calls. This is what
  * lets `qkv demo` reproduce the tutorial's Python numbers.
+ *
+ * Every function accepts a NULL generator and then draws nothing:
+ * qkv_rng_seed and qkv_rng_shuffle do nothing, and the others return 0.
  */
 #ifndef QKV_RNG_H
 #define QKV_RNG_H

@@ -56,6 +56,8 @@ void qkv_rng_seed(qkv_rng *r, uint64_t seed)
     /* CPython splits |n| into 32-bit words, least significant first, and
      * keeps at least one word (so 0 seeds with the key [0]). */
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    if (r == NULL)
+        return;
     init_by_array(r, key, key[1] ? 2 : 1);
 }
 
@@ -63,6 +65,8 @@ uint32_t qkv_rng_u32(qkv_rng *r)
 {
     static const uint32_t mag01[2] = {0u, MATRIX_A};
     uint32_t y;
+    if (r == NULL)
+        return 0;
     if (r->mti >= QKV_MT_N) {
         int kk;
         for (kk = 0; kk < QKV_MT_N - MT_M; kk++) {
@@ -95,6 +99,8 @@ double qkv_rng_normalvariate(qkv_rng *r, double mu, double sigma)
 {
     const double magic = 4 * exp(-0.5) / sqrt(2.0);
     double z;
+    if (r == NULL) /* not mu: a NULL generator draws nothing, and gives 0 */
+        return 0;
     for (;;) {
         double u1 = qkv_rng_random(r);
         double u2 = 1.0 - qkv_rng_random(r);
@@ -107,7 +113,7 @@ double qkv_rng_normalvariate(qkv_rng *r, double mu, double sigma)
 
 uint64_t qkv_rng_getrandbits(qkv_rng *r, int k)
 {
-    if (k < 1 || k > 64)
+    if (r == NULL || k < 1 || k > 64)
         return 0;
     if (k <= 32)
         return qkv_rng_u32(r) >> (32 - k);
@@ -119,7 +125,7 @@ uint64_t qkv_rng_getrandbits(qkv_rng *r, int k)
 
 uint64_t qkv_rng_below(qkv_rng *r, uint64_t n)
 {
-    if (n == 0)
+    if (r == NULL || n == 0)
         return 0;
     int k = 0;
     while (k < 64 && (n >> k) != 0)
@@ -146,7 +152,7 @@ static void swap_bytes(unsigned char *a, unsigned char *b, size_t size)
 void qkv_rng_shuffle(qkv_rng *r, void *base, size_t n, size_t size)
 {
     unsigned char *p = base;
-    if (p == NULL || size == 0 || n < 2)
+    if (r == NULL || p == NULL || size == 0 || n < 2)
         return;
     for (size_t i = n - 1; i > 0; i--) {
         size_t j = qkv_rng_below(r, (uint64_t)i + 1);
