@@ -170,6 +170,31 @@ START_TEST(test_grad_compare_uses_the_floor_and_fails_on_nan)
 }
 END_TEST
 
+/* A NULL result or array was read through. gradcheck.h: a NULL res does
+ * nothing; a NULL array compares nothing and fails, as a NaN does, and
+ * stays failed when good entries are folded in after it. */
+START_TEST(test_grad_compare_takes_null_arguments)
+{
+    const qkv_real a[1] = {1.0f};
+    const double n[1] = {1.0};
+    qkv_grad_compare(a, n, 1, 0.01, 0.02, NULL);
+    for (int which = 0; which < 2; which++) {
+        qkv_gradcheck_result res = {0};
+        qkv_grad_compare(which ? a : NULL, which ? NULL : n, 1, 0.01, 0.02, &res);
+        ck_assert(!res.passed);
+        ck_assert(res.max_abs == INFINITY && res.max_rel == INFINITY);
+        ck_assert_uint_eq(res.checked, 0);
+        qkv_grad_compare(a, n, 1, 0.01, 0.02, &res);
+        ck_assert(!res.passed);
+        ck_assert_uint_eq(res.checked, 1);
+    }
+    /* nothing to compare needs no arrays */
+    qkv_gradcheck_result res = {0};
+    qkv_grad_compare(NULL, NULL, 0, 0.01, 0.02, &res);
+    ck_assert(res.passed && res.checked == 0);
+}
+END_TEST
+
 START_TEST(test_gradcheck_reports_loss_errors)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -230,6 +255,7 @@ Suite *gradcheck_suite(void)
     tcase_add_test(tc, test_gradcheck_catches_a_wrong_gradient);
     tcase_add_test(tc, test_gradcheck_restores_the_grad_setting);
     tcase_add_test(tc, test_grad_compare_uses_the_floor_and_fails_on_nan);
+    tcase_add_test(tc, test_grad_compare_takes_null_arguments);
     tcase_add_test(tc, test_gradcheck_reports_loss_errors);
     tcase_add_test(tc, test_gradcheck_refuses_bad_arguments);
     suite_add_tcase(s, tc);

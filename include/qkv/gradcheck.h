@@ -45,7 +45,9 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **pa
                          double step, double floor, double tol, qkv_gradcheck_result *res);
 
 /* Compares two gradient arrays entry by entry with the metric above and
- * folds the result into *res (which the caller zeroes first). */
+ * folds the result into *res (which the caller zeroes first). A NULL res
+ * does nothing; a NULL array with n > 0 compares nothing and fails *res
+ * (max_abs and max_rel infinite, as a NaN entry makes them). */
 void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n, double floor,
                       double tol, qkv_gradcheck_result *res);
 
