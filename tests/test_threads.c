@@ -46,6 +46,41 @@ START_TEST(test_parts_follow_threads_work_and_size)
 }
 END_TEST
 
+/* QKV_THREADS was read with strtol, which skips leading spaces and takes
+ * a sign: " 2" and "+2" ran on 2 threads, where qkv refuses them. The
+ * library now takes what qkv takes and falls back to 1 on the rest. */
+START_TEST(test_qkv_threads_takes_digits_alone)
+{
+    static const struct {
+        const char *value;
+        int threads;
+    } cases[] = {
+        {"2", 2},
+        {"64", 64},
+        {"02", 2},
+        {" 2", 1},
+        {"2 ", 1},
+        {"\t2", 1},
+        {"2\n", 1},
+        {"+2", 1},
+        {"-2", 1},
+        {"2x", 1},
+        {"0x2", 1},
+        {"0", 1},
+        {"65", 1},
+        {"", 1},
+        {" ", 1},
+        {"abc", 1},
+        {"99999999999999999999", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ck_assert_msg(qkv_threads_from_env(cases[i].value) == cases[i].threads,
+                      "QKV_THREADS='%s': %d threads, expected %d", cases[i].value,
+                      qkv_threads_from_env(cases[i].value), cases[i].threads);
+    ck_assert_int_eq(qkv_threads_from_env(NULL), 1);
+}
+END_TEST
+
 /* Part p owns [n·p/parts, n·(p+1)/parts); every index runs once. */
 START_TEST(test_every_index_runs_once_in_its_part)
 {
@@ -185,6 +220,7 @@ Suite *threads_suite(void)
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_parts_follow_threads_work_and_size);
+    tcase_add_test(tc, test_qkv_threads_takes_digits_alone);
     tcase_add_test(tc, test_every_index_runs_once_in_its_part);
     tcase_add_test(tc, test_many_jobs_in_a_row);
     tcase_add_test(tc, test_a_call_inside_a_job_runs_on_its_caller);

@@ -27,7 +27,8 @@ qkv_status qkv_kernels_use(const char *name, qkv_error *err);
 const char *qkv_kernels_name(void);
 
 /* Threads for batched work (the items of the attention ops): n from 1 to
- * 64. The default is 1, or the environment variable QKV_THREADS. Work is
+ * 64. The default is the environment variable QKV_THREADS when it is such
+ * an n in digits alone (no sign, no spaces), else 1. Work is
  * split only where each thread gets enough of it, so tiny steps stay on one
  * thread. Every result is the same, bit for bit, for any thread count: each
  * thread does whole, independent pieces, and pieces that add into one

@@ -192,15 +192,21 @@ qkv_status qkv_threads_use(int n, qkv_error *err)
     return QKV_OK;
 }
 
+int qkv_threads_from_env(const char *s)
+{
+    /* digits alone: strtol would skip leading spaces and take a sign */
+    size_t n = s != NULL ? strspn(s, "0123456789") : 0;
+    if (n == 0 || s[n] != '\0')
+        return 1;
+    long v = strtol(s, NULL, 10); /* LONG_MAX on overflow: out of range */
+    return v >= 1 && v <= MAX_THREADS ? (int)v : 1;
+}
+
 int qkv_threads(void)
 {
     pthread_mutex_lock(&pool.lock);
-    if (pool.want == 0) { /* first use: QKV_THREADS, else 1 */
-        const char *env = getenv("QKV_THREADS");
-        char *end;
-        long v = env != NULL ? strtol(env, &end, 10) : 1;
-        pool.want = env != NULL && *end == '\0' && v >= 1 && v <= MAX_THREADS ? (int)v : 1;
-    }
+    if (pool.want == 0) /* first use */
+        pool.want = qkv_threads_from_env(getenv("QKV_THREADS"));
     int n = pool.want;
     pthread_mutex_unlock(&pool.lock);
     return n;

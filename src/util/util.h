@@ -160,4 +160,10 @@ void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, voi
  * fewer if a thread cannot be started). */
 int qkv_parallel_parts(size_t n, size_t work, int max_parts);
 
+/* The thread count a value of QKV_THREADS asks for (runtime.h): a whole
+ * number from 1 to 64 in digits alone, as the qkv program's options take
+ * it, or else 1 (NULL, empty, a sign, spaces, anything after the digits,
+ * out of range). */
+int qkv_threads_from_env(const char *s);
+
 #endif
