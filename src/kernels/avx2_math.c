@@ -181,16 +181,18 @@ QKV_ALWAYS_INLINE __m256 tanh8(__m256 x)
     return _mm256_or_ps(y, _mm256_and_ps(x, sign8()));
 }
 
-/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid: with z = e^-|x|,
- * 1/(1 + z) for x >= 0 and z/(1 + z) below (z subnormal from x < -87.3
- * on, where 1 + z is 1: rounded twice, within an ulp of a subnormal). */
+/* σ(x) = 1/(1 + e^-x) = s/(s + p), as sigmoid16 computes it (the same
+ * bits: scale8 of 1 is 2^t rounded once, as scalef gives it). */
 QKV_ALWAYS_INLINE __m256 sigmoid8(__m256 x)
 {
-    __m256 w = _mm256_max_ps(SET1(VM_EXP_LO), neg_abs8(x)); /* -|x|; e^-0 is e^0 */
-    __m256 t, p = exp_parts8(w, NULL, &t);
-    __m256 z = scale8(p, t);
-    __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
-    return _mm256_div_ps(pick8(neg, SET1(1.0f), z), _mm256_add_ps(SET1(1.0f), z));
+    x = _mm256_min_ps(SET1(VM_SIGMOID_HI), _mm256_max_ps(SET1(VM_EXP_LO), x));
+    __m256 t = _mm256_round_ps(_mm256_mul_ps(x, SET1(VM_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* -r = (t·ln2 - x), its first part exact */
+    __m256 nr = _mm256_fmadd_ps(t, SET1(VM_LN2_LO), _mm256_fmsub_ps(t, SET1(VM_LN2_HI), x));
+    __m256 p = _mm256_add_ps(SET1(1.0f), expm1_poly8(nr));
+    __m256 s = scale8(SET1(1.0f), t);
+    return _mm256_div_ps(s, _mm256_add_ps(s, p));
 }
 
 /* v = x·K2·(1 + C·x²) as *hi + *lo, in float with the error-free products

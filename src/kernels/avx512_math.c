@@ -120,16 +120,19 @@ QKV_ALWAYS_INLINE __m512 tanh16(__m512 x)
     return with_sign16(_mm512_div_ps(e, _mm512_add_ps(e, SET1(2.0f))), x);
 }
 
-/* σ(x) = 1/(1 + e^-x), with the edges of qkv_vsigmoid: with z = e^-|x|,
- * 1/(1 + z) for x >= 0 and z/(1 + z) below (z subnormal from x < -87.3
- * on, where 1 + z is 1: rounded twice, within an ulp of a subnormal). */
+/* σ(x) = 1/(1 + e^-x) = s/(s + p), with the edges of qkv_vsigmoid: x
+ * clamped to [VM_EXP_LO, VM_SIGMOID_HI] (NaN stays), t = round(x·log2 e),
+ * s = 2^t and e^-x = p·2^-t (vmath.h). */
 QKV_ALWAYS_INLINE __m512 sigmoid16(__m512 x)
 {
-    __m512 w = _mm512_max_ps(SET1(VM_EXP_LO), neg_abs16(x)); /* -|x|; e^-0 is e^0 */
-    __m512 t, p = exp_parts16(w, NULL, &t);
-    __m512 z = _mm512_scalef_ps(p, t);
-    __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ); /* or NaN */
-    return _mm512_div_ps(_mm512_mask_mov_ps(SET1(1.0f), neg, z), _mm512_add_ps(SET1(1.0f), z));
+    x = _mm512_min_ps(SET1(VM_SIGMOID_HI), _mm512_max_ps(SET1(VM_EXP_LO), x));
+    __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(x, SET1(VM_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* -r = (t·ln2 - x), its first part exact */
+    __m512 nr = _mm512_fmadd_ps(t, SET1(VM_LN2_LO), _mm512_fmsub_ps(t, SET1(VM_LN2_HI), x));
+    __m512 p = _mm512_add_ps(SET1(1.0f), expm1_poly16(nr));
+    __m512 s = _mm512_scalef_ps(SET1(1.0f), t);
+    return _mm512_div_ps(s, _mm512_add_ps(s, p));
 }
 
 /* v = x·K2·(1 + C·x²) as *hi + *lo, in float with the error-free products

@@ -21,9 +21,15 @@
  *          beyond. Over every float in [-10, 10] the worst error stays
  *          2.42 ulp, and the map is 8 to 10% faster (one FMA of about 21
  *          operations a register, in a map bound by its FMA ports).
- *   sigmoid  z = e^(-|x|): 1/(1 + z) for x >= 0, z/(1 + z) below (a
- *          subnormal z, from x < -87.3 on, is rounded twice: within an ulp
- *          of the smallest subnormal).
+ *   sigmoid  x = t·ln2 + r as for exp, so e^-x = p·2^-t with p = e^-r
+ *          (-r formed directly, as t·ln2 - x) and σ(x) = s/(s + p) with
+ *          s = 2^t exact: one formula for every x, no select. A subnormal result
+ *          is rounded once, by the division (s is exact down to 2^-149;
+ *          from t = -150 on it is 0, where σ is below 0.71·2^-149).
+ *          Against the form it replaced, z = e^-|x| and 1/(1 + z) or
+ *          z/(1 + z) by the sign: no compare and select, and s apart from
+ *          p's chain; 10% less time on 1M floats, worst error 2.48 ulp
+ *          (it was 2.40) and 0.98 ulp of a subnormal (0.75).
  *   gelu   x·σ(v) with v = 2√(2/π)·(x + 0.044715·x³), which is the tanh form
  *          without its cancellation (1 + tanh(v/2) = 2σ(v)). σ(v) is e^v
  *          for v << 0, and an error in v is an error in e^v (at v = -87, a
@@ -35,7 +41,7 @@
  *          are below 2^-44 of v. K2 and C are split into float pairs. Its
  *          derivative is σ(v)·(1 + x·σ(-v)·K2·(1 + 3C·x²)) from the same σ.
  * Each quotient is one division. These maps are bound by arithmetic, not
- * memory (about 13 vector operations for exp, 19 for tanh and sigmoid),
+ * memory (about 13 vector operations for exp, 19 for tanh, 16 for sigmoid),
  * so they spend no operation on a last half-ulp: tests/test_kernels.c
  * holds them to a few ulp, the bounds there.
  * Q has degree 4: a minimax fit of the relative error of r + r²·Q(r)
@@ -68,6 +74,10 @@
  * overflows to inf. */
 #define VM_EXP_LO (-112.0f)
 #define VM_EXP_HI 89.0f
+
+/* sigmoid's inputs are clamped to at most this: from 16.7 on σ(x) rounds
+ * to 1, and 2^t stays finite (t <= 127). */
+#define VM_SIGMOID_HI 88.0f
 
 /* Where e^x only serves in 1 + e^x (or beside 1), its exponent is raised
  * to at least this: no subnormals, and no change to 1 + e^x. */
