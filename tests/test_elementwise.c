@@ -97,6 +97,18 @@ START_TEST(test_maps_at_their_edges)
             ck_assert_msg(gf->data[i] == 0 && signbit(gf->data[i]), "gelu(%g) = %g (%s)", far[i],
                           (double)gf->data[i], qkv_kernels_name());
         ck_assert(gf->data[2] == INFINITY);
+        /* sigmoid and tanh at ±inf and NaN, tanh at -0 (kernels.h) */
+        const double inf4[4] = {-INFINITY, INFINITY, NAN, -0.0};
+        qkv_tensor *xi = tape_values(t, 1, (const int[]){4}, inf4);
+        qkv_tensor *sgi = qkv_sigmoid(t, xi), *thi = qkv_tanh(t, xi);
+        ck_assert_msg(sgi->data[0] == 0 && sgi->data[1] == 1 && isnan(sgi->data[2]),
+                      "sigmoid(-inf, inf, NaN) = %g, %g, %g (%s)", (double)sgi->data[0],
+                      (double)sgi->data[1], (double)sgi->data[2], qkv_kernels_name());
+        ck_assert_msg(thi->data[0] == -1 && thi->data[1] == 1 && isnan(thi->data[2]) &&
+                          thi->data[3] == 0 && signbit(thi->data[3]),
+                      "tanh(-inf, inf, NaN, -0) = %g, %g, %g, %g (%s)", (double)thi->data[0],
+                      (double)thi->data[1], (double)thi->data[2], (double)thi->data[3],
+                      qkv_kernels_name());
         const double special[6] = {0, -0.0, INFINITY, -1, 1e-45, NAN};
         qkv_tensor *z = tape_values(t, 1, n6, special);
         qkv_tensor *lg = qkv_log(t, z), *sq = qkv_sqrt(t, z), *ex = qkv_exp(t, z);
