@@ -97,6 +97,25 @@ START_TEST(test_gemm_paths_match_the_definition_on_odd_sizes)
 }
 END_TEST
 
+/* A kernel set's name matches exactly: no spaces, no case folding, no
+ * prefix. A refused name is quoted in the error, and the set in use stays
+ * as it was. */
+START_TEST(test_kernel_set_names_match_exactly)
+{
+    static const char *const lax[] = {"portable ", " portable", "PORTABLE", "portablex", "", NULL};
+    ck_assert_int_eq(qkv_kernels_use("portable", NULL), QKV_OK);
+    for (size_t i = 0; i < sizeof lax / sizeof lax[0]; i++) {
+        qkv_error err = qkv_error_none();
+        ck_assert_int_eq(qkv_kernels_use(lax[i], &err), QKV_ERR_ARG);
+        ck_assert_str_eq(qkv_kernels_name(), "portable");
+        char quoted[32];
+        snprintf(quoted, sizeof quoted, "'%s'", lax[i] != NULL ? lax[i] : "(null)");
+        ck_assert_msg(strstr(err.message, quoted) != NULL, "%s", err.message);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_softmax_rows_match_the_tutorial)
 {
     /* the tutorial's table: [1,2,3] -> 0.09, 0.24, 0.67 (exactly e^i / Σ e^j) */
@@ -769,6 +788,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_nan_rows_are_nan_on_every_set);
     tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
     tcase_add_test(tc, test_vector_maths_are_within_their_ulp_bounds_of_libm);
+    tcase_add_test(tc, test_kernel_set_names_match_exactly);
     tcase_add_test(tc, test_gelu_backward_is_within_its_error_bound);
     tcase_add_test(tc, test_vector_maths_give_the_edge_values_exactly);
     tcase_add_test(tc, test_vector_maths_match_at_every_length_and_in_place);
