@@ -191,15 +191,16 @@ VG_SUITES := tensor tape ops threads rng gradcheck optim coref_data coref_checkp
 VG := valgrind -q --error-exitcode=9 --leak-check=full --show-leak-kinds=definite,possible \
       --errors-for-leak-kinds=definite,possible
 VG_SETS := portable $(if $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo y),avx2)
+# The kernel sets run side by side (each one's suites in turn), one per core.
 valgrind: deps $(TESTS) $(QKV)
-	@for k in $(VG_SETS); do \
-	    for s in $(VG_SUITES); do \
-	        echo "== valgrind ($$k): suite $$s"; \
-	        if CK_FORK=no CK_RUN_SUITE=$$s QKV_KERNELS=$$k $(VG) $(TESTS) \
-	            >$(BUILD)/vg.out 2>&1; then tail -1 $(BUILD)/vg.out; \
-	        else cat $(BUILD)/vg.out; exit 1; fi; \
-	    done; \
-	done
+	@pids=; for k in $(VG_SETS); do \
+	    ( for s in $(VG_SUITES); do \
+	        out=$(BUILD)/vg-$$k-$$s.out; \
+	        if CK_FORK=no CK_RUN_SUITE=$$s QKV_KERNELS=$$k $(VG) $(TESTS) >$$out 2>&1; \
+	        then echo "== valgrind ($$k): suite $$s: $$(tail -1 $$out)"; \
+	        else echo "== valgrind ($$k): suite $$s failed"; cat $$out; exit 1; fi; \
+	      done ) & pids="$$pids $$!"; \
+	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; exit $$rc
 	@echo "== valgrind (avx2 where the CPU has it): qkv train on 2 threads"
 	QKV_KERNELS=$(lastword $(VG_SETS)) $(VG) $(QKV) train --quiet --threads 2 --d-k 512 \
 	    --steps 3 --log $(BUILD)/vg-train.csv --save $(BUILD)/vg-train.safetensors
@@ -221,16 +222,18 @@ $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(CLI_LIBOBJ) $(APPS) $(STATIC)
 	$(CC) $(CPPFLAGS) $(ALLCFLAGS) -fsanitize=fuzzer,address,undefined -o $@ $< \
 	    $(CLI_LIBOBJ) $(APPS) $(STATIC) $(LDLIBS)
 
+# Two targets at a time, one per core; each prints its report when it ends.
 fuzz-run: $(FUZZ_BINS)
-	@for t in $(FUZZ_TARGETS); do \
-	    echo "== fuzz: $$t"; \
+	@printf '%s\n' $(FUZZ_TARGETS) | xargs -P 2 -I{} sh -c ' \
+	    t={}; \
 	    rm -rf $(BUILD)/corpus/$$t && mkdir -p $(BUILD)/corpus/$$t && \
 	    cp tests/fuzz/corpus/$$t/* $(BUILD)/corpus/$$t/ && \
 	    if $(BUILD)/fuzz/fuzz_$$t $(FUZZ_LIMIT) -print_final_stats=1 \
 	        -artifact_prefix=$(BUILD)/fuzz/$$t- $(BUILD)/corpus/$$t >$(BUILD)/fuzz/$$t.log 2>&1; \
-	    then grep -E '^(#[0-9]+ +DONE|stat::number|stat::new)' $(BUILD)/fuzz/$$t.log; \
-	    else tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz: $$t failed"; exit 1; fi; \
-	done
+	    then echo "== fuzz: $$t"; \
+	        grep -E "^(#[0-9]+ +DONE|stat::number|stat::new)" $(BUILD)/fuzz/$$t.log; \
+	    else echo "== fuzz: $$t"; tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz: $$t failed"; \
+	        exit 1; fi'
 
 # Benchmarks: never part of the test suite.
 $(BUILD)/bench: tests/bench/bench.c $(APPS) $(STATIC)
