@@ -48,8 +48,10 @@ void qkv_grad_compare(const qkv_real *analytic, const double *numeric, size_t n,
 {
     if (res == NULL)
         return;
-    if (n > 0 && (analytic == NULL || numeric == NULL)) /* missing data never passes */
-        res->max_abs = res->max_rel = INFINITY, n = 0;
+    if (n > 0 && (analytic == NULL || numeric == NULL)) { /* missing data never passes */
+        res->max_abs = res->max_rel = INFINITY;
+        n = 0;
+    }
     for (size_t i = 0; i < n; i++) {
         double a = analytic[i], num = numeric[i];
         double err = fabs(a - num);
