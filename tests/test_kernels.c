@@ -208,6 +208,66 @@ static int same_bits(qkv_real a, qkv_real b)
     return memcmp(&a, &b, sizeof a) == 0;
 }
 
+/* Softmax's backward on every kernel set: a hand-worked row, then the
+ * definition's bits (the dot product summed in double over j ascending,
+ * each term in double and rounded once before it is added to dx) on rows
+ * of 1 to 70 entries in blocks of 1 to 40 rows (so the vector sets' blocks
+ * of 8 and 16 rows and their ragged ends), with large magnitudes, an inf
+ * in y and a NaN in dy. */
+START_TEST(test_softmax_backward_keeps_its_bits_on_every_set)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    enum { RMAX = 40, NMAX = 70 };
+    qkv_real *y = malloc(sizeof *y * RMAX * NMAX), *dy = malloc(sizeof *dy * RMAX * NMAX);
+    qkv_real *dx = malloc(sizeof *dx * RMAX * NMAX), *want = malloc(sizeof *want * RMAX * NMAX);
+    qkv_rng g;
+    qkv_rng_seed(&g, 23);
+    int tested = 0;
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        tested++;
+        /* y = (1/2, 1/2), dy = (1, 0): the dot is 1/2, so dx = (1/4, -1/4) */
+        const qkv_real hy[2] = {0.5, 0.5}, hdy[2] = {1, 0};
+        qkv_real hdx[2] = {1, 0};
+        qkv_softmax_backward_rows(hdx, hy, hdy, 1, 2);
+        ck_assert_msg(hdx[0] == 1.25 && hdx[1] == -0.25, "%s: dx = (%g, %g), not (1.25, -0.25)",
+                      impls[im], (double)hdx[0], (double)hdx[1]);
+        for (size_t n = 1; n <= NMAX; n += (n < 20 ? 1 : 7))
+            for (size_t rows = 1; rows <= RMAX; rows += (rows < 18 ? 1 : 5)) {
+                for (size_t i = 0; i < rows * n; i++) {
+                    y[i] = (qkv_real)qkv_rng_random(&g);
+                    dy[i] = (qkv_real)((qkv_rng_random(&g) - 0.5) * (i % 5 == 0 ? 1e30 : 3));
+                    dx[i] = want[i] = (qkv_real)(qkv_rng_random(&g) - 0.5);
+                }
+                if (rows > 2 && n > 3) {
+                    y[n + 2] = INFINITY;
+                    dy[2 * n + 1] = NAN;
+                }
+                for (size_t r = 0; r < rows; r++) {
+                    const qkv_real *yr = y + r * n, *gr = dy + r * n;
+                    double dot = 0;
+                    for (size_t j = 0; j < n; j++)
+                        dot += (double)gr[j] * (double)yr[j];
+                    for (size_t j = 0; j < n; j++)
+                        want[r * n + j] += (qkv_real)((double)yr[j] * ((double)gr[j] - dot));
+                }
+                qkv_softmax_backward_rows(dx, y, dy, rows, n);
+                for (size_t i = 0; i < rows * n; i++)
+                    CHECK_EACH(same_bits(dx[i], want[i]),
+                               "%s n=%zu rows=%zu row %zu entry %zu: %a, not %a", impls[im], n,
+                               rows, i / n, i % n, (double)dx[i], (double)want[i]);
+            }
+    }
+    qkv_kernels_use("auto", NULL);
+    ck_assert_int_ge(tested, 1);
+    free(y);
+    free(dy);
+    free(dx);
+    free(want);
+}
+END_TEST
+
 /* qkv_softmax_rows on every kernel set gives exactly the reference's bits,
  * out of place and in place, on rows of every length from 1 to 200 with
  * spreads small and large, scattered -inf entries, fully masked rows, and
@@ -785,6 +845,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_rows_are_shift_invariant_and_sum_to_one);
     tcase_add_test(tc, test_softmax_paths_agree_with_libm);
     tcase_add_test(tc, test_softmax_rows_keep_their_bits_on_every_path);
+    tcase_add_test(tc, test_softmax_backward_keeps_its_bits_on_every_set);
     tcase_add_test(tc, test_softmax_nan_rows_are_nan_on_every_set);
     tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
     tcase_add_test(tc, test_vector_maths_are_within_their_ulp_bounds_of_libm);

@@ -173,6 +173,67 @@ static void gather_avx2(float *dst, const float *table, const int *ids, size_t n
     }
 }
 
+/* The low and the high four lanes of v, in double. */
+QKV_ALWAYS_INLINE __m256d lo4_pd(__m256 v)
+{
+    return _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+}
+
+QKV_ALWAYS_INLINE __m256d hi4_pd(__m256 v)
+{
+    return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+}
+
+/* dot[r] = Σ dy[r][j]·y[r][j] over j ascending, in double, for nr <= 8
+ * rows of n: the generic loop's sums, 8 rows' chains at a time, a row in
+ * each lane of two 4-lane registers (as avx512.c's softmax_bwd_dots, with
+ * 8×8 blocks). */
+static void softmax_bwd_dots(const float *y, const float *dy, size_t n, int nr, double *dot)
+{
+    __m256d d0 = _mm256_setzero_pd(), d1 = d0;
+    for (size_t j = 0; j < n; j += 8) {
+        const int w = n - j < 8 ? (int)(n - j) : 8;
+        __m256 a[8], b[8];
+        for (int r = 0; r < 8; r++) {
+            a[r] = r < nr ? load8(w, y + (size_t)r * n + j) : _mm256_setzero_ps();
+            b[r] = r < nr ? load8(w, dy + (size_t)r * n + j) : _mm256_setzero_ps();
+        }
+        transpose8_regs(a);
+        transpose8_regs(b);
+        for (int c = 0; c < w; c++) {
+            d0 = _mm256_fmadd_pd(lo4_pd(b[c]), lo4_pd(a[c]), d0);
+            d1 = _mm256_fmadd_pd(hi4_pd(b[c]), hi4_pd(a[c]), d1);
+        }
+    }
+    _mm256_storeu_pd(dot, d0);
+    _mm256_storeu_pd(dot + 4, d1);
+}
+
+/* qkv_softmax_backward_rows: dx[j] += (float)(y[j]·(dy[j] - dot)), each
+ * step in double as the generic loop takes it, 8 rows' dots at a time. */
+static void softmax_bwd_avx2(float *dx, const float *y, const float *dy, size_t rows, size_t n)
+{
+    for (size_t r0 = 0; r0 < rows; r0 += 8) {
+        const int nr = rows - r0 < 8 ? (int)(rows - r0) : 8;
+        double dot[8];
+        softmax_bwd_dots(y + r0 * n, dy + r0 * n, n, nr, dot);
+        for (int r = 0; r < nr; r++) {
+            const size_t off = (r0 + (size_t)r) * n;
+            const __m256d vd = _mm256_set1_pd(dot[r]);
+            for (size_t j = 0; j < n; j += 8) {
+                const int w = n - j < 8 ? (int)(n - j) : 8;
+                const __m256 yv = load8(w, y + off + j), gv = load8(w, dy + off + j);
+                const __m128 l =
+                    _mm256_cvtpd_ps(_mm256_mul_pd(lo4_pd(yv), _mm256_sub_pd(lo4_pd(gv), vd)));
+                const __m128 h =
+                    _mm256_cvtpd_ps(_mm256_mul_pd(hi4_pd(yv), _mm256_sub_pd(hi4_pd(gv), vd)));
+                const __m256 t = _mm256_insertf128_ps(_mm256_castps128_ps256(l), h, 1);
+                store8(dx + off + j, w, _mm256_add_ps(load8(w, dx + off + j), t));
+            }
+        }
+    }
+}
+
 /* Attention's scaling and mask, 8 at a time; the tail entry by entry. */
 static void scale_mask_avx2(float *s, float *a, const float *m, size_t n, double c)
 {
@@ -327,6 +388,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .gelu = qkv_avx2_gelu,
     .gelu_backward = qkv_avx2_gelu_backward,
     .softmax_rows = softmax_rows_avx2,
+    .softmax_bwd = softmax_bwd_avx2,
     .scale_mask = scale_mask_avx2,
     .attn_rows = attn_rows_avx2,
     .mask_scale_bwd = mask_scale_bwd_avx2,

@@ -247,6 +247,72 @@ static void softmax_rows_avx512(float *y, const float *x, size_t rows, size_t n)
     }
 }
 
+/* The low and the high eight lanes of v, in double. */
+QKV_ALWAYS_INLINE __m512d lo8_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+
+QKV_ALWAYS_INLINE __m512d hi8_pd(__m512 v)
+{
+    return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* dot[r] = Σ dy[r][j]·y[r][j] over j ascending, in double, for nr <= 16
+ * rows of n (rows n apart): the generic loop's sums. That loop waits on
+ * one chain of double adds a row; here 16 rows' chains advance together,
+ * a row in each lane, so each 16×16 block of y and of dy is transposed in
+ * registers (rows past nr and entries past n load as 0, and add +0 to a
+ * sum that cannot be -0). A float product is exact in double, so one FMA
+ * gives the loop's product-then-add. */
+static void softmax_bwd_dots(const float *y, const float *dy, size_t n, int nr, double *dot)
+{
+    __m512d d0 = _mm512_setzero_pd(), d1 = d0;
+    for (size_t j = 0; j < n; j += 16) {
+        const int w = n - j < 16 ? (int)(n - j) : 16;
+        const __mmask16 m = lanes(w);
+        __m512 a[16], b[16];
+        for (int r = 0; r < 16; r++) {
+            a[r] = r < nr ? load16(m, y + (size_t)r * n + j) : _mm512_setzero_ps();
+            b[r] = r < nr ? load16(m, dy + (size_t)r * n + j) : _mm512_setzero_ps();
+        }
+        transpose16_regs(a);
+        transpose16_regs(b);
+        for (int c = 0; c < w; c++) { /* column c: rows 0-7 in d0, 8-15 in d1 */
+            d0 = _mm512_fmadd_pd(lo8_pd(b[c]), lo8_pd(a[c]), d0);
+            d1 = _mm512_fmadd_pd(hi8_pd(b[c]), hi8_pd(a[c]), d1);
+        }
+    }
+    _mm512_storeu_pd(dot, d0);
+    _mm512_storeu_pd(dot + 8, d1);
+}
+
+/* qkv_softmax_backward_rows: dx[j] += (float)(y[j]·(dy[j] - dot)), each
+ * step in double as the generic loop takes it, 16 rows' dots at a time. */
+static void softmax_bwd_avx512(float *dx, const float *y, const float *dy, size_t rows, size_t n)
+{
+    for (size_t r0 = 0; r0 < rows; r0 += 16) {
+        const int nr = rows - r0 < 16 ? (int)(rows - r0) : 16;
+        double dot[16];
+        softmax_bwd_dots(y + r0 * n, dy + r0 * n, n, nr, dot);
+        for (int r = 0; r < nr; r++) {
+            const size_t off = (r0 + (size_t)r) * n;
+            const __m512d vd = _mm512_set1_pd(dot[r]);
+            for (size_t j = 0; j < n; j += 16) {
+                const __mmask16 m = lanes(n - j < 16 ? (int)(n - j) : 16);
+                const __m512 yv = load16(m, y + off + j), gv = load16(m, dy + off + j);
+                const __m256 l =
+                    _mm512_cvtpd_ps(_mm512_mul_pd(lo8_pd(yv), _mm512_sub_pd(lo8_pd(gv), vd)));
+                const __m256 h =
+                    _mm512_cvtpd_ps(_mm512_mul_pd(hi8_pd(yv), _mm512_sub_pd(hi8_pd(gv), vd)));
+                const __m512 t = _mm512_castpd_ps(_mm512_insertf64x4(
+                    _mm512_castps_pd(_mm512_castps256_ps512(l)), _mm256_castps_pd(h), 1));
+                store16(dx + off + j, m, _mm512_add_ps(load16(m, dx + off + j), t));
+            }
+        }
+    }
+}
+
 /* Attention's scaling and mask, 16 at a time. */
 static void scale_mask_avx512(float *s, float *a, const float *m, size_t n, double c)
 {
@@ -519,6 +585,7 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .gelu = qkv_avx512_gelu,
     .gelu_backward = qkv_avx512_gelu_backward,
     .softmax_rows = softmax_rows_avx512,
+    .softmax_bwd = softmax_bwd_avx512,
     .scale_mask = scale_mask_avx512,
     .attn_rows = attn_rows_avx512,
     .mask_scale_bwd = mask_scale_bwd_avx512,

@@ -63,7 +63,9 @@ double qkv_exp_shifted(qkv_real *e, const qkv_real *x, size_t n, double *max);
 double qkv_row_max(const qkv_real *x, size_t n);
 int qkv_any_nonzero(const qkv_real *x, size_t n);
 
-/* Softmax backward, row-wise: dx += y ⊙ (dy - Σ_j dy_j·y_j). */
+/* Softmax backward, row-wise: dx += y ⊙ (dy - Σ_j dy_j·y_j), with the
+ * dot product summed in double over j ascending, and each y_j·(dy_j - dot)
+ * taken in double and rounded once before it is added to dx_j. */
 void qkv_softmax_backward_rows(qkv_real *dx, const qkv_real *y, const qkv_real *dy, size_t rows,
                                size_t n);
 
@@ -303,6 +305,10 @@ typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size
  * by (float)(1/sum); zeros for a row with no maximum above -inf. */
 typedef void (*qkv_softmax_rows_fn)(qkv_real *y, const qkv_real *x, size_t rows, size_t n);
 
+/* qkv_softmax_backward_rows, with exactly the bits of its generic loop. */
+typedef void (*qkv_softmax_bwd_fn)(qkv_real *dx, const qkv_real *y, const qkv_real *dy, size_t rows,
+                                   size_t n);
+
 /* One row of attention's scores after Q·Kᵀ: s[j] = c·s[j] (in double,
  * rounded once, as the scaling op rounds), then a[j] = s[j] + m[j], or
  * s[j] when m is NULL (the additive mask op's float sum). */
@@ -354,6 +360,7 @@ typedef struct qkv_kernel_set {
     qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */
     qkv_map_bwd_fn gelu_backward;
     qkv_softmax_rows_fn softmax_rows;     /* optional: rows longer than softmax16's */
+    qkv_softmax_bwd_fn softmax_bwd;       /* optional: softmax's backward */
     qkv_scale_mask_fn scale_mask;         /* optional: attention's scaling and key mask */
     qkv_mask_scale_bwd_fn mask_scale_bwd; /* optional: their backward */
     qkv_attn_rows_fn attn_rows;           /* optional: scaling, mask and softmax of short rows */
