@@ -4,6 +4,8 @@
 #   make test            Check suites, float32 and double builds
 #   make asan / SAN=1    the same suites under ASan + UBSan
 #   make run             the main job: train, measure, plot
+#   make bench           the benchmark; bench-compare and bench-pairs set it
+#                        against PyTorch (bench-pairs: ROUNDS=3, TABLES=...)
 #   make install PREFIX=/usr/local
 
 CC      ?= cc
@@ -92,7 +94,7 @@ CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
 
 .PHONY: all lib test test-float test-double asan tsan tsan-run clean install deps run plots
-.PHONY: bench bench-compare fuzz fuzz-run valgrind
+.PHONY: bench bench-compare bench-pairs fuzz fuzz-run valgrind
 .DEFAULT_GOAL := all
 
 all: lib $(QKV) $(EXAMPLES)
@@ -244,6 +246,12 @@ bench: $(BUILD)/bench $(QKV)
 
 bench-compare: $(BUILD)/bench $(QKV)
 	@sh scripts/bench_compare.sh $(BUILD)/bench $(QKV)
+
+# qkv's and PyTorch's tables measured in pairs, ROUNDS times
+ROUNDS ?= 3
+TABLES ?= steps ops block rnn
+bench-pairs: $(BUILD)/bench
+	@sh scripts/bench_pairs.sh $(BUILD)/bench "$(ROUNDS)" "$(TABLES)"
 
 clean:
 	rm -rf build

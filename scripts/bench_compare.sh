@@ -10,17 +10,15 @@ set -u
 bench=${1:-build/bench}
 qkv=${2:-build/qkv}
 mkdir -p out
-# The benchmark's own GEMM tables load OpenBLAS too: its kernel for the
-# widest vector set here (Debian's build may detect this CPU as an older
-# one), so the ratios are against OpenBLAS at its best
 # QKV_KERNELS=avx2 stands in for a CPU without AVX-512, so PyTorch runs as
 # it would on one: ATen's kernels held to AVX2 (ATEN_CPU_CAPABILITY) and
 # OpenBLAS's kernel the fastest of those for AVX2 CPUs
-avx2_only=0
-if [ "${QKV_KERNELS:-}" = avx2 ] && grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
-    avx2_only=1
-    export ATEN_CPU_CAPABILITY=avx2
-fi
+# shellcheck source=scripts/torch_env.sh
+. "$(dirname "$0")/torch_env.sh"
+torch_avx2_only
+# The benchmark's own GEMM tables load OpenBLAS too: its kernel for the
+# widest vector set here (Debian's build may detect this CPU as an older
+# one), so the ratios are against OpenBLAS at its best
 if [ "$avx2_only" = 0 ] && grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
     blas_core=SkylakeX
 elif grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
@@ -34,29 +32,7 @@ else
     "$bench" "$qkv" out/bench.csv || exit 1
 fi
 echo
-py=/usr/bin/python3
-[ -x "$py" ] || py=python3
-if ! "$py" -c 'import torch' 2>/dev/null; then
-    echo "bench-compare: PyTorch is not installed for $py; apt-get install python3-torch" >&2
-    exit 1
-fi
-# PyTorch's OpenBLAS at its fastest kernel for this CPU (Debian's build may
-# detect a new CPU as an old one): the "pick:" line of --pick-coretype,
-# empty when OpenBLAS's own detection was the fastest
-if [ "$avx2_only" = 1 ]; then
-    echo "Choosing OPENBLAS_CORETYPE for PyTorch among AVX2 CPUs' kernels, ATen held to AVX2:"
-    picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype avx2) || exit 1
-else
-    echo "Choosing OPENBLAS_CORETYPE for PyTorch (512^3 sgemm per core type):"
-    picked=$("$py" "$(dirname "$0")/bench_torch.py" --pick-coretype) || exit 1
-fi
-printf '%s\n' "$picked" | grep -v '^pick:'
-core=$(printf '%s\n' "$picked" | sed -n 's/^pick://p')
-if [ -n "$core" ]; then
-    export OPENBLAS_CORETYPE="$core"
-else
-    unset OPENBLAS_CORETYPE
-fi
+torch_setup "$(dirname "$0")" || exit 1
 "$py" "$(dirname "$0")/bench_torch.py" out/bench_torch.csv || exit 1
 echo
 echo "qkv against PyTorch eager (one thread): time per training step"

@@ -7,7 +7,7 @@ with a padding mask; softmax; A·V; the query row; ·Wo; cross-entropy; Adam.
 Needs Debian's PyTorch, which the build never requires:
 
     apt-get install python3-torch libopenblas0-pthread
-    /usr/bin/python3 scripts/bench_torch.py [out/bench_torch.csv [ops|block]]
+    /usr/bin/python3 scripts/bench_torch.py [out/bench_torch.csv [steps|T|ops|block|rnn|long]]
     /usr/bin/python3 scripts/bench_torch.py --pick-coretype [avx2]
 
 Prints a table like qkv's and writes section,name,value,unit rows.
@@ -415,11 +415,13 @@ def main():
           f"{'bwd (µs)':>12} {'bwd/fwd':>9}")
     rows = []
     only = sys.argv[2] if len(sys.argv) > 2 else None
-    if only is None:
+    if only not in (None, "steps", "T", "ops", "block", "rnn", "long"):
+        sys.exit(f"bench_torch.py: unknown table {only!r} (steps, T, ops, block, rnn or long)")
+    if only in (None, "steps"):
         bench_real(rows, os.path.join(os.path.dirname(out) or ".", "bench_batches.csv"))
-    for cfg in CONFIGS if only is None else []:
+    for cfg in CONFIGS if only in (None, "steps") else []:
         bench(*cfg, rows)
-    if only in (None, "T"):
+    if only in (None, "T", "steps"):
         for T in LENGTHS:
             bench(f"T{T}", 32, T, 64, 64, rows)
     if only in (None, "ops"):

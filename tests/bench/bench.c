@@ -8,6 +8,7 @@
  * this program depends on it.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1261,12 +1262,22 @@ static void report_rss(const char *qkv, double mb)
     record("train", "peak_rss_default_train", mb, "MB");
 }
 
+/* The R step's batches go beside the CSV, for bench_torch.py. */
+static void batches_beside(const char *csv_path)
+{
+    const char *slash = strrchr(csv_path, '/');
+    snprintf(real_batches_path, sizeof real_batches_path, "%.*sbench_batches.csv",
+             slash != NULL ? (int)(slash - csv_path + 1) : 0, csv_path);
+}
+
 static const char usage[] =
     "usage: bench [QKV_BINARY [CSV]]   every table; QKV_BINARY (default build/qkv) is\n"
     "                                  run for peak RSS, CSV defaults to out/bench.csv\n"
     "       bench steps [R|S|M|L]      the training steps (all, or one)\n"
     "       bench gemm [CSV|-] [SET]   GEMM against OpenBLAS (SET: portable, avx2, avx512)\n"
     "       bench ops | threads | rnn | long | block   one table alone\n"
+    "       bench --csv FILE steps|ops|rnn|long|block ...   one table, its rows also\n"
+    "                                  written to FILE (scripts/bench_pairs.sh)\n"
     "QKV_KERNELS picks the kernel set; OPENBLAS_CORETYPE OpenBLAS's kernel;\n"
     "QKV_BENCH_ALLROWS=1 makes the R step compute every row's scores and weights\n"
     "(qkv train's steps compute the pronoun's row only).\n";
@@ -1277,9 +1288,44 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return 0;
     }
+    int table_csv = 0; /* --csv FILE before a one-table command: its rows to FILE */
+    if (argc > 1 && strcmp(argv[1], "--csv") == 0) {
+        static const char *tables[] = {"steps", "ops", "rnn", "long", "block"};
+        int known = 0;
+        for (size_t i = 0; argc > 3 && i < sizeof tables / sizeof tables[0]; i++)
+            known |= strcmp(argv[3], tables[i]) == 0;
+        if (!known) {
+            fprintf(stderr,
+                    "bench: --csv takes a file, then one of steps, ops, rnn, long, block\n%s",
+                    usage);
+            return 2;
+        }
+        if ((csv = fopen(argv[2], "w")) == NULL) {
+            fprintf(stderr, "bench: cannot write %s: %s\n", argv[2], strerror(errno));
+            return 1;
+        }
+        fprintf(csv, "section,name,value,unit\n");
+        batches_beside(argv[2]);
+        table_csv = 1;
+        argc -= 2;
+        argv += 2;
+    }
     if (argc > 1 && argv[1][0] == '-') {
         fprintf(stderr, "bench: unknown option %s\n%s", argv[1], usage);
         return 2;
+    }
+    if (table_csv) {
+        if (strcmp(argv[1], "steps") == 0)
+            bench_steps(argc > 2 ? argv[2] : NULL);
+        else if (strcmp(argv[1], "ops") == 0)
+            bench_ops();
+        else if (strcmp(argv[1], "rnn") == 0)
+            bench_rnn();
+        else if (strcmp(argv[1], "long") == 0)
+            bench_long();
+        else
+            bench_block();
+        return fclose(csv) == 0 ? 0 : 1;
     }
     /* `bench steps [R|S|M|L]` runs only the training-step table (profiling) */
     if (argc > 1 && strcmp(argv[1], "steps") == 0) {
@@ -1322,9 +1368,7 @@ int main(int argc, char **argv)
         fprintf(csv, "section,name,value,unit\n");
     else
         fprintf(stderr, "bench: cannot write %s (continuing without CSV)\n", out);
-    const char *slash = strrchr(out, '/'); /* the batches go beside the CSV */
-    snprintf(real_batches_path, sizeof real_batches_path, "%.*sbench_batches.csv",
-             slash != NULL ? (int)(slash - out + 1) : 0, out);
+    batches_beside(out);
     bench_matmul();
     bench_steps(NULL);
     bench_threads();
