@@ -661,7 +661,7 @@ START_TEST(test_gelu_backward_is_within_its_error_bound)
         if (qkv_kernels_use(sets[im], NULL) != 0)
             continue;
         memcpy(dx, dx0, sizeof *dx * n);
-        qkv_vgelu_backward(dx, x, dy, n);
+        qkv_vgelu_backward(dx, x, dy, n, 0);
         double worst = 0, at = 0;
         for (size_t i = 0; i < n; i++) {
             double want = dx0[i] + (double)dy[i] * g[i];
@@ -775,10 +775,44 @@ START_TEST(test_vector_maths_give_the_edge_values_exactly)
         }
         for (size_t i = 0; i < ng; i++) {
             qkv_real x = gx[i], dx = 0.5f, dy = 3;
-            qkv_vgelu_backward(&dx, &x, &dy, 1);
+            qkv_vgelu_backward(&dx, &x, &dy, 1, 0);
             CHECK_EACH(same(dx, gwant[i], 0), "%s gelu backward at %g: %g, expected %g", sets[im],
                        (double)x, (double)dx, (double)gwant[i]);
         }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
+/* GELU's backward with store set gives, on every kernel set, the bits of
+ * adding into zeros (so +0 where dy·gelu'(x) is -0), and never reads dx:
+ * NaN there changes nothing. */
+START_TEST(test_gelu_backward_store_is_adding_into_zeros)
+{
+    enum { N = 37 };
+    qkv_real x[N], dy[N], want[N], got[N];
+    qkv_rng r;
+    qkv_rng_seed(&r, 29);
+    for (int i = 0; i < N; i++) {
+        x[i] = (qkv_real)(30 * qkv_rng_random(&r) - 15); /* past ±12 gelu' is 1 or 0 */
+        dy[i] = i % 3 == 0 ? (qkv_real)-0.0 : (qkv_real)(2 * qkv_rng_random(&r) - 1);
+    }
+    x[1] = -20; /* gelu' = 0: dy·0 = -0 for a negative dy */
+    dy[1] = -1;
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(sets[im], NULL) != 0)
+            continue;
+        for (int i = 0; i < N; i++) {
+            want[i] = 0;
+            got[i] = NAN;
+        }
+        qkv_vgelu_backward(want, x, dy, N, 0);
+        qkv_vgelu_backward(got, x, dy, N, 1);
+        for (int i = 0; i < N; i++)
+            CHECK_EACH(same_bits(got[i], want[i]) && !signbit(got[i]) == !signbit(want[i]),
+                       "%s entry %d (x %g, dy %g): %a, not %a", sets[im], i, (double)x[i],
+                       (double)dy[i], (double)got[i], (double)want[i]);
+        CHECK_EACH(!signbit(got[1]) && got[1] == 0, "%s: -0 stored, not 0 + -0 = +0", sets[im]);
     }
     qkv_kernels_use("auto", NULL);
 }
@@ -806,7 +840,7 @@ START_TEST(test_vector_maths_match_at_every_length_and_in_place)
                 maps[f].fn(full, x, N);
             else {
                 memcpy(full, dx0, sizeof full);
-                qkv_vgelu_backward(full, x, dy, N);
+                qkv_vgelu_backward(full, x, dy, N, 0);
             }
             const char *name = f < 5 ? maps[f].name : "gelu backward";
             for (size_t n = 0; n <= N; n++) {
@@ -815,7 +849,7 @@ START_TEST(test_vector_maths_match_at_every_length_and_in_place)
                         y[i] = -42;
                     if (f == 5) {
                         memcpy(y, dx0, sizeof *y * n);
-                        qkv_vgelu_backward(y, x, dy, n);
+                        qkv_vgelu_backward(y, x, dy, n, 0);
                     } else if (in_place) {
                         memcpy(y, x, sizeof *y * n);
                         maps[f].fn(y, y, n);
@@ -851,6 +885,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_vector_maths_are_within_their_ulp_bounds_of_libm);
     tcase_add_test(tc, test_kernel_set_names_match_exactly);
     tcase_add_test(tc, test_gelu_backward_is_within_its_error_bound);
+    tcase_add_test(tc, test_gelu_backward_store_is_adding_into_zeros);
     tcase_add_test(tc, test_vector_maths_give_the_edge_values_exactly);
     tcase_add_test(tc, test_vector_maths_match_at_every_length_and_in_place);
     suite_add_tcase(s, tc);

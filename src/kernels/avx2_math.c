@@ -303,13 +303,14 @@ void qkv_avx2_gelu(float *y, const float *x, size_t n)
     MAP8(gelu8);
 }
 
-void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n)
+void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n, int store)
 {
     for (size_t i = 0; i < n; i += 8) {
         int full = n - i >= 8;
         __m256i m = tail8(i, n);
         __m256 g = gelu_grad8(load8(full, m, x + i));
-        __m256 r = _mm256_fmadd_ps(load8(full, m, dy + i), g, load8(full, m, dx + i));
+        __m256 d = store ? _mm256_setzero_ps() : load8(full, m, dx + i);
+        __m256 r = _mm256_fmadd_ps(load8(full, m, dy + i), g, d);
         store8(dx + i, full, m, r);
     }
 }

@@ -259,12 +259,13 @@ void qkv_avx512_gelu(float *y, const float *x, size_t n)
     }
 }
 
-void qkv_avx512_gelu_backward(float *dx, const float *x, const float *dy, size_t n)
+void qkv_avx512_gelu_backward(float *dx, const float *x, const float *dy, size_t n, int store)
 {
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = tail16(i, n);
         __m512 g = gelu_grad16(load16(m, x + i));
-        store16(dx + i, m, _mm512_fmadd_ps(load16(m, dy + i), g, load16(m, dx + i)));
+        __m512 d = store ? _mm512_setzero_ps() : load16(m, dx + i);
+        store16(dx + i, m, _mm512_fmadd_ps(load16(m, dy + i), g, d));
     }
 }
 #else

@@ -102,10 +102,11 @@ void qkv_vsigmoid(qkv_real *y, const qkv_real *x, size_t n);
 
 /* GELU in the tanh form GPT-2 uses:
  *   gelu(x) = x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))
- * and its backward, dx[i] += dy[i]·gelu'(x[i]). Saturates to x and 0 for
- * large |x| (gradients 1 and 0). */
+ * and its backward, dx[i] += dy[i]·gelu'(x[i]), or with store set dx[i] =
+ * 0 + dy[i]·gelu'(x[i]), dx unread: the bits of adding into zeros, -0
+ * included. Saturates to x and 0 for large |x| (gradients 1 and 0). */
 void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n);
-void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
+void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n, int store);
 
 /* Layer norm of rows rows of d values: for each row, mean μ and rstd
  * r = 1/√(var + eps) (biased variance; two passes, summed in float in the
@@ -293,9 +294,10 @@ typedef void (*qkv_adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double
 /* x[0..n) = 0. */
 typedef void (*qkv_zero_fn)(qkv_real *x, size_t n);
 
-/* y[i] = f(x[i]), and GELU's backward. */
+/* y[i] = f(x[i]), and GELU's backward (store as qkv_vgelu_backward's). */
 typedef void (*qkv_map_fn)(qkv_real *y, const qkv_real *x, size_t n);
-typedef void (*qkv_map_bwd_fn)(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
+typedef void (*qkv_map_bwd_fn)(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n,
+                               int store);
 
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
@@ -392,7 +394,8 @@ void qkv_portable_log(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_tanh(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_sigmoid(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n);
-void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n);
+void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n,
+                                int store);
 void qkv_portable_norm(qkv_real *y, qkv_real *mean, qkv_real *rstd, const qkv_real *x,
                        const qkv_real *gamma, const qkv_real *beta, size_t rows, size_t d,
                        double eps, int center);

@@ -165,8 +165,10 @@ void qkv_portable_gelu(qkv_real *y, const qkv_real *x, size_t n)
     }
 }
 
-void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n)
+void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n,
+                                int store)
 {
+    const qkv_real zero = 0;
     /* gelu'(x) = σ(v) + x·σ(v)·σ(-v)·K2·(1 + 3c·x²), σ(±v) from e^-|v| */
     for (size_t i = 0; i < n; i++) {
         double u = x[i], g;
@@ -178,7 +180,7 @@ void qkv_portable_gelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real 
             double s = v >= 0 ? big : small, sc = v >= 0 ? small : big;
             g = s + u * s * sc * GELU_K2 * (1 + 3 * GELU_C * u * u);
         }
-        dx[i] += (qkv_real)(dy[i] * g);
+        dx[i] = (store ? zero : dx[i]) + (qkv_real)(dy[i] * g);
     }
 }
 

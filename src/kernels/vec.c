@@ -157,7 +157,7 @@ void qkv_vgelu(qkv_real *y, const qkv_real *x, size_t n)
     qkv_kernels()->gelu(y, x, n);
 }
 
-void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n)
+void qkv_vgelu_backward(qkv_real *dx, const qkv_real *x, const qkv_real *dy, size_t n, int store)
 {
-    qkv_kernels()->gelu_backward(dx, x, dy, n);
+    qkv_kernels()->gelu_backward(dx, x, dy, n, store);
 }

@@ -134,13 +134,13 @@ void qkv_avx2_log(float *y, const float *x, size_t n);
 void qkv_avx2_tanh(float *y, const float *x, size_t n);
 void qkv_avx2_sigmoid(float *y, const float *x, size_t n);
 void qkv_avx2_gelu(float *y, const float *x, size_t n);
-void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n);
+void qkv_avx2_gelu_backward(float *dx, const float *x, const float *dy, size_t n, int store);
 void qkv_avx512_exp(float *y, const float *x, size_t n);
 void qkv_avx512_log(float *y, const float *x, size_t n);
 void qkv_avx512_tanh(float *y, const float *x, size_t n);
 void qkv_avx512_sigmoid(float *y, const float *x, size_t n);
 void qkv_avx512_gelu(float *y, const float *x, size_t n);
-void qkv_avx512_gelu_backward(float *dx, const float *x, const float *dy, size_t n);
+void qkv_avx512_gelu_backward(float *dx, const float *x, const float *dy, size_t n, int store);
 
 #endif
 #endif

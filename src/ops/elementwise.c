@@ -362,18 +362,10 @@ static void gelu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
 static void gelu_backward(const qkv_node *nd)
 {
     qkv_tensor *x = nd->in[0];
-    /* dx = dy·gelu'(x), gelu' as kernels.h writes it out; a gradient that
-     * no node has filled is cleared a cache-sized chunk at a time, just
-     * before the kernel adds into it (chunks of a multiple of 64 values,
-     * so the kernel meets the same tail) */
+    /* dx += dy·gelu'(x), gelu' as kernels.h writes it out; a gradient that
+     * no node has filled is stored, with the bits of adding into zeros */
     const int claimed = qkv_tensor_grad_claim(x);
-    const size_t n = x->numel, chunk = claimed ? 4096 : n;
-    for (size_t i = 0; i < n; i += chunk) {
-        size_t len = n - i < chunk ? n - i : chunk;
-        if (claimed)
-            qkv_zero(x->grad + i, len);
-        qkv_vgelu_backward(x->grad + i, x->data + i, nd->out->grad + i, len);
-    }
+    qkv_vgelu_backward(x->grad, x->data, nd->out->grad, x->numel, claimed);
 }
 
 static void silu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
