@@ -49,12 +49,13 @@ r=1
 while [ "$r" -le "$rounds" ]; do
     for t in $tables; do
         echo "round $r of $rounds: $t (qkv, then PyTorch)"
-        "$bench" --csv "$dir/qkv_${t}_$r.csv" "$t" >"$dir/qkv_${t}_$r.txt" 2>&1 || {
-            cat "$dir/qkv_${t}_$r.txt" >&2
+        q=$dir/qkv_${t}_$r p=$dir/torch_${t}_$r
+        "$bench" --csv "$q.csv" "$t" >"$q.txt" 2>&1 || {
+            cat "$q.txt" >&2
             exit 1
         }
-        "$py" "$here/bench_torch.py" "$dir/torch_${t}_$r.csv" "$t" >"$dir/torch_${t}_$r.txt" 2>&1 || {
-            cat "$dir/torch_${t}_$r.txt" >&2
+        "$py" "$here/bench_torch.py" "$p.csv" "$t" >"$p.txt" 2>&1 || {
+            cat "$p.txt" >&2
             exit 1
         }
     done
@@ -107,7 +108,8 @@ awk -F, '
     END {
         printf "%-22s %12s %12s %9s %9s %9s %9s %3s\n", "row (µs)", "qkv best", "torch best",
                "bests", "lowest", "median", "highest", "n"
-        n = split("R_step,S_step,M_step,L_step,T16_step,T32_step,T64_step,T128_step,T256_step", s, ",")
+        n = split("R_step,S_step,M_step,L_step,T16_step,T32_step,T64_step,T128_step,T256_step",
+                  s, ",")
         for (i = 1; i <= n; i++)
             pair(s[i], s[i], s[i])
         n = split("exp,tanh,sigmoid,gelu,softmax,layer_norm fwd+bwd,block_step,rnn_step", s, ",")
