@@ -1480,6 +1480,24 @@ START_TEST(test_train_refuses_an_unwritable_save_before_it_trains)
 }
 END_TEST
 
+/* A usage error exits 2 whatever the files train is given: its --optim,
+ * --momentum and --levels were checked after its outputs, so a bad one
+ * beside an output that cannot be replaced exited 1 and named the file. */
+START_TEST(test_train_names_a_usage_error_before_its_files)
+{
+    char *out;
+    ck_assert_int_eq(sh("touch afile", &out), 0);
+    free(out);
+    expect("train --quiet --optim adm --save /dev/null", 2,
+           "--optim: 'adm' is not sgd, adam or adamw");
+    expect("train --quiet --momentum 0.9 --log afile/t.csv", 2,
+           "--momentum is for --optim sgd, not adam");
+    expect("train --quiet --levels 4 --save afile/m.st", 2, "--levels: '4' is not a list");
+    ck_assert_int_eq(sh("test ! -e t.csv.failed && test ! -e m.st", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_train_names_a_file_in_the_way_of_its_logs_directory)
 {
     /* the log's directory was not checked as the checkpoint's was: the
@@ -3908,6 +3926,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_workers_end_when_their_parent_is_killed);
     tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);
     tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
+    tcase_add_test(tc, test_train_names_a_usage_error_before_its_files);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);

@@ -226,6 +226,16 @@ int cmd_train(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
+    /* the options' own errors first: a usage error exits 2 whatever the
+     * files it names, as in the other commands */
+    qkv_optim_kind kind;
+    if (qkv_optim_parse(o.optim, &kind) != 0)
+        return cli_usage_error("train", "--optim: '%s' is not sgd, adam or adamw", o.optim);
+    if (o.momentum != 0 && kind != QKV_SGD) /* Adam's moments have no such knob */
+        return cli_usage_error("train", "--momentum is for --optim sgd, not %s", o.optim);
+    unsigned levels = qkv_coref_parse_levels(o.levels);
+    if (levels == 0)
+        return cli_usage_error("train", "--levels: '%s' is not a list of 1, 2, 3", o.levels);
     if (cli_same_file(o.log, o.save)) {
         cli_fail("train: --log and --save name the same file, %s: give two", o.save);
         return CLI_USAGE;
@@ -260,14 +270,6 @@ int cmd_train(int argc, char **argv)
         return cli_fail_status(err.status, "train: %s", err.message);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
-    qkv_optim_kind kind;
-    if (qkv_optim_parse(o.optim, &kind) != 0)
-        return cli_usage_error("train", "--optim: '%s' is not sgd, adam or adamw", o.optim);
-    if (o.momentum != 0 && kind != QKV_SGD) /* Adam's moments have no such knob */
-        return cli_usage_error("train", "--momentum is for --optim sgd, not %s", o.optim);
-    unsigned levels = qkv_coref_parse_levels(o.levels);
-    if (levels == 0)
-        return cli_usage_error("train", "--levels: '%s' is not a list of 1, 2, 3", o.levels);
     trainer tr;
     memset(&tr, 0, sizeof tr);
     struct timespec t0, t1;
