@@ -3162,11 +3162,11 @@ START_TEST(test_a_subnormal_number_is_a_number)
 }
 END_TEST
 
-START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
+/* Trains a small model into tmp/m.st, then sets the weights named by
+ * which ("qk": Wq and Wk, "vo": Wv and Wo) so large that a product of
+ * them overflows, finite as the loader wants them. */
+static void save_an_overflowing_model(const char *which)
 {
-    /* finite weights so large that Q·Kᵀ overflows: the loader takes them,
-     * and the attention is NaN. resolve must say so, not draw bars of NaN
-     * (a cast of NaN to int, and a loop of 2^31 dots) */
     char *out, p[160];
     ck_assert_int_eq(run("train --quiet --steps 2 --d-k 2 --save m.st --log l.csv", &out), 0);
     free(out);
@@ -3179,10 +3179,23 @@ START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
 #else
     const qkv_real big = 3e38f;
 #endif
-    for (size_t i = 0; i < m->wq->numel; i++)
-        m->wq->data[i] = m->wk->data[i] = big;
+    int qk = strcmp(which, "qk") == 0;
+    qkv_tensor *a = qk ? m->wq : m->wv, *b = qk ? m->wk : m->wo;
+    for (size_t i = 0; i < a->numel; i++)
+        a->data[i] = big;
+    for (size_t i = 0; i < b->numel; i++)
+        b->data[i] = big;
     ck_assert_int_eq(qkv_coref_save(m, qkv_coref_fingerprint(), p, &err), QKV_OK);
     qkv_coref_model_free(m);
+}
+
+START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
+{
+    /* finite weights so large that Q·Kᵀ overflows: the loader takes them,
+     * and the attention is NaN. resolve must say so, not draw bars of NaN
+     * (a cast of NaN to int, and a loop of 2^31 dots) */
+    char *out;
+    save_an_overflowing_model("qk");
     /* the output is cut at 64 KiB, so a run that never ends is seen too */
     char cmd[512];
     snprintf(cmd, sizeof cmd,
@@ -3197,6 +3210,17 @@ START_TEST(test_resolve_and_eval_refuse_a_model_whose_attention_overflows)
     /* eval, which printed a table of -nan losses and exited 0 */
     expect("eval --model m.st", 1,
            "qkv: eval: m.st gives non-finite losses or attention (are its weights too large?)");
+}
+END_TEST
+
+START_TEST(test_resolve_names_the_output_that_overflows)
+{
+    /* Wq and Wk as trained, Wv and Wo so large that H·Wo overflows: the
+     * attention weights are finite, and resolve said they were not */
+    save_an_overflowing_model("vo");
+    expect("resolve --model m.st \"小明是个运动达人，他平时很爱打篮球\"", 1,
+           "qkv: resolve: m.st gives non-finite scores for the names for this sentence (are "
+           "its weights too large?)\n");
 }
 END_TEST
 
@@ -3968,6 +3992,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
+    tcase_add_test(tc, test_resolve_names_the_output_that_overflows);
     tcase_add_test(tc, test_ablate_plot_draws_a_run_where_no_variant_reached_90);
     tcase_add_test(tc, test_bptt_says_why_a_row_has_no_slope_instead_of_nan);
     tcase_add_test(tc, test_distance_names_pytorchs_forget_bias_in_its_header);

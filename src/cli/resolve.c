@@ -42,17 +42,18 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
     return CLI_OK;
 }
 
-/* 1 if every attention weight and logit of f is finite: weights large
- * enough to overflow Q·Kᵀ load (they are finite) but give NaN here. */
-static int finite_out(const qkv_coref_out *f)
+/* NULL if every attention weight and logit of f is finite, else which of
+ * them is not: weights large enough to overflow Q·Kᵀ, or H·Wo, load (they
+ * are finite) but give NaN or inf here. */
+static const char *non_finite_part(const qkv_coref_out *f)
 {
     for (size_t i = 0; i < f->attn->numel; i++)
         if (!isfinite(f->attn->data[i]))
-            return 0;
+            return "attention weights";
     for (size_t i = 0; i < f->logits->numel; i++)
         if (!isfinite(f->logits->data[i]))
-            return 0;
-    return 1;
+            return "scores for the names";
+    return NULL;
 }
 
 static void explain(const qkv_coref_out *f, const qkv_coref_batch *b, int item, const int *ids,
@@ -191,10 +192,11 @@ int cmd_resolve(int argc, char **argv)
         r = cli_fail_status(qkv_tape_status(t), "resolve: %s", qkv_tape_error(t));
         goto done;
     }
-    if (!finite_out(&f)) {
-        r = cli_fail("resolve: %s gives non-finite attention weights for this sentence (are its "
-                     "weights too large?)",
-                     path != NULL ? path : CLI_DEFAULT_MODEL);
+    const char *bad = non_finite_part(&f);
+    if (bad != NULL) {
+        r = cli_fail("resolve: %s gives non-finite %s for this sentence (are its weights too "
+                     "large?)",
+                     path != NULL ? path : CLI_DEFAULT_MODEL, bad);
         goto done;
     }
     printf("tokens:");
