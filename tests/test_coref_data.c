@@ -2,6 +2,7 @@
  * test_coref_data.c - vocabulary, tokenizer (UTF-8 and unknown words), and the
  * generator's determinism and splits.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,19 @@ START_TEST(test_tokenizer_splits_the_tutorial_sentence)
     ck_assert_int_eq(qkv_coref_tokenize("小明排球\u3000他", ids, QKV_COREF_MAX_TOKENS, &n, &err),
                      QKV_ERR_FORMAT);
     ck_assert_str_eq(err.message, "unknown word \"排球\" at character 2");
+    /* every ASCII white space is skipped, \v and \f as \t is, and ends
+     * the word an error quotes: it quoted "排球\x09" with the tab */
+    ck_assert_int_eq(qkv_coref_tokenize("\v小明\f\t\r\n他 ", ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                     QKV_OK);
+    ck_assert_int_eq(n, 2);
+    static const char *const after[] = {"\t", "\n", "\v", "\f", "\r"};
+    for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
+        char text[64];
+        snprintf(text, sizeof text, "小明排球%s他", after[i]);
+        ck_assert_int_eq(qkv_coref_tokenize(text, ids, QKV_COREF_MAX_TOKENS, &n, &err),
+                         QKV_ERR_FORMAT);
+        ck_assert_str_eq(err.message, "unknown word \"排球\" at character 2");
+    }
 }
 END_TEST
 

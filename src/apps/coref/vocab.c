@@ -112,11 +112,15 @@ static size_t char_len(unsigned char c)
     return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
 }
 
-/* Nonzero if s starts with the ideographic (full-width) space U+3000,
- * which a Chinese input method types: 3 bytes. */
-static int wide_space(const char *s)
+/* The bytes of the space that s starts with, or 0: ASCII white space (as
+ * isspace has it in the C locale: space, \t, \n, \v, \f, \r), or the
+ * ideographic (full-width) space U+3000, which a Chinese input method
+ * types: 3 bytes. */
+static size_t space_len(const char *s)
 {
-    return strncmp(s, "\u3000", 3) == 0;
+    if (*s != '\0' && strchr(" \t\n\v\f\r", *s) != NULL)
+        return 1;
+    return strncmp(s, "\u3000", 3) == 0 ? 3 : 0;
 }
 
 /* The longest vocabulary word that starts at s, or -1. */
@@ -154,12 +158,9 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
         return QKV_ERR_FORMAT;
     }
     for (size_t i = 0; i < total;) {
-        if (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r') {
-            i++;
-            continue;
-        }
-        if (wide_space(text + i)) {
-            i += 3;
+        const size_t space = space_len(text + i);
+        if (space > 0) {
+            i += space;
             continue;
         }
         size_t len;
@@ -167,8 +168,7 @@ qkv_status qkv_coref_tokenize(const char *text, int *ids, int max, int *n, qkv_e
         if (id < 0) {
             /* quote the run of characters up to the next known word or space */
             size_t end = i + char_len((unsigned char)text[i]);
-            while (end < total && text[end] != ' ' && !wide_space(text + end) &&
-                   longest_match(text + end, &len) < 0)
+            while (end < total && space_len(text + end) == 0 && longest_match(text + end, &len) < 0)
                 end += char_len((unsigned char)text[end]);
             /* whole characters, as many as fit; a quote or backslash in
              * the word is escaped, so that the quotes around it still
