@@ -156,6 +156,10 @@ test: deps
 test-float: $(TESTS) $(QKV) $(EXAMPLES)
 	@sh scripts/suites.sh $(TESTS)
 
+# the double-precision build's suites alone (in build/double)
+test-double:
+	@$(MAKE) --no-print-directory DOUBLE=1 test-float
+
 asan: deps
 	@$(MAKE) --no-print-directory SAN=1 test-float
 
