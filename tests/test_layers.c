@@ -4,6 +4,7 @@
  * hand), and the layers' forward passes against a naive double-precision
  * reference written here from the formulas, loop by loop.
  */
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -238,6 +239,39 @@ START_TEST(test_initialisers_draw_one_stream_and_refuse_bad_ranges)
         qkv_params_add(p, "h", 1, (const int[]){3}, (qkv_init){QKV_INIT_NORMAL, 2.5, 0}, &err);
     ck_assert(!qkv_tensor_is_nil(h));
     ck_assert(h->data[0] == 2.5 && h->data[1] == 2.5 && h->data[2] == 2.5);
+    qkv_params_free(p);
+}
+END_TEST
+
+START_TEST(test_initialisers_refuse_values_the_scalar_cannot_hold)
+{
+    /* each number is finite as a double, but the values it gives are not
+     * as qkv_real: 1e39 and up overflow float32, and a uniform range from
+     * -1e308 to 1e308 (or ±0.87·DBL_MAX, Xavier's with that gain) is
+     * wider than the largest double */
+#ifdef QKV_DOUBLE
+    const qkv_init bad[] = {{QKV_INIT_UNIFORM, -1e308, 1e308},
+                            {QKV_INIT_XAVIER_UNIFORM, DBL_MAX, 0}};
+#else
+    const qkv_init bad[] = {{QKV_INIT_CONST, 1e39, 0},
+                            {QKV_INIT_UNIFORM, -1e308, 1e308},
+                            {QKV_INIT_NORMAL, 0, 1e39},
+                            {QKV_INIT_XAVIER_UNIFORM, 1e39, 0}};
+#endif
+    qkv_params *p = qkv_params_new(3, NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qkv_error err = qkv_error_none();
+        qkv_tensor *w = qkv_params_add(p, "w", 2, (const int[]){4, 4}, bad[i], &err);
+        ck_assert_msg(qkv_tensor_is_nil(w), "init %zu was taken", i);
+        ck_assert_int_eq(err.status, QKV_ERR_ARG);
+        ck_assert_ptr_nonnull(strstr(err.message, "not finite"));
+    }
+    ck_assert_int_eq(qkv_params_count(p), 0);
+    /* a mean that is not finite is named with the standard deviation */
+    qkv_error err = qkv_error_none();
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "m", 1, (const int[]){1},
+                                               (qkv_init){QKV_INIT_NORMAL, INFINITY, 1}, &err)));
+    ck_assert_ptr_nonnull(strstr(err.message, "mean"));
     qkv_params_free(p);
 }
 END_TEST
@@ -1439,6 +1473,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_a_vectors_fans_are_its_length);
     tcase_add_test(tc, test_a_3d_tensors_fans_are_its_leading_product_and_last);
     tcase_add_test(tc, test_initialisers_draw_one_stream_and_refuse_bad_ranges);
+    tcase_add_test(tc, test_initialisers_refuse_values_the_scalar_cannot_hold);
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
     tcase_add_test(tc, test_adamw_decay_follows_each_parameters_rate);

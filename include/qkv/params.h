@@ -105,7 +105,9 @@ qkv_rng *qkv_params_rng(qkv_params *p);
 /* Fills t by init from g, with fans taken from t's shape (see above).
  * QKV_ERR_ARG for an init whose numbers make no sense (a negative
  * standard deviation, an empty uniform range, a number that is not
- * finite). */
+ * finite), and for one that draws a value qkv_real cannot hold (a
+ * constant, range or spread beyond float32's 3.4e38 in the float build):
+ * t is then partly filled, and qkv_params_add adds nothing. */
 qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *err);
 
 /* An optimizer over every parameter of the list, with each parameter's

@@ -84,8 +84,9 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
     case QKV_INIT_ONES:
     case QKV_INIT_CONST: {
         const double v = init.kind == QKV_INIT_ZEROS ? 0 : init.kind == QKV_INIT_ONES ? 1 : init.a;
-        if (!isfinite(v))
-            return qkv_error_set(err, QKV_ERR_ARG, "init: the constant %g is not finite", v);
+        if (!isfinite((qkv_real)v)) /* 1e300 is finite, but not as a float */
+            return qkv_error_set(err, QKV_ERR_ARG, "init: the constant %g is not finite as %s", v,
+                                 sizeof(qkv_real) == sizeof(float) ? "float32" : "double");
         for (size_t i = 0; i < t->numel; i++)
             t->data[i] = (qkv_real)v;
         return QKV_OK;
@@ -103,12 +104,20 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
     if (normal ? !(std >= 0) || !isfinite(std) || !isfinite(mean)
                : !(lo < hi) || !isfinite(lo) || !isfinite(hi))
         return qkv_error_set(err, QKV_ERR_ARG, "init: %s",
-                             normal ? "the standard deviation must be finite and >= 0"
+                             normal ? "the mean and standard deviation must be finite, and "
+                                      "the standard deviation >= 0"
                                     : "the uniform range [a, b) must be finite "
                                       "and not empty");
-    for (size_t i = 0; i < t->numel; i++)
-        t->data[i] = (qkv_real)(normal ? qkv_rng_normalvariate(g, mean, std)
-                                       : lo + (hi - lo) * qkv_rng_random(g));
+    for (size_t i = 0; i < t->numel; i++) {
+        const double v =
+            normal ? qkv_rng_normalvariate(g, mean, std) : lo + (hi - lo) * qkv_rng_random(g);
+        t->data[i] = (qkv_real)v;
+        if (!isfinite(t->data[i])) /* a range or a spread too wide for qkv_real */
+            return qkv_error_set(err, QKV_ERR_ARG,
+                                 "init: value %zu (%g) is not finite as %s: the %s is too wide", i,
+                                 v, sizeof(qkv_real) == sizeof(float) ? "float32" : "double",
+                                 normal ? "standard deviation" : "uniform range");
+    }
     return QKV_OK;
 }
 
