@@ -109,6 +109,24 @@ START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
 }
 END_TEST
 
+/* base.h's checks of bytes take NULL where a caller has no bytes to give:
+ * as text it is empty (n = 0) or invalid at offset 0, and as data for a
+ * CRC it adds nothing, where both read through it before. */
+START_TEST(test_utf8_and_crc_take_null_bytes)
+{
+    size_t off = 99;
+    ck_assert(qkv_utf8_valid(NULL, 0, &off));
+    ck_assert(!qkv_utf8_valid(NULL, 3, &off));
+    ck_assert_uint_eq(off, 0);
+    ck_assert(!qkv_utf8_valid(NULL, 3, NULL));
+    /* "123456789" is the CRC-32 check input: 0xcbf43926 (zlib.crc32) */
+    const uint32_t c = qkv_crc32(0, "123456789", 9);
+    ck_assert_uint_eq(c, 0xcbf43926u);
+    ck_assert_uint_eq(qkv_crc32(c, NULL, 5), c);
+    ck_assert_uint_eq(qkv_crc32(0, NULL, 0), 0);
+}
+END_TEST
+
 /* A message longer than qkv_error's buffer keeps its start (what failed)
  * and its end (usually why: "No such file or directory"), with "..."
  * between them, and cuts no character of UTF-8 in two. */
@@ -386,6 +404,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_vocabulary_has_every_required_word_and_gender);
     tcase_add_test(tc, test_tokenizer_splits_the_tutorial_sentence);
     tcase_add_test(tc, test_tokenizer_rejects_invalid_utf8_with_its_offset);
+    tcase_add_test(tc, test_utf8_and_crc_take_null_bytes);
     tcase_add_test(tc, test_escape_stays_within_its_buffer);
     tcase_add_test(tc, test_a_long_error_message_keeps_its_start_and_end);
     tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);

@@ -81,13 +81,14 @@ qkv_status qkv_error_set(qkv_error *e, qkv_status s, const char *fmt, ...)
 size_t qkv_alloc_count(void);
 
 /* CRC-32 (IEEE 802.3, as zlib's crc32) of n bytes, continuing from crc
- * (start with 0). */
+ * (start with 0). NULL data adds nothing: it returns crc. */
 uint32_t qkv_crc32(uint32_t crc, const void *data, size_t n);
 
 /* Checks that s[0..n) is valid UTF-8: no overlong forms, surrogates, code
  * points above U+10FFFF or truncated sequences. Returns 1 if valid;
  * otherwise 0 and the byte offset of the first bad sequence in *bad (which
- * may be NULL). */
+ * may be NULL). A NULL s is valid for n = 0 only; for more, 0 at offset
+ * 0. */
 int qkv_utf8_valid(const char *s, size_t n, size_t *bad);
 
 #ifdef __cplusplus

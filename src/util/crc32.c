@@ -7,6 +7,8 @@
 uint32_t qkv_crc32(uint32_t crc, const void *data, size_t n)
 {
     const unsigned char *p = data;
+    if (p == NULL) /* no bytes to add */
+        return crc;
     crc = ~crc;
     for (size_t i = 0; i < n; i++) {
         crc ^= p[i];

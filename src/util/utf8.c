@@ -40,6 +40,11 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
 int qkv_utf8_valid(const char *s, size_t n, size_t *bad)
 {
     const unsigned char *p = (const unsigned char *)s;
+    if (p == NULL && n > 0) { /* no text where n bytes were promised */
+        if (bad != NULL)
+            *bad = 0;
+        return 0;
+    }
     for (size_t i = 0; i < n;) {
         size_t len = utf8_seq(p + i, n - i);
         if (len == 0) {
