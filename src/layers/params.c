@@ -10,6 +10,9 @@
 #include "qkv/params.h"
 #include "util/util.h"
 
+/* The scalar type's name, for messages about values it cannot hold. */
+#define REAL_NAME (sizeof(qkv_real) == sizeof(float) ? "float32" : "double")
+
 #define NAME_MAX_BYTES 127
 
 typedef struct param {
@@ -86,7 +89,7 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
         const double v = init.kind == QKV_INIT_ZEROS ? 0 : init.kind == QKV_INIT_ONES ? 1 : init.a;
         if (!isfinite((qkv_real)v)) /* 1e300 is finite, but not as a float */
             return qkv_error_set(err, QKV_ERR_ARG, "init: the constant %g is not finite as %s", v,
-                                 sizeof(qkv_real) == sizeof(float) ? "float32" : "double");
+                                 REAL_NAME);
         for (size_t i = 0; i < t->numel; i++)
             t->data[i] = (qkv_real)v;
         return QKV_OK;
@@ -115,8 +118,7 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
         if (!isfinite(t->data[i])) /* a range or a spread too wide for qkv_real */
             return qkv_error_set(err, QKV_ERR_ARG,
                                  "init: value %zu (%g) is not finite as %s: the %s is too wide", i,
-                                 v, sizeof(qkv_real) == sizeof(float) ? "float32" : "double",
-                                 normal ? "standard deviation" : "uniform range");
+                                 v, REAL_NAME, normal ? "standard deviation" : "uniform range");
     }
     return QKV_OK;
 }

@@ -1270,13 +1270,66 @@ static void batches_beside(const char *csv_path)
              slash != NULL ? (int)(slash - csv_path + 1) : 0, csv_path);
 }
 
+/* The commands that run one table; steps takes an argument (its row). */
+typedef struct table {
+    const char *name;
+    void (*run)(const char *arg);
+} table;
+
+static void steps_table(const char *arg)
+{
+    bench_steps(arg);
+}
+
+static void ops_table(const char *arg)
+{
+    (void)arg;
+    bench_ops();
+}
+
+static void threads_table(const char *arg)
+{
+    (void)arg;
+    bench_threads();
+}
+
+static void rnn_table(const char *arg)
+{
+    (void)arg;
+    bench_rnn();
+}
+
+static void long_table(const char *arg)
+{
+    (void)arg;
+    bench_long();
+}
+
+static void block_table(const char *arg)
+{
+    (void)arg;
+    bench_block();
+}
+
+static const table tables[] = {{"steps", steps_table},     {"ops", ops_table},
+                               {"threads", threads_table}, {"rnn", rnn_table},
+                               {"long", long_table},       {"block", block_table}};
+
+static const table *one_table(const char *name)
+{
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
+        if (strcmp(name, tables[i].name) == 0)
+            return &tables[i];
+    return NULL;
+}
+
 static const char usage[] =
     "usage: bench [QKV_BINARY [CSV]]   every table; QKV_BINARY (default build/qkv) is\n"
     "                                  run for peak RSS, CSV defaults to out/bench.csv\n"
     "       bench steps [R|S|M|L]      the training steps (all, or one)\n"
     "       bench gemm [CSV|-] [SET]   GEMM against OpenBLAS (SET: portable, avx2, avx512)\n"
     "       bench ops | threads | rnn | long | block   one table alone\n"
-    "       bench --csv FILE steps|ops|rnn|long|block ...   one table, its rows also\n"
+    "       bench --csv FILE steps|ops|threads|rnn|long|block ...   one table, its rows\n"
     "                                  written to FILE (scripts/bench_pairs.sh)\n"
     "QKV_KERNELS picks the kernel set; OPENBLAS_CORETYPE OpenBLAS's kernel;\n"
     "QKV_BENCH_ALLROWS=1 makes the R step compute every row's scores and weights\n"
@@ -1288,25 +1341,17 @@ int main(int argc, char **argv)
         fputs(usage, stdout);
         return 0;
     }
-    int table_csv = 0; /* --csv FILE before a one-table command: its rows to FILE */
+    /* a one-table command, its rows also to FILE after --csv FILE */
+    const char *csv_path = NULL;
     if (argc > 1 && strcmp(argv[1], "--csv") == 0) {
-        static const char *tables[] = {"steps", "ops", "rnn", "long", "block"};
-        int known = 0;
-        for (size_t i = 0; argc > 3 && i < sizeof tables / sizeof tables[0]; i++)
-            known |= strcmp(argv[3], tables[i]) == 0;
-        if (!known) {
+        if (argc < 4 || one_table(argv[3]) == NULL) {
             fprintf(stderr,
-                    "bench: --csv takes a file, then one of steps, ops, rnn, long, block\n%s",
+                    "bench: --csv takes a file, then one of steps, ops, threads, rnn, long, "
+                    "block\n%s",
                     usage);
             return 2;
         }
-        if ((csv = fopen(argv[2], "w")) == NULL) {
-            fprintf(stderr, "bench: cannot write %s: %s\n", argv[2], strerror(errno));
-            return 1;
-        }
-        fprintf(csv, "section,name,value,unit\n");
-        batches_beside(argv[2]);
-        table_csv = 1;
+        csv_path = argv[2];
         argc -= 2;
         argv += 2;
     }
@@ -1314,31 +1359,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: unknown option %s\n%s", argv[1], usage);
         return 2;
     }
-    if (table_csv) {
-        if (strcmp(argv[1], "steps") == 0)
-            bench_steps(argc > 2 ? argv[2] : NULL);
-        else if (strcmp(argv[1], "ops") == 0)
-            bench_ops();
-        else if (strcmp(argv[1], "rnn") == 0)
-            bench_rnn();
-        else if (strcmp(argv[1], "long") == 0)
-            bench_long();
-        else
-            bench_block();
-        return fclose(csv) == 0 ? 0 : 1;
-    }
-    /* `bench steps [R|S|M|L]` runs only the training-step table (profiling) */
-    if (argc > 1 && strcmp(argv[1], "steps") == 0) {
-        bench_steps(argc > 2 ? argv[2] : NULL);
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "threads") == 0) { /* `bench threads`: that table alone */
-        bench_threads();
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "ops") == 0) { /* `bench ops`: that table alone */
-        bench_ops();
-        return 0;
+    const table *tb = argc > 1 ? one_table(argv[1]) : NULL;
+    if (tb != NULL) { /* `bench steps [R|S|M|L|T<len>]`, `bench ops`, ...: that table alone */
+        if (csv_path != NULL) {
+            if ((csv = fopen(csv_path, "w")) == NULL) {
+                fprintf(stderr, "bench: cannot write %s: %s\n", csv_path, strerror(errno));
+                return 1;
+            }
+            fprintf(csv, "section,name,value,unit\n");
+            batches_beside(csv_path);
+        }
+        tb->run(argc > 2 ? argv[2] : NULL);
+        return csv != NULL && fclose(csv) != 0 ? 1 : 0;
     }
     if (argc > 1 && strcmp(argv[1], "gemm") == 0) { /* `bench gemm [CSV|-] [SET]`: that table */
         if (argc > 2 && strcmp(argv[2], "-") != 0 && (csv = fopen(argv[2], "w")) != NULL)
@@ -1346,18 +1378,6 @@ int main(int argc, char **argv)
         bench_gemm(argc > 3 ? argv[3] : NULL);
         if (csv != NULL)
             fclose(csv);
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "rnn") == 0) { /* `bench rnn`: that row alone */
-        bench_rnn();
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "long") == 0) { /* `bench long`: that table alone */
-        bench_long();
-        return 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "block") == 0) { /* `bench block`: that table alone */
-        bench_block();
         return 0;
     }
     const char *qkv = argc > 1 ? argv[1] : "build/qkv";
