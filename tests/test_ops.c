@@ -3,6 +3,7 @@
  * gradients that have closed forms, masking, stability and error messages.
  * (Finite-difference checks of every op are in test_gradcheck.c.)
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests.h"
@@ -314,6 +315,71 @@ START_TEST(test_rnn_scan_matches_the_unrolled_ops)
                     qkv_tensor_free(in[u][i]);
                 qkv_tape_free(t[u]);
             }
+        }
+    }
+    qkv_kernels_use(was, NULL);
+}
+END_TEST
+
+/* Backward through time, written out with the products of qkv_gemm: dz_s =
+ * (dy_s + dz_{s+1}·W_hᵀ) ⊙ (1 - y_s²), the product made from W_h stored
+ * n×k (tb), rounded, then the add and the factor in float, as the unrolled
+ * ops would. The scan reads a stored W_hᵀ instead (one transpose, not one
+ * per step): its xw gradient must be these bits on every kernel set, in
+ * a shape of the chain order (3×5) and one of the blocks order (50×60),
+ * added into a gradient (a heap xw) or written into one not yet filled
+ * (a tape tensor). */
+START_TEST(test_rnn_scan_backward_keeps_the_bits_of_the_transposed_product)
+{
+    enum { T = 4 };
+    static const int shapes[2][2] = {{3, 5}, {50, 60}}; /* B, H */
+    static const char *const sets[3] = {"portable", "avx2", "avx512"};
+    char was[32];
+    snprintf(was, sizeof was, "%s", qkv_kernels_name());
+    for (int k = 0; k < 3; k++) {
+        if (qkv_kernels_use(sets[k], NULL) != 0)
+            continue;
+        for (int c = 0; c < 2; c++) {
+            const int B = shapes[c][0], H = shapes[c][1];
+            const size_t bh = (size_t)B * H, n = T * bh;
+            qkv_rng g;
+            qkv_rng_seed(&g, 78);
+            double *v = malloc(sizeof *v * (n + (size_t)H * H));
+            qkv_real *dy = malloc(sizeof *dy * n), *dz = malloc(sizeof *dz * n);
+            ck_assert(v != NULL && dy != NULL && dz != NULL);
+            for (size_t i = 0; i < n + (size_t)H * H; i++)
+                v[i] = (2 * qkv_rng_random(&g) - 1) / (i < n ? 1 : sqrt(H));
+            for (size_t i = 0; i < n; i++)
+                dy[i] = (qkv_real)(2 * qkv_rng_random(&g) - 1);
+            qkv_tape *t = qkv_tape_new(0, NULL);
+            qkv_tensor *xw = tensor_of(3, (const int[]){T, B, H}, v, 1);
+            qkv_tensor *wh = tensor_of(2, (const int[]){H, H}, v + n, 1);
+            /* a tape tensor in front of the scan: its gradient the scan
+             * claims and overwrites, then adds into xw's unchanged (×1) */
+            qkv_tensor *xin = c == 1 ? qkv_scale(t, xw, 1) : xw;
+            qkv_tensor *y = qkv_rnn_scan(t, xin, wh, NULL, 1);
+            ck_assert_int_eq(qkv_backward_from(t, y, dy, n), QKV_OK);
+            for (int s = T - 1; s >= 0; s--) {
+                qkv_real *d = dz + (size_t)s * bh;
+                const qkv_real *ys = y->data + (size_t)s * bh;
+                if (s < T - 1)
+                    qkv_gemm(0, 1, B, H, H, d + bh, wh->data, d, 0);
+                for (size_t i = 0; i < bh; i++) {
+                    qkv_real a = s < T - 1 ? d[i] + dy[(size_t)s * bh + i] : dy[(size_t)s * bh + i];
+                    qkv_real f = 1 - ys[i] * ys[i];
+                    d[i] = a * f;
+                }
+            }
+            for (size_t i = 0; i < n; i++) /* added into xw's zeroed gradient */
+                dz[i] = 0 + dz[i];
+            ck_assert_msg(memcmp(xw->grad, dz, sizeof *dz * n) == 0, "%s, B %d, H %d", sets[k], B,
+                          H);
+            qkv_tensor_free(xw);
+            qkv_tensor_free(wh);
+            qkv_tape_free(t);
+            free(v);
+            free(dy);
+            free(dz);
         }
     }
     qkv_kernels_use(was, NULL);
@@ -679,6 +745,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_affine_by_hand);
     tcase_add_test(tc, test_rnn_scan_by_hand);
     tcase_add_test(tc, test_rnn_scan_matches_the_unrolled_ops);
+    tcase_add_test(tc, test_rnn_scan_backward_keeps_the_bits_of_the_transposed_product);
     tcase_add_test(tc, test_gather_and_pick_rows_by_hand);
     tcase_add_test(tc, test_gather_scatter_adds_repeated_ids);
     tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);

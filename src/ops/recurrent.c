@@ -26,25 +26,51 @@ static void scan_backward(const qkv_node *nd)
     const int T = y->shape[0], B = y->shape[1], H = y->shape[2];
     const size_t bh = (size_t)B * H;
     qkv_real *dz = nd->state;
+    /* W_hᵀ stored once, after dz (qkv_rnn_scan keeps the room): each
+     * step's product then reads it as it is, where with W_h stored n×k
+     * every step would transpose all of it again into packed panels. A
+     * product's order depends on its shape alone, except for a Bᵀ too
+     * deep to copy (kernels.h), which keeps W_h; so the bits are those of
+     * the transposed form. */
+    const qkv_real *wt = wh->data;
+    int tb = 1;
+    if (!qkv_gemm_takes_dots(H, H)) {
+        qkv_real *w = dz + (size_t)T * bh;
+        qkv_gemm_bt_cols(H, 0, H, wh->data, w);
+        wt = w;
+        tb = 0;
+    }
     /* back through time: dz_s = (dy_s + dz_{s+1}·W_hᵀ) ⊙ act'(z_s), with
-     * the carried term made straight into dz_s before the add */
+     * the carried term made straight into dz_s, then the add and tanh' =
+     * 1 - y² in one pass */
     for (int s = T - 1; s >= 0; s--) {
         qkv_real *d = dz + (size_t)s * bh;
         const qkv_real *dy = y->grad + (size_t)s * bh, *ys = y->data + (size_t)s * bh;
-        if (s == T - 1)
+        const int last = s == T - 1;
+        if (!last)
+            qkv_gemm(0, tb, B, H, H, d + bh, wt, d, 0); /* dz_{s+1}·W_hᵀ */
+        if (nd->c != 0)
+            for (size_t i = 0; i < bh; i++)
+                d[i] = (last ? dy[i] : d[i] + dy[i]) * (1 - ys[i] * ys[i]);
+        else if (last)
             memcpy(d, dy, sizeof *d * bh);
-        else {
-            qkv_gemm(0, 1, B, H, H, d + bh, wh->data, d, 0); /* dz_{s+1}·W_hᵀ */
+        else
             for (size_t i = 0; i < bh; i++)
                 d[i] += dy[i];
-        }
-        if (nd->c != 0)
-            for (size_t i = 0; i < bh; i++) /* tanh' = 1 - y² */
-                d[i] = d[i] * (1 - ys[i] * ys[i]);
     }
-    if (xw->grad != NULL)
+    /* xw's gradient is usually this node's alone: then dz goes into it
+     * as adding into zeros would (0 + dz: +0 for -0), with no zero fill */
+    if (qkv_tensor_grad_claim(xw)) {
+        const qkv_real zero = 0;
+        for (size_t i = 0; i < (size_t)T * bh; i++)
+            xw->grad[i] = zero + dz[i];
+    } else if (xw->grad != NULL) {
         for (size_t i = 0; i < (size_t)T * bh; i++)
             xw->grad[i] += dz[i];
+    }
+    qkv_tensor_grad_ready(wh);
+    if (h0 != NULL)
+        qkv_tensor_grad_ready(h0);
     if (wh->grad != NULL) { /* dW_h += Σ_s h_{s-1}ᵀ·dz_s: states 0..T-2 against dz 1..T-1 */
         if (T > 1)
             qkv_gemm(1, 0, H, H, (T - 1) * B, y->data, dz + bh, wh->grad, 1);
@@ -52,10 +78,10 @@ static void scan_backward(const qkv_node *nd)
             qkv_gemm(1, 0, H, H, B, h0->data, dz, wh->grad, 1);
     }
     if (h0 != NULL && h0->grad != NULL) /* dh0 += dz_0·W_hᵀ */
-        qkv_gemm(0, 1, B, H, H, dz, wh->data, h0->grad, 1);
+        qkv_gemm(0, tb, B, H, H, dz, wt, h0->grad, 1);
 }
 
-static const qkv_op_def op_rnn_scan = {"rnn_scan", scan_backward, 0};
+static const qkv_op_def op_rnn_scan = {"rnn_scan", scan_backward, QKV_OP_CLAIMS_GRADS};
 
 qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor *h0, int tanh_act)
 {
@@ -100,7 +126,9 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
     }
     if (y->grad == NULL) /* no input needs one, or gradients are off */
         return y;
-    qkv_real *dz = qkv_op_alloc(t, "rnn_scan", sizeof *dz * bh * (size_t)T);
+    /* dL/dz for every step, then room for W_hᵀ (scan_backward) */
+    const size_t wt_n = qkv_gemm_takes_dots(H, H) ? 0 : (size_t)H * H;
+    qkv_real *dz = qkv_op_alloc(t, "rnn_scan", sizeof *dz * (bh * (size_t)T + wt_n));
     qkv_tensor *in[3] = {xw, wh, h0};
     qkv_node *nd = dz != NULL ? qkv_tape_record(t, &op_rnn_scan, y, h0 != NULL ? 3 : 2, in) : NULL;
     if (nd == NULL)
