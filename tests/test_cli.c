@@ -3601,6 +3601,29 @@ START_TEST(test_plot_axis_labels_are_chinese)
 }
 END_TEST
 
+START_TEST(test_plot_panels_label_their_y_axes)
+{
+    /* ablate.png's three panels, softmax.png's two and softmax_base.png's
+     * left one had no y-axis label: what the bars measure was left to the
+     * titles. A copy of the scripts shows the y label before each plot
+     * command; saturation.png labels only its first column (each row's
+     * label holds for the row) and is left out */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir s && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
+             "for f in s/plots/*.gp; do sed 's/^\\( *\\)plot /\\1show ylabel; plot /' \"$f\" "
+             ">s/t && mv s/t \"$f\"; done && sh s/plots.sh '%s/plots' png loss variance "
+             "heatmap softmax distance bptt parallel ablate softmax_base",
+             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "ylabel is \"") != NULL, "no y label shown:\n%s", out);
+    ck_assert_msg(strstr(out, "ylabel is \"\"") == NULL, "a panel without a y label:\n%s", out);
+    ck_assert_msg(strstr(out, "plots: wrote png/softmax_base.png") != NULL, "%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_heatmap_of_a_one_token_sentence_is_drawn)
 {
     /* `qkv resolve --csv` of a one-token sentence writes a 1x1 matrix,
@@ -4001,6 +4024,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_bptt_plot_without_training_lists_no_trained_lines);
     tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
     tcase_add_test(tc, test_plot_axis_labels_are_chinese);
+    tcase_add_test(tc, test_plot_panels_label_their_y_axes);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);

@@ -25,11 +25,13 @@ set ytics 0, 0.2, 1
 set xtics rotate by -35 nomirror
 set key top center horizontal samplen 2
 set title "指代任务（他 → 小明）：测试集准确率与注意力去向"
+set ylabel "准确率 / 注意力权重"
 plot infile using "acc_mean":"acc_sd":xtic(stringcolumn("variant")) lc rgb "#7f7f7f" \
          title "测试准确率", \
      infile using "attn_antecedent_mean":(0) lc rgb c_scaled title "代词 → 先行词", \
      infile using "attn_self_mean":(0) lc rgb c_unscaled title "代词 → 自己"
 set title "指代任务：验证准确率首次达到 90% 的步数"
+set ylabel "训练步数"
 set autoscale y
 set yrange [0:*]
 set ytics autofreq
@@ -41,6 +43,7 @@ plot infile using (column("steps_to_90_mean") < 0 ? 0 : column("steps_to_90_mean
          with labels rotate by 90 left offset 0,0.5
 if (roles ne "") {
     set title "两个角色（A喜欢B。），两个头：留出的句子"
+    set ylabel "留出句子的准确率"
     set yrange [0:1.3]
     set ytics 0, 0.2, 1
     set key top center horizontal

@@ -13,6 +13,7 @@ set xzeroaxis lt -1 lw 1.5
 set yrange [*<0:0<*]
 set offsets 0, 0, graph 0.06, graph 0.06
 set xlabel "分量 i"
+set ylabel "归一化结果"
 set key top left
 do for [k=1:n] {
     v = word(vecs, k)

@@ -15,6 +15,7 @@ set yrange [0:1]
 set key top left
 set title sprintf("z = [%s] 在不同底数下的权重 b^z/Σb^z", vec)
 set xlabel "分量 i"
+set ylabel "权重"
 at(dx) = strcol("vector") eq vec ? column("i") + dx : 1/0
 plot infile using (at(-0.27)):"base_2" with boxes lc rgb "#9ecae1" title "底数 2", \
      infile using (at(0)):"base_e" with boxes lc rgb c_scaled title "底数 e", \
