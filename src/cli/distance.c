@@ -387,6 +387,14 @@ int cmd_distance(int argc, char **argv)
                                "--models: '%s' is not a list of distinct models "
                                "from attention, rnn, lstm, gru",
                                o.models);
+    int lstm = 0;
+    for (int i = 0; i < nk; i++)
+        lstm |= kinds[i] == QKV_SEQ_LSTM;
+    if (fb != NULL && !lstm) /* else taken and ignored */
+        return cli_usage_error("distance",
+                               "--forget-bias is the LSTM's forget-gate bias; "
+                               "--models '%s' has no lstm",
+                               o.models);
     if (nd <= 0)
         return cli_usage_error("distance",
                                "--distances: '%s' is not a list of up to %d "
