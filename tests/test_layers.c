@@ -988,6 +988,74 @@ START_TEST(test_layers_refuse_bad_shapes)
 }
 END_TEST
 
+/* A failed init leaves a layer that its forward refuses, naming the
+ * layer: a zeroed linear layer's forward read "affine: ..." (the map's,
+ * not the layer's), a zeroed norm normalised with no γ or β and an eps of
+ * 0, and a layer that an earlier init had filled kept its old weights,
+ * which the forward then used. */
+static void expect_uninitialised(qkv_tape *t, const qkv_tensor *y, const char *what)
+{
+    char want[160];
+    snprintf(want, sizeof want,
+             "%s: the layer is not initialised (its init failed or was never called)", what);
+    ck_assert_msg(y == qkv_nil(), "%s: the forward gave a tensor", what);
+    ck_assert_str_eq(qkv_tape_error(t), want);
+    qkv_tape_reset(t);
+}
+
+START_TEST(test_a_failed_init_leaves_a_layer_its_forward_names)
+{
+    qkv_params *p = qkv_params_new(1, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const int shape[3] = {2, 3, 8}, ids[2] = {0, 1};
+    /* pass 0: layers zeroed as `= {0}` declares them; pass 1: each one
+     * initialised first, then given sizes its init refuses */
+    for (int pass = 0; pass < 2; pass++) {
+        qkv_linear l = {0};
+        qkv_embedding e = {0};
+        qkv_norm n = {0};
+        qkv_mha m = {0};
+        qkv_ffn f = {0};
+        qkv_block b = {0};
+        if (pass == 1) {
+            ck_assert_int_eq(qkv_linear_init(&l, p, "l", 8, 8, 1, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_embedding_init(&e, p, "e", 8, 8, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_norm_init(&n, p, "n", 8, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_mha_init(&m, p, "m", 8, 2, 1, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_ffn_init(&f, p, "f", 8, 16, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_block_init(&b, p, "b", 8, 2, 16, 1, NULL), QKV_OK);
+        }
+        const int before = qkv_params_count(p);
+        ck_assert_int_eq(qkv_linear_init(&l, p, "l2", 0, 8, 1, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_embedding_init(&e, p, "e2", 0, 8, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_norm_init(&n, p, "n2", 0, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_mha_init(&m, p, "m2", 8, 3, 1, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_ffn_init(&f, p, "f2", 8, 0, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_block_init(&b, p, "b2", 8, 3, 16, 1, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_params_count(p), before);
+        expect_uninitialised(t, qkv_linear_forward(t, &l, qkv_tape_tensor(t, 3, shape, 0)),
+                             "linear");
+        expect_uninitialised(t, qkv_embedding_forward(t, &e, ids, 1, (const int[]){2}),
+                             "embedding");
+        expect_uninitialised(t, qkv_norm_forward(t, &n, qkv_tape_tensor(t, 3, shape, 0)), "norm");
+        qkv_mha_parts parts;
+        expect_uninitialised(
+            t, qkv_mha_forward(t, &m, qkv_tape_tensor(t, 3, shape, 0), NULL, &parts), "mha");
+        ck_assert(parts.attn == qkv_nil() && parts.scores == qkv_nil());
+        expect_uninitialised(t, qkv_ffn_forward(t, &f, qkv_tape_tensor(t, 3, shape, 0)), "ffn");
+        expect_uninitialised(
+            t, qkv_block_forward(t, &b, qkv_tape_tensor(t, 3, shape, 0), NULL, NULL), "block");
+    }
+    /* a tape that failed before keeps its first error */
+    qkv_linear l = {0};
+    qkv_tape_fail(t, QKV_ERR_SHAPE, "earlier");
+    ck_assert(qkv_linear_forward(t, &l, qkv_nil()) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "earlier");
+    qkv_tape_free(t);
+    qkv_params_free(p);
+}
+END_TEST
+
 /* ---- recurrent cells against PyTorch's formulas, loop by loop ----------- */
 
 enum { CB = 2, CI = 3, CH = 4, CT = 3 };
@@ -1496,6 +1564,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_block_forward_matches_the_reference);
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
+    tcase_add_test(tc, test_a_failed_init_leaves_a_layer_its_forward_names);
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
     tcase_add_test(tc, test_a_zeroed_lstm_state_is_a_zero_state);
     tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);

@@ -8,6 +8,12 @@
  * list (params.h): qkv_*_init adds them under a name prefix ("block0.attn"
  * gives "block0.attn.qkv.weight" and so on), and the forward function
  * records ops on a tape. The structs own nothing; the list does.
+ *
+ * An init that fails adds nothing to the list and leaves its layer zeroed
+ * (unless the layer is NULL), whatever it held before. The forward of a
+ * zeroed layer, or of one no init has filled (declared `= {0}`), records
+ * "<layer>: the layer is not initialised (its init failed or was never
+ * called)" on the tape (QKV_ERR_ARG) and returns nil.
  */
 #ifndef QKV_LAYERS_H
 #define QKV_LAYERS_H

@@ -39,6 +39,36 @@ qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, 
     return QKV_OK;
 }
 
+int qkv_layer_unset(qkv_tape *t, const char *what, int ready)
+{
+    if (ready)
+        return 0;
+    qkv_tape_fail(t, QKV_ERR_ARG,
+                  "%s: the layer is not initialised (its init failed or was never called)", what);
+    return 1;
+}
+
+/* Whether each layer has what its init adds; a zeroed one has none. */
+static int linear_ready(const qkv_linear *l)
+{
+    return !qkv_tensor_is_nil(l->weight);
+}
+
+static int norm_ready(const qkv_norm *n)
+{
+    return !qkv_tensor_is_nil(n->gamma) && !qkv_tensor_is_nil(n->beta);
+}
+
+static int mha_ready(const qkv_mha *m)
+{
+    return m->d_model > 0 && m->heads > 0 && linear_ready(&m->qkv) && linear_ready(&m->proj);
+}
+
+static int ffn_ready(const qkv_ffn *f)
+{
+    return linear_ready(&f->up) && linear_ready(&f->down);
+}
+
 /* ---- linear ------------------------------------------------------------- */
 
 qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int in, int out,
@@ -46,9 +76,9 @@ qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int
 {
     if (l == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "linear: no layer to initialise (NULL)");
+    memset(l, 0, sizeof *l); /* what a refusal leaves, not the old weights */
     if (in < 1 || out < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "linear: in and out must be at least 1");
-    memset(l, 0, sizeof *l);
     l->in = in;
     l->out = out;
     const double bound = 1 / sqrt((double)in);
@@ -69,6 +99,8 @@ qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x)
 {
     if (l == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "linear: no layer"), qkv_nil();
+    if (qkv_layer_unset(t, "linear", linear_ready(l)))
+        return qkv_nil();
     return qkv_affine(t, x, l->weight, l->bias);
 }
 
@@ -79,10 +111,14 @@ qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefi
 {
     if (e == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "embedding: no layer to initialise (NULL)");
+    memset(e, 0, sizeof *e); /* what a refusal leaves, not the old table */
     if (n < 1 || d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "embedding: n and d must be at least 1");
-    return qkv_layer_param(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
-                           (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
+    qkv_status s = qkv_layer_param(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
+                                   (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
+    if (s != QKV_OK)
+        e->weight = NULL; /* not the nil tensor: zeroed, as the others */
+    return s;
 }
 
 qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int *ids, int ndim,
@@ -90,6 +126,8 @@ qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int
 {
     if (e == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "embedding: no layer"), qkv_nil();
+    if (qkv_layer_unset(t, "embedding", !qkv_tensor_is_nil(e->weight)))
+        return qkv_nil();
     return qkv_gather(t, e->weight, ids, ndim, shape);
 }
 
@@ -99,6 +137,7 @@ qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, 
 {
     if (n == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "norm: no layer to initialise (NULL)");
+    memset(n, 0, sizeof *n); /* what a refusal leaves, not the old γ and β */
     if (d < 1)
         return qkv_error_set(err, QKV_ERR_ARG, "norm: d must be at least 1");
     n->eps = 1e-5;
@@ -119,6 +158,10 @@ qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x)
 {
     if (n == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "norm: no layer"), qkv_nil();
+    /* a zeroed norm would normalise with γ 1, β 0 and eps 0 (NULL is the
+     * op's "none"), a result with no error */
+    if (qkv_layer_unset(t, "norm", norm_ready(n)))
+        return qkv_nil();
     return qkv_layer_norm(t, x, n->gamma, n->beta, n->eps);
 }
 
@@ -129,6 +172,7 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
 {
     if (m == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "mha: no layer to initialise (NULL)");
+    memset(m, 0, sizeof *m); /* what a refusal leaves, not the old weights */
     if (d_model < 1 || heads < 1 || d_model % heads != 0)
         return qkv_error_set(err, QKV_ERR_ARG,
                              "mha: d_model %d must be a positive multiple of the heads %d", d_model,
@@ -196,7 +240,7 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
         parts->attn = parts->scores = qkv_nil();
     if (m == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "mha: no layer"), qkv_nil();
-    if (qkv_tape_status(t) != QKV_OK)
+    if (qkv_tape_status(t) != QKV_OK || qkv_layer_unset(t, "mha", mha_ready(m)))
         return qkv_nil();
     if (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != m->d_model) {
         char sx[64];
@@ -230,6 +274,7 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
     char name[128];
     if (f == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "ffn: no layer");
+    memset(f, 0, sizeof *f);       /* what a refusal leaves, not the old weights */
     if (d_model < 1 || hidden < 1) /* its own sizes, not its linear layers' in and out */
         return qkv_error_set(err, QKV_ERR_ARG, "ffn: d_model %d and hidden %d must be at least 1",
                              d_model, hidden);
@@ -252,6 +297,8 @@ qkv_tensor *qkv_ffn_forward(qkv_tape *t, const qkv_ffn *f, qkv_tensor *x)
 {
     if (f == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "ffn: no layer"), qkv_nil();
+    if (qkv_layer_unset(t, "ffn", ffn_ready(f)))
+        return qkv_nil();
     return qkv_linear_forward(t, &f->down, qkv_gelu(t, qkv_linear_forward(t, &f->up, x)));
 }
 
@@ -263,6 +310,7 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
     char name[128];
     if (b == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "block: no layer");
+    memset(b, 0, sizeof *b); /* what a refusal leaves, not the old weights */
     /* every size checked before anything is added: a refusal halfway
      * through left ln1 (and more) in the list, and a retry under the same
      * prefix then failed on the name */
@@ -293,6 +341,10 @@ qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, co
 {
     if (b == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "block: no layer"), qkv_nil();
+    if (qkv_layer_unset(t, "block",
+                        norm_ready(&b->ln1) && mha_ready(&b->attn) && norm_ready(&b->ln2) &&
+                            ffn_ready(&b->ffn)))
+        return qkv_nil();
     qkv_tensor *h =
         qkv_add(t, x, qkv_mha_forward(t, &b->attn, qkv_norm_forward(t, &b->ln1, x), pad, parts));
     return qkv_add(t, h, qkv_ffn_forward(t, &b->ffn, qkv_norm_forward(t, &b->ln2, h)));
@@ -317,9 +369,12 @@ qkv_status qkv_sinusoidal_positions(qkv_tensor *pe, qkv_error *err)
 qkv_status qkv_positions_init(qkv_embedding *e, qkv_params *p, const char *prefix, int max_len,
                               int d, qkv_error *err)
 {
-    if (max_len < 1 || d < 1) /* its own sizes, not the embedding's n and d */
+    if (max_len < 1 || d < 1) { /* its own sizes, not the embedding's n and d */
+        if (e != NULL)
+            memset(e, 0, sizeof *e); /* as a refused qkv_embedding_init leaves it */
         return qkv_error_set(err, QKV_ERR_ARG, "positions: max_len %d and d %d must be at least 1",
                              max_len, d);
+    }
     return qkv_embedding_init(e, p, prefix, max_len, d, err);
 }
 
