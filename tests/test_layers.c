@@ -1056,6 +1056,67 @@ START_TEST(test_a_failed_init_leaves_a_layer_its_forward_names)
 }
 END_TEST
 
+/* The recurrent cells likewise: a cell whose init was refused read its
+ * W_x through a NULL pointer in qkv_*_cell and qkv_*_forward_ids, and the
+ * others named a shape ("must be [B,0]"), or ran on the weights of an
+ * earlier init. */
+START_TEST(test_a_failed_cell_init_leaves_a_cell_its_steps_name)
+{
+    qkv_params *p = qkv_params_new(1, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *table = qkv_tensor_new(2, (const int[]){5, 3}, 0, NULL);
+    const int ids[4] = {0, 1, 2, 3};
+    for (int pass = 0; pass < 2; pass++) {
+        qkv_rnn r = {0};
+        qkv_lstm l = {0};
+        qkv_gru g = {0};
+        if (pass == 1) {
+            ck_assert_int_eq(qkv_rnn_init(&r, p, "r", 3, 4, QKV_RNN_TANH, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_lstm_init(&l, p, "l", 3, 4, NULL), QKV_OK);
+            ck_assert_int_eq(qkv_gru_init(&g, p, "g", 3, 4, NULL), QKV_OK);
+        }
+        const int before = qkv_params_count(p);
+        ck_assert_int_eq(qkv_rnn_init(&r, p, "r2", 3, 4, (qkv_rnn_act)7, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_lstm_init(&l, p, "l2", 0, 4, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_gru_init(&g, p, "g2", 3, 0, NULL), QKV_ERR_ARG);
+        ck_assert_int_eq(qkv_params_count(p), before);
+        /* each entry point with inputs that fit the cells of the first pass */
+        for (int entry = 0; entry < 4; entry++) {
+            static const char *const what[3] = {"rnn", "lstm", "gru"};
+            static const int gates[3] = {1, 4, 3}; /* a projection is [B, gates·H] */
+            for (int c = 0; c < 3; c++) {
+                qkv_tensor *x = entry == 0 ? qkv_tape_tensor(t, 2, (const int[]){2, 3}, 0)
+                                : entry == 1
+                                    ? qkv_tape_tensor(t, 2, (const int[]){2, 4 * gates[c]}, 0)
+                                    : qkv_tape_tensor(t, 3, (const int[]){2, 2, 3}, 0);
+                qkv_tensor *y = qkv_nil();
+                qkv_lstm_state s = {qkv_nil(), qkv_nil()};
+                if (c == 0)
+                    y = entry == 0   ? qkv_rnn_cell(t, &r, x, NULL)
+                        : entry == 1 ? qkv_rnn_cell_projected(t, &r, x, NULL)
+                        : entry == 2 ? qkv_rnn_forward(t, &r, x, NULL, NULL)
+                                     : qkv_rnn_forward_ids(t, &r, table, ids, 2, 2, NULL, NULL);
+                else if (c == 1)
+                    s = entry == 0   ? qkv_lstm_cell(t, &l, x, NULL)
+                        : entry == 1 ? qkv_lstm_cell_projected(t, &l, x, NULL)
+                        : entry == 2 ? qkv_lstm_forward(t, &l, x, NULL, NULL)
+                                     : qkv_lstm_forward_ids(t, &l, table, ids, 2, 2, NULL, NULL);
+                else
+                    y = entry == 0   ? qkv_gru_cell(t, &g, x, NULL)
+                        : entry == 1 ? qkv_gru_cell_projected(t, &g, x, NULL)
+                        : entry == 2 ? qkv_gru_forward(t, &g, x, NULL, NULL)
+                                     : qkv_gru_forward_ids(t, &g, table, ids, 2, 2, NULL, NULL);
+                ck_assert_msg(s.c == qkv_nil(), "lstm entry %d: a cell state", entry);
+                expect_uninitialised(t, c == 1 ? s.h : y, what[c]);
+            }
+        }
+    }
+    qkv_tensor_free(table);
+    qkv_tape_free(t);
+    qkv_params_free(p);
+}
+END_TEST
+
 /* ---- recurrent cells against PyTorch's formulas, loop by loop ----------- */
 
 enum { CB = 2, CI = 3, CH = 4, CT = 3 };
@@ -1565,6 +1626,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
     tcase_add_test(tc, test_a_failed_init_leaves_a_layer_its_forward_names);
+    tcase_add_test(tc, test_a_failed_cell_init_leaves_a_cell_its_steps_name);
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
     tcase_add_test(tc, test_a_zeroed_lstm_state_is_a_zero_state);
     tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);

@@ -13,7 +13,8 @@
  * (unless the layer is NULL), whatever it held before. The forward of a
  * zeroed layer, or of one no init has filled (declared `= {0}`), records
  * "<layer>: the layer is not initialised (its init failed or was never
- * called)" on the tape (QKV_ERR_ARG) and returns nil.
+ * called)" on the tape (QKV_ERR_ARG) and returns nil; so do a zeroed
+ * recurrent cell's steps and sequences.
  */
 #ifndef QKV_LAYERS_H
 #define QKV_LAYERS_H

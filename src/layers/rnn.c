@@ -205,17 +205,42 @@ static qkv_tensor *part(qkv_tape *t, qkv_tensor *z, int i, int hidden)
     return qkv_slice(t, z, 1, i * hidden, hidden);
 }
 
+/* Whether a cell has what its init adds; a zeroed one has none. */
+static int cell_ready(int in, int hidden, const qkv_tensor *wx, const qkv_tensor *wh,
+                      const qkv_tensor *b)
+{
+    return in > 0 && hidden > 0 && !qkv_tensor_is_nil(wx) && !qkv_tensor_is_nil(wh) &&
+           !qkv_tensor_is_nil(b);
+}
+
+static int rnn_unset(qkv_tape *t, const qkv_rnn *r)
+{
+    return qkv_layer_unset(t, "rnn", cell_ready(r->in, r->hidden, r->wx, r->wh, r->b));
+}
+
+static int lstm_unset(qkv_tape *t, const qkv_lstm *l)
+{
+    return qkv_layer_unset(t, "lstm", cell_ready(l->in, l->hidden, l->wx, l->wh, l->b));
+}
+
+static int gru_unset(qkv_tape *t, const qkv_gru *g)
+{
+    return qkv_layer_unset(
+        t, "gru", cell_ready(g->in, g->hidden, g->wx, g->wh, g->bx) && !qkv_tensor_is_nil(g->bh));
+}
+
 /* ---- Elman -------------------------------------------------------------- */
 
 qkv_status qkv_rnn_init(qkv_rnn *r, qkv_params *p, const char *prefix, int in, int hidden,
                         qkv_rnn_act act, qkv_error *err)
 {
+    if (r != NULL) /* what a refusal leaves, not the old weights */
+        memset(r, 0, sizeof *r);
     if (r == NULL || (act != QKV_RNN_TANH && act != QKV_RNN_LINEAR))
         return qkv_error_set(err, QKV_ERR_ARG, "rnn: no cell, or an unknown activation");
     qkv_status s = check_sizes("rnn", in, hidden, err);
     if (s != QKV_OK)
         return s;
-    memset(r, 0, sizeof *r);
     r->in = in;
     r->hidden = hidden;
     r->act = act;
@@ -226,6 +251,8 @@ qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    if (rnn_unset(t, r))
+        return qkv_nil();
     if (!check_step(t, "rnn", xw, r->hidden, h, r->hidden))
         return qkv_nil();
     qkv_tensor *z = pre(t, xw, h, r->wh, r->b);
@@ -236,6 +263,8 @@ qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tenso
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    if (rnn_unset(t, r))
+        return qkv_nil();
     const qkv_tensor *hs[1] = {h};
     if (!check_input(t, "rnn", x, r->wx, hs, 1, r->hidden))
         return qkv_nil();
@@ -262,6 +291,8 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    if (rnn_unset(t, r))
+        return qkv_nil();
     int T, B;
     /* every step's x·W_x + b in one product, then the recurrence as one node */
     qkv_tensor *xw = project_steps(t, "rnn", x, r->in, r->wx, r->b, (const qkv_tensor *const[]){h0},
@@ -276,6 +307,8 @@ qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table
 {
     if (r == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
+    if (rnn_unset(t, r))
+        return qkv_nil();
     int accepted;
     qkv_tensor *xw = project_ids(t, "rnn", table, ids, steps, batch, r->wx, r->b,
                                  (const qkv_tensor *const[]){h0}, 1, r->hidden, &accepted);
@@ -291,10 +324,10 @@ qkv_status qkv_lstm_init(qkv_lstm *l, qkv_params *p, const char *prefix, int in,
 {
     if (l == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "lstm: no cell");
+    memset(l, 0, sizeof *l); /* what a refusal leaves, not the old weights */
     qkv_status s = check_sizes("lstm", in, hidden, err);
     if (s != QKV_OK)
         return s;
-    memset(l, 0, sizeof *l);
     l->in = in;
     l->hidden = hidden;
     return cell_params(p, prefix, in, hidden, 4, &l->wx, &l->wh, &l->b, "b", NULL, NULL, err);
@@ -308,6 +341,8 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
         return out;
     }
+    if (lstm_unset(t, l))
+        return out;
     const int H = l->hidden;
     if (!check_step(t, "lstm", xw, 4 * H, s != NULL ? s->h : NULL, H) ||
         (s != NULL && !check_step(t, "lstm (cell state)", xw, 4 * H, s->c, H)))
@@ -331,6 +366,8 @@ qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, cons
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     }
+    if (lstm_unset(t, l))
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     const qkv_tensor *hc[2] = {s != NULL ? s->h : NULL, s != NULL ? s->c : NULL};
     if (!check_input(t, "lstm", x, l->wx, hc, 2, l->hidden))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
@@ -362,6 +399,8 @@ qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     }
+    if (lstm_unset(t, l))
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     int T, B;
     const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
     qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, NULL, first, 2, l->hidden, &T, &B);
@@ -376,6 +415,8 @@ qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *
         qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     }
+    if (lstm_unset(t, l))
+        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
     int accepted;
     qkv_tensor *xw = project_ids(t, "lstm", table, ids, steps, batch, l->wx, NULL, first, 2,
@@ -392,10 +433,10 @@ qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, i
 {
     if (g == NULL)
         return qkv_error_set(err, QKV_ERR_ARG, "gru: no cell");
+    memset(g, 0, sizeof *g); /* what a refusal leaves, not the old weights */
     qkv_status s = check_sizes("gru", in, hidden, err);
     if (s != QKV_OK)
         return s;
-    memset(g, 0, sizeof *g);
     g->in = in;
     g->hidden = hidden;
     return cell_params(p, prefix, in, hidden, 3, &g->wx, &g->wh, &g->bx, "bx", &g->bh, "bh", err);
@@ -405,6 +446,8 @@ qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    if (gru_unset(t, g))
+        return qkv_nil();
     const int H = g->hidden;
     if (!check_step(t, "gru", xw, 3 * H, h, H))
         return qkv_nil();
@@ -426,6 +469,8 @@ qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tenso
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    if (gru_unset(t, g))
+        return qkv_nil();
     const qkv_tensor *hs[1] = {h};
     if (!check_input(t, "gru", x, g->wx, hs, 1, g->hidden))
         return qkv_nil();
@@ -450,6 +495,8 @@ qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_te
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    if (gru_unset(t, g))
+        return qkv_nil();
     int T, B;
     qkv_tensor *xw = project_steps(t, "gru", x, g->in, g->wx, NULL, (const qkv_tensor *const[]){h0},
                                    1, g->hidden, &T, &B);
@@ -461,6 +508,8 @@ qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table
 {
     if (g == NULL)
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
+    if (gru_unset(t, g))
+        return qkv_nil();
     int accepted;
     qkv_tensor *xw = project_ids(t, "gru", table, ids, steps, batch, g->wx, NULL,
                                  (const qkv_tensor *const[]){h0}, 1, g->hidden, &accepted);
