@@ -291,6 +291,35 @@ START_TEST(test_bad_configs_are_refused)
 }
 END_TEST
 
+/* An optimizer over no parameters is refused, as PyTorch's
+ * torch.optim.SGD([]) is (ValueError: "... got an empty parameter list"):
+ * it would step nothing. The message says which: no array, or its count. */
+START_TEST(test_an_empty_parameter_list_is_refused)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){0}, 1);
+    const qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    qkv_error err = qkv_error_none();
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, 0, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "optim: 0 parameters: an optimizer needs at least 1");
+    ck_assert_ptr_null(qkv_optim_new(&c, &p, -2, &err));
+    ck_assert_str_eq(err.message, "optim: -2 parameters: an optimizer needs at least 1");
+    ck_assert_ptr_null(qkv_optim_new(&c, NULL, 1, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "optim: no parameter array (NULL)");
+    /* and a list of none, or none at all, through qkv_params_optim */
+    qkv_params *empty = qkv_params_new(1, NULL);
+    ck_assert_ptr_null(qkv_params_optim(empty, &c, &err));
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_str_eq(err.message,
+                     "params: the list is empty: an optimizer needs at least 1 parameter");
+    ck_assert_ptr_null(qkv_params_optim(NULL, &c, &err));
+    ck_assert_str_eq(err.message, "params: no parameter list (NULL)");
+    qkv_params_free(empty);
+    qkv_tensor_free(p);
+}
+END_TEST
+
 /* The Adam kernel on every kernel set against the formula written out
  * here, over 37 weights (whole vectors and a tail), for three steps with
  * L2 decay: IEEE arithmetic in the same order gives the same bits. */
@@ -380,6 +409,7 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_clip_by_global_norm);
     tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
     tcase_add_test(tc, test_bad_configs_are_refused);
+    tcase_add_test(tc, test_an_empty_parameter_list_is_refused);
     tcase_add_test(tc, test_zero_learning_rate_is_a_frozen_step);
     tcase_add_test(tc, test_adam_kernel_is_the_formula_on_every_path);
     tcase_add_test(tc, test_sum_squares_exact_on_integers);

@@ -34,12 +34,15 @@ typedef struct qkv_optim qkv_optim;
 qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind);
 
 /* Makes an optimizer for n parameters (not owned; they must outlive it;
- * each needs a gradient buffer, and may be listed once). Returns NULL with
+ * each needs a gradient buffer, and may be listed once). n must be at
+ * least 1: an optimizer over no parameters would step nothing, and is
+ * refused (as PyTorch refuses an empty parameter list). Returns NULL with
  * the reason in err for a bad config (a negative rate, an eps, decay or
  * clip below 0, any of them not finite, an eps of 0 for Adam or AdamW, a
- * momentum or beta outside [0, 1)) or parameter (nil, no gradient, made
- * on a tape or a view made there, listed twice: QKV_ERR_ARG) or when
- * memory runs out (QKV_ERR_NOMEM). */
+ * momentum or beta outside [0, 1)), for n below 1 or params NULL, or for
+ * a parameter that is nil, has no gradient, was made on a tape (or is a
+ * view made there) or is listed twice (all QKV_ERR_ARG), or when memory
+ * runs out (QKV_ERR_NOMEM). */
 qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n, qkv_error *err);
 void qkv_optim_free(qkv_optim *o); /* accepts NULL */
 

@@ -113,7 +113,9 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
 /* An optimizer over every parameter of the list, with each parameter's
  * weight decay switched on or off as the list says (cfg->weight_decay is
  * the rate for those that have it). See optim.h. It takes the parameters
- * there are now: one added later is not in it (make another optimizer). */
+ * there are now: one added later is not in it (make another optimizer).
+ * NULL with QKV_ERR_ARG for a NULL or empty list (an optimizer needs at
+ * least one parameter), or qkv_optim_new's error. */
 qkv_optim *qkv_params_optim(qkv_params *p, const qkv_optim_config *cfg, qkv_error *err);
 
 #ifdef __cplusplus

@@ -266,7 +266,10 @@ qkv_rng *qkv_params_rng(qkv_params *p)
 qkv_optim *qkv_params_optim(qkv_params *p, const qkv_optim_config *cfg, qkv_error *err)
 {
     if (p == NULL || p->n == 0) {
-        qkv_error_set(err, QKV_ERR_ARG, "params: no parameters to optimize");
+        qkv_error_set(err, QKV_ERR_ARG,
+                      p == NULL ? "params: no parameter list (NULL)"
+                                : "params: the list is empty: an optimizer needs at least 1 "
+                                  "parameter");
         return NULL;
     }
     qkv_optim *o = qkv_optim_new(cfg, p->tensors, p->n, err);

@@ -67,10 +67,16 @@ static const char *bad_config(const qkv_optim_config *c)
 qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n, qkv_error *err)
 {
     const char *why = cfg == NULL ? "no config" : bad_config(cfg);
-    if (why == NULL && (params == NULL || n < 1))
-        why = "no parameters to optimize";
     if (why != NULL) {
         qkv_error_set(err, QKV_ERR_ARG, "optim: %s", why);
+        return NULL;
+    }
+    if (n < 1) { /* it would step nothing; PyTorch refuses an empty list too */
+        qkv_error_set(err, QKV_ERR_ARG, "optim: %d parameters: an optimizer needs at least 1", n);
+        return NULL;
+    }
+    if (params == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "optim: no parameter array (NULL)");
         return NULL;
     }
     for (int i = 0; i < n; i++)
