@@ -320,9 +320,6 @@ START_TEST(test_an_empty_parameter_list_is_refused)
 }
 END_TEST
 
-/* The Adam kernel on every kernel set against the formula written out
- * here, over 37 weights (whole vectors and a tail), for three steps with
- * L2 decay: IEEE arithmetic in the same order gives the same bits. */
 /* A rate of 0 is a valid config, as in PyTorch and qkv_optim_set_lr: each
  * kind's step leaves the parameters where they were (AdamW's decay is
  * lr·wd, so 0 too), and the rate can be raised later. */
@@ -348,6 +345,9 @@ START_TEST(test_zero_learning_rate_is_a_frozen_step)
 }
 END_TEST
 
+/* The Adam kernel on every kernel set against the formula written out
+ * here, over 37 weights (whole vectors and a tail), for three steps with
+ * L2 decay: IEEE arithmetic in the same order gives the same bits. */
 START_TEST(test_adam_kernel_is_the_formula_on_every_path)
 {
     static const char *impls[] = {"portable", "avx2", "avx512"};

@@ -293,7 +293,7 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
         return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
     if (rnn_unset(t, r))
         return qkv_nil();
-    int T, B;
+    int T = 0, B = 0;
     /* every step's x·W_x + b in one product, then the recurrence as one node */
     qkv_tensor *xw = project_steps(t, "rnn", x, r->in, r->wx, r->b, (const qkv_tensor *const[]){h0},
                                    1, r->hidden, &T, &B);
@@ -401,7 +401,7 @@ qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
     }
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
-    int T, B;
+    int T = 0, B = 0;
     const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
     qkv_tensor *xw = project_steps(t, "lstm", x, l->in, l->wx, NULL, first, 2, l->hidden, &T, &B);
     return lstm_run(t, l, xw, T, B, s0, states);
@@ -497,7 +497,7 @@ qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_te
         return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
     if (gru_unset(t, g))
         return qkv_nil();
-    int T, B;
+    int T = 0, B = 0;
     qkv_tensor *xw = project_steps(t, "gru", x, g->in, g->wx, NULL, (const qkv_tensor *const[]){h0},
                                    1, g->hidden, &T, &B);
     return gru_run(t, g, xw, T, B, h0, states);
