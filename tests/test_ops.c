@@ -326,20 +326,24 @@ END_TEST
  * n×k (tb), rounded, then the add and the factor in float, as the unrolled
  * ops would. The scan reads a stored W_hᵀ instead (one transpose, not one
  * per step): its xw gradient must be these bits on every kernel set, in
- * a shape of the chain order (3×5) and one of the blocks order (50×60),
+ * a shape of the chain order (3×5), one of the blocks order (50×60) and
+ * one of the dots order (2×1025, where W_h is read as it is),
  * added into a gradient (a heap xw) or written into one not yet filled
  * (a tape tensor). */
 START_TEST(test_rnn_scan_backward_keeps_the_bits_of_the_transposed_product)
 {
     enum { T = 4 };
-    static const int shapes[2][2] = {{3, 5}, {50, 60}}; /* B, H */
+    /* B, H; at H = 1025 a Bᵀ is too deep to copy (the DOTS order), and
+     * the scan keeps W_h as it is */
+    static const int shapes[3][2] = {{3, 5}, {50, 60}, {2, 1025}};
+    ck_assert(qkv_gemm_takes_dots(1025, 1025) && !qkv_gemm_takes_dots(60, 60));
     static const char *const sets[3] = {"portable", "avx2", "avx512"};
     char was[32];
     snprintf(was, sizeof was, "%s", qkv_kernels_name());
     for (int k = 0; k < 3; k++) {
         if (qkv_kernels_use(sets[k], NULL) != 0)
             continue;
-        for (int c = 0; c < 2; c++) {
+        for (int c = 0; c < 3; c++) {
             const int B = shapes[c][0], H = shapes[c][1];
             const size_t bh = (size_t)B * H, n = T * bh;
             qkv_rng g;
