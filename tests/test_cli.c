@@ -3632,6 +3632,37 @@ START_TEST(test_plot_panels_label_their_y_axes)
 }
 END_TEST
 
+START_TEST(test_saturation_plot_says_where_a_gradient_is_exactly_0)
+{
+    /* a gradient norm of exactly 0 (the softmax saturated past float's
+     * range, as unscaled d_k = 512 gives at one logged step) has no place
+     * on the log axis: the line broke there with nothing to say why. The
+     * panel that has one now says how many; the others say nothing. A
+     * copy of the scripts shows label 1 before each plot command, on the
+     * fixture's runs with one norm set to 0 */
+    char cmd[1536], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir s d && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
+             "cp -r '%s/plots/saturation' d/ && "
+             "sed 's/^\\( *\\)plot /\\1show label; plot /' s/plots/saturation.gp >s/t && "
+             "mv s/t s/plots/saturation.gp && "
+             "awk -F, -v OFS=, 'NR == 2 {$11 = 0} {print}' d/saturation/runs.csv >d/t && "
+             "head -2 d/t | tail -1 | cut -d, -f1-3 && mv d/t d/saturation/runs.csv && "
+             "sh s/plots.sh d png saturation",
+             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    ck_assert_msg(strstr(out, "plots: wrote png/saturation.png") != NULL, "%s", out);
+    /* the zeroed row's d_k, scaled and seed came first in the output */
+    int dk = -1;
+    ck_assert_int_eq(sscanf(out, "%d,", &dk), 1);
+    const char *hit = strstr(out, "断开处梯度恰为 0（1 处）");
+    ck_assert_msg(hit != NULL, "no panel names the zero:\n%s", out);
+    ck_assert_msg(strstr(hit + 1, "断开处梯度恰为 0") == NULL, "named twice:\n%s", out);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_heatmap_of_a_one_token_sentence_is_drawn)
 {
     /* `qkv resolve --csv` of a one-token sentence writes a 1x1 matrix,
@@ -4033,6 +4064,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_softmax_base_plot_needs_the_base_variants);
     tcase_add_test(tc, test_plot_axis_labels_are_chinese);
     tcase_add_test(tc, test_plot_panels_label_their_y_axes);
+    tcase_add_test(tc, test_saturation_plot_says_where_a_gradient_is_exactly_0);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);

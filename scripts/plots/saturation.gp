@@ -24,6 +24,19 @@ do for [i=1:n] {
     set ylabel (i == 1 ? "梯度范数（对数）" : "")
     set logscale y
     set format y "10^{%L}"
+    # a gradient of exactly 0 (softmax saturated past float's range) has no
+    # place on a log axis: its line breaks there, and the panel says why
+    zeros = 0
+    set style textbox opaque noborder
+    do for [sc=0:1] {
+        stats infile using (sel(dk, sc, column("gnorm_scores")) == 0 ? 1 : 0) nooutput
+        zeros = zeros + STATS_sum
+    }
+    unset label 1
+    if (zeros > 0) {
+        set label 1 sprintf("断开处梯度恰为 0（%d 处）", zeros) \
+            at graph 0.5, graph 0.07 center font ",9" front boxed
+    }
     plot infile using "step":(sel(dk, 1, column("gnorm_scores"))) with lines lw 2 lc rgb c_scaled, \
          infile using "step":(sel(dk, 0, column("gnorm_scores"))) \
              with lines lw 2 lc rgb c_unscaled, \
@@ -32,6 +45,7 @@ do for [i=1:n] {
          infile using "step":(sel(dk, 0, column("gnorm_wq"))) with lines lw 1 dt 2 lc rgb c_unscaled
 }
 unset logscale y
+unset label 1
 set format y "%g"
 do for [i=1:n] {
     dk = word(dks, i) + 0
