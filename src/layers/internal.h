@@ -18,11 +18,13 @@ qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char 
 qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
                            int ndim, const int *shape, qkv_init init, qkv_error *err);
 
-/* A failed init leaves its layer zeroed. When ready is 0 (the layer
- * lacks a parameter: its init failed or was never called) records, unless
- * the tape failed before, "WHAT: the layer is not initialised ..." and
- * returns nonzero; else returns 0. */
-int qkv_layer_unset(qkv_tape *t, const char *what, int ready);
+/* The first check of a layer's forward (and of a recurrent cell's steps).
+ * A failed init leaves its layer zeroed. Records, unless the tape failed
+ * before, "WHAT: no KIND" when present is 0 (a NULL layer or cell), or
+ * "WHAT: the layer is not initialised ..." when ready is 0 (the layer
+ * lacks a parameter: its init failed or was never called), and returns
+ * nonzero; else returns 0. */
+int qkv_layer_unset(qkv_tape *t, const char *what, const char *kind, int present, int ready);
 
 /* Where a list stands: its count and its generator's state. A layer's init
  * that fails part way undoes what it added (qkv_params_undo), so a refused

@@ -39,34 +39,38 @@ qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, 
     return QKV_OK;
 }
 
-int qkv_layer_unset(qkv_tape *t, const char *what, int ready)
+int qkv_layer_unset(qkv_tape *t, const char *what, const char *kind, int present, int ready)
 {
-    if (ready)
-        return 0;
-    qkv_tape_fail(t, QKV_ERR_ARG,
-                  "%s: the layer is not initialised (its init failed or was never called)", what);
-    return 1;
+    if (!present)
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: no %s", what, kind);
+    else if (!ready)
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "%s: the layer is not initialised (its init failed or was never called)",
+                      what);
+    return !present || !ready;
 }
 
-/* Whether each layer has what its init adds; a zeroed one has none. */
+/* Whether each layer has what its init adds; a zeroed one has none, and
+ * NULL is not ready either. */
 static int linear_ready(const qkv_linear *l)
 {
-    return !qkv_tensor_is_nil(l->weight);
+    return l != NULL && !qkv_tensor_is_nil(l->weight);
 }
 
 static int norm_ready(const qkv_norm *n)
 {
-    return !qkv_tensor_is_nil(n->gamma) && !qkv_tensor_is_nil(n->beta);
+    return n != NULL && !qkv_tensor_is_nil(n->gamma) && !qkv_tensor_is_nil(n->beta);
 }
 
 static int mha_ready(const qkv_mha *m)
 {
-    return m->d_model > 0 && m->heads > 0 && linear_ready(&m->qkv) && linear_ready(&m->proj);
+    return m != NULL && m->d_model > 0 && m->heads > 0 && linear_ready(&m->qkv) &&
+           linear_ready(&m->proj);
 }
 
 static int ffn_ready(const qkv_ffn *f)
 {
-    return linear_ready(&f->up) && linear_ready(&f->down);
+    return f != NULL && linear_ready(&f->up) && linear_ready(&f->down);
 }
 
 /* ---- linear ------------------------------------------------------------- */
@@ -97,9 +101,7 @@ qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int
 
 qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x)
 {
-    if (l == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "linear: no layer"), qkv_nil();
-    if (qkv_layer_unset(t, "linear", linear_ready(l)))
+    if (qkv_layer_unset(t, "linear", "layer", l != NULL, linear_ready(l)))
         return qkv_nil();
     return qkv_affine(t, x, l->weight, l->bias);
 }
@@ -124,9 +126,8 @@ qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefi
 qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int *ids, int ndim,
                                   const int *shape)
 {
-    if (e == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "embedding: no layer"), qkv_nil();
-    if (qkv_layer_unset(t, "embedding", !qkv_tensor_is_nil(e->weight)))
+    if (qkv_layer_unset(t, "embedding", "layer", e != NULL,
+                        e != NULL && !qkv_tensor_is_nil(e->weight)))
         return qkv_nil();
     return qkv_gather(t, e->weight, ids, ndim, shape);
 }
@@ -156,11 +157,9 @@ qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, 
 
 qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x)
 {
-    if (n == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "norm: no layer"), qkv_nil();
     /* a zeroed norm would normalise with γ 1, β 0 and eps 0 (NULL is the
      * op's "none"), a result with no error */
-    if (qkv_layer_unset(t, "norm", norm_ready(n)))
+    if (qkv_layer_unset(t, "norm", "layer", n != NULL, norm_ready(n)))
         return qkv_nil();
     return qkv_layer_norm(t, x, n->gamma, n->beta, n->eps);
 }
@@ -238,9 +237,7 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
 {
     if (parts != NULL)
         parts->attn = parts->scores = qkv_nil();
-    if (m == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "mha: no layer"), qkv_nil();
-    if (qkv_tape_status(t) != QKV_OK || qkv_layer_unset(t, "mha", mha_ready(m)))
+    if (qkv_layer_unset(t, "mha", "layer", m != NULL, mha_ready(m)) || qkv_tape_status(t) != QKV_OK)
         return qkv_nil();
     if (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != m->d_model) {
         char sx[64];
@@ -295,9 +292,7 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
 
 qkv_tensor *qkv_ffn_forward(qkv_tape *t, const qkv_ffn *f, qkv_tensor *x)
 {
-    if (f == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "ffn: no layer"), qkv_nil();
-    if (qkv_layer_unset(t, "ffn", ffn_ready(f)))
+    if (qkv_layer_unset(t, "ffn", "layer", f != NULL, ffn_ready(f)))
         return qkv_nil();
     return qkv_linear_forward(t, &f->down, qkv_gelu(t, qkv_linear_forward(t, &f->up, x)));
 }
@@ -339,11 +334,9 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
 qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, const qkv_tensor *pad,
                               qkv_mha_parts *parts)
 {
-    if (b == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "block: no layer"), qkv_nil();
-    if (qkv_layer_unset(t, "block",
-                        norm_ready(&b->ln1) && mha_ready(&b->attn) && norm_ready(&b->ln2) &&
-                            ffn_ready(&b->ffn)))
+    if (qkv_layer_unset(t, "block", "layer", b != NULL,
+                        b != NULL && norm_ready(&b->ln1) && mha_ready(&b->attn) &&
+                            norm_ready(&b->ln2) && ffn_ready(&b->ffn)))
         return qkv_nil();
     qkv_tensor *h =
         qkv_add(t, x, qkv_mha_forward(t, &b->attn, qkv_norm_forward(t, &b->ln1, x), pad, parts));

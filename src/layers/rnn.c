@@ -213,20 +213,25 @@ static int cell_ready(int in, int hidden, const qkv_tensor *wx, const qkv_tensor
            !qkv_tensor_is_nil(b);
 }
 
+/* The first check of every step and sequence: a cell, and not a zeroed
+ * one. */
 static int rnn_unset(qkv_tape *t, const qkv_rnn *r)
 {
-    return qkv_layer_unset(t, "rnn", cell_ready(r->in, r->hidden, r->wx, r->wh, r->b));
+    return qkv_layer_unset(t, "rnn", "cell", r != NULL,
+                           r != NULL && cell_ready(r->in, r->hidden, r->wx, r->wh, r->b));
 }
 
 static int lstm_unset(qkv_tape *t, const qkv_lstm *l)
 {
-    return qkv_layer_unset(t, "lstm", cell_ready(l->in, l->hidden, l->wx, l->wh, l->b));
+    return qkv_layer_unset(t, "lstm", "cell", l != NULL,
+                           l != NULL && cell_ready(l->in, l->hidden, l->wx, l->wh, l->b));
 }
 
 static int gru_unset(qkv_tape *t, const qkv_gru *g)
 {
-    return qkv_layer_unset(
-        t, "gru", cell_ready(g->in, g->hidden, g->wx, g->wh, g->bx) && !qkv_tensor_is_nil(g->bh));
+    return qkv_layer_unset(t, "gru", "cell", g != NULL,
+                           g != NULL && cell_ready(g->in, g->hidden, g->wx, g->wh, g->bx) &&
+                               !qkv_tensor_is_nil(g->bh));
 }
 
 /* ---- Elman -------------------------------------------------------------- */
@@ -249,8 +254,6 @@ qkv_status qkv_rnn_init(qkv_rnn *r, qkv_params *p, const char *prefix, int in, i
 
 qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, qkv_tensor *h)
 {
-    if (r == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
     if (rnn_unset(t, r))
         return qkv_nil();
     if (!check_step(t, "rnn", xw, r->hidden, h, r->hidden))
@@ -261,8 +264,6 @@ qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw
 
 qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h)
 {
-    if (r == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
     if (rnn_unset(t, r))
         return qkv_nil();
     const qkv_tensor *hs[1] = {h};
@@ -289,8 +290,6 @@ static qkv_tensor *rnn_run(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, int T,
 qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states)
 {
-    if (r == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
     if (rnn_unset(t, r))
         return qkv_nil();
     int T = 0, B = 0;
@@ -305,8 +304,6 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
 qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table, const int *ids,
                                 int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
 {
-    if (r == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "rnn: no cell"), qkv_nil();
     if (rnn_unset(t, r))
         return qkv_nil();
     int accepted;
@@ -337,10 +334,6 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
                                        const qkv_lstm_state *s)
 {
     qkv_lstm_state out = {qkv_nil(), qkv_nil()};
-    if (l == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
-        return out;
-    }
     if (lstm_unset(t, l))
         return out;
     const int H = l->hidden;
@@ -362,10 +355,6 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
 
 qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, const qkv_lstm_state *s)
 {
-    if (l == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
-        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
-    }
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     const qkv_tensor *hc[2] = {s != NULL ? s->h : NULL, s != NULL ? s->c : NULL};
@@ -395,10 +384,6 @@ static qkv_lstm_state lstm_run(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw, i
 qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
                                 const qkv_lstm_state *s0, qkv_lstm_state *states)
 {
-    if (l == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
-        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
-    }
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     int T = 0, B = 0;
@@ -411,10 +396,6 @@ qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *
                                     const int *ids, int steps, int batch, const qkv_lstm_state *s0,
                                     qkv_lstm_state *states)
 {
-    if (l == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "lstm: no cell");
-        return (qkv_lstm_state){qkv_nil(), qkv_nil()};
-    }
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
     const qkv_tensor *first[2] = {s0 != NULL ? s0->h : NULL, s0 != NULL ? s0->c : NULL};
@@ -444,8 +425,6 @@ qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, i
 
 qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h)
 {
-    if (g == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
     if (gru_unset(t, g))
         return qkv_nil();
     const int H = g->hidden;
@@ -467,8 +446,6 @@ qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw
 
 qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h)
 {
-    if (g == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
     if (gru_unset(t, g))
         return qkv_nil();
     const qkv_tensor *hs[1] = {h};
@@ -493,8 +470,6 @@ static qkv_tensor *gru_run(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, int T,
 qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
                             qkv_tensor **states)
 {
-    if (g == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
     if (gru_unset(t, g))
         return qkv_nil();
     int T = 0, B = 0;
@@ -506,8 +481,6 @@ qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_te
 qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table, const int *ids,
                                 int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
 {
-    if (g == NULL)
-        return qkv_tape_fail(t, QKV_ERR_ARG, "gru: no cell"), qkv_nil();
     if (gru_unset(t, g))
         return qkv_nil();
     int accepted;

@@ -37,6 +37,17 @@ static void find_words(dist_words *w)
         w->act[i] = qkv_coref_word_id(activities[i]);
 }
 
+static int bad_k(int k)
+{
+    return k < 0 || k > QKV_DISTANCE_MAX;
+}
+
+/* The refusal of a distance out of range (or of no generator or ids). */
+static qkv_status k_error(int k, qkv_error *err)
+{
+    return qkv_error_set(err, QKV_ERR_ARG, "distance: k %d is not in [0, %d]", k, QKV_DISTANCE_MAX);
+}
+
 static void sentence(const dist_words *w, int k, qkv_rng *g, int *ids, int *len, int *pronoun,
                      int *target)
 {
@@ -65,9 +76,8 @@ static void sentence(const dist_words *w, int k, qkv_rng *g, int *ids, int *len,
 qkv_status qkv_distance_sentence(int k, qkv_rng *g, int *ids, int *len, int *pronoun, int *target,
                                  qkv_error *err)
 {
-    if (k < 0 || k > QKV_DISTANCE_MAX || g == NULL || ids == NULL)
-        return qkv_error_set(err, QKV_ERR_ARG, "distance: k %d is not in [0, %d]", k,
-                             QKV_DISTANCE_MAX);
+    if (ids == NULL || g == NULL || bad_k(k))
+        return k_error(k, err);
     dist_words w;
     find_words(&w);
     sentence(&w, k, g, ids, len, pronoun, target);
@@ -79,9 +89,8 @@ qkv_status qkv_distance_batch(qkv_coref_batch *b, int n, int k, qkv_rng *g, qkv_
     if (b == NULL || n < 1 || n > b->cap_b || k + 8 > b->cap_t)
         return qkv_error_set(err, QKV_ERR_ARG,
                              "distance: %d sentences of %d tokens do not fit the batch", n, k + 8);
-    if (k < 0 || k > QKV_DISTANCE_MAX || g == NULL)
-        return qkv_error_set(err, QKV_ERR_ARG, "distance: k %d is not in [0, %d]", k,
-                             QKV_DISTANCE_MAX);
+    if (g == NULL || bad_k(k))
+        return k_error(k, err);
     qkv_coref_batch_clear(b);
     dist_words w;
     find_words(&w);
