@@ -3663,6 +3663,49 @@ START_TEST(test_saturation_plot_says_where_a_gradient_is_exactly_0)
 }
 END_TEST
 
+/* The occurrences of needle in s. */
+static int count_of(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+START_TEST(test_log_axes_over_many_decades_have_no_clumped_minor_tics)
+{
+    /* gnuplot puts a log axis's minor tics at 2..9 times each major;
+     * past 9 decades its majors skip decades and those tics clumped just
+     * above each major (bptt.png, saturation.png's d_k = 512 gradient
+     * panel). Such an axis now has none; a narrower one keeps them. A
+     * copy of the scripts shows mytics before each plot command: bptt's
+     * fixture spans 10^-8 to 10^3 in every panel; saturation's gradients
+     * span 2 decades, until one norm of the first row is set to 1e-30
+     * (the parentheses: sh()'s 2>&1 is for the whole chain) */
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd,
+             "(mkdir s d && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
+             "for f in bptt saturation; do sed 's/^\\( *\\)plot /\\1show mytics; plot /' "
+             "s/plots/$f.gp >s/t && mv s/t s/plots/$f.gp; done && "
+             "cp -r '%s/plots/bptt' '%s/plots/saturation' d/ && "
+             "sh s/plots.sh d png bptt saturation && echo '== deep' && "
+             "awk -F, -v OFS=, 'NR == 2 {$11 = 1e-30} {print}' d/saturation/runs.csv >d/t && "
+             "mv d/t d/saturation/runs.csv && sh s/plots.sh d png saturation)",
+             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    const char *none = "drawn with 1 subintervals"; /* else gnuplot's defaults */
+    char *deep = strstr(out, "== deep");
+    ck_assert_msg(deep != NULL, "%s", out);
+    *deep = '\0';
+    /* bptt's three panels have none, saturation's gradient panels theirs;
+     * then the deep panel has none and the other its own */
+    ck_assert_msg(count_of(out, none) == 3, "bptt and saturation:\n%s", out);
+    ck_assert_msg(count_of(deep + 1, none) == 1, "the deep panel:\n%s", deep + 1);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_heatmap_of_a_one_token_sentence_is_drawn)
 {
     /* `qkv resolve --csv` of a one-token sentence writes a 1x1 matrix,
@@ -4065,6 +4108,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_plot_axis_labels_are_chinese);
     tcase_add_test(tc, test_plot_panels_label_their_y_axes);
     tcase_add_test(tc, test_saturation_plot_says_where_a_gradient_is_exactly_0);
+    tcase_add_test(tc, test_log_axes_over_many_decades_have_no_clumped_minor_tics);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);
     tcase_add_test(tc, test_ablate_header_states_the_d_k_it_trained);

@@ -11,6 +11,10 @@ set xlabel "向前回溯的步数 j"
 set ylabel "‖∂L/∂h_{p−j}‖（对数）"
 set logscale y
 set format y "10^{%L}"
+stats infile using (log10_or(column("grad_norm"), 1e9)) nooutput
+lo = STATS_min
+stats infile using (log10_or(column("grad_norm"), -1e9)) nooutput
+eval log_minor_ytics(lo, STATS_max)
 # up to 16 rhos (qkv bptt's limit): 8 colours, solid then dashed, and
 # a key of at most 8 rows a column
 set key bottom left box opaque font ",10" maxrows 8

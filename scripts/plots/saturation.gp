@@ -32,6 +32,17 @@ do for [i=1:n] {
         stats infile using (sel(dk, sc, column("gnorm_scores")) == 0 ? 1 : 0) nooutput
         zeros = zeros + STATS_sum
     }
+    lo = 1e9
+    hi = -1e9
+    do for [sc=0:1] {
+        do for [c in "gnorm_scores gnorm_wq"] {
+            stats infile using (sel(dk, sc, 1) == 1 ? log10_or(column(c), 1e9) : 1e9) nooutput
+            lo = STATS_min < lo ? STATS_min : lo
+            stats infile using (sel(dk, sc, 1) == 1 ? log10_or(column(c), -1e9) : -1e9) nooutput
+            hi = STATS_max > hi ? STATS_max : hi
+        }
+    }
+    eval log_minor_ytics(lo, hi)
     unset label 1
     if (zeros > 0) {
         set label 1 sprintf("断开处梯度恰为 0（%d 处）", zeros) \
@@ -46,6 +57,7 @@ do for [i=1:n] {
 }
 unset logscale y
 unset label 1
+set mytics default
 set format y "%g"
 do for [i=1:n] {
     dk = word(dks, i) + 0
