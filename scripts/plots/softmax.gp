@@ -17,12 +17,25 @@ set ylabel "归一化结果"
 set key top left
 do for [k=1:n] {
     v = word(vecs, k)
+    # the CSV writes a vector without commas (1;2;3); its title is written
+    # as the tutorial writes one, z = [1, 2, 3]
+    z = ""
+    count = 1
+    do for [c=1:strlen(v)] {
+        z = z.(v[c:c] eq ";" ? ", " : v[c:c])
+        count = count + (v[c:c] eq ";")
+    }
     # a long vector (up to 32 numbers) would run its title into the next
     # panel's and its tick labels into each other: cut the one, thin the other
-    set title sprintf("z = [%s]", strlen(v) > 24 ? v[1:21]."…" : v)
-    count = 1
-    do for [c=1:strlen(v)] { count = count + (v[c:c] eq ";") }
+    if (strlen(z) > 30) {
+        cut = 28 # at the last comma before it: no number cut in two
+        while (cut > 1 && z[cut:cut] ne ",") { cut = cut - 1 }
+        z = z[1:cut]." …"
+    }
+    set title sprintf("z = [%s]", z)
     if (count > 12) { set xtics autofreq } else { set xtics 1 }
+    # the components and half a bar's room each side, no empty places
+    set xrange [-0.6:count - 0.4]
     at(dx) = strcol("vector") eq v ? column("i") + dx : 1/0
     plot infile using (at(-0.18)):"linear" with boxes lc rgb c_unscaled title "线性 z/Σz", \
          infile using (at(0.18)):"softmax" with boxes lc rgb c_scaled title "Softmax e^z/Σe^z"
