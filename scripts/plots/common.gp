@@ -18,3 +18,7 @@ log_minor_ytics(lo, hi) = (ceil(hi) - floor(lo) > 9) ? "set mytics 1" : "set myt
 # log10 of v where it has a place on a log axis, else the default d (so
 # that stats over it never runs out of points)
 log10_or(v, d) = (v > 0 && v < 1e300) ? log10(v) : d
+# A vector as the CSV writes it, without commas (1;2;3), written as the
+# tutorial writes one (1, 2, 3); and how many numbers it has.
+commas(v) = strstrt(v, ";") ? v[1:strstrt(v, ";") - 1].", ".commas(v[strstrt(v, ";") + 1:]) : v
+components(v) = strstrt(v, ";") ? 1 + components(v[strstrt(v, ";") + 1:]) : 1

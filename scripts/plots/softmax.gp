@@ -17,14 +17,8 @@ set ylabel "归一化结果"
 set key top left
 do for [k=1:n] {
     v = word(vecs, k)
-    # the CSV writes a vector without commas (1;2;3); its title is written
-    # as the tutorial writes one, z = [1, 2, 3]
-    z = ""
-    count = 1
-    do for [c=1:strlen(v)] {
-        z = z.(v[c:c] eq ";" ? ", " : v[c:c])
-        count = count + (v[c:c] eq ";")
-    }
+    z = commas(v)
+    count = components(v)
     # a long vector (up to 32 numbers) would run its title into the next
     # panel's and its tick labels into each other: cut the one, thin the other
     if (strlen(z) > 30) {

@@ -13,13 +13,16 @@ set boxwidth 0.25
 set xtics 1
 set yrange [0:1]
 set key top left
-set title sprintf("z = [%s] 在不同底数下的权重 b^z/Σb^z", vec)
+set title sprintf("z = [%s] 在不同底数下的权重 b^z/Σb^z", commas(vec))
+# the components and half a bar's room each side, no empty places
+set xrange [-0.6:components(vec) - 0.4]
 set xlabel "分量 i"
 set ylabel "权重"
 at(dx) = strcol("vector") eq vec ? column("i") + dx : 1/0
 plot infile using (at(-0.27)):"base_2" with boxes lc rgb "#9ecae1" title "底数 2", \
      infile using (at(0)):"base_e" with boxes lc rgb c_scaled title "底数 e", \
      infile using (at(0.27)):"base_10" with boxes lc rgb c_unscaled title "底数 10"
+set autoscale x
 set title sprintf("训练时的验证损失（种子 %s）", seed)
 set xlabel "训练步数"
 set ylabel "验证集交叉熵"
