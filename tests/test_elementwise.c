@@ -5,6 +5,7 @@
  * CPython's math module (tests/data/ops_golden.h, from
  * scripts/golden_ops.py), at their edges, on every kernel set.
  */
+#include <float.h>
 #include <string.h>
 
 #include "tests.h"
@@ -175,6 +176,35 @@ START_TEST(test_map_gradients_at_their_edges)
 }
 END_TEST
 
+START_TEST(test_silu_gradient_at_subnormal_inputs)
+{
+    /* silu'(x) = σ(x) + x·σ(x)·(1 - σ(x)) is 1/2 to the last bit for x
+     * this close to 0: PyTorch 1.13 in float64 gives 0.5 at 5e-324 (and
+     * in float32 at 1e-45). Backward must not recover σ as y/x there,
+     * where y = x·σ(x) is subnormal and has lost its bits (y = 0 at the
+     * smallest subnormal, whose half rounds to 0) */
+#ifdef QKV_DOUBLE
+    const double tiny = DBL_TRUE_MIN, small = DBL_MIN / 3;
+#else
+    const double tiny = FLT_TRUE_MIN, small = FLT_MIN / 3;
+#endif
+    const double xs[6] = {tiny, -tiny, 3 * tiny, small, -small, -3 * tiny};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (qkv_kernels_use(sets[s], NULL) != QKV_OK)
+            continue;
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *x = tensor_of(1, (const int[]){6}, xs, 1);
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_silu(t, x))), QKV_OK);
+        for (int i = 0; i < 6; i++)
+            ck_assert_msg(x->grad[i] == 0.5, "silu'(%g) = %.17g, expected 0.5 (%s)", xs[i],
+                          (double)x->grad[i], qkv_kernels_name());
+        qkv_tensor_free(x);
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_sub_and_div_by_hand)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -320,6 +350,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_maps_match_cpython_on_every_kernel_set);
     tcase_add_test(tc, test_maps_at_their_edges);
     tcase_add_test(tc, test_map_gradients_at_their_edges);
+    tcase_add_test(tc, test_silu_gradient_at_subnormal_inputs);
     tcase_add_test(tc, test_sub_and_div_by_hand);
     tcase_add_test(tc, test_broadcasting_works_both_ways_and_reduces_gradients);
     tcase_add_test(tc, test_pow_has_a_zero_gradient_at_exponent_zero);

@@ -4,11 +4,19 @@
  * additive mask, and the maps exp, log, sqrt, pow, tanh, sigmoid, relu,
  * GELU and SiLU.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels.h"
 #include "ops/op.h"
+
+/* The smallest normal qkv_real. */
+#ifdef QKV_DOUBLE
+#define REAL_MIN DBL_MIN
+#else
+#define REAL_MIN FLT_MIN
+#endif
 
 /* ---- add, sub, mul, div: both operands broadcast ------------------------ */
 /*
@@ -384,7 +392,9 @@ static void silu_backward(const qkv_node *nd)
         /* y = x·s with s = σ(x): dx = dy·(s + x·s·(1 - s)) = dy·(s + y·(1 - s)); s
          * comes back as y/x, or σ(0) = 1/2 at 0 */
         double xi = x->data[i], s = xi != 0 ? y[i] / xi : 0.5;
-        if (!isfinite(s)) /* y overflowed or x is huge: recompute */
+        /* y overflowed or x is huge, or y is subnormal (x near 0, or below
+         * about -87 in float) and has lost bits, down to 0: recompute */
+        if (!isfinite(s) || fabs((double)y[i]) < REAL_MIN)
             s = 1 / (1 + exp(-xi));
         x->grad[i] += (qkv_real)(dy[i] * (s + y[i] * (1 - s)));
     }
