@@ -574,6 +574,32 @@ START_TEST(test_log_softmax_masked_row_with_nan_passes_no_gradient)
 }
 END_TEST
 
+/* A row far from 0: log softmax is (x - max) - log Σ e^(x - max), as
+ * PyTorch computes it. x - (max + log Σ) lost log Σ below max's last
+ * bit: three equal logits at ±1e30 gave 0, where PyTorch 1.13 gives
+ * -log 3 = -1.0986123 (float32 and float64), and the gradient of Σ y
+ * was 1 - 3·e^0 = -2, not 1 - 3·(1/3) = 0; at 1e4 the double build lost
+ * 11 to 12 of y's 53 bits. */
+START_TEST(test_log_softmax_keeps_its_precision_far_from_zero)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(
+        &f, tensor_of(2, (const int[]){3, 3},
+                      (const double[]){-1e30, -1e30, -1e30, 1e30, 1e30, 1e30, 1e4, 9999, 1e4}, 1));
+    qkv_tensor *y = qkv_log_softmax(f.t, x);
+    const double l3 = log(3.0), l = log(2 + exp(-1.0)); /* the last row: -l, -1 - l, -l */
+    const double want[9] = {-l3, -l3, -l3, -l3, -l3, -l3, -l, -1 - l, -l};
+    ck_assert(!qkv_tensor_is_nil(y));
+    for (int i = 0; i < 9; i++)
+        ASSERT_NEAR(y->data[i], want[i], 4 * REAL_EPS * fabs(want[i]));
+    /* d(Σ y)/dx_i = 1 - 3·p_i */
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, y)), QKV_OK);
+    for (int i = 0; i < 9; i++)
+        ASSERT_NEAR(x->grad[i], 1 - 3 * exp(want[i]), TOL);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -759,6 +785,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_softmax_refuses_a_scalar);
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
+    tcase_add_test(tc, test_log_softmax_keeps_its_precision_far_from_zero);
     tcase_add_test(tc, test_cross_entropy_by_hand);
     tcase_add_test(tc, test_cross_entropy_gradient_adds_to_what_is_there);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);

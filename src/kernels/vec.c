@@ -99,10 +99,17 @@ void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
         double mx, sum = qkv_exp_shifted(y, x, n, &mx); /* y as scratch */
         /* a fully masked row (sum 0) gives x - inf = -inf everywhere; a
          * NaN or +inf in a live row makes the sum NaN, and so every y, as
-         * log(softmax) is then */
-        double lse = sum == 0 ? INFINITY : mx + log(sum);
+         * log(softmax) is then. Otherwise (x - max) - log Σ, as PyTorch
+         * computes it: x - (max + log Σ) would lose log Σ below max's last
+         * bit, all of it far from 0 */
+        if (sum == 0) {
+            for (size_t j = 0; j < n; j++)
+                y[j] = (qkv_real)((double)x[j] - INFINITY);
+            continue;
+        }
+        const double ls = log(sum);
         for (size_t j = 0; j < n; j++)
-            y[j] = (qkv_real)((double)x[j] - lse);
+            y[j] = (qkv_real)(((double)x[j] - mx) - ls);
     }
 }
 
