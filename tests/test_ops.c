@@ -600,6 +600,23 @@ START_TEST(test_log_softmax_keeps_its_precision_far_from_zero)
 }
 END_TEST
 
+/* The loss is log Σ e^(x - max) - (x[t] - max): max + log Σ - x[t] lost
+ * log Σ to max's rounding, and gave 0 for two equal logits at ±1e30
+ * where PyTorch 1.13 gives log 2 (float32 and float64). */
+START_TEST(test_cross_entropy_keeps_its_precision_far_from_zero)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 2},
+                                       (const double[]){-1e30, -1e30, 1e30, 1e30, 1e4, 9999}, 1));
+    const int targets[3] = {0, 1, 1};
+    qkv_tensor *l = qkv_cross_entropy(f.t, x, targets);
+    ck_assert(!qkv_tensor_is_nil(l));
+    const double want = (2 * log(2.0) + 1 + log(1 + exp(-1.0))) / 3;
+    ASSERT_NEAR(l->data[0], want, 4 * REAL_EPS * want);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_by_hand)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -786,6 +803,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
     tcase_add_test(tc, test_log_softmax_keeps_its_precision_far_from_zero);
+    tcase_add_test(tc, test_cross_entropy_keeps_its_precision_far_from_zero);
     tcase_add_test(tc, test_cross_entropy_by_hand);
     tcase_add_test(tc, test_cross_entropy_gradient_adds_to_what_is_there);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);

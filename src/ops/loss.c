@@ -66,7 +66,8 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     if (qkv_tensor_is_nil(out))
         return out;
     /* probabilities (kept for backward when recording) and the loss from
-     * log-sum-exp in double: -log p[t] = log Σ e^(x - max) - (x[t] - max) */
+     * log-sum-exp in double: -log p[t] = log Σ e^(x - max) - (x[t] - max),
+     * in that order (max + log Σ - x[t] loses log Σ below max's last bit) */
     const int recording = out->grad != NULL;
     qkv_real *p = qkv_op_alloc(t, "cross_entropy", logits->numel * sizeof(qkv_real));
     if (p == NULL)
@@ -77,7 +78,7 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
         qkv_real *pr = p + r * C;
         double mx, sum = qkv_exp_shifted(pr, x, C, &mx);
         if (targets[r] != QKV_IGNORE)
-            loss += mx + log(sum) - (double)x[targets[r]];
+            loss += log(sum) - ((double)x[targets[r]] - mx);
         if (recording) {
             qkv_real inv = (qkv_real)(1 / sum);
             for (size_t j = 0; j < C; j++)
