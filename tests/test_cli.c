@@ -3138,6 +3138,61 @@ START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 }
 END_TEST
 
+/* An option's value is the next argument only if that does not read as
+ * an option itself: "train --log --seeds 3" wrote the log to a file
+ * called --seeds and trained with the default seeds, and "distance --out
+ * --quiet" ran its whole sweep into a directory called --quiet. The user
+ * forgot a value; it is refused, as Python's argparse does, with the way
+ * to give such a value on purpose. */
+START_TEST(test_an_option_value_that_reads_as_an_option_is_refused)
+{
+    expect("train --quiet --steps 1 --log --seeds 3", 2,
+           "qkv: --log needs a value, not the option '--seeds' "
+           "(write --log=--seeds if that is its name)\nTry 'qkv train --help'.\n");
+    expect("saturation --out --quiet", 2, "qkv: --out needs a value, not the option '--quiet'");
+    expect("resolve --model -- 小明他", 2, "qkv: --model needs a value, not the option '--'");
+    expect("softmax --csv -h", 2, "qkv: --csv needs a value, not the option '-h'");
+    /* a number cannot read as an option: no --seed=--no-scale to suggest */
+    expect("demo --seed --no-scale", 2,
+           "qkv: --seed needs a value, not the option '--no-scale'\nTry 'qkv demo --help'.\n");
+    char *out;
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_msg(out[0] == '\0', "files were made:\n%s", out);
+    free(out);
+    /* every option of every command that takes a value */
+    static const char *cmds[] = {"demo",    "train",    "eval", "resolve",  "saturation",
+                                 "softmax", "distance", "bptt", "parallel", "ablate"};
+    int checked = 0;
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        char args[128], *help;
+        snprintf(args, sizeof args, "%s --help", cmds[c]);
+        ck_assert_int_eq(run(args, &help), 0);
+        char *save = NULL;
+        for (char *l = strtok_r(help, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+            const size_t n = strncmp(l, "  --", 4) == 0 ? strcspn(l + 2, " ") : 0;
+            if (n == 0 || l[2 + n] != ' ' || l[3 + n] == ' ')
+                continue; /* not an option, or a flag: its help follows the padding */
+            char want[128];
+            snprintf(args, sizeof args, "%s %.*s --quiet", cmds[c], (int)n, l + 2);
+            snprintf(want, sizeof want, "qkv: %.*s needs a value, not the option '--quiet'", (int)n,
+                     l + 2);
+            expect(args, 2, want);
+            checked++;
+        }
+        free(help);
+    }
+    ck_assert_int_ge(checked, 60);
+    /* what does not read as an option is still a value: a negative number
+     * and "-"; and --opt=VALUE takes any value */
+    expect("distance --quiet --models lstm --forget-bias -1 --distances 0 --seeds 1 --steps 1 "
+           "--eval-every 1 --out d",
+           0, "forget-gate bias -1");
+    expect("softmax --csv=--x.csv 1,2", 0, "z = [1,2]");
+    ck_assert_int_eq(sh("test -s ./--x.csv", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_an_output_path_too_long_for_its_files_is_refused)
 {
     /* DIR/grads.csv would not fit a path buffer: refused before anything is
@@ -4097,6 +4152,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_short_run_takes_the_default_eval_interval);
     tcase_add_test(tc, test_parallel_names_its_thread_count);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
+    tcase_add_test(tc, test_an_option_value_that_reads_as_an_option_is_refused);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);

@@ -88,8 +88,11 @@ typedef struct cli_opt {
  * are stored in pos (at most max_pos, count in *npos; pass NULL/0 to allow
  * none): those that do not start with '-', "-" itself, negative numbers
  * such as "-1,2", and everything after "--"; any other "-x" is an unknown
- * option. Prints the usage and returns CLI_HELP for -h/--help; prints a
- * one-line error and returns CLI_USAGE on a bad option; CLI_OK otherwise. */
+ * option. An option's value is the next argument, or follows its "=";
+ * a next argument that reads as an option ("--log --seeds") is refused,
+ * not taken as the value. Prints the usage and returns CLI_HELP for
+ * -h/--help; prints a one-line error and returns CLI_USAGE on a bad
+ * option; CLI_OK otherwise. */
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos);
 

@@ -345,6 +345,14 @@ static int wants_help(int argc, char **argv, const cli_opt *opts, int nopts)
     return 0;
 }
 
+/* 1 if cli_parse reads argument a as an option: it starts with '-' and
+ * is neither "-" alone nor a negative number ("-1,2", "-.5"). */
+static int reads_as_option(const char *a)
+{
+    return a[0] == '-' && a[1] != '\0' && !(a[1] >= '0' && a[1] <= '9') &&
+           !(a[1] == '.' && a[2] >= '0' && a[2] <= '9');
+}
+
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos)
 {
@@ -368,8 +376,7 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
         }
         /* a positional argument: after "--", without a leading '-', "-"
          * alone, or a negative number ("-1,2,-0.5" for softmax) */
-        if (!options || a[0] != '-' || a[1] == '\0' || (a[1] >= '0' && a[1] <= '9') ||
-            (a[1] == '.' && a[2] >= '0' && a[2] <= '9')) {
+        if (!options || !reads_as_option(a)) {
             if (np >= max_pos)
                 return cli_usage_error(cmd, "unexpected argument '%s'", a);
             pos[np++] = argv[i];
@@ -392,6 +399,17 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
                 return cli_usage_error(cmd, "--%s takes no value", o->name);
             *(int *)o->dst = 1;
             continue;
+        }
+        /* the next argument is the value unless it reads as an option:
+         * "--log --seeds 3" forgot the log's name, and would write a file
+         * called --seeds; a path of that name is given as --log=--seeds */
+        if (!eq && i + 1 < argc && reads_as_option(argv[i + 1])) {
+            char hint[1024] = ""; /* the message is cut short to fit a line anyway */
+            if (o->kind == OPT_DIR || o->kind == OPT_FILE)
+                snprintf(hint, sizeof hint, " (write --%s=%s if that is its name)", o->name,
+                         argv[i + 1]);
+            return cli_usage_error(cmd, "--%s needs a value, not the option '%s'%s", o->name,
+                                   argv[i + 1], hint);
         }
         char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (v == NULL)

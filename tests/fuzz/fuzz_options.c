@@ -2,8 +2,9 @@
  * fuzz_options.c - libFuzzer target: the command line's option parser and
  * list splitter on arbitrary arguments (the input split at NUL bytes), with
  * one option of every kind. Whatever cli_parse accepts must be in range
- * and point into the arguments; a list must split into non-empty items
- * that join back to the text; and nothing may crash or leak.
+ * and point into the arguments, and no value given as the next argument
+ * may read as an option; a list must split into non-empty items that
+ * join back to the text; and nothing may crash or leak.
  */
 #include <math.h>
 #include <stdint.h>
@@ -86,6 +87,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (str != NULL && !is_arg(str, argv, argc))
             abort();
+        /* a value given as the next argument never reads as an option
+         * ("--name --flag" is refused, not the name "--flag") */
+        for (int i = 1; i < argc; i++)
+            if ((str == argv[i] || file == argv[i]) && argv[i][0] == '-' && argv[i][1] != '\0' &&
+                !(argv[i][1] >= '0' && argv[i][1] <= '9') &&
+                !(argv[i][1] == '.' && argv[i][2] >= '0' && argv[i][2] <= '9'))
+                abort();
         if (path != NULL) { /* an argument less its trailing "/" and "/." ("d/." is d) */
             const size_t k = strlen(path);
             int from_arg = 0;
