@@ -1521,6 +1521,36 @@ START_TEST(test_train_names_a_file_in_the_way_of_its_logs_directory)
 }
 END_TEST
 
+/* A log directory that takes no new file (/proc/self, for root too; a
+ * directory without write permission, for anyone else) was found only
+ * when train made the log's part file, and the message named that file,
+ * LOG.part, which the user never gave ("cannot replace ro/t.csv.part"
+ * on a read-only file system): it is checked with the checkpoint's, and
+ * named as the checkpoint's is. */
+START_TEST(test_train_names_a_log_directory_that_takes_no_file)
+{
+    char *out;
+    const char *dirs[] = {"/proc/self", "ro"};
+    const int n = geteuid() == 0 ? 1 : 2;
+    ck_assert_int_eq(sh("mkdir ro && chmod 555 ro", &out), 0);
+    free(out);
+    for (int i = 0; i < n; i++) {
+        char args[256], want[256];
+        snprintf(args, sizeof args, "train --quiet --steps 3 --log %s/t.csv --save m.st", dirs[i]);
+        snprintf(want, sizeof want,
+                 "qkv: train: cannot write %s/t.csv: cannot create a file in %s: ", dirs[i],
+                 dirs[i]);
+        ck_assert_int_eq(run(args, &out), 1);
+        ck_assert_msg(strncmp(out, want, strlen(want)) == 0 && strstr(out, ".part") == NULL &&
+                          strchr(out, '\n')[1] == '\0',
+                      "qkv %s:\n%s", args, out);
+        free(out);
+    }
+    ck_assert_int_eq(sh("test ! -e m.st", &out), 0);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
 {
     char *out;
@@ -4115,6 +4145,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
     tcase_add_test(tc, test_train_names_a_usage_error_before_its_files);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
+    tcase_add_test(tc, test_train_names_a_log_directory_that_takes_no_file);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
     tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
     tcase_add_test(tc, test_an_out_option_naming_a_file_is_a_usage_error);

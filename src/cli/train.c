@@ -258,15 +258,23 @@ int cmd_train(int argc, char **argv)
         qkv_check_replaceable(o.save, &err) != QKV_OK)
         return cli_fail_status(err.status, "train: %s", err.message);
     /* and a checkpoint that could not be written fails now, not after
-     * the whole run; the log's directory is checked (found in the way)
-     * here too, so that its error names it and not the LOG.part file.
-     * Nothing is made yet: a run that fails before it starts leaves no
-     * directory behind */
+     * the whole run; the log's directory is checked (found in the way,
+     * or there and taking no new file) here too, so that its error names
+     * the log and not the LOG.part file. Nothing is made yet: a run that
+     * fails before it starts leaves no directory behind */
     char part[4096 + 8];
     snprintf(part, sizeof part, "%s.part", o.log);
     int missing;
-    if (qkv_mkdirs_for_check(part, &missing, &err) != QKV_OK ||
-        qkv_check_writable(o.save, &err) != QKV_OK)
+    if (qkv_mkdirs_for_check(part, &missing, &err) != QKV_OK)
+        return cli_fail_status(err.status, "train: %s", err.message);
+    const char *slash = strrchr(o.log, '/'); /* "l.csv": ".", "/l.csv": "/" */
+    const int n = slash == NULL || slash == o.log ? 1 : (int)(slash - o.log);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", n, slash == NULL ? "." : o.log);
+    if (!missing && access(dir, W_OK | X_OK) != 0)
+        return cli_fail_status(QKV_ERR_IO, "train: cannot write %s: cannot create a file in %s: %s",
+                               o.log, dir, strerror(errno));
+    if (qkv_check_writable(o.save, &err) != QKV_OK)
         return cli_fail_status(err.status, "train: %s", err.message);
     if (o.threads > 0)
         qkv_threads_use(o.threads, NULL); /* the option's range is the function's */
