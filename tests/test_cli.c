@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,6 +354,56 @@ START_TEST(test_distance_rnn_and_attention_resolve_adjacent_pronouns)
                       "model,distance,seeds,acc_mean,acc_sd,steps_to_90_mean,reached,diverged\n",
                       71) == 0);
     free(csv);
+}
+END_TEST
+
+/* The held-out sentences were scored 128 at a time whatever --batch was:
+ * at distance 1024 the attention's scores for 128 sentences of 1032
+ * tokens took over 1 GB, at distance 4096 17 GB, with --batch 1 and one
+ * step. The most memory the run takes (its peak resident size, as wait4
+ * reports it) stays well under that now. */
+START_TEST(test_distance_scores_long_sentences_in_small_batches)
+{
+    /* measured in a child of its own, whose only child is the run: its
+     * RUSAGE_CHILDREN is then the run's alone, whatever ran before */
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        pid_t run_pid = fork();
+        if (run_pid == 0) {
+            int null = open("/dev/null", O_WRONLY);
+            if (chdir(tmp) != 0 || null < 0 || dup2(null, 1) < 0)
+                _exit(99);
+            execl(QKV_BIN, "qkv", "distance", "--quiet", "--models", "attention", "--distances",
+                  "1024", "--steps", "1", "--eval-every", "1", "--batch", "1", "--seeds", "1",
+                  "--out", "d", (char *)NULL);
+            _exit(98);
+        }
+        int status = -1;
+        struct rusage ru;
+        if (run_pid < 0 || waitpid(run_pid, &status, 0) != run_pid ||
+            getrusage(RUSAGE_CHILDREN, &ru) != 0)
+            _exit(97);
+        char line[64];
+        const int n = snprintf(line, sizeof line, "%d %ld", status, ru.ru_maxrss);
+        _exit(write(fds[1], line, (size_t)n) == n ? 0 : 96);
+    }
+    close(fds[1]);
+    char line[64] = "";
+    const ssize_t got = read(fds[0], line, sizeof line - 1);
+    close(fds[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0 && got > 0, "status %d", status);
+    int run_status;
+    long maxrss;
+    ck_assert_int_eq(sscanf(line, "%d %ld", &run_status, &maxrss), 2);
+    ck_assert_msg(WIFEXITED(run_status) && WEXITSTATUS(run_status) == 0, "qkv: status %d",
+                  run_status);
+    ck_assert_msg(maxrss < 600 * 1024, "peak resident size %ld KB", maxrss); /* KB on Linux */
 }
 END_TEST
 
@@ -4106,6 +4157,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_resolve_lists_the_words_it_knows);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);
     tcase_add_test(tc, test_distance_is_the_same_on_any_number_of_jobs);
+    tcase_add_test(tc, test_distance_scores_long_sentences_in_small_batches);
     tcase_add_test(tc, test_distance_steps_to_90_counts_the_seeds_that_got_there);
     tcase_add_test(tc, test_ablate_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_fails_the_same_on_any_number_of_jobs);

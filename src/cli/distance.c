@@ -17,6 +17,17 @@
 #define VAL_N 256
 #define TEST_N 512
 
+/* The held-out sentences scored at a time, for sentences of up to T
+ * tokens: 128, fewer where the attention's T×T scores of 128 sentences
+ * would take more than 2^25 numbers each (128 MB in float), whatever
+ * --batch is (at distance 4096, 128 took 17 GB). Each sentence is scored
+ * alone, so the accuracy is the same in any number of parts. */
+static int eval_capacity(int tokens)
+{
+    const long fit = (1L << 25) / ((long)tokens * tokens);
+    return fit < 1 ? 1 : fit > 128 ? 128 : (int)fit;
+}
+
 typedef struct dist_opts {
     const char *models, *distances, *out;
     int seeds, steps, batch, eval_every, quiet, threads, jobs;
@@ -418,7 +429,7 @@ int cmd_distance(int argc, char **argv)
         return cli_fail_status(err.status, "distance: %s", err.message);
     qkv_tape *t = qkv_tape_new(0, &err);
     qkv_coref_batch *b = t ? qkv_coref_batch_new(o.batch, kmax + 8, &err) : NULL;
-    qkv_coref_batch *eb = b ? qkv_coref_batch_new(128, kmax + 8, &err) : NULL;
+    qkv_coref_batch *eb = b ? qkv_coref_batch_new(eval_capacity(kmax + 8), kmax + 8, &err) : NULL;
     static dist_result res[MAX_ITEMS][MAX_ITEMS][MAX_SEEDS];
     if (eb == NULL)
         r = cli_fail_status(err.status, "distance: %s", err.message);
