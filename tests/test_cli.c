@@ -1712,6 +1712,13 @@ START_TEST(test_no_negative_zero_or_wrong_plural_in_tables)
                      0);
     ck_assert_msg(strstr(out, "on 1 sentence of T tokens") != NULL, "%s", out);
     free(out);
+    /* distance's header said "1 step of 1 sentences" */
+    ck_assert_int_eq(run("distance --quiet --models rnn --distances 0 --seeds 1 --steps 1 "
+                         "--eval-every 1 --batch 1 --out dz",
+                         &out),
+                     0);
+    ck_assert_msg(strstr(out, "Adam lr 0.01, clip 1, 1 step of 1 sentence\n") != NULL, "%s", out);
+    free(out);
 }
 END_TEST
 

@@ -172,9 +172,10 @@ static int print_table(const dist_opts *o, const qkv_seq_kind *kinds, int nk, co
     char clip[32] = "no clipping";
     if (o->clip > 0)
         snprintf(clip, sizeof clip, "clip %g", o->clip);
-    printf("Adam lr %g, %s, %d step%s of %d sentences%s\n\n"
+    printf("Adam lr %g, %s, %d step%s of %d sentence%s%s\n\n"
            "%-10s %7s",
-           o->lr, clip, o->steps, o->steps > 1 ? "s" : "", o->batch, bias, "model", "params");
+           o->lr, clip, o->steps, o->steps > 1 ? "s" : "", o->batch, o->batch > 1 ? "s" : "", bias,
+           "model", "params");
     for (int d = 0; d < nd; d++)
         printf(" %11d", ks[d]);
     printf("\n");
