@@ -2749,6 +2749,53 @@ START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
 }
 END_TEST
 
+/* The size of file name under tmp, or -1. */
+static long size_in_tmp(const char *name)
+{
+    char path[256];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* "--csv /dev/stdout > o.txt" opened o.txt a second time, at its start:
+ * the CSV and the table were written over each other, and most of one
+ * was lost. Both are kept whole now, in o.txt as in a pipe. */
+START_TEST(test_a_csv_sent_where_standard_output_goes_keeps_both)
+{
+    /* softmax's table of 8 vectors of 32 numbers is more than a buffer's
+     * 4096 bytes: written to o.txt part by part */
+    char vectors[8 * 32 * 2 + 1] = "", cmd0[sizeof vectors + 16];
+    for (int v = 0; v < 8; v++)
+        for (int k = 0; k < 32; k++)
+            snprintf(vectors + strlen(vectors), sizeof vectors - strlen(vectors), "%s%d",
+                     k == 0 ? (v == 0 ? "" : " ") : ",", (v + k) % 10);
+    snprintf(cmd0, sizeof cmd0, "softmax %%s %s", vectors);
+    const char *const cmds[] = {cmd0, "resolve --model m.st %s 小明是个运动达人，他平时很爱打篮球"};
+    char *out;
+    ck_assert_int_eq(run("train --quiet --steps 2 --save m.st --log l.csv", &out), 0);
+    free(out);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char args[600], cmd[700];
+        snprintf(args, sizeof args, cmds[i], "");
+        snprintf(cmd, sizeof cmd, "'%s' %s > table.txt", QKV_BIN, args);
+        ck_assert_int_eq(sh(cmd, &out), 0);
+        free(out);
+        snprintf(args, sizeof args, cmds[i], "--csv c.csv");
+        ck_assert_int_eq(run(args, &out), 0);
+        free(out);
+        snprintf(args, sizeof args, cmds[i], "--csv /dev/stdout");
+        snprintf(cmd, sizeof cmd, "'%s' %s > o.txt", QKV_BIN, args);
+        ck_assert_int_eq(sh(cmd, &out), 0);
+        free(out);
+        const long table = size_in_tmp("table.txt"), csv = size_in_tmp("c.csv");
+        ck_assert_msg(table > 4096 || i > 0, "a table of %ld bytes fits one buffer", table);
+        ck_assert_msg(size_in_tmp("o.txt") == table + csv, "%s: o.txt has %ld bytes, not %ld + %ld",
+                      cmds[i], size_in_tmp("o.txt"), table, csv);
+    }
+}
+END_TEST
+
 START_TEST(test_an_interrupted_run_keeps_a_link_it_writes_through)
 {
     /* Ctrl-C removed a symbolic link that a CSV was written through, in
@@ -4201,6 +4248,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_worker_killed_alone_is_named);
     tcase_add_test(tc, test_workers_end_when_their_parent_is_killed);
     tcase_add_test(tc, test_an_interrupted_run_keeps_a_link_it_writes_through);
+    tcase_add_test(tc, test_a_csv_sent_where_standard_output_goes_keeps_both);
     tcase_add_test(tc, test_a_csv_of_another_user_keeps_its_owner);
     tcase_add_test(tc, test_train_names_a_usage_error_before_its_files);
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);

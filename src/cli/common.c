@@ -769,6 +769,35 @@ static qkv_status check_open_for_write(const char *path, qkv_error *err)
  * takes no new file, or a full list is written in place. With excl,
  * path must not exist yet and is written in place (a symbolic link there
  * is not followed). */
+/* 1 if the open file fd is the regular file standard output goes to. */
+static int is_stdout_file(int fd)
+{
+    struct stat sf, so;
+    return fstat(fd, &sf) == 0 && S_ISREG(sf.st_mode) && fstat(STDOUT_FILENO, &so) == 0 &&
+           sf.st_dev == so.st_dev && sf.st_ino == so.st_ino;
+}
+
+/* A CSV sent to the regular file standard output goes to (--csv
+ * /dev/stdout > out.txt, or --csv out.txt > out.txt): a stream on a copy
+ * of standard output's descriptor, which shares its offset, so that the
+ * tables and the CSV follow each other there as in a pipe; opened anew,
+ * the file would be cut to nothing and each written from its start, over
+ * the other (and a temporary file renamed over it would take the tables'
+ * place). NULL if path is not that file (or no descriptor is left). */
+static FILE *open_stdout_file(const char *path)
+{
+    struct stat sp, so;
+    if (stat(path, &sp) != 0 || !S_ISREG(sp.st_mode) || fstat(STDOUT_FILENO, &so) != 0 ||
+        sp.st_dev != so.st_dev || sp.st_ino != so.st_ino)
+        return NULL;
+    fflush(stdout); /* what it holds goes first */
+    const int fd = dup(STDOUT_FILENO);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL && fd >= 0)
+        close(fd);
+    return f;
+}
+
 static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
 {
     /* a directory that cannot be made, or a name too long for it, fails
@@ -776,7 +805,11 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
     int missing;
     if (qkv_mkdirs_for_check(path, &missing, err) != QKV_OK || qkv_mkdirs_for(path, err) != QKV_OK)
         return NULL;
-    FILE *f = NULL;
+    FILE *f = excl ? NULL : open_stdout_file(path);
+    if (f != NULL) { /* not listed: standard output's file stays, whatever happens */
+        fprintf(f, "%s\n", header);
+        return f;
+    }
     struct stat sb;
     const int exists = lstat(path, &sb) == 0;
     /* another user's file is written in place, as before: the new one
@@ -935,12 +968,14 @@ int cli_csv_end(FILE *f, const char *path, int ok)
         return done ? 0 : -1;
     }
     partial_drop(i);
+    const int shared = is_stdout_file(fileno(f));
     if (csv_fclose(f) == 0 && ok)
         return 0;
     /* cut short: no plot or script may take it for a whole log; but a
-     * device (--csv /dev/full) or a link is not the CSV, and stays */
+     * device (--csv /dev/full), a link or standard output's file is not
+     * the CSV alone, and stays */
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+    if (!shared && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode))
         remove(path);
     return -1;
 }
