@@ -2,10 +2,12 @@
  * test_faults.c - allocation failures, injected one at a time at every
  * allocation point (qkv_alloc_fail_at, or QKV_TEST_ALLOC_FAIL for a whole
  * program): of a short training run in-process, of the qkv program's
- * training run over a checkpoint it must keep, and of every example. Each
+ * training run over a checkpoint it must keep, of every example, and of
+ * the runs that a sweep's --jobs hands to worker processes. Each
  * run must end with an error that says why, never a crash or a silent
  * success; under ASan (make asan) a leak fails the test too.
  */
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -101,14 +103,34 @@ START_TEST(test_every_allocation_failure_of_a_training_run_is_reported)
 }
 END_TEST
 
+/* Runs a shell command in dir with the environment variables env ("A=1
+ * B=2"), its output in out.txt and err.txt; its exit code. */
+static int run_with(const char *env, const char *command)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s %s >out.txt 2>err.txt", dir, env, command);
+    int status = system(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 /* Runs a shell command in dir with QKV_TEST_ALLOC_FAIL=n; its exit code. */
 static int run_failing(const char *command, size_t n)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && QKV_TEST_ALLOC_FAIL=%zu %s >out.txt 2>err.txt", dir, n,
-             command);
-    int status = system(cmd);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    char env[64];
+    snprintf(env, sizeof env, "QKV_TEST_ALLOC_FAIL=%zu", n);
+    return run_with(env, command);
+}
+
+/* The file name in dir as text (caller frees). */
+static char *text_of(const char *name)
+{
+    char path[256];
+    size_t n;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unsigned char *b = slurp(path, &n);
+    char *text = realloc(b, n + 1);
+    text[n] = '\0';
+    return text;
 }
 
 /* stderr of the last run_failing, and the allocation count it ends with. */
@@ -260,6 +282,104 @@ START_TEST(test_out_of_memory_names_the_options_to_lower_not_c_functions)
 }
 END_TEST
 
+/* The number of entries (files, directories) in the directory name in
+ * dir, "." and ".." left out. */
+static int entries(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    DIR *d = opendir(path);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* The allocation count a task reported (QKV_TEST_ALLOC_FAIL_TASK) in the
+ * stderr e, whose line of the program's own count ("qkv-test: N
+ * allocations", the parent's with --jobs) goes. */
+static size_t task_count(char *e, int task)
+{
+    char *c = strstr(e, "qkv-test: task ");
+    int t = -1;
+    size_t k = 0;
+    ck_assert_msg(c != NULL && sscanf(c, "qkv-test: task %d: %zu", &t, &k) == 2 && t == task,
+                  "no count of task %d in '%s'", task, e);
+    for (char *last = e; (last = strstr(last, "qkv-test: ")) != NULL; last++)
+        if (last[10] >= '0' && last[10] <= '9')
+            *last = '\0';
+    return k;
+}
+
+/* With --jobs 2 a sweep's runs allocate in its worker processes, where
+ * the walk never went: a worker counted on from its parent's count at
+ * the fork, and the walk stopped at the parent's own count, the runs
+ * left out. QKV_TEST_ALLOC_FAIL_TASK reaches every allocation of each
+ * run, in whichever worker runs it: each failure ends the command with
+ * exit 1 and the messages that --jobs 1 gives, nothing on stdout (no
+ * table, no "wrote"), and the runs.csv of an earlier sweep as it was.
+ * A run that follows another in the same process may allocate less
+ * (what the first left allocated: the double build's second run makes
+ * one allocation fewer), so a run that never reaches allocation n must
+ * succeed instead. */
+START_TEST(test_every_allocation_failure_in_a_worker_is_reported)
+{
+    static const char args[] =
+        "saturation --quiet --dk 4 --steps 1 --log-every 1 --no-variance --out s";
+    char cmd[2][600], env[128], earlier[256];
+    for (int j = 0; j < 2; j++)
+        snprintf(cmd[j], sizeof cmd[j], "'%s' %s --jobs %d", QKV_BIN, args, j + 1);
+    snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
+    size_t reached = 0;
+    for (int task = 0; task < 2; task++) {
+        snprintf(env, sizeof env, "QKV_TEST_ALLOC_FAIL=0 QKV_TEST_ALLOC_FAIL_TASK=%d", task);
+        ck_assert_int_eq(run_with(env, cmd[1]), 0);
+        char *e = text_of("err.txt");
+        const size_t total = task_count(e, task);
+        free(e);
+        ck_assert_uint_gt(total, 10);
+        for (size_t n = 1; n <= total; n++) {
+            char *err[2];
+            int rc[2];
+            size_t count[2];
+            snprintf(env, sizeof env, "QKV_TEST_ALLOC_FAIL=%zu QKV_TEST_ALLOC_FAIL_TASK=%d", n,
+                     task);
+            for (int j = 1; j >= 0; j--) {
+                ck_assert_int_eq(system(earlier), 0);
+                rc[j] = run_with(env, cmd[j]);
+                err[j] = text_of("err.txt");
+                count[j] = task_count(err[j], task);
+                if (count[j] < n) { /* never reached: a clean run */
+                    ck_assert_msg(rc[j] == 0, "--jobs %d: task %d made %zu allocations: exit %d",
+                                  j + 1, task, count[j], rc[j]);
+                    continue;
+                }
+                reached += j == 1;
+                char *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
+                ck_assert_msg(rc[j] == 1 && strncmp(err[j], "qkv: saturation: ", 17) == 0,
+                              "--jobs %d: task %d: allocation %zu of %zu failed: exit %d, '%s'",
+                              j + 1, task, n, total, rc[j], err[j]);
+                ck_assert_msg(out[0] == '\0' && strcmp(csv, "earlier\n") == 0 && entries("s") == 1,
+                              "--jobs %d: task %d: allocation %zu failed, and it printed\n%s\n"
+                              "and left runs.csv\n%s\nand %d file(s) in its directory",
+                              j + 1, task, n, out, csv, entries("s"));
+                free(out);
+                free(csv);
+            }
+            if (count[0] >= n && count[1] >= n)
+                ck_assert_msg(strcmp(err[0], err[1]) == 0,
+                              "task %d: allocation %zu: --jobs 1 said\n%s--jobs 2 said\n%s", task,
+                              n, err[0], err[1]);
+            free(err[0]);
+            free(err[1]);
+        }
+    }
+    ck_assert_uint_gt(reached, 40);
+}
+END_TEST
+
 Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -271,5 +391,11 @@ Suite *faults_suite(void)
     tcase_add_test(tc, test_every_example_reports_every_allocation_failure);
     tcase_add_test(tc, test_out_of_memory_names_the_options_to_lower_not_c_functions);
     suite_add_tcase(s, tc);
+    /* the worker processes of the sweeps' --jobs */
+    TCase *tw = tcase_create("workers");
+    tcase_set_timeout(tw, 600);
+    tcase_add_checked_fixture(tw, setup, teardown);
+    tcase_add_test(tw, test_every_allocation_failure_in_a_worker_is_reported);
+    suite_add_tcase(s, tw);
     return s;
 }

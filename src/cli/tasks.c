@@ -42,6 +42,52 @@
 #endif
 
 #include "cli/cli.h"
+#include "util/util.h"
+
+/* ---- test hooks (tests/test_faults.c) ---- */
+
+/* The task named by the environment variable name, a whole number from 0
+ * ("3"), or -1 when it is unset or names none. */
+static int test_task(const char *name, const char **rest)
+{
+    const char *e = getenv(name);
+    char *end;
+    if (e == NULL || *e < '0' || *e > '9')
+        return -1;
+    const long t = strtol(e, &end, 10);
+    if (t > CLI_TASKS_MAX)
+        return -1;
+    if (rest != NULL)
+        *rest = end;
+    return (int)t;
+}
+
+/* QKV_TEST_ALLOC_FAIL=N with QKV_TEST_ALLOC_FAIL_TASK=T: the N-th
+ * allocation of task T fails, counted from the task's start in whichever
+ * process runs it (the program, or a worker of --jobs), and no other
+ * allocation of the program (alloc.c leaves QKV_TEST_ALLOC_FAIL to this
+ * hook then); at the task's end, "qkv-test: task T: K allocations" goes to
+ * its messages (stderr). Returns the count at the task's start. */
+static size_t alloc_task_begin(int task)
+{
+    const char *n = getenv("QKV_TEST_ALLOC_FAIL");
+    if (n == NULL || test_task("QKV_TEST_ALLOC_FAIL_TASK", NULL) != task)
+        return 0;
+    const size_t start = qkv_alloc_count(), at = (size_t)strtoull(n, NULL, 10);
+    qkv_alloc_fail_at(at > 0 ? start + at : 0);
+    return start;
+}
+
+static void alloc_task_end(int task, size_t start)
+{
+    if (getenv("QKV_TEST_ALLOC_FAIL") == NULL ||
+        test_task("QKV_TEST_ALLOC_FAIL_TASK", NULL) != task)
+        return;
+    qkv_alloc_fail_at(0);
+    fprintf(stderr, "qkv-test: task %d: %zu allocations\n", task, qkv_alloc_count() - start);
+}
+
+/* ---- tasks ---- */
 
 /* Runs one task into a fresh memory stream: CLI_OK with the bytes in
  * *buf (free them) and their count in *len, or the task's failure. */
@@ -52,7 +98,9 @@ static int run_to_memory(cli_task_fn run, void *ctx, int task, char **buf, size_
     FILE *ms = open_memstream(buf, len);
     if (ms == NULL)
         return cli_fail_status(QKV_ERR_NOMEM, "out of memory for task %d", task);
+    const size_t start = alloc_task_begin(task);
     int r = run(ctx, task, ms);
+    alloc_task_end(task, start);
     if (fclose(ms) != 0 && r == CLI_OK)
         r = cli_fail_status(QKV_ERR_NOMEM, "out of memory for task %d", task);
     if (r != CLI_OK) {
@@ -137,6 +185,9 @@ static void worker(pid_t parent, int queue, int done, FILE *out, FILE *msgs, cli
 #endif
     if (getppid() != parent) /* gone before the line above took effect */
         _exit(CLI_FAIL);
+    /* QKV_TEST_ALLOC_FAIL counts the parent's allocations; a task's are
+     * reached by QKV_TEST_ALLOC_FAIL_TASK (alloc_task_begin) */
+    qkv_alloc_fail_at(0);
     int task, failed = INT_MAX; /* the first task that failed here */
     const int real_err = dup(STDERR_FILENO);
     fflush(stderr);

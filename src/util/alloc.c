@@ -51,7 +51,11 @@ static int counted(size_t bytes)
         ;
     if (fail_env) { /* a whole program under test: QKV_TEST_ALLOC_FAIL=N */
         const char *e = getenv("QKV_TEST_ALLOC_FAIL");
-        fail_at = e != NULL ? (size_t)strtoull(e, NULL, 10) : 0;
+        /* with QKV_TEST_ALLOC_FAIL_TASK, N counts within one task of the
+         * qkv program's sweeps, which arms it (src/cli/tasks.c) */
+        fail_at = e != NULL && getenv("QKV_TEST_ALLOC_FAIL_TASK") == NULL
+                      ? (size_t)strtoull(e, NULL, 10)
+                      : 0;
         fail_env = 0;
         if (e != NULL)
             atexit(report_count);

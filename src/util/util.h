@@ -39,7 +39,9 @@ size_t qkv_alloc_largest(int reset);
  * then prints "qkv-test: K allocations" on stderr at exit (N = 0 only
  * counts). Tests walk N
  * over every allocation of a run to prove that each failure is reported,
- * not crashed on or leaked. */
+ * not crashed on or leaked. A worker process of the qkv program's --jobs
+ * turns it off, and with QKV_TEST_ALLOC_FAIL_TASK=T as well, N counts the
+ * allocations of the program's task T instead (src/cli/tasks.c). */
 void qkv_alloc_fail_at(size_t n);
 
 /* Overflow-checked size arithmetic: return 0 and leave *r alone on
