@@ -8,6 +8,7 @@
  * success; under ASan (make asan) a leak fails the test too.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -380,6 +381,40 @@ START_TEST(test_every_allocation_failure_in_a_worker_is_reported)
 }
 END_TEST
 
+/* A worker that could not write its results (a full disk; here a limit
+ * on the size of a file) said "a worker could not write its results",
+ * without the reason, once for each worker; and one whose last write
+ * failed as it ended said nothing: the command exited 1 in silence. One
+ * line now says why, and nothing is written. Repeated: which worker runs
+ * which task, and fails where, varies. */
+START_TEST(test_a_worker_that_cannot_write_its_results_says_why_once)
+{
+    char cmd[900];
+    snprintf(cmd, sizeof cmd,
+             "sh -c \"trap '' XFSZ; ulimit -f 2; exec '%s' saturation --quiet --dk 4,8 --steps 20 "
+             "--log-every 1 --no-variance --jobs 2 --out s\"",
+             QKV_BIN);
+    char earlier[256], why[128];
+    snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
+    snprintf(why, sizeof why, ": %s\n", strerror(EFBIG));
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(system(earlier), 0);
+        const int rc = run_with("", cmd);
+        char *err = text_of("err.txt"), *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
+        const char *nl = strchr(err, '\n');
+        ck_assert_msg(rc == 1 && strncmp(err, "qkv: ", 5) == 0 && nl != NULL && nl[1] == '\0' &&
+                          strstr(err, why) == nl - strlen(why) + 1,
+                      "exit %d, stderr:\n%s", rc, err);
+        ck_assert_str_eq(out, "");
+        ck_assert_str_eq(csv, "earlier\n");
+        ck_assert_int_eq(entries("s"), 1);
+        free(err);
+        free(out);
+        free(csv);
+    }
+}
+END_TEST
+
 Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -396,6 +431,7 @@ Suite *faults_suite(void)
     tcase_set_timeout(tw, 600);
     tcase_add_checked_fixture(tw, setup, teardown);
     tcase_add_test(tw, test_every_allocation_failure_in_a_worker_is_reported);
+    tcase_add_test(tw, test_a_worker_that_cannot_write_its_results_says_why_once);
     suite_add_tcase(s, tw);
     return s;
 }

@@ -9,11 +9,13 @@
  * status, output, messages) records to a temporary file of their own; a
  * worker's stderr goes to a file too, and each record carries what its
  * task printed there. The parent counts the tasks that ran for the
- * progress bar (a worker sends a byte for each task it takes, saying
- * whether it ran, failed or was skipped), waits for the workers, and
- * then, in task order, prints each task's messages and collects it, up
- * to the first task that failed,
- * whose messages it prints last: what the serial path prints. A worker
+ * progress bar (a worker sends a note on a pipe of its own for each task
+ * it takes, saying whether it ran, failed or was skipped, and one saying
+ * why if it cannot go on), waits for the workers, and then, in task
+ * order, prints each task's messages and collects it, up to the first
+ * task that failed, whose messages it prints last: what the serial path
+ * prints. A worker that cannot write its results, or dies, fails the
+ * command with one message that says why. A worker
  * whose task failed skips the later tasks it takes, which that failure
  * makes moot. So the output, errors included, is the same whatever the
  * number of jobs, as long as a task depends only on its number (each run
@@ -33,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -165,15 +168,45 @@ static int rewind_messages(int fd)
     return ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
 }
 
-/* A worker: tasks from the queue until it is empty, each record into out,
- * one byte per task taken into done. Its stderr goes to msgs, emptied
+/* What a worker tells its parent, on a pipe of its own: one note for each
+ * task it takes, once that task is done, and one before it gives up.
+ * Far shorter than PIPE_BUF, each note is written whole. */
+typedef struct worker_note {
+    int task;   /* the task it is about, or -1 */
+    int err;    /* 'w' and 'c': the errno of what failed */
+    char event; /* 'x' ran, 'f' ran and failed, 's' skipped (after a failure);
+                 * 'w' could not write its results, 'c' could not capture
+                 * its messages */
+} worker_note;
+
+static int send_note(int fd, int task, char event, int err)
+{
+    worker_note note;
+    memset(&note, 0, sizeof note); /* no stray bytes in the padding */
+    note.task = task;
+    note.err = err;
+    note.event = event;
+    return write_all(fd, &note, sizeof note);
+}
+
+/* A worker that cannot go on: tells its parent why, for the one message
+ * about it, and ends. */
+static void give_up(int notes, int task, char event, int err)
+{
+    send_note(notes, task, event, err);
+    _exit(CLI_FAIL);
+}
+
+/* A worker: tasks from the queue until it is empty, each record into out
+ * (flushed at once, so that a write that fails is known with its task),
+ * one note per task taken into notes. Its stderr goes to msgs, emptied
  * before each task, so that each record takes what its task printed, and
  * what a worker that dies printed last is there for the parent to show.
  * parent is the parent's pid, taken before the fork: once getppid() says
  * otherwise, the parent is gone and the worker ends (with nothing to
  * clean up: its files are tmpfile's, which have no name). Never
  * returns. */
-static void worker(pid_t parent, int queue, int done, FILE *out, FILE *msgs, cli_task_fn run,
+static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cli_task_fn run,
                    void *ctx)
 {
 #ifdef __linux__
@@ -189,12 +222,9 @@ static void worker(pid_t parent, int queue, int done, FILE *out, FILE *msgs, cli
      * reached by QKV_TEST_ALLOC_FAIL_TASK (alloc_task_begin) */
     qkv_alloc_fail_at(0);
     int task, failed = INT_MAX; /* the first task that failed here */
-    const int real_err = dup(STDERR_FILENO);
     fflush(stderr);
-    if (real_err < 0 || dup2(fileno(msgs), STDERR_FILENO) < 0) {
-        fprintf(stderr, "qkv: a worker could not capture its messages: %s\n", strerror(errno));
-        _exit(CLI_FAIL);
-    }
+    if (dup2(fileno(msgs), STDERR_FILENO) < 0)
+        give_up(notes, -1, 'c', errno);
     for (;;) {
         ssize_t got = read(queue, &task, sizeof task);
         if (got < 0 && errno == EINTR)
@@ -203,34 +233,33 @@ static void worker(pid_t parent, int queue, int done, FILE *out, FILE *msgs, cli
             break;
         if (getppid() != parent) /* nobody will read what it would run */
             _exit(CLI_FAIL);
-        int bad = 0;
         char said = 's';     /* skipped; 'x' ran, 'f' ran and failed */
         if (task < failed) { /* past a failure, its output would never be shown */
             char *buf = NULL, *msg = NULL;
             size_t len = 0, msg_len = 0;
-            bad = rewind_messages(STDERR_FILENO) != 0;
-            const int status[2] = {task,
-                                   bad ? CLI_FAIL : run_to_memory(run, ctx, task, &buf, &len)};
+            if (rewind_messages(STDERR_FILENO) != 0)
+                give_up(notes, task, 'c', errno);
+            const int status[2] = {task, run_to_memory(run, ctx, task, &buf, &len)};
             said = status[1] == CLI_OK ? 'x' : 'f';
             if (status[1] != CLI_OK) {
                 failed = task;
                 len = 0; /* buf is gone */
             }
             fflush(stderr);
-            bad = bad || file_bytes(STDERR_FILENO, &msg, &msg_len) != 0 ||
-                  fwrite(status, sizeof status, 1, out) != 1 || put_bytes(out, buf, len) != 0 ||
-                  put_bytes(out, msg, msg_len) != 0;
+            const int bad = file_bytes(STDERR_FILENO, &msg, &msg_len) != 0 ||
+                            fwrite(status, sizeof status, 1, out) != 1 ||
+                            put_bytes(out, buf, len) != 0 || put_bytes(out, msg, msg_len) != 0 ||
+                            fflush(out) != 0;
+            const int why = errno;
             free(buf);
             free(msg);
+            if (bad)
+                give_up(notes, task, 'w', why);
         }
-        if (bad || write_all(done, &said, 1) != 0) {
-            dprintf(real_err, "qkv: a worker could not write its results\n");
-            _exit(CLI_FAIL);
-        }
+        if (send_note(notes, task, said, 0) != 0)
+            _exit(CLI_FAIL); /* the parent is gone */
     }
-    /* every message went out with its record */
-    _exit(fflush(out) == 0 && !ferror(out) && rewind_messages(STDERR_FILENO) == 0 ? CLI_OK
-                                                                                  : CLI_FAIL);
+    _exit(CLI_OK);
 }
 
 static int get_bytes(FILE *f, char **p, size_t *len)
@@ -288,17 +317,102 @@ static int queue_tasks(int fd, int n, cli_cost_fn cost, void *ctx)
     return CLI_OK;
 }
 
+/* The parent's view of one worker. */
+typedef struct worker_view {
+    pid_t pid;
+    int notes;           /* the read end of its pipe of notes; -1 once it ended */
+    FILE *out, *msgs;    /* its records and its stderr */
+    worker_note trouble; /* why it gave up ('w' or 'c'), else event 0 */
+} worker_view;
+
+/* Reads the workers' notes until every worker has closed its pipe (has
+ * ended): draws the progress bar, and keeps in each view the note of a
+ * worker that gave up. */
+static int follow_workers(worker_view *v, int started, int n, int quiet, const char *what)
+{
+    struct pollfd fds[CLI_MAX_JOBS];
+    long finished = 0;
+    int live = started, any_failed = 0, r = CLI_OK;
+    for (int w = 0; w < started; w++)
+        fds[w] = (struct pollfd){v[w].notes, POLLIN, 0};
+    while (live > 0) {
+        if (poll(fds, (nfds_t)started, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            r = cli_fail("cannot follow the workers: %s", strerror(errno));
+            break;
+        }
+        for (int w = 0; w < started; w++) {
+            if (fds[w].fd < 0 || fds[w].revents == 0)
+                continue;
+            worker_note note;
+            const ssize_t got = read(fds[w].fd, &note, sizeof note);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got != (ssize_t)sizeof note) { /* it ended */
+                close(fds[w].fd);
+                fds[w].fd = v[w].notes = -1;
+                live--;
+                continue;
+            }
+            if (note.event == 'w' || note.event == 'c') {
+                v[w].trouble = note;
+                continue;
+            }
+            any_failed |= note.event == 'f';
+            if (note.event == 's') /* skipped after a failure: it never ran */
+                continue;
+            if (++finished < n) /* the last count is drawn once, below */
+                cli_progress(quiet, finished, n, what, 0);
+        }
+    }
+    /* after a failure the bar goes, as on the serial path (whose error
+     * message clears it): the messages follow on their own */
+    if (any_failed || r != CLI_OK)
+        cli_progress_clear();
+    else
+        cli_progress(quiet, finished, n, what, 1);
+    return r;
+}
+
+/* Waits for worker v to end; CLI_OK if it ended well, else (the first
+ * time, *said 0) the one message that says why, *said then 1. */
+static int reap(worker_view *v, int *said)
+{
+    int status = 0;
+    pid_t got;
+    while ((got = waitpid(v->pid, &status, 0)) < 0 && errno == EINTR)
+        ;
+    const int ok = got == v->pid && WIFEXITED(status) && WEXITSTATUS(status) == CLI_OK;
+    if (ok || *said)
+        return ok ? CLI_OK : CLI_FAIL;
+    *said = 1;
+    if (v->trouble.event == 'w')
+        return cli_fail("a worker could not write its results: %s", strerror(v->trouble.err));
+    if (v->trouble.event == 'c')
+        return cli_fail("a worker could not capture its messages: %s", strerror(v->trouble.err));
+    /* what it printed in the task it died in: perhaps why */
+    char *last;
+    size_t len;
+    if (file_bytes(fileno(v->msgs), &last, &len) == 0)
+        fwrite(last, 1, len, stderr);
+    free(last);
+    if (got == v->pid && WIFSIGNALED(status)) /* it could not say why */
+        return cli_fail("a worker process was ended by signal %d (%s)", WTERMSIG(status),
+                        strsignal(WTERMSIG(status)));
+    return CLI_FAIL;
+}
+
 static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
                         void *ctx, int quiet, const char *what)
 {
-    int queue[2] = {-1, -1}, done[2] = {-1, -1};
-    FILE **outs = calloc((size_t)jobs, sizeof *outs), **msgs = calloc((size_t)jobs, sizeof *msgs);
-    pid_t *pids = calloc((size_t)jobs, sizeof *pids);
+    int queue[2] = {-1, -1};
+    worker_view *v = calloc((size_t)jobs, sizeof *v);
     task_result *res = calloc((size_t)n, sizeof *res);
     int r = CLI_OK, started = 0;
-    if (outs == NULL || msgs == NULL || pids == NULL || res == NULL)
+    if (v == NULL || res == NULL)
         r = cli_fail_status(QKV_ERR_NOMEM, "out of memory");
-    if (r == CLI_OK && (pipe(queue) != 0 || pipe(done) != 0))
+    if (r == CLI_OK && pipe(queue) != 0)
         r = cli_fail("cannot make a pipe for the workers: %s", strerror(errno));
     if (r == CLI_OK)
         r = queue_tasks(queue[1], n, cost, ctx);
@@ -309,70 +423,43 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     fflush(NULL); /* nothing buffered is written twice */
     const pid_t self = getpid();
     for (int w = 0; r == CLI_OK && w < jobs; w++) {
-        if ((outs[w] = tmpfile()) == NULL || (msgs[w] = tmpfile()) == NULL) {
+        int notes[2];
+        if ((v[w].out = tmpfile()) == NULL || (v[w].msgs = tmpfile()) == NULL) {
             r = cli_fail("cannot make a temporary file: %s", strerror(errno));
             break;
         }
-        pids[w] = fork();
-        if (pids[w] < 0) {
+        if (pipe(notes) != 0) {
+            r = cli_fail("cannot make a pipe for the workers: %s", strerror(errno));
+            break;
+        }
+        v[w].pid = fork();
+        if (v[w].pid == 0) {
+            close(notes[0]);
+            worker(self, queue[0], notes[1], v[w].out, v[w].msgs, run, ctx);
+        }
+        close(notes[1]); /* so that the pipe ends with the worker */
+        if (v[w].pid < 0) {
+            close(notes[0]);
             r = cli_fail("cannot start a worker: %s", strerror(errno));
             break;
         }
-        if (pids[w] == 0) {
-            close(done[0]);
-            worker(self, queue[0], done[1], outs[w], msgs[w], run, ctx);
-        }
+        v[w].notes = notes[0];
         started++;
     }
     if (started > 0) {
         close(queue[0]);
-        close(done[1]);
-        queue[0] = done[1] = -1;
-        char c;
-        long finished = 0;
-        int any_failed = 0;
-        ssize_t got;
-        while ((got = read(done[0], &c, 1)) != 0) {
-            if (got < 0 && errno == EINTR)
-                continue;
-            if (got < 0)
-                break;
-            any_failed |= c == 'f';
-            if (c == 's') /* skipped after a failure: it never ran */
-                continue;
-            if (++finished < n) /* the last count is drawn once, below */
-                cli_progress(quiet, finished, n, what, 0);
-        }
-        /* after a failure the bar goes, as on the serial path (whose
-         * error message clears it): the messages follow on their own */
-        if (any_failed)
-            cli_progress_clear();
-        else
-            cli_progress(quiet, finished, n, what, 1);
-        close(done[0]);
-        done[0] = -1;
+        queue[0] = -1;
+        int said = r != CLI_OK; /* one message: the first */
+        const int rf = follow_workers(v, started, n, quiet, what);
+        said |= rf != CLI_OK;
+        r = r != CLI_OK ? r : rf;
         for (int w = 0; w < started; w++) {
-            int status = 0;
-            pid_t got_pid;
-            while ((got_pid = waitpid(pids[w], &status, 0)) < 0 && errno == EINTR)
-                ;
-            if (got_pid == pids[w] && !(WIFEXITED(status) && WEXITSTATUS(status) == CLI_OK)) {
-                /* what it printed in the task it died in: perhaps why */
-                char *last;
-                size_t len;
-                if (file_bytes(fileno(msgs[w]), &last, &len) == 0)
-                    fwrite(last, 1, len, stderr);
-                free(last);
-            }
-            if (got_pid == pids[w] && WIFSIGNALED(status)) /* it could not say why */
-                r = cli_fail("a worker process was ended by signal %d (%s)", WTERMSIG(status),
-                             strsignal(WTERMSIG(status)));
-            else if (got_pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != CLI_OK)
-                r = CLI_FAIL; /* the worker said why on stderr (its own) */
+            const int rw = reap(&v[w], &said);
+            r = r != CLI_OK ? r : rw;
         }
     }
     for (int w = 0; r == CLI_OK && w < started; w++)
-        if (read_records(outs[w], n, res) != 0)
+        if (read_records(v[w].out, n, res) != 0)
             r = cli_fail("cannot read a worker's results back");
     /* as the serial path: each task's messages, then its output collected,
      * up to the first failure */
@@ -388,25 +475,22 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         else
             r = collect(ctx, t, res[t].out, res[t].out_len);
     }
-    for (int i = 0; i < 2; i++) { /* what an early failure left open */
+    for (int i = 0; i < 2; i++) /* what an early failure left open */
         if (queue[i] >= 0)
             close(queue[i]);
-        if (done[i] >= 0)
-            close(done[i]);
-    }
-    for (int w = 0; w < jobs; w++) {
-        if (outs != NULL && outs[w] != NULL)
-            fclose(outs[w]);
-        if (msgs != NULL && msgs[w] != NULL)
-            fclose(msgs[w]);
+    for (int w = 0; v != NULL && w < jobs; w++) {
+        if (v[w].notes >= 0 && w < started)
+            close(v[w].notes);
+        if (v[w].out != NULL)
+            fclose(v[w].out);
+        if (v[w].msgs != NULL)
+            fclose(v[w].msgs);
     }
     for (int t = 0; res != NULL && t < n; t++) {
         free(res[t].out);
         free(res[t].err);
     }
-    free(outs);
-    free(msgs);
-    free(pids);
+    free(v);
     free(res);
     return r;
 }
@@ -416,6 +500,8 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_
 {
     if (jobs > n)
         jobs = n;
+    if (jobs > CLI_MAX_JOBS)
+        jobs = CLI_MAX_JOBS;
     if (jobs > 1 && n <= CLI_TASKS_MAX)
         return run_parallel(n, jobs, run, collect, cost, ctx, quiet, what);
     for (int t = 0; t < n; t++) {
