@@ -9,6 +9,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -396,14 +397,15 @@ START_TEST(test_a_worker_that_cannot_write_its_results_says_why_once)
              QKV_BIN);
     char earlier[256], why[128];
     snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
-    snprintf(why, sizeof why, ": %s\n", strerror(EFBIG));
+    snprintf(why, sizeof why, ": a worker could not write its results: %s\n", strerror(EFBIG));
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(system(earlier), 0);
         const int rc = run_with("", cmd);
         char *err = text_of("err.txt"), *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
         const char *nl = strchr(err, '\n');
-        ck_assert_msg(rc == 1 && strncmp(err, "qkv: ", 5) == 0 && nl != NULL && nl[1] == '\0' &&
-                          strstr(err, why) == nl - strlen(why) + 1,
+        /* "qkv: saturation: the scaled run at d_k 8, seed 1: a worker ..." */
+        ck_assert_msg(rc == 1 && strncmp(err, "qkv: saturation: the ", 21) == 0 && nl != NULL &&
+                          nl[1] == '\0' && strstr(err, why) == nl - strlen(why) + 1,
                       "exit %d, stderr:\n%s", rc, err);
         ck_assert_str_eq(out, "");
         ck_assert_str_eq(csv, "earlier\n");
@@ -411,6 +413,65 @@ START_TEST(test_a_worker_that_cannot_write_its_results_says_why_once)
         free(err);
         free(out);
         free(csv);
+    }
+}
+END_TEST
+
+/* A worker that died was reported as "a worker process was ended by
+ * signal 9 (Killed)", which did not say which run it took with it; one
+ * that ended with status 1 and said nothing left the command to exit 1
+ * in silence; and results cut short were "cannot read a worker's results
+ * back". QKV_TEST_WORKER_FAULT makes the worker that takes a run die in
+ * each of these ways: one line names the run and says what happened,
+ * nothing goes to stdout, and the earlier table stays. */
+START_TEST(test_a_worker_that_dies_is_named_by_its_run)
+{
+    static const struct {
+        const char *args, *table, *runs[2];
+    } sweeps[] = {
+        {"distance --quiet --models attention --distances 0 --seeds 2 --steps 2 --eval-every 1",
+         "runs.csv",
+         {"distance: the run of attention at distance 0, seed 1",
+          "distance: the run of attention at distance 0, seed 2"}},
+        {"saturation --quiet --dk 4 --steps 1 --log-every 1 --no-variance --seed 7",
+         "runs.csv",
+         {"saturation: the scaled run at d_k 4, seed 7",
+          "saturation: the unscaled run at d_k 4, seed 7"}},
+        {"ablate --quiet --variants full,no-v --steps 1 --eval-every 1 --seeds 1",
+         "curves.csv",
+         {"ablate: the run of full, seed 1", "ablate: the run of no-v, seed 1"}},
+    };
+    static const char *const faults[] = {"kill", "exit", "cut"};
+    char whys[3][128];
+    snprintf(whys[0], sizeof whys[0], "a worker process was ended by signal %d (%s)", SIGKILL,
+             strsignal(SIGKILL));
+    snprintf(whys[1], sizeof whys[1], "a worker process ended with status 1 without saying why");
+    snprintf(whys[2], sizeof whys[2], "the results a worker wrote were cut short");
+    for (size_t i = 0; i < sizeof sweeps / sizeof sweeps[0]; i++) {
+        char cmd[600], earlier[300], table[64];
+        snprintf(cmd, sizeof cmd, "'%s' %s --jobs 2 --out o", QKV_BIN, sweeps[i].args);
+        snprintf(table, sizeof table, "o/%s", sweeps[i].table);
+        snprintf(earlier, sizeof earlier, "mkdir -p '%s/o' && echo earlier >'%s/%s'", dir, dir,
+                 table);
+        for (int f = 0; f < 3; f++)
+            for (int task = 0; task < 2; task++) {
+                char env[64], want[512];
+                ck_assert_int_eq(system(earlier), 0);
+                snprintf(env, sizeof env, "QKV_TEST_WORKER_FAULT=%d:%s", task, faults[f]);
+                const int rc = run_with(env, cmd);
+                char *err = text_of("err.txt"), *out = text_of("out.txt"), *csv = text_of(table);
+                snprintf(want, sizeof want, "qkv: %s: %s\n", sweeps[i].runs[task], whys[f]);
+                ck_assert_msg(rc == 1 && strcmp(err, want) == 0, "%s %s: exit %d, stderr:\n%s", env,
+                              sweeps[i].args, rc, err);
+                ck_assert_str_eq(out, "");
+                ck_assert_str_eq(csv, "earlier\n");
+                ck_assert_int_eq(entries("o"), 1);
+                free(err);
+                free(out);
+                free(csv);
+            }
+        snprintf(cmd, sizeof cmd, "rm -r '%s/o'", dir);
+        ck_assert_int_eq(system(cmd), 0);
     }
 }
 END_TEST
@@ -432,6 +493,7 @@ Suite *faults_suite(void)
     tcase_add_checked_fixture(tw, setup, teardown);
     tcase_add_test(tw, test_every_allocation_failure_in_a_worker_is_reported);
     tcase_add_test(tw, test_a_worker_that_cannot_write_its_results_says_why_once);
+    tcase_add_test(tw, test_a_worker_that_dies_is_named_by_its_run);
     suite_add_tcase(s, tw);
     return s;
 }

@@ -418,6 +418,13 @@ static int ablate_task(void *ctx, int task, FILE *out)
     return r;
 }
 
+static void ablate_name(void *ctx, int task, char *buf, size_t len)
+{
+    const ablate_tasks *w = ctx;
+    snprintf(buf, len, "ablate: the run of %s, seed %llu", w->names[task % w->nv],
+             (unsigned long long)(w->o->seed + (uint64_t)(task / w->nv)));
+}
+
 static int ablate_collect(void *ctx, int task, const char *bytes, size_t len)
 {
     const ablate_tasks *w = ctx;
@@ -539,8 +546,8 @@ int cmd_ablate(int argc, char **argv)
     memset(res, 0, sizeof res);
     ablate_tasks w = {&o, names, nv, roles, t, b, eb, curves, res};
     if (r == CLI_OK)
-        r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, NULL, &w, o.quiet,
-                          "runs");
+        r = cli_run_tasks(nv * o.seeds, o.jobs, ablate_task, ablate_collect, NULL, ablate_name, &w,
+                          o.quiet, "runs");
     if (cli_csv_end(curves, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)

@@ -227,14 +227,18 @@ int cmd_ablate(int argc, char **argv);
  * as with one job. cost, if not NULL, estimates a task's run time in any
  * unit: the workers then take the costliest tasks first, so that no long
  * task starts last while the other workers sit idle (the output does not
- * depend on it). A progress bar counts the tasks (cli_progress). Returns
+ * depend on it). name writes what a task is into buf (len bytes), with
+ * the command's name, for the message about a worker that died in it or
+ * could not write its results ("distance: the run of rnn at distance 8,
+ * seed 2"). A progress bar counts the tasks (cli_progress). Returns
  * CLI_OK or the first failure. */
 #define CLI_TASKS_MAX 1024
 typedef int (*cli_task_fn)(void *ctx, int task, FILE *out);
 typedef int (*cli_collect_fn)(void *ctx, int task, const char *bytes, size_t len);
 typedef double (*cli_cost_fn)(void *ctx, int task);
+typedef void (*cli_name_fn)(void *ctx, int task, char *buf, size_t len);
 int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
-                  void *ctx, int quiet, const char *what);
+                  cli_name_fn name, void *ctx, int quiet, const char *what);
 
 #define CLI_DEFAULT_MODEL "out/coref.safetensors"
 

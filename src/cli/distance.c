@@ -312,6 +312,14 @@ static double dist_cost(void *ctx, int task)
     return (8.0 + w->ks[d]) * (k < sizeof per_kind / sizeof per_kind[0] ? per_kind[k] : 1.0);
 }
 
+static void dist_name(void *ctx, int task, char *buf, size_t len)
+{
+    const dist_tasks *w = ctx;
+    const int i = task % w->nk, d = task / w->nk % w->nd, s = task / (w->nk * w->nd);
+    snprintf(buf, len, "distance: the run of %s at distance %d, seed %llu",
+             qkv_seq_name(w->kinds[i]), w->ks[d], (unsigned long long)(w->o->seed + (uint64_t)s));
+}
+
 static int dist_collect(void *ctx, int task, const char *bytes, size_t len)
 {
     const dist_tasks *w = ctx;
@@ -436,8 +444,8 @@ int cmd_distance(int argc, char **argv)
         r = cli_fail_status(err.status, "distance: %s", err.message);
     dist_tasks w = {&o, kinds, ks, nk, nd, t, b, eb, csv, res};
     if (r == CLI_OK)
-        r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, dist_cost, &w, o.quiet,
-                          "runs");
+        r = cli_run_tasks(nk * nd * o.seeds, o.jobs, dist_run, dist_collect, dist_cost, dist_name,
+                          &w, o.quiet, "runs");
     if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("distance: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK)

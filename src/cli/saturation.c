@@ -344,6 +344,19 @@ static double sweep_cost(void *ctx, int task)
     return (40.0 + w->dks[task / 2 % w->ndk]) * (o->steps / 300.0) * (o->batch / 32.0);
 }
 
+static void sweep_name(void *ctx, int task, char *buf, size_t len)
+{
+    const sweep_tasks *w = ctx;
+    if (task == w->runs) {
+        snprintf(buf, len, "saturation: the Var(q·k) table");
+        return;
+    }
+    const int s = task / (2 * w->ndk), d = task / 2 % w->ndk, scaled = task % 2 == 0;
+    snprintf(buf, len, "saturation: the %s run at d_k %d, seed %llu",
+             scaled ? "scaled" : "unscaled", w->dks[d],
+             (unsigned long long)(w->c->o->seed + (uint64_t)s));
+}
+
 static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
 {
     sweep_tasks *w = ctx;
@@ -368,8 +381,8 @@ static int sweep(sat_ctx *c, const int *dks, int ndk)
     const int runs = ndk * 2 * c->o->seeds;
     sweep_tasks w = {c, dks, ndk, runs, c->csv, res, NULL, 0};
     const int with_var = !c->o->no_variance; /* the table is the last task */
-    int r = cli_run_tasks(runs + with_var, c->o->jobs, sweep_run, sweep_collect, sweep_cost, &w,
-                          c->o->quiet, "runs");
+    int r = cli_run_tasks(runs + with_var, c->o->jobs, sweep_run, sweep_collect, sweep_cost,
+                          sweep_name, &w, c->o->quiet, "runs");
     c->csv = w.csv;
     if (r == CLI_OK) {
         print_summary(c->o, dks, ndk, res);

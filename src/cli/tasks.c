@@ -32,6 +32,8 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +41,8 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#ifdef __linux__
 #include <signal.h>
+#ifdef __linux__
 #include <sys/prctl.h>
 #endif
 
@@ -88,6 +90,27 @@ static void alloc_task_end(int task, size_t start)
         return;
     qkv_alloc_fail_at(0);
     fprintf(stderr, "qkv-test: task %d: %zu allocations\n", task, qkv_alloc_count() - start);
+}
+
+/* QKV_TEST_WORKER_FAULT=T:kill, T:exit or T:cut: the worker of --jobs
+ * that takes task T raises SIGKILL (kill) or ends with status 1 saying
+ * nothing (exit) as it takes it, or ends with status 0 once it has
+ * written T's record, the record's last byte cut off (cut): a worker's
+ * death, one that cannot say why, and results cut short. The serial path
+ * ignores it. */
+static void worker_fault(int task, const char *when, FILE *out)
+{
+    const char *kind = "";
+    if (test_task("QKV_TEST_WORKER_FAULT", &kind) != task || *kind++ != ':')
+        return;
+    if (strcmp(when, "take") == 0 && strcmp(kind, "kill") == 0)
+        raise(SIGKILL);
+    if (strcmp(when, "take") == 0 && strcmp(kind, "exit") == 0)
+        _exit(CLI_FAIL);
+    if (strcmp(when, "written") == 0 && strcmp(kind, "cut") == 0) {
+        const off_t end = lseek(fileno(out), 0, SEEK_END);
+        _exit(end > 0 && ftruncate(fileno(out), end - 1) == 0 ? CLI_OK : CLI_FAIL);
+    }
 }
 
 /* ---- tasks ---- */
@@ -168,15 +191,17 @@ static int rewind_messages(int fd)
     return ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 ? 0 : -1;
 }
 
-/* What a worker tells its parent, on a pipe of its own: one note for each
- * task it takes, once that task is done, and one before it gives up.
+/* What a worker tells its parent, on a pipe of its own: a note as it
+ * starts a task, one for each task it takes once that task is done, and
+ * one before it gives up.
  * Far shorter than PIPE_BUF, each note is written whole. */
 typedef struct worker_note {
     int task;   /* the task it is about, or -1 */
     int err;    /* 'w' and 'c': the errno of what failed */
-    char event; /* 'x' ran, 'f' ran and failed, 's' skipped (after a failure);
-                 * 'w' could not write its results, 'c' could not capture
-                 * its messages */
+    char event; /* 't' took it and runs it, then 'x' ran, 'f' ran and
+                 * failed, or 's' skipped it (after a failure); 'w' could
+                 * not write its results, 'c' could not capture its
+                 * messages */
 } worker_note;
 
 static int send_note(int fd, int task, char event, int err)
@@ -235,6 +260,9 @@ static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cl
             _exit(CLI_FAIL);
         char said = 's';     /* skipped; 'x' ran, 'f' ran and failed */
         if (task < failed) { /* past a failure, its output would never be shown */
+            if (send_note(notes, task, 't', 0) != 0)
+                _exit(CLI_FAIL); /* the parent is gone */
+            worker_fault(task, "take", out);
             char *buf = NULL, *msg = NULL;
             size_t len = 0, msg_len = 0;
             if (rewind_messages(STDERR_FILENO) != 0)
@@ -255,6 +283,7 @@ static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cl
             free(msg);
             if (bad)
                 give_up(notes, task, 'w', why);
+            worker_fault(task, "written", out);
         }
         if (send_note(notes, task, said, 0) != 0)
             _exit(CLI_FAIL); /* the parent is gone */
@@ -262,31 +291,59 @@ static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cl
     _exit(CLI_OK);
 }
 
-static int get_bytes(FILE *f, char **p, size_t *len)
+/* What read_records finds wrong with a worker's records. */
+enum { RECORDS_OK, RECORDS_CUT, RECORDS_GARBLED, RECORDS_UNREADABLE, RECORDS_NOMEM };
+
+/* One byte string of a record into *p (free it, even on failure): no
+ * longer than what is left of the file's size bytes. */
+static int get_bytes(FILE *f, off_t size, char **p, size_t *len)
 {
     *p = NULL;
-    if (fread(len, sizeof *len, 1, f) != 1 || (*p = malloc(*len + 1)) == NULL ||
-        (*len > 0 && fread(*p, 1, *len, f) != *len))
-        return -1;
+    if (fread(len, sizeof *len, 1, f) != 1)
+        return ferror(f) ? RECORDS_UNREADABLE : RECORDS_CUT;
+    const off_t at = ftello(f);
+    if (at < 0)
+        return RECORDS_UNREADABLE;
+    if (*len > (uintmax_t)(size - at))
+        return RECORDS_CUT;
+    if ((*p = malloc(*len + 1)) == NULL)
+        return RECORDS_NOMEM;
+    if (*len > 0 && fread(*p, 1, *len, f) != *len)
+        return ferror(f) ? RECORDS_UNREADABLE : RECORDS_CUT;
     (*p)[*len] = '\0';
-    return 0;
+    return RECORDS_OK;
 }
 
-/* Reads one worker's records into res (by task). */
-static int read_records(FILE *f, int n, task_result *res)
+/* Reads one worker's records into res (by task): RECORDS_OK, or what is
+ * wrong with them, with the task of the record at fault in *task (-1:
+ * not known). */
+static int read_records(FILE *f, int n, task_result *res, int *task)
 {
+    *task = -1;
+    if (fseeko(f, 0, SEEK_END) != 0)
+        return RECORDS_UNREADABLE;
+    const off_t size = ftello(f);
     rewind(f);
     int head[2];
-    while (fread(head, sizeof head, 1, f) == 1) {
+    for (off_t at = 0; at < size; at = ftello(f)) {
+        if (at < 0)
+            return RECORDS_UNREADABLE;
+        if (fread(head, sizeof head, 1, f) != 1)
+            return ferror(f) ? RECORDS_UNREADABLE : RECORDS_CUT;
         if (head[0] < 0 || head[0] >= n || res[head[0]].ran)
-            return -1;
+            return RECORDS_GARBLED;
         task_result *x = &res[head[0]];
+        *task = head[0];
         x->ran = 1;
         x->status = head[1];
-        if (get_bytes(f, &x->out, &x->out_len) != 0 || get_bytes(f, &x->err, &x->err_len) != 0)
-            return -1;
+        int got = get_bytes(f, size, &x->out, &x->out_len);
+        if (got == RECORDS_OK)
+            got = get_bytes(f, size, &x->err, &x->err_len);
+        if (got != RECORDS_OK)
+            return got;
+        *task = -1;
     }
-    return ferror(f) ? -1 : 0;
+    return RECORDS_OK;
 }
 
 typedef struct task_cost {
@@ -322,8 +379,32 @@ typedef struct worker_view {
     pid_t pid;
     int notes;           /* the read end of its pipe of notes; -1 once it ended */
     FILE *out, *msgs;    /* its records and its stderr */
+    int task;            /* the task it runs, or -1 */
     worker_note trouble; /* why it gave up ('w' or 'c'), else event 0 */
 } worker_view;
+
+/* Prints "qkv: <what the task is>: <why>" (cli_fail), the task's name
+ * from name, or the task's number without one, or nothing where the task
+ * is not known (-1). Returns CLI_FAIL. */
+static int fail_in(cli_name_fn name, void *ctx, int task, int n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+static int fail_in(cli_name_fn name, void *ctx, int task, int n, const char *fmt, ...)
+{
+    char who[512] = "", why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (task >= 0 && name != NULL)
+        name(ctx, task, who, sizeof who);
+    else if (task >= 0)
+        snprintf(who, sizeof who, "task %d of %d", task, n);
+    return who[0] != '\0' ? cli_fail("%s: %s", who, why) : cli_fail("%s", why);
+}
 
 /* Reads the workers' notes until every worker has closed its pipe (has
  * ended): draws the progress bar, and keeps in each view the note of a
@@ -359,6 +440,9 @@ static int follow_workers(worker_view *v, int started, int n, int quiet, const c
                 v[w].trouble = note;
                 continue;
             }
+            v[w].task = note.event == 't' ? note.task : -1;
+            if (note.event == 't')
+                continue;
             any_failed |= note.event == 'f';
             if (note.event == 's') /* skipped after a failure: it never ran */
                 continue;
@@ -376,8 +460,9 @@ static int follow_workers(worker_view *v, int started, int n, int quiet, const c
 }
 
 /* Waits for worker v to end; CLI_OK if it ended well, else (the first
- * time, *said 0) the one message that says why, *said then 1. */
-static int reap(worker_view *v, int *said)
+ * time, *said 0) the one message that says why, naming the task it
+ * took with it, *said then 1. */
+static int reap(worker_view *v, int n, cli_name_fn name, void *ctx, int *said)
 {
     int status = 0;
     pid_t got;
@@ -387,24 +472,54 @@ static int reap(worker_view *v, int *said)
     if (ok || *said)
         return ok ? CLI_OK : CLI_FAIL;
     *said = 1;
-    if (v->trouble.event == 'w')
-        return cli_fail("a worker could not write its results: %s", strerror(v->trouble.err));
-    if (v->trouble.event == 'c')
-        return cli_fail("a worker could not capture its messages: %s", strerror(v->trouble.err));
+    const worker_note *t = &v->trouble;
+    if (t->event == 'w')
+        return fail_in(name, ctx, t->task, n, "a worker could not write its results: %s",
+                       strerror(t->err));
+    if (t->event == 'c')
+        return fail_in(name, ctx, t->task, n, "a worker could not capture its messages: %s",
+                       strerror(t->err));
     /* what it printed in the task it died in: perhaps why */
     char *last;
     size_t len;
     if (file_bytes(fileno(v->msgs), &last, &len) == 0)
         fwrite(last, 1, len, stderr);
     free(last);
-    if (got == v->pid && WIFSIGNALED(status)) /* it could not say why */
-        return cli_fail("a worker process was ended by signal %d (%s)", WTERMSIG(status),
-                        strsignal(WTERMSIG(status)));
-    return CLI_FAIL;
+    if (got != v->pid)
+        return fail_in(name, ctx, v->task, n, "cannot wait for a worker process: %s",
+                       strerror(errno));
+    if (WIFSIGNALED(status)) /* it could not say why */
+        return fail_in(name, ctx, v->task, n, "a worker process was ended by signal %d (%s)",
+                       WTERMSIG(status), strsignal(WTERMSIG(status)));
+    return fail_in(name, ctx, v->task, n,
+                   "a worker process ended with status %d without saying why",
+                   WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/* Reads the records of the workers into res; CLI_OK, or the one message
+ * about those that do not read back. */
+static int read_results(worker_view *v, int started, int n, task_result *res, cli_name_fn name,
+                        void *ctx)
+{
+    for (int w = 0; w < started; w++) {
+        int task;
+        const int got = read_records(v[w].out, n, res, &task);
+        const int why = errno;
+        if (got == RECORDS_CUT)
+            return fail_in(name, ctx, task, n, "the results a worker wrote were cut short");
+        if (got == RECORDS_GARBLED)
+            return fail_in(name, ctx, task, n, "the results a worker wrote are garbled");
+        if (got == RECORDS_UNREADABLE)
+            return fail_in(name, ctx, task, n, "cannot read back the results a worker wrote: %s",
+                           strerror(why));
+        if (got == RECORDS_NOMEM)
+            return cli_fail_status(QKV_ERR_NOMEM, "out of memory");
+    }
+    return CLI_OK;
 }
 
 static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
-                        void *ctx, int quiet, const char *what)
+                        cli_name_fn name, void *ctx, int quiet, const char *what)
 {
     int queue[2] = {-1, -1};
     worker_view *v = calloc((size_t)jobs, sizeof *v);
@@ -444,6 +559,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
             break;
         }
         v[w].notes = notes[0];
+        v[w].task = -1;
         started++;
     }
     if (started > 0) {
@@ -454,21 +570,19 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         said |= rf != CLI_OK;
         r = r != CLI_OK ? r : rf;
         for (int w = 0; w < started; w++) {
-            const int rw = reap(&v[w], &said);
+            const int rw = reap(&v[w], n, name, ctx, &said);
             r = r != CLI_OK ? r : rw;
         }
     }
-    for (int w = 0; r == CLI_OK && w < started; w++)
-        if (read_records(v[w].out, n, res) != 0)
-            r = cli_fail("cannot read a worker's results back");
+    if (r == CLI_OK)
+        r = read_results(v, started, n, res, name, ctx);
     /* as the serial path: each task's messages, then its output collected,
      * up to the first failure */
     for (int t = 0; r == CLI_OK && t < n; t++) {
-        if (!res[t].ran) {
-            r = cli_fail("task %d of %d was never run", t, n);
-            break;
-        }
-        if (res[t].err_len > 0 && fwrite(res[t].err, 1, res[t].err_len, stderr) != res[t].err_len)
+        if (!res[t].ran) /* and no task before it failed */
+            r = fail_in(name, ctx, t, n, "no worker ran it");
+        else if (res[t].err_len > 0 &&
+                 fwrite(res[t].err, 1, res[t].err_len, stderr) != res[t].err_len)
             r = CLI_FAIL; /* stderr itself failed: nothing to say it on */
         else if (res[t].status != CLI_OK)
             r = res[t].status;
@@ -496,14 +610,14 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
 }
 
 int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_cost_fn cost,
-                  void *ctx, int quiet, const char *what)
+                  cli_name_fn name, void *ctx, int quiet, const char *what)
 {
     if (jobs > n)
         jobs = n;
     if (jobs > CLI_MAX_JOBS)
         jobs = CLI_MAX_JOBS;
     if (jobs > 1 && n <= CLI_TASKS_MAX)
-        return run_parallel(n, jobs, run, collect, cost, ctx, quiet, what);
+        return run_parallel(n, jobs, run, collect, cost, name, ctx, quiet, what);
     for (int t = 0; t < n; t++) {
         cli_progress(quiet, t, n, what, 0);
         char *buf;
