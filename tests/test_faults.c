@@ -9,10 +9,12 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests.h"
@@ -476,6 +478,48 @@ START_TEST(test_a_worker_that_dies_is_named_by_its_run)
 }
 END_TEST
 
+/* When a worker died, its parent waited for the others to run every run
+ * left, minutes or hours of a long sweep, for a command that had already
+ * failed; it now stops them at once and says why. The run at distance 0
+ * would take hours: the command must end long before (the limit is not
+ * a measurement). */
+START_TEST(test_a_worker_that_dies_stops_the_others)
+{
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int e = -1;
+        if (chdir(dir) != 0 || setenv("QKV_TEST_WORKER_FAULT", "1:kill", 1) != 0 ||
+            (e = open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0666)) < 0 || dup2(e, 2) < 0)
+            _exit(99);
+        execl(QKV_BIN, "qkv", "distance", "--models", "rnn", "--distances", "0,1", "--steps",
+              "5000000", "--seeds", "1", "--jobs", "2", "--quiet", "--out", "d", (char *)NULL);
+        _exit(98);
+    }
+    int status = 0, ended = 0;
+    for (int i = 0; i < 6000 && !ended; i++) { /* up to a minute */
+        ended = waitpid(pid, &status, WNOHANG) == pid;
+        if (!ended) {
+            struct timespec ts = {0, 10000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (!ended) { /* its workers end with it */
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    ck_assert_msg(ended, "qkv distance still ran a minute after a worker died");
+    char *err = text_of("err.txt"), want[256];
+    snprintf(want, sizeof want,
+             "qkv: distance: the run of rnn at distance 1, seed 1: a worker process was ended by "
+             "signal %d (%s)\n",
+             SIGKILL, strsignal(SIGKILL));
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strcmp(err, want) == 0,
+                  "status %#x, stderr:\n%s", status, err);
+    free(err);
+}
+END_TEST
+
 Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -494,6 +538,7 @@ Suite *faults_suite(void)
     tcase_add_test(tw, test_every_allocation_failure_in_a_worker_is_reported);
     tcase_add_test(tw, test_a_worker_that_cannot_write_its_results_says_why_once);
     tcase_add_test(tw, test_a_worker_that_dies_is_named_by_its_run);
+    tcase_add_test(tw, test_a_worker_that_dies_stops_the_others);
     suite_add_tcase(s, tw);
     return s;
 }

@@ -380,6 +380,7 @@ typedef struct worker_view {
     int notes;           /* the read end of its pipe of notes; -1 once it ended */
     FILE *out, *msgs;    /* its records and its stderr */
     int task;            /* the task it runs, or -1 */
+    int stopped;         /* stop_workers ended it */
     worker_note trouble; /* why it gave up ('w' or 'c'), else event 0 */
 } worker_view;
 
@@ -406,62 +407,10 @@ static int fail_in(cli_name_fn name, void *ctx, int task, int n, const char *fmt
     return who[0] != '\0' ? cli_fail("%s: %s", who, why) : cli_fail("%s", why);
 }
 
-/* Reads the workers' notes until every worker has closed its pipe (has
- * ended): draws the progress bar, and keeps in each view the note of a
- * worker that gave up. */
-static int follow_workers(worker_view *v, int started, int n, int quiet, const char *what)
-{
-    struct pollfd fds[CLI_MAX_JOBS];
-    long finished = 0;
-    int live = started, any_failed = 0, r = CLI_OK;
-    for (int w = 0; w < started; w++)
-        fds[w] = (struct pollfd){v[w].notes, POLLIN, 0};
-    while (live > 0) {
-        if (poll(fds, (nfds_t)started, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            r = cli_fail("cannot follow the workers: %s", strerror(errno));
-            break;
-        }
-        for (int w = 0; w < started; w++) {
-            if (fds[w].fd < 0 || fds[w].revents == 0)
-                continue;
-            worker_note note;
-            const ssize_t got = read(fds[w].fd, &note, sizeof note);
-            if (got < 0 && errno == EINTR)
-                continue;
-            if (got != (ssize_t)sizeof note) { /* it ended */
-                close(fds[w].fd);
-                fds[w].fd = v[w].notes = -1;
-                live--;
-                continue;
-            }
-            if (note.event == 'w' || note.event == 'c') {
-                v[w].trouble = note;
-                continue;
-            }
-            v[w].task = note.event == 't' ? note.task : -1;
-            if (note.event == 't')
-                continue;
-            any_failed |= note.event == 'f';
-            if (note.event == 's') /* skipped after a failure: it never ran */
-                continue;
-            if (++finished < n) /* the last count is drawn once, below */
-                cli_progress(quiet, finished, n, what, 0);
-        }
-    }
-    /* after a failure the bar goes, as on the serial path (whose error
-     * message clears it): the messages follow on their own */
-    if (any_failed || r != CLI_OK)
-        cli_progress_clear();
-    else
-        cli_progress(quiet, finished, n, what, 1);
-    return r;
-}
-
 /* Waits for worker v to end; CLI_OK if it ended well, else (the first
  * time, *said 0) the one message that says why, naming the task it
- * took with it, *said then 1. */
+ * took with it, *said then 1. Nothing is said of a worker that
+ * stop_workers ended. */
 static int reap(worker_view *v, int n, cli_name_fn name, void *ctx, int *said)
 {
     int status = 0;
@@ -469,7 +418,7 @@ static int reap(worker_view *v, int n, cli_name_fn name, void *ctx, int *said)
     while ((got = waitpid(v->pid, &status, 0)) < 0 && errno == EINTR)
         ;
     const int ok = got == v->pid && WIFEXITED(status) && WEXITSTATUS(status) == CLI_OK;
-    if (ok || *said)
+    if (ok || *said || v->stopped)
         return ok ? CLI_OK : CLI_FAIL;
     *said = 1;
     const worker_note *t = &v->trouble;
@@ -494,6 +443,89 @@ static int reap(worker_view *v, int n, cli_name_fn name, void *ctx, int *said)
     return fail_in(name, ctx, v->task, n,
                    "a worker process ended with status %d without saying why",
                    WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/* Ends the workers that still run (their pipe open), once the command
+ * has failed in a way that no task of theirs can change: SIGKILL, not
+ * SIGTERM, for the reason worker gives. */
+static void stop_workers(worker_view *v, int started)
+{
+    for (int w = 0; w < started; w++)
+        if (v[w].notes >= 0 && !v[w].stopped) {
+            kill(v[w].pid, SIGKILL);
+            v[w].stopped = 1;
+        }
+}
+
+/* Reads the workers' notes, draws the progress bar, and waits for each
+ * worker as its pipe ends (as it ends). A worker that ends badly fails
+ * the command with one message (none if failed is nonzero: the command
+ * failed and said so already), and the others are stopped: nothing they
+ * could still do would be shown. Returns CLI_OK or the failure. */
+static int follow_workers(worker_view *v, int started, int n, int quiet, const char *what,
+                          cli_name_fn name, void *ctx, int failed)
+{
+    struct pollfd fds[CLI_MAX_JOBS];
+    long finished = 0;
+    int live = started, any_failed = 0, said = failed, r = failed ? CLI_FAIL : CLI_OK;
+    for (int w = 0; w < started; w++)
+        fds[w] = (struct pollfd){v[w].notes, POLLIN, 0};
+    if (r != CLI_OK)
+        stop_workers(v, started);
+    while (live > 0) {
+        if (poll(fds, (nfds_t)started, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            if (!said)
+                r = cli_fail("cannot follow the workers: %s", strerror(errno));
+            said = 1;
+            stop_workers(v, started);
+            break;
+        }
+        for (int w = 0; w < started; w++) {
+            if (fds[w].fd < 0 || fds[w].revents == 0)
+                continue;
+            worker_note note;
+            const ssize_t got = read(fds[w].fd, &note, sizeof note);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got != (ssize_t)sizeof note) { /* it ended */
+                close(fds[w].fd);
+                fds[w].fd = v[w].notes = -1;
+                live--;
+                if (reap(&v[w], n, name, ctx, &said) != CLI_OK) {
+                    r = CLI_FAIL;
+                    stop_workers(v, started);
+                }
+                continue;
+            }
+            if (note.event == 'w' || note.event == 'c') {
+                v[w].trouble = note;
+                continue;
+            }
+            v[w].task = note.event == 't' ? note.task : -1;
+            if (note.event == 't')
+                continue;
+            any_failed |= note.event == 'f';
+            if (note.event == 's') /* skipped after a failure: it never ran */
+                continue;
+            if (++finished < n) /* the last count is drawn once, below */
+                cli_progress(quiet, finished, n, what, 0);
+        }
+    }
+    for (int w = 0; w < started; w++) /* after poll failed: the ones stopped */
+        if (fds[w].fd >= 0) {
+            close(fds[w].fd);
+            fds[w].fd = v[w].notes = -1;
+            reap(&v[w], n, name, ctx, &said);
+        }
+    /* after a failure the bar goes, as on the serial path (whose error
+     * message clears it): the messages follow on their own */
+    if (any_failed || r != CLI_OK)
+        cli_progress_clear();
+    else
+        cli_progress(quiet, finished, n, what, 1);
+    return r;
 }
 
 /* Reads the records of the workers into res; CLI_OK, or the one message
@@ -565,14 +597,8 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
     if (started > 0) {
         close(queue[0]);
         queue[0] = -1;
-        int said = r != CLI_OK; /* one message: the first */
-        const int rf = follow_workers(v, started, n, quiet, what);
-        said |= rf != CLI_OK;
+        const int rf = follow_workers(v, started, n, quiet, what, name, ctx, r != CLI_OK);
         r = r != CLI_OK ? r : rf;
-        for (int w = 0; w < started; w++) {
-            const int rw = reap(&v[w], n, name, ctx, &said);
-            r = r != CLI_OK ? r : rw;
-        }
     }
     if (r == CLI_OK)
         r = read_results(v, started, n, res, name, ctx);
