@@ -520,6 +520,39 @@ START_TEST(test_a_worker_that_dies_stops_the_others)
 }
 END_TEST
 
+/* saturation's Var(q·k) table is a task, and it wrote variance.csv
+ * itself, in the worker that ran it: a sweep whose run failed replaced
+ * the earlier variance.csv all the same with --jobs 2 (not with --jobs 1,
+ * where the table is the last task and never runs after a failure), and
+ * a worker stopped in it (killed, or its parent killed) left its
+ * temporary file, .variance.csv.XXXXXX, behind. The parent now writes
+ * the table, once the runs are whole. The table (d_k 512) is the
+ * costliest task, taken first; the other worker's first run fails, or
+ * its last one dies (and the parent stops the table's worker). */
+START_TEST(test_a_failed_sweep_keeps_its_earlier_variance_table)
+{
+    static const char *const envs[] = {"QKV_TEST_ALLOC_FAIL=5 QKV_TEST_ALLOC_FAIL_TASK=0",
+                                       "QKV_TEST_WORKER_FAULT=1:kill"};
+    char cmd[600], earlier[300];
+    snprintf(cmd, sizeof cmd, "'%s' saturation --quiet --dk 512 --steps 2 --jobs 2 --out s",
+             QKV_BIN);
+    snprintf(earlier, sizeof earlier,
+             "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv' && echo earlier "
+             ">'%s/s/variance.csv'",
+             dir, dir, dir);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(system(earlier), 0);
+        const int rc = run_with(envs[i], cmd);
+        char *err = text_of("err.txt"), *var = text_of("s/variance.csv");
+        ck_assert_msg(rc == 1, "%s: exit %d, stderr:\n%s", envs[i], rc, err);
+        ck_assert_msg(strcmp(var, "earlier\n") == 0, "%s: variance.csv is now\n%s", envs[i], var);
+        ck_assert_msg(entries("s") == 2, "%s: %d files in the directory", envs[i], entries("s"));
+        free(err);
+        free(var);
+    }
+}
+END_TEST
+
 Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -539,6 +572,7 @@ Suite *faults_suite(void)
     tcase_add_test(tw, test_a_worker_that_cannot_write_its_results_says_why_once);
     tcase_add_test(tw, test_a_worker_that_dies_is_named_by_its_run);
     tcase_add_test(tw, test_a_worker_that_dies_stops_the_others);
+    tcase_add_test(tw, test_a_failed_sweep_keeps_its_earlier_variance_table);
     suite_add_tcase(s, tw);
     return s;
 }

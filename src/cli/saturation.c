@@ -268,16 +268,14 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
                diverged);
 }
 
-/* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k. */
+/* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k: the
+ * table's text to out, then a NUL, then variance.csv's rows, which the
+ * parent writes once the runs are whole (a task writes no file: in a
+ * worker of --jobs it might outlive a failed sweep, or die half-way and
+ * leave its temporary file). */
 static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
 {
-    char path[4096];
-    qkv_error err = qkv_error_none();
-    cli_path_in(path, sizeof path, o->out, "variance.csv");
-    FILE *f =
-        cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled", &err);
-    if (f == NULL)
-        return cli_fail_status(err.status, "saturation: %s", err.message);
+    char rows[MAX_DK][128];
     qkv_rng g;
     qkv_rng_seed(&g, o->seed);
     fprintf(out, "\nVar(q·k) for q, k with N(0,1) entries, %d samples per d_k\n\n", VAR_SAMPLES);
@@ -293,8 +291,27 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
         }
         double mean = s / VAR_SAMPLES, var = (ss - VAR_SAMPLES * mean * mean) / (VAR_SAMPLES - 1);
         fprintf(out, "%5d %12.3f %8d %16.4f %8d\n", dks[d], var, dks[d], var / dks[d], 1);
-        fprintf(f, "%d,%.6g,%.6g,%d,1\n", dks[d], cli_num(var), cli_num(var / dks[d]), dks[d]);
+        snprintf(rows[d], sizeof rows[d], "%d,%.6g,%.6g,%d,1\n", dks[d], cli_num(var),
+                 cli_num(var / dks[d]), dks[d]);
     }
+    fputc('\0', out);
+    for (int d = 0; d < ndk; d++)
+        fputs(rows[d], out);
+    return CLI_OK;
+}
+
+/* Writes the Var(q·k) table's rows (the task's text after its NUL) to
+ * DIR/variance.csv. */
+static int write_variance(const sat_opts *o, const char *rows)
+{
+    char path[4096];
+    qkv_error err = qkv_error_none();
+    cli_path_in(path, sizeof path, o->out, "variance.csv");
+    FILE *f =
+        cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled", &err);
+    if (f == NULL)
+        return cli_fail_status(err.status, "saturation: %s", err.message);
+    fputs(rows, f);
     if (cli_csv_close(f, path) != 0)
         return cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
     return CLI_OK;
@@ -302,16 +319,15 @@ static int variance_table(const sat_opts *o, const int *dks, int ndk, FILE *out)
 
 /* The sweep as tasks (cli_run_tasks): the runs in the serial order (seeds,
  * then d_k, then scaled before unscaled), each giving its CSV rows and
- * then its run_result; and last the Var(q·k) table, which is kept and
- * printed after the summary, once the progress bar has ended. */
+ * then its run_result; and last the Var(q·k) table, which is kept, and
+ * printed after the summary. */
 typedef struct sweep_tasks {
     sat_ctx *c;
     const int *dks;
     int ndk, runs;
     FILE *csv; /* the real runs.csv */
     run_result (*res)[2][MAX_SEEDS];
-    char *var_table; /* the Var(q·k) table's text, or NULL */
-    size_t var_len;
+    char *var_table; /* the Var(q·k) table's text, a NUL, variance.csv's rows; or NULL */
 } sweep_tasks;
 
 static int sweep_run(void *ctx, int task, FILE *out)
@@ -360,11 +376,13 @@ static void sweep_name(void *ctx, int task, char *buf, size_t len)
 static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
 {
     sweep_tasks *w = ctx;
-    if (task == w->runs) { /* printed by sweep: the bar is still drawn here */
+    if (task == w->runs) { /* printed later: the bar is still drawn here */
+        if (memchr(bytes, '\0', len) == NULL)
+            return cli_fail("saturation: the Var(q·k) table gave no rows");
         if ((w->var_table = malloc(len + 1)) == NULL)
             return cli_fail_status(QKV_ERR_NOMEM, "saturation: out of memory");
         memcpy(w->var_table, bytes, len);
-        w->var_len = len;
+        w->var_table[len] = '\0';
         return CLI_OK;
     }
     if (len < sizeof(run_result))
@@ -375,21 +393,16 @@ static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
     return CLI_OK;
 }
 
-static int sweep(sat_ctx *c, const int *dks, int ndk)
+/* Runs the sweep into w (its res and var_table filled in) and writes
+ * runs.csv's rows. */
+static int sweep(sat_ctx *c, const int *dks, int ndk, sweep_tasks *w)
 {
-    static run_result res[MAX_DK][2][MAX_SEEDS];
     const int runs = ndk * 2 * c->o->seeds;
-    sweep_tasks w = {c, dks, ndk, runs, c->csv, res, NULL, 0};
+    *w = (sweep_tasks){c, dks, ndk, runs, c->csv, w->res, NULL};
     const int with_var = !c->o->no_variance; /* the table is the last task */
     int r = cli_run_tasks(runs + with_var, c->o->jobs, sweep_run, sweep_collect, sweep_cost,
-                          sweep_name, &w, c->o->quiet, "runs");
-    c->csv = w.csv;
-    if (r == CLI_OK) {
-        print_summary(c->o, dks, ndk, res);
-        if (w.var_table != NULL)
-            fwrite(w.var_table, 1, w.var_len, stdout);
-    }
-    free(w.var_table);
+                          sweep_name, w, c->o->quiet, "runs");
+    c->csv = w->csv;
     return r;
 }
 
@@ -458,10 +471,20 @@ int cmd_saturation(int argc, char **argv)
         (c.eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         qkv_coref_data_build(&c.data, QKV_COREF_ALL_LEVELS, o.seed, &err) != QKV_OK)
         r = cli_fail_status(err.status, "saturation: %s", err.message);
+    static run_result res[MAX_DK][2][MAX_SEEDS];
+    sweep_tasks w = {.res = res};
     if (r == CLI_OK)
-        r = sweep(&c, dks, ndk);
+        r = sweep(&c, dks, ndk, &w);
+    if (r == CLI_OK) {
+        print_summary(&o, dks, ndk, res);
+        if (w.var_table != NULL)
+            fputs(w.var_table, stdout);
+    }
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
+    if (r == CLI_OK && w.var_table != NULL)
+        r = write_variance(&o, w.var_table + strlen(w.var_table) + 1);
+    free(w.var_table);
     if (r == CLI_OK) {
         char variance[4096];
         printf("\nwrote ");
