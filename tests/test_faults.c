@@ -553,6 +553,32 @@ START_TEST(test_a_failed_sweep_keeps_its_earlier_variance_table)
 }
 END_TEST
 
+/* saturation printed its summary table before it wrote runs.csv: a
+ * sweep that could not write it (a full disk; here a limit on the size
+ * of a file) printed the table of a sweep that seemed to succeed, then
+ * failed. The tables are now printed once the files are written. */
+START_TEST(test_a_sweep_that_cannot_write_its_table_prints_none)
+{
+    char cmd[900], earlier[256];
+    snprintf(cmd, sizeof cmd,
+             "sh -c \"trap '' XFSZ; ulimit -f 4; exec '%s' saturation --quiet --dk 4 --steps 20 "
+             "--log-every 1 --no-variance --out s\"",
+             QKV_BIN);
+    snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
+    ck_assert_int_eq(system(earlier), 0);
+    const int rc = run_with("", cmd);
+    char *err = text_of("err.txt"), *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
+    ck_assert_msg(rc == 1 && strncmp(err, "qkv: saturation: cannot write s/runs.csv: ", 42) == 0,
+                  "exit %d, stderr:\n%s", rc, err);
+    ck_assert_str_eq(out, "");
+    ck_assert_str_eq(csv, "earlier\n");
+    ck_assert_int_eq(entries("s"), 1);
+    free(err);
+    free(out);
+    free(csv);
+}
+END_TEST
+
 Suite *faults_suite(void)
 {
     Suite *s = suite_create("faults");
@@ -564,7 +590,7 @@ Suite *faults_suite(void)
     tcase_add_test(tc, test_every_example_reports_every_allocation_failure);
     tcase_add_test(tc, test_out_of_memory_names_the_options_to_lower_not_c_functions);
     suite_add_tcase(s, tc);
-    /* the worker processes of the sweeps' --jobs */
+    /* the sweeps: the worker processes of --jobs, and the tables */
     TCase *tw = tcase_create("workers");
     tcase_set_timeout(tw, 600);
     tcase_add_checked_fixture(tw, setup, teardown);
@@ -573,6 +599,7 @@ Suite *faults_suite(void)
     tcase_add_test(tw, test_a_worker_that_dies_is_named_by_its_run);
     tcase_add_test(tw, test_a_worker_that_dies_stops_the_others);
     tcase_add_test(tw, test_a_failed_sweep_keeps_its_earlier_variance_table);
+    tcase_add_test(tw, test_a_sweep_that_cannot_write_its_table_prints_none);
     suite_add_tcase(s, tw);
     return s;
 }

@@ -320,7 +320,7 @@ static int write_variance(const sat_opts *o, const char *rows)
 /* The sweep as tasks (cli_run_tasks): the runs in the serial order (seeds,
  * then d_k, then scaled before unscaled), each giving its CSV rows and
  * then its run_result; and last the Var(q·k) table, which is kept, and
- * printed after the summary. */
+ * printed after the summary once the files are written. */
 typedef struct sweep_tasks {
     sat_ctx *c;
     const int *dks;
@@ -475,15 +475,15 @@ int cmd_saturation(int argc, char **argv)
     sweep_tasks w = {.res = res};
     if (r == CLI_OK)
         r = sweep(&c, dks, ndk, &w);
-    if (r == CLI_OK) {
-        print_summary(&o, dks, ndk, res);
-        if (w.var_table != NULL)
-            fputs(w.var_table, stdout);
-    }
     if (cli_csv_end(c.csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK && w.var_table != NULL)
         r = write_variance(&o, w.var_table + strlen(w.var_table) + 1);
+    if (r == CLI_OK) { /* the tables of a sweep whose files are whole */
+        print_summary(&o, dks, ndk, res);
+        if (w.var_table != NULL)
+            fputs(w.var_table, stdout);
+    }
     free(w.var_table);
     if (r == CLI_OK) {
         char variance[4096];
