@@ -2762,9 +2762,36 @@ static long size_in_tmp(const char *name)
     return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
 }
 
+/* The whole file name in tmp, as a string (caller frees). */
+static char *slurp_in_tmp(const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return slurp_path(path);
+}
+
+/* 1 if the lines of o are the lines of a and those of b, each in its
+ * order, interleaved (whole lines: none cut by the other's). */
+static int lines_interleave(const char *o, const char *a, const char *b)
+{
+    while (*o != '\0') {
+        const size_t n = strcspn(o, "\n") + (o[strcspn(o, "\n")] == '\n');
+        if (*b != '\0' && strncmp(o, b, n) == 0)
+            b += n;
+        else if (*a != '\0' && strncmp(o, a, n) == 0)
+            a += n;
+        else
+            return 0;
+        o += n;
+    }
+    return *a == '\0' && *b == '\0';
+}
+
 /* "--csv /dev/stdout > o.txt" opened o.txt a second time, at its start:
  * the CSV and the table were written over each other, and most of one
- * was lost. Both are kept whole now, in o.txt as in a pipe. */
+ * was lost. Both are kept whole now, in o.txt as in a pipe: every line
+ * of each, in its order. (A second stream on the file, each with its own
+ * buffer, kept every byte but cut lines where a buffer filled.) */
 START_TEST(test_a_csv_sent_where_standard_output_goes_keeps_both)
 {
     /* softmax's table of 8 vectors of 32 numbers is more than a buffer's
@@ -2796,6 +2823,12 @@ START_TEST(test_a_csv_sent_where_standard_output_goes_keeps_both)
         ck_assert_msg(table > 4096 || i > 0, "a table of %ld bytes fits one buffer", table);
         ck_assert_msg(size_in_tmp("o.txt") == table + csv, "%s: o.txt has %ld bytes, not %ld + %ld",
                       cmds[i], size_in_tmp("o.txt"), table, csv);
+        char *o = slurp_in_tmp("o.txt"), *t = slurp_in_tmp("table.txt"), *c = slurp_in_tmp("c.csv");
+        ck_assert_msg(lines_interleave(o, t, c),
+                      "%s: o.txt is not the table's and the CSV's lines:\n%.600s", cmds[i], o);
+        free(o);
+        free(t);
+        free(c);
     }
 }
 END_TEST
@@ -3101,10 +3134,12 @@ START_TEST(test_bad_environment_values_are_usage_errors)
     expect_env("QKV_KERNELS", "portabel", "train --help", 0, "Usage: qkv train");
     expect_env("QKV_THREADS", "2x", "demo -h", 0, "Usage: qkv demo");
     expect_env("QKV_THREADS", "-1", "demo -- --help", 2, want); /* want: -1's line */
-    /* an option's value that reads --help is no help: the environment is
-     * checked, and nothing is written to a file called --help */
-    expect_env("QKV_THREADS", "-1", "softmax --csv --help", 2, want);
-    expect_env("QKV_THREADS", "-1", "train --steps 1 --log --help", 2, want);
+    /* an option is never a value: --help after one that needs a value is
+     * the help, whatever the environment holds, and nothing is written to
+     * a file called --help; given as the value itself it is none */
+    expect_env("QKV_THREADS", "-1", "softmax --csv --help", 0, "Usage: qkv softmax");
+    expect_env("QKV_THREADS", "-1", "train --steps 1 --log --help", 0, "Usage: qkv train");
+    expect_env("QKV_THREADS", "-1", "train --steps 1 --log=--help", 2, want);
     /* an empty value is the default, and good values work */
     expect_env("QKV_KERNELS", "", "demo", 0, "自注意力输出");
     expect_env("QKV_KERNELS", "portable", "demo", 0, "自注意力输出");
@@ -3290,7 +3325,7 @@ START_TEST(test_an_option_value_that_reads_as_an_option_is_refused)
            "(write --log=--seeds if that is its name)\nTry 'qkv train --help'.\n");
     expect("saturation --out --quiet", 2, "qkv: --out needs a value, not the option '--quiet'");
     expect("resolve --model -- 小明他", 2, "qkv: --model needs a value, not the option '--'");
-    expect("softmax --csv -h", 2, "qkv: --csv needs a value, not the option '-h'");
+    expect("softmax --csv -h", 0, "Usage: qkv softmax"); /* what was asked for */
     /* a number cannot read as an option: no --seed=--no-scale to suggest */
     expect("demo --seed --no-scale", 2,
            "qkv: --seed needs a value, not the option '--no-scale'\nTry 'qkv demo --help'.\n");

@@ -248,7 +248,10 @@ int cli_run_tasks(int n, int jobs, cli_task_fn run, cli_collect_fn collect, cli_
  * (hard links), is written as a temporary file beside it
  * (DIR/.NAME.XXXXXX), which cli_csv_close or cli_csv_end, the only ways
  * to close it, rename over path once it is whole: until then, and after
- * a failed or interrupted run, path keeps the table it had. */
+ * a failed or interrupted run, path keeps the table it had. The regular
+ * file standard output goes to (--csv /dev/stdout > f) is the exception:
+ * the CSV is written through stdout itself, in order with what else the
+ * command prints, never on the signals' list and never removed. */
 FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
 
 /* cli_csv_create for a file that must not exist yet: created exclusively
@@ -282,8 +285,9 @@ int cli_same_file(const char *a, const char *b);
  * or the last flush fails, else 0. */
 int cli_fclose(FILE *f);
 
-/* Closes a CSV that cli_csv_create opened at path, as cli_fclose does,
- * and renames its temporary file over path. If a write failed (a full
+/* Closes a CSV that cli_csv_create opened at path, as cli_fclose does
+ * (stdout, when the CSV went there, is flushed and stays open), and
+ * renames its temporary file over path. If a write failed (a full
  * disk), the temporary file is removed and path keeps what it had; a CSV
  * written in place is removed, being cut short, when path names a regular
  * file (not a device or a symbolic link). 0 or -1. */

@@ -325,26 +325,6 @@ static int check_environment(void)
     return CLI_OK;
 }
 
-/* 1 if the arguments ask for the help as cli_parse reads them: -h or
- * --help as an option, not as an option's value (--log --help) nor after
- * "--". */
-static int wants_help(int argc, char **argv, const cli_opt *opts, int nopts)
-{
-    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
-            return 1;
-        if (strncmp(a, "--", 2) != 0 || strchr(a, '=') != NULL)
-            continue;
-        for (int j = 0; j < nopts; j++)
-            if (strcmp(opts[j].name, a + 2) == 0 && opts[j].kind != OPT_FLAG) {
-                i++; /* its value, whatever it reads */
-                break;
-            }
-    }
-    return 0;
-}
-
 /* 1 if cli_parse reads argument a as an option: it starts with '-' and
  * is neither "-" alone nor a negative number ("-1,2", "-.5"). */
 static int reads_as_option(const char *a)
@@ -353,11 +333,22 @@ static int reads_as_option(const char *a)
            !(a[1] == '.' && a[2] >= '0' && a[2] <= '9');
 }
 
+/* 1 if the arguments ask for the help as cli_parse reads them: -h or
+ * --help as an option (--log --help too: an option is never a value),
+ * not after "--" nor as --log=--help. */
+static int wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+            return 1;
+    return 0;
+}
+
 int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char *usage,
               const char *about, char **pos, int max_pos, int *npos)
 {
     /* the environment first, but the help is shown whatever it holds */
-    if (!wants_help(argc, argv, opts, nopts)) {
+    if (!wants_help(argc, argv)) {
         int r = check_environment();
         if (r != CLI_OK)
             return r;
@@ -404,6 +395,10 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
          * "--log --seeds 3" forgot the log's name, and would write a file
          * called --seeds; a path of that name is given as --log=--seeds */
         if (!eq && i + 1 < argc && reads_as_option(argv[i + 1])) {
+            if (strcmp(argv[i + 1], "-h") == 0 || strcmp(argv[i + 1], "--help") == 0) {
+                print_help(cmd, opts, nopts, usage, about); /* what was asked for */
+                return CLI_HELP;
+            }
             char hint[1024] = ""; /* the message is cut short to fit a line anyway */
             if (o->kind == OPT_DIR || o->kind == OPT_FILE)
                 snprintf(hint, sizeof hint, " (write --%s=%s if that is its name)", o->name,
@@ -760,6 +755,23 @@ static qkv_status check_open_for_write(const char *path, qkv_error *err)
     return QKV_OK;
 }
 
+/* A CSV sent to the regular file standard output goes to (--csv
+ * /dev/stdout > out.txt, or --csv out.txt > out.txt) is written through
+ * stdout itself: the tables and the CSV's rows land there in the order
+ * the program writes them, whole lines each; opened anew, the file would
+ * be cut to nothing and each written from its start, over the other (and
+ * a temporary file renamed over it would take the tables' place), and
+ * two streams on it, each with its own buffer, would cut each other's
+ * lines where a buffer filled. NULL if path is not that file. */
+static FILE *open_stdout_file(const char *path)
+{
+    struct stat sp, so;
+    if (stat(path, &sp) != 0 || !S_ISREG(sp.st_mode) || fstat(STDOUT_FILENO, &so) != 0 ||
+        sp.st_dev != so.st_dev || sp.st_ino != so.st_ino)
+        return NULL;
+    return stdout;
+}
+
 /* cli_csv_create's body. A regular file, or none, at path is written as
  * a temporary file beside it, renamed over it by cli_csv_end when whole:
  * a run that fails or is interrupted leaves the last whole table there,
@@ -768,36 +780,8 @@ static qkv_status check_open_for_write(const char *path, qkv_error *err)
  * link, another user's file, a file with hard links), a directory that
  * takes no new file, or a full list is written in place. With excl,
  * path must not exist yet and is written in place (a symbolic link there
- * is not followed). */
-/* 1 if the open file fd is the regular file standard output goes to. */
-static int is_stdout_file(int fd)
-{
-    struct stat sf, so;
-    return fstat(fd, &sf) == 0 && S_ISREG(sf.st_mode) && fstat(STDOUT_FILENO, &so) == 0 &&
-           sf.st_dev == so.st_dev && sf.st_ino == so.st_ino;
-}
-
-/* A CSV sent to the regular file standard output goes to (--csv
- * /dev/stdout > out.txt, or --csv out.txt > out.txt): a stream on a copy
- * of standard output's descriptor, which shares its offset, so that the
- * tables and the CSV follow each other there as in a pipe; opened anew,
- * the file would be cut to nothing and each written from its start, over
- * the other (and a temporary file renamed over it would take the tables'
- * place). NULL if path is not that file (or no descriptor is left). */
-static FILE *open_stdout_file(const char *path)
-{
-    struct stat sp, so;
-    if (stat(path, &sp) != 0 || !S_ISREG(sp.st_mode) || fstat(STDOUT_FILENO, &so) != 0 ||
-        sp.st_dev != so.st_dev || sp.st_ino != so.st_ino)
-        return NULL;
-    fflush(stdout); /* what it holds goes first */
-    const int fd = dup(STDOUT_FILENO);
-    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-    if (f == NULL && fd >= 0)
-        close(fd);
-    return f;
-}
-
+ * is not followed). Without it, the regular file standard output goes to
+ * is written through stdout (open_stdout_file). */
 static FILE *csv_open(const char *path, const char *header, int excl, qkv_error *err)
 {
     /* a directory that cannot be made, or a name too long for it, fails
@@ -935,7 +919,9 @@ static int csv_fclose(FILE *f)
 {
     const int bad = ferror(f);
     errno = 0;
-    if (fclose(f) == 0 && !bad)
+    /* standard output, when the CSV went to its file, is flushed, not
+     * closed: the tables that follow go there too */
+    if ((f == stdout ? fflush(f) : fclose(f)) == 0 && !bad)
         return 0;
     csv_errno = errno != 0 ? errno : EIO;
     return -1;
@@ -968,7 +954,7 @@ int cli_csv_end(FILE *f, const char *path, int ok)
         return done ? 0 : -1;
     }
     partial_drop(i);
-    const int shared = is_stdout_file(fileno(f));
+    const int shared = f == stdout;
     if (csv_fclose(f) == 0 && ok)
         return 0;
     /* cut short: no plot or script may take it for a whole log; but a
