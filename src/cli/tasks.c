@@ -176,8 +176,11 @@ static int file_bytes(int fd, char **p, size_t *len)
         ssize_t r = pread(fd, *p + got, (size_t)end - got, (off_t)got);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r <= 0) {
+            if (r == 0) /* cut short under us: no errno of its own */
+                errno = EIO;
             return -1;
+        }
         got += (size_t)r;
     }
     *len = (size_t)end;
@@ -260,13 +263,15 @@ static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cl
             _exit(CLI_FAIL);
         char said = 's';     /* skipped; 'x' ran, 'f' ran and failed */
         if (task < failed) { /* past a failure, its output would never be shown */
+            /* emptied first: a worker that dies from here on leaves what
+             * this task printed, never the last one's */
+            if (rewind_messages(STDERR_FILENO) != 0)
+                give_up(notes, task, 'c', errno);
             if (send_note(notes, task, 't', 0) != 0)
                 _exit(CLI_FAIL); /* the parent is gone */
             worker_fault(task, "take", out);
             char *buf = NULL, *msg = NULL;
             size_t len = 0, msg_len = 0;
-            if (rewind_messages(STDERR_FILENO) != 0)
-                give_up(notes, task, 'c', errno);
             const int status[2] = {task, run_to_memory(run, ctx, task, &buf, &len)};
             said = status[1] == CLI_OK ? 'x' : 'f';
             if (status[1] != CLI_OK) {
@@ -278,7 +283,7 @@ static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cl
                             fwrite(status, sizeof status, 1, out) != 1 ||
                             put_bytes(out, buf, len) != 0 || put_bytes(out, msg, msg_len) != 0 ||
                             fflush(out) != 0;
-            const int why = errno;
+            const int why = errno != 0 ? errno : EIO;
             free(buf);
             free(msg);
             if (bad)
@@ -417,6 +422,7 @@ static int reap(worker_view *v, int n, cli_name_fn name, void *ctx, int *said)
     pid_t got;
     while ((got = waitpid(v->pid, &status, 0)) < 0 && errno == EINTR)
         ;
+    const int wait_err = errno; /* before the calls below change it */
     const int ok = got == v->pid && WIFEXITED(status) && WEXITSTATUS(status) == CLI_OK;
     if (ok || *said || v->stopped)
         return ok ? CLI_OK : CLI_FAIL;
@@ -428,15 +434,17 @@ static int reap(worker_view *v, int n, cli_name_fn name, void *ctx, int *said)
     if (t->event == 'c')
         return fail_in(name, ctx, t->task, n, "a worker could not capture its messages: %s",
                        strerror(t->err));
-    /* what it printed in the task it died in: perhaps why */
+    /* what it printed in the task it died in: perhaps why (below the
+     * progress bar, not glued to it) */
     char *last;
     size_t len;
+    cli_progress_clear();
     if (file_bytes(fileno(v->msgs), &last, &len) == 0)
         fwrite(last, 1, len, stderr);
     free(last);
     if (got != v->pid)
         return fail_in(name, ctx, v->task, n, "cannot wait for a worker process: %s",
-                       strerror(errno));
+                       strerror(wait_err));
     if (WIFSIGNALED(status)) /* it could not say why */
         return fail_in(name, ctx, v->task, n, "a worker process was ended by signal %d (%s)",
                        WTERMSIG(status), strsignal(WTERMSIG(status)));
@@ -582,6 +590,9 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         v[w].pid = fork();
         if (v[w].pid == 0) {
             close(notes[0]);
+            for (int u = 0; u < w; u++) /* its siblings' pipes are the parent's to read */
+                if (v[u].notes >= 0)
+                    close(v[u].notes);
             worker(self, queue[0], notes[1], v[w].out, v[w].msgs, run, ctx);
         }
         close(notes[1]); /* so that the pipe ends with the worker */
