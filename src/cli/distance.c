@@ -19,12 +19,12 @@
 
 /* The held-out sentences scored at a time, for sentences of up to T
  * tokens: 128, fewer where the attention's T×T scores of 128 sentences
- * would take more than 2^25 numbers each (128 MB in float), whatever
- * --batch is (at distance 4096, 128 took 17 GB). Each sentence is scored
- * alone, so the accuracy is the same in any number of parts. */
+ * would take more than 128 MB (2^25 numbers in float, 2^24 in double),
+ * whatever --batch is (at distance 4096, 128 took 17 GB). Each sentence
+ * is scored alone, so the accuracy is the same in any number of parts. */
 static int eval_capacity(int tokens)
 {
-    const long fit = (1L << 25) / ((long)tokens * tokens);
+    const long fit = (long)((1UL << 27) / sizeof(qkv_real)) / ((long)tokens * tokens);
     return fit < 1 ? 1 : fit > 128 ? 128 : (int)fit;
 }
 
