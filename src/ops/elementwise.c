@@ -392,9 +392,10 @@ static void silu_backward(const qkv_node *nd)
         /* y = x·s with s = σ(x): dx = dy·(s + x·s·(1 - s)) = dy·(s + y·(1 - s)); s
          * comes back as y/x, or σ(0) = 1/2 at 0 */
         double xi = x->data[i], s = xi != 0 ? y[i] / xi : 0.5;
-        /* y overflowed or x is huge, or y is subnormal (x near 0, or below
-         * about -87 in float) and has lost bits, down to 0: recompute */
-        if (!isfinite(s) || fabs((double)y[i]) < REAL_MIN)
+        /* y overflowed or x is huge; or y is subnormal (x near 0, or below
+         * about -92 in float), or σ was (below about -87), and s has lost
+         * bits, down to 0: recompute */
+        if (!isfinite(s) || fabs((double)y[i]) < REAL_MIN || fabs(s) < REAL_MIN)
             s = 1 / (1 + exp(-xi));
         x->grad[i] += (qkv_real)(dy[i] * (s + y[i] * (1 - s)));
     }
