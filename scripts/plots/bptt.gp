@@ -9,12 +9,13 @@ set output outfile
 set multiplot layout 1,3 title "梯度随时间反向传播：每退一步乘一次 W_h" font ",16"
 set xlabel "向前回溯的步数 j"
 set ylabel "‖∂L/∂h_{p−j}‖（对数）"
-set logscale y
-set format y "10^{%L}"
+# (stats before the log scale: gnuplot 5.0 refuses it on a log axis)
 stats infile using (log10_or(column("grad_norm"), 1e9)) nooutput
 lo = STATS_min
 stats infile using (log10_or(column("grad_norm"), -1e9)) nooutput
 eval log_minor_ytics(lo, STATS_max)
+set logscale y
+set format y "10^{%L}"
 # up to 16 rhos (qkv bptt's limit): 8 colours, solid then dashed, and
 # a key of at most 8 rows a column
 set key bottom left box opaque font ",10" maxrows 8

@@ -1,5 +1,6 @@
 # softmax.png: linear z/Σz against softmax e^z/Σe^z for each vector.
-# Variables: infile (from `qkv softmax --csv`), outfile, vecs ("1,2,3 -1,2,-0.5").
+# Variables: infile (from `qkv softmax --csv`), outfile, vecs ("1;2;3 -1;2;-0.5":
+# each vector as the CSV writes it).
 load dir."/common.gp"
 set terminal pngcairo size 1300,600 font "WenQuanYi Zen Hei,12" enhanced
 set output outfile
