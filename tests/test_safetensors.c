@@ -328,11 +328,21 @@ START_TEST(test_each_entry_is_checked)
         QKV_ERR_FORMAT, "tensor 'w' needs a shape");
     expect_reject(
         make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,0]}}", d, 24),
-        QKV_ERR_FORMAT, "begin <= end");
+        QKV_ERR_FORMAT, "tensor 'w': data_offsets [24, 0] end before they begin");
     expect_reject(/* the least inversion, one byte */
                   make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,23]}}", d,
                        24),
-                  QKV_ERR_FORMAT, "begin <= end");
+                  QKV_ERR_FORMAT, "tensor 'w': data_offsets [24, 23] end before they begin");
+    /* an offset past 2^53 (JSON's exact whole numbers) was reported as
+     * "begin <= end", which [0, 2^64 - 1] is */
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],"
+                       "\"data_offsets\":[0,18446744073709551615]}}",
+                       d, 24),
+                  QKV_ERR_FORMAT,
+                  "tensor 'w' needs data_offsets [begin, end], two whole numbers of at most "
+                  "2^53");
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0]}}", d, 24),
+                  QKV_ERR_FORMAT, "tensor 'w' needs data_offsets [begin, end], two whole numbers");
     /* 2^32 · 2^32 · 2^4 elements: the size overflows 64 bits */
     expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
                        "\"data_offsets\":[0,24]}}",
@@ -379,12 +389,19 @@ START_TEST(test_the_tensors_must_tile_the_data)
     const char *holed1 =
         "{" W_ENTRY ",\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[25,37]}}";
     snprintf(want, sizeof want,
-             ": 1 byte of the data at byte %zu belongs to no tensor (a hole before 'b')",
+             ": 1 byte of the data at byte %zu belongs to no tensor (a hole before 'b';",
              8 + strlen(holed1) + 24);
     expect_reject(make(holed1, d, 37), QKV_ERR_FORMAT, want);
     /* bytes after the last tensor */
     expect_reject(make("{" W_ENTRY "," B_ENTRY "}", d, 40), QKV_ERR_FORMAT,
                   "4 bytes after the last tensor");
+    /* data that no entry names is most often a tensor left out of the
+     * header: the message says so (a review read "768 bytes after the
+     * last tensor" for a missing tensor) */
+    expect_reject(make("{" W_ENTRY "," B_ENTRY "}", d, 40), QKV_ERR_FORMAT,
+                  "belong to no tensor (one missing from the header?)");
+    snprintf(want, sizeof want, "a hole before 'b'; one missing from the header?");
+    expect_reject(make(holed1, d, 37), QKV_ERR_FORMAT, want);
     /* a huge tensor declared in a small file is refused before anything
      * of its size is allocated: 2^20 x 4096 floats, 16 GiB */
     qkv_alloc_largest(1);

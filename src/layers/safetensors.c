@@ -346,11 +346,16 @@ static qkv_status read_entry(qkv_st *f, const qkv_json *j, int v, entry *e, qkv_
         } else if (qkv_json_string_is(j, k, "data_offsets")) {
             uint64_t off[2];
             seen |= 4;
-            if (read_uints(j, k + 1, off, 2) != 2 || off[0] > off[1])
+            if (read_uints(j, k + 1, off, 2) != 2)
                 return qkv_error_set(err, QKV_ERR_FORMAT,
-                                     "%s: tensor '%s' needs data_offsets [begin, end], begin <= "
-                                     "end",
+                                     "%s: tensor '%s' needs data_offsets [begin, end], two whole "
+                                     "numbers of at most 2^53",
                                      lab, name);
+            if (off[0] > off[1])
+                return qkv_error_set(err, QKV_ERR_FORMAT,
+                                     "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                                     "] end before they begin",
+                                     lab, name, off[0], off[1]);
             e->begin = off[0];
             e->end = off[1];
         } else {
@@ -408,7 +413,8 @@ static qkv_status check_tiling(qkv_st *f, qkv_error *err)
         if (e->begin > at)
             s = qkv_error_set(err, QKV_ERR_FORMAT,
                               "%s: %" PRIu64 " %s of the data at byte %" PRIu64
-                              " belong%s to no tensor (a hole before '%s')",
+                              " belong%s to no tensor (a hole before '%s'; one missing from "
+                              "the header?)",
                               f->label, e->begin - at, e->begin - at == 1 ? "byte" : "bytes",
                               f->data_at + at, e->begin - at == 1 ? "s" : "", e->name);
         else if (e->begin < at)
@@ -426,8 +432,10 @@ static qkv_status check_tiling(qkv_st *f, qkv_error *err)
     }
     if (s == QKV_OK && at != data)
         s = qkv_error_set(err, QKV_ERR_FORMAT,
-                          "%s: %" PRIu64 " %s after the last tensor (at byte %" PRIu64 ")",
-                          f->label, data - at, data - at == 1 ? "byte" : "bytes", f->data_at + at);
+                          "%s: %" PRIu64 " %s after the last tensor (at byte %" PRIu64
+                          ") belong%s to no tensor (one missing from the header?)",
+                          f->label, data - at, data - at == 1 ? "byte" : "bytes", f->data_at + at,
+                          data - at == 1 ? "s" : "");
     free(order);
     return s;
 }
