@@ -377,6 +377,24 @@ START_TEST(test_mse_and_bce_match_cpython_and_stay_finite)
     ASSERT_NEAR(loss->data[0], 5000, 0); /* (1e4 + 0)/2 */
     ck_assert_int_eq(qkv_backward(t, loss), QKV_OK);
     ck_assert(l->grad[0] == 0.5 && l->grad[1] == 0);
+    /* infinite logits: the limits, (1 - y)·x for x = +inf and -y·x for
+     * x = -inf, which are 0 where that factor is 0 (a target met exactly),
+     * +inf where it is not; they were NaN (inf - inf, inf·0) */
+    static const double xs[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    static const double ys[6] = {1, 0, 0.5, 0, 1, 0.5};
+    static const double want[6] = {0, INFINITY, INFINITY, 0, INFINITY, INFINITY};
+    for (int i = 0; i < 6; i++) {
+        qkv_tensor *li = tensor_of(1, (const int[]){1}, &xs[i], 1);
+        qkv_tensor *zi = tensor_of(1, (const int[]){1}, &ys[i], 0);
+        qkv_tape_reset(t);
+        qkv_tensor *bi = qkv_bce_with_logits(t, li, zi);
+        ck_assert_msg(bi->data[0] == want[i], "x %g, y %g: %g, not %g", xs[i], ys[i],
+                      (double)bi->data[0], want[i]);
+        ck_assert_int_eq(qkv_backward(t, bi), QKV_OK); /* σ(x) - y: 1 - y, or -y */
+        ASSERT_NEAR(li->grad[0], (xs[i] > 0 ? 1 : 0) - ys[i], 0);
+        qkv_tensor_free(li);
+        qkv_tensor_free(zi);
+    }
     /* the target takes no gradient, and shapes must match */
     qkv_tape_reset(t);
     ck_assert(qkv_mse(t, x, l) == qkv_nil());

@@ -215,7 +215,9 @@ qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target);
 
 /* Binary cross-entropy on logits: mean of -[y·log σ(x) + (1-y)·log(1-σ(x))]
  * computed as max(x,0) - x·y + log(1 + e^-|x|), finite for any finite x
- * (±1e4 included). target (y, usually 0 or 1) takes no gradient.
+ * (±1e4 included); an infinite x gives the limit, 0 where its target is
+ * met exactly (x = +inf, y = 1; x = -inf, y = 0), else +inf for y in
+ * [0, 1]. target (y, usually 0 or 1) takes no gradient.
  * dx = (σ(x) - y)/N. */
 qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tensor *target);
 

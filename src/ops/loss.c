@@ -191,10 +191,17 @@ qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tenso
     if (qkv_tensor_is_nil(out))
         return out;
     /* -[y·log σ(x) + (1-y)·log(1-σ(x))] = max(x, 0) - x·y + log(1 + e^-|x|): no
-     * overflow and no log(0) for any finite x */
+     * overflow and no log(0) for any finite x. An infinite x takes the
+     * limit, (1 - y)·x or -y·x, 0 where that factor is 0 (not inf - inf
+     * or inf·0, NaN) */
     double s[8] = {0};
     for (size_t i = 0; i < logits->numel; i++) {
         double x = logits->data[i], y = target->data[i];
+        if (isinf(x)) {
+            const double c = x > 0 ? 1 - y : -y;
+            s[i % 8] += c == 0 ? 0 : c * x;
+            continue;
+        }
         s[i % 8] += (x > 0 ? x : 0) - x * y + log1p(exp(-fabs(x)));
     }
     const double n = (double)logits->numel;
