@@ -3838,6 +3838,19 @@ START_TEST(test_plot_axis_labels_are_chinese)
 }
 END_TEST
 
+/* Shell commands, into buf, that copy the plot scripts to s/ and make
+ * each of files (paths under s/plots, a glob allowed) show what (a
+ * gnuplot setting) before each of its plot commands. */
+static const char *plots_showing(char *buf, size_t len, const char *what, const char *files)
+{
+    snprintf(buf, len,
+             "mkdir s && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
+             "for f in %s; do sed 's/^\\( *\\)plot /\\1show %s; plot /' \"$f\" >s/t && "
+             "mv s/t \"$f\"; done",
+             QKV_TEST_DATA, QKV_TEST_DATA, files, what);
+    return buf;
+}
+
 START_TEST(test_plot_panels_label_their_y_axes)
 {
     /* ablate.png's three panels, softmax.png's two and softmax_base.png's
@@ -3845,13 +3858,11 @@ START_TEST(test_plot_panels_label_their_y_axes)
      * titles. A copy of the scripts shows the y label before each plot
      * command; saturation.png labels only its first column (each row's
      * label holds for the row) and is left out */
-    char cmd[1024], *out;
+    char cmd[1024], copy[512], *out;
     snprintf(cmd, sizeof cmd,
-             "mkdir s && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
-             "for f in s/plots/*.gp; do sed 's/^\\( *\\)plot /\\1show ylabel; plot /' \"$f\" "
-             ">s/t && mv s/t \"$f\"; done && sh s/plots.sh '%s/plots' png loss variance "
+             "%s && sh s/plots.sh '%s/plots' png loss variance "
              "heatmap softmax distance bptt parallel ablate softmax_base",
-             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+             plots_showing(copy, sizeof copy, "ylabel", "s/plots/*.gp"), QKV_TEST_DATA);
     int rc = sh(cmd, &out);
     ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
     ck_assert_msg(strstr(out, "ylabel is \"") != NULL, "no y label shown:\n%s", out);
@@ -3869,16 +3880,13 @@ START_TEST(test_saturation_plot_says_where_a_gradient_is_exactly_0)
      * panel that has one now says how many; the others say nothing. A
      * copy of the scripts shows label 1 before each plot command, on the
      * fixture's runs with one norm set to 0 */
-    char cmd[1536], *out;
+    char cmd[1536], copy[512], *out;
     snprintf(cmd, sizeof cmd,
-             "mkdir s d && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
-             "cp -r '%s/plots/saturation' d/ && "
-             "sed 's/^\\( *\\)plot /\\1show label; plot /' s/plots/saturation.gp >s/t && "
-             "mv s/t s/plots/saturation.gp && "
+             "%s && mkdir d && cp -r '%s/plots/saturation' d/ && "
              "awk -F, -v OFS=, 'NR == 2 {$11 = 0} {print}' d/saturation/runs.csv >d/t && "
              "head -2 d/t | tail -1 | cut -d, -f1-3 && mv d/t d/saturation/runs.csv && "
              "sh s/plots.sh d png saturation",
-             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+             plots_showing(copy, sizeof copy, "label", "s/plots/saturation.gp"), QKV_TEST_DATA);
     int rc = sh(cmd, &out);
     ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
     ck_assert_msg(strstr(out, "plots: wrote png/saturation.png") != NULL, "%s", out);
@@ -3911,16 +3919,14 @@ START_TEST(test_log_axes_over_many_decades_have_no_clumped_minor_tics)
      * fixture spans 10^-8 to 10^3 in every panel; saturation's gradients
      * span 2 decades, until one norm of the first row is set to 1e-30
      * (the parentheses: sh()'s 2>&1 is for the whole chain) */
-    char cmd[2048], *out;
+    char cmd[2048], copy[512], *out;
     snprintf(cmd, sizeof cmd,
-             "(mkdir s d && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
-             "for f in bptt saturation; do sed 's/^\\( *\\)plot /\\1show mytics; plot /' "
-             "s/plots/$f.gp >s/t && mv s/t s/plots/$f.gp; done && "
-             "cp -r '%s/plots/bptt' '%s/plots/saturation' d/ && "
+             "(%s && mkdir d && cp -r '%s/plots/bptt' '%s/plots/saturation' d/ && "
              "sh s/plots.sh d png bptt saturation && echo '== deep' && "
              "awk -F, -v OFS=, 'NR == 2 {$11 = 1e-30} {print}' d/saturation/runs.csv >d/t && "
              "mv d/t d/saturation/runs.csv && sh s/plots.sh d png saturation)",
-             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+             plots_showing(copy, sizeof copy, "mytics", "s/plots/bptt.gp s/plots/saturation.gp"),
+             QKV_TEST_DATA, QKV_TEST_DATA);
     int rc = sh(cmd, &out);
     ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
     const char *none = "drawn with 1 subintervals"; /* else gnuplot's defaults */

@@ -301,6 +301,26 @@ static int entries(const char *name)
     return n;
 }
 
+/* An earlier sweep's table, s/runs.csv, for a failing run to keep. */
+static void plant_earlier_table(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* What a failed sweep leaves: nothing on stdout (out.txt), and s/ with
+ * the earlier table alone, as it was. */
+static void expect_nothing_printed_and_the_table_kept(void)
+{
+    char *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
+    ck_assert_str_eq(out, "");
+    ck_assert_str_eq(csv, "earlier\n");
+    ck_assert_int_eq(entries("s"), 1);
+    free(out);
+    free(csv);
+}
+
 /* The allocation count a task reported (QKV_TEST_ALLOC_FAIL_TASK) in the
  * stderr e, whose line of the program's own count ("qkv-test: N
  * allocations", the parent's with --jobs) goes. */
@@ -332,10 +352,9 @@ START_TEST(test_every_allocation_failure_in_a_worker_is_reported)
 {
     static const char args[] =
         "saturation --quiet --dk 4 --steps 1 --log-every 1 --no-variance --out s";
-    char cmd[2][600], env[128], earlier[256];
+    char cmd[2][600], env[128];
     for (int j = 0; j < 2; j++)
         snprintf(cmd[j], sizeof cmd[j], "'%s' %s --jobs %d", QKV_BIN, args, j + 1);
-    snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
     size_t reached = 0;
     for (int task = 0; task < 2; task++) {
         snprintf(env, sizeof env, "QKV_TEST_ALLOC_FAIL=0 QKV_TEST_ALLOC_FAIL_TASK=%d", task);
@@ -351,7 +370,7 @@ START_TEST(test_every_allocation_failure_in_a_worker_is_reported)
             snprintf(env, sizeof env, "QKV_TEST_ALLOC_FAIL=%zu QKV_TEST_ALLOC_FAIL_TASK=%d", n,
                      task);
             for (int j = 1; j >= 0; j--) {
-                ck_assert_int_eq(system(earlier), 0);
+                plant_earlier_table();
                 rc[j] = run_with(env, cmd[j]);
                 err[j] = text_of("err.txt");
                 count[j] = task_count(err[j], task);
@@ -397,24 +416,19 @@ START_TEST(test_a_worker_that_cannot_write_its_results_says_why_once)
              "sh -c \"trap '' XFSZ; ulimit -f 2; exec '%s' saturation --quiet --dk 4,8 --steps 20 "
              "--log-every 1 --no-variance --jobs 2 --out s\"",
              QKV_BIN);
-    char earlier[256], why[128];
-    snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
+    char why[128];
     snprintf(why, sizeof why, ": a worker could not write its results: %s\n", strerror(EFBIG));
     for (int i = 0; i < 4; i++) {
-        ck_assert_int_eq(system(earlier), 0);
+        plant_earlier_table();
         const int rc = run_with("", cmd);
-        char *err = text_of("err.txt"), *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
+        char *err = text_of("err.txt");
         const char *nl = strchr(err, '\n');
         /* "qkv: saturation: the scaled run at d_k 8, seed 1: a worker ..." */
         ck_assert_msg(rc == 1 && strncmp(err, "qkv: saturation: the ", 21) == 0 && nl != NULL &&
                           nl[1] == '\0' && strstr(err, why) == nl - strlen(why) + 1,
                       "exit %d, stderr:\n%s", rc, err);
-        ck_assert_str_eq(out, "");
-        ck_assert_str_eq(csv, "earlier\n");
-        ck_assert_int_eq(entries("s"), 1);
+        expect_nothing_printed_and_the_table_kept();
         free(err);
-        free(out);
-        free(csv);
     }
 }
 END_TEST
@@ -559,23 +573,18 @@ END_TEST
  * failed. The tables are now printed once the files are written. */
 START_TEST(test_a_sweep_that_cannot_write_its_table_prints_none)
 {
-    char cmd[900], earlier[256];
+    char cmd[900];
     snprintf(cmd, sizeof cmd,
              "sh -c \"trap '' XFSZ; ulimit -f 4; exec '%s' saturation --quiet --dk 4 --steps 20 "
              "--log-every 1 --no-variance --out s\"",
              QKV_BIN);
-    snprintf(earlier, sizeof earlier, "mkdir -p '%s/s' && echo earlier >'%s/s/runs.csv'", dir, dir);
-    ck_assert_int_eq(system(earlier), 0);
+    plant_earlier_table();
     const int rc = run_with("", cmd);
-    char *err = text_of("err.txt"), *out = text_of("out.txt"), *csv = text_of("s/runs.csv");
+    char *err = text_of("err.txt");
     ck_assert_msg(rc == 1 && strncmp(err, "qkv: saturation: cannot write s/runs.csv: ", 42) == 0,
                   "exit %d, stderr:\n%s", rc, err);
-    ck_assert_str_eq(out, "");
-    ck_assert_str_eq(csv, "earlier\n");
-    ck_assert_int_eq(entries("s"), 1);
+    expect_nothing_printed_and_the_table_kept();
     free(err);
-    free(out);
-    free(csv);
 }
 END_TEST
 
