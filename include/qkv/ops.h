@@ -270,7 +270,7 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
  * softmax. Each block of up to 64 query rows meets the keys 256 at a time,
  * keeping a running maximum m and sum l per row and rescaling its output
  * by e^(m_old - m_new) when the maximum grows; backward recomputes each
- * block's weights from the row's ln l + m, which is all it keeps. The
+ * block's weights from the row's m and 1/l, which are all it keeps. The
  * arguments and shapes are qkv_attention's, without parts (there are no
  * scores or weights to give), and with causal: nonzero drops key j from
  * query row i for j > i (PyTorch's is_causal), by index, with no mask

@@ -6,9 +6,18 @@
  * Forward, for each block of query rows: O = 0, m = -inf, l = 0; for each
  * block of keys, S = Q·Kᵀ (qkv_gemm), x = scale·S + mask, m' = max(m,
  * max x), P = e^(x - m'), l = l·e^(m - m') + Σ P, O = O·e^(m - m') + P·V;
- * then O /= l, and lse = m + ln l is all that backward keeps of a row.
- * Backward recomputes each block's P = e^(x - lse) and, with D = Σ dO∘O
+ * then O /= l, and m and 1/l are all that backward keeps of a row.
+ * Backward recomputes each block's P = e^(x - m)/l and, with D = Σ dO∘O
  * (which is Σ_j P_ij·dP_ij), dS = scale·P∘(dP - D) for dP = dO·Vᵀ.
+ *
+ * FlashAttention keeps lse = m + ln l instead, one number a row; but in
+ * qkv_real that sum loses the low bits of ln l when m is large (at m =
+ * 300 a float's ulp is 2^-15), and e^(x - lse) then moves each weight of
+ * the row by up to half that, relatively: the gradients' error grew with
+ * the largest score. m is a score, exact in qkv_real, and e^(x - m) is
+ * what forward computed in its last block. The factor 1/l costs no pass
+ * over the block: it goes into the constant of dS's loop (scale/l) and
+ * into a copy of the block's dO rows for dV (dV += e^(x - m)ᵀ·(dO/l)).
  *
  * Only blocks of bq×bk scores exist at a time, so memory is O(T), not
  * O(T²). The sums differ from the unfused ops' in order and in the
@@ -78,7 +87,7 @@ static void scale_row(qkv_real *x, size_t n, double f)
 }
 
 void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                                  const qkv_real *v, qkv_real *o, qkv_real *lse, qkv_real *scratch)
+                                  const qkv_real *v, qkv_real *o, qkv_real *ml, qkv_real *scratch)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     const int bq = sh->bq, bk = sh->bk;
@@ -119,56 +128,64 @@ void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, c
         for (int i = 0; i < nq; i++) {
             if (l[i] > 0) /* else a row with every key masked: O = 0 */
                 scale_row(ob + (size_t)i * d_v, (size_t)d_v, 1 / l[i]);
-            if (lse != NULL)
-                lse[i0 + i] = (qkv_real)(l[i] > 0 ? m[i] + log(l[i]) : l[i] == 0 ? -INFINITY : NAN);
+            if (ml != NULL) { /* m (a score, so exact), then 1/l (1 for a row with
+                               * every key masked: m = -inf, P = 0) */
+                ml[i0 + i] = (qkv_real)m[i];
+                ml[tq + i0 + i] = (qkv_real)(l[i] > 0 ? 1 / l[i] : l[i] == 0 ? 1 : NAN);
+            }
         }
     }
 }
 
 void qkv_attention_online_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                                   const qkv_real *v, const qkv_real *o, const qkv_real *lse,
+                                   const qkv_real *v, const qkv_real *o, const qkv_real *ml,
                                    const qkv_real *dout, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                                    qkv_real *scratch)
 {
     const int tq = sh->tq, tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
     const int bq = sh->bq, bk = sh->bk;
-    const qkv_real cf = (qkv_real)sh->scale;
     const qkv_kernel_set *im = qkv_kernels();
-    qkv_real *p = scratch, *dp = scratch + (size_t)bq * bk;
+    const qkv_real *rm = ml, *rl = ml + tq; /* each row's m and 1/l */
+    qkv_real *p = scratch, *dp = scratch + (size_t)bq * bk, *gl = dp + (size_t)bq * bk;
     double dsum[QKV_ONLINE_BQ];
+    qkv_real cl[QKV_ONLINE_BQ];
     for (int i0 = 0; i0 < tq; i0 += bq) {
         const int nq = tq - i0 < bq ? tq - i0 : bq;
         const qkv_real *go = dout + (size_t)i0 * d_v;
         if (!qkv_any_nonzero(go, (size_t)nq * d_v))
             continue;                  /* these rows pass no gradient on */
-        for (int i = 0; i < nq; i++) { /* D = Σ dO∘O, row by row */
+        for (int i = 0; i < nq; i++) { /* D = Σ dO∘O, scale/l and dO/l, row by row */
             const qkv_real *gr = go + (size_t)i * d_v, *orow = o + (size_t)(i0 + i) * d_v;
+            const qkv_real r = rl[i0 + i];
             double s = 0;
             for (int t = 0; t < d_v; t++)
                 s += (double)gr[t] * orow[t];
             dsum[i] = s;
+            cl[i] = (qkv_real)(sh->scale * r);
+            for (int t = 0; dv != NULL && t < d_v; t++)
+                gl[(size_t)i * d_v + t] = gr[t] * r;
         }
         for (int j0 = 0; j0 < tk; j0 += bk) {
             const int nk = tk - j0 < bk ? tk - j0 : bk;
             if (online_block_masked(sh, i0, nq, j0, nk))
                 continue;
             qkv_gemm(0, 1, nq, nk, d_k, q + (size_t)i0 * d_k, k + (size_t)j0 * d_k, p, 0);
-            for (int i = 0; i < nq; i++) { /* P = e^(x - lse), lse >= every x */
+            for (int i = 0; i < nq; i++) { /* l·P = e^(x - m), m >= every x */
                 qkv_real *x = p + (size_t)i * nk;
                 online_logits(sh, i0 + i, j0, nk, x);
-                if (lse[i0 + i] == -INFINITY)
+                if (rm[i0 + i] == -INFINITY)
                     qkv_zero(x, (size_t)nk);
                 else
-                    (void)im->exps((size_t)nk, x, lse[i0 + i], x);
+                    (void)im->exps((size_t)nk, x, rm[i0 + i], x);
             }
-            if (dv != NULL) /* dV += Pᵀ·dO */
-                qkv_gemm(1, 0, nk, d_v, nq, p, go, dv + (size_t)j0 * d_v, 1);
+            if (dv != NULL) /* dV += Pᵀ·dO = (l·P)ᵀ·(dO/l) */
+                qkv_gemm(1, 0, nk, d_v, nq, p, gl, dv + (size_t)j0 * d_v, 1);
             if (dq == NULL && dk == NULL)
                 continue;
             qkv_gemm(0, 1, nq, nk, d_v, go, v + (size_t)j0 * d_v, dp, 0); /* dP = dO·Vᵀ */
-            for (int i = 0; i < nq; i++) {                                /* dS = c·P∘(dP - D) */
+            for (int i = 0; i < nq; i++) { /* dS = c·P∘(dP - D) = (c/l)·(l·P)∘(dP - D) */
                 const qkv_real *pr = p + (size_t)i * nk;
-                qkv_real *dr = dp + (size_t)i * nk, df = (qkv_real)dsum[i];
+                qkv_real *dr = dp + (size_t)i * nk, df = (qkv_real)dsum[i], cf = cl[i];
                 for (int j = 0; j < nk; j++)
                     dr[j] = cf * (pr[j] * (dr[j] - df));
             }

@@ -213,16 +213,18 @@ void qkv_attention_row_backward(const qkv_attn_shape *sh, const qkv_real *q, con
  * NaN in its Q or K rows does not reach the result, as it does in the
  * unfused ops; and a NaN in a row of Q or K spreads through the dK or dQ
  * of its whole block.
- * Forward writes O and, when lse is not NULL, each row's ln Σ_j e^x_j
- * (-inf for a row with every key masked). Backward adds into dq, dk and
- * dv (any may be NULL), given O, lse and dO; it skips each block of rows
- * whose dO is zero. scratch holds 2·bq·bk reals (forward: bq·bk). */
+ * Forward writes O and, when ml is not NULL, 2·tq reals: each row's
+ * largest logit m (-inf for a row with every key masked), then each row's
+ * 1/l = 1/Σ_j e^(x_j - m) (1 for such a row). Backward adds into dq, dk
+ * and dv (any may be NULL), given O, ml and dO; it skips each block of
+ * rows whose dO is zero. scratch holds 2·bq·bk + bq·dv reals (forward:
+ * bq·bk). */
 #define QKV_ONLINE_BQ 64
 #define QKV_ONLINE_BK 256
 void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                                  const qkv_real *v, qkv_real *o, qkv_real *lse, qkv_real *scratch);
+                                  const qkv_real *v, qkv_real *o, qkv_real *ml, qkv_real *scratch);
 void qkv_attention_online_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
-                                   const qkv_real *v, const qkv_real *o, const qkv_real *lse,
+                                   const qkv_real *v, const qkv_real *o, const qkv_real *ml,
                                    const qkv_real *dout, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                                    qkv_real *scratch);
 /* The block sizes an op made now takes for its tq×tk items, and the

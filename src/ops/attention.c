@@ -47,7 +47,7 @@ typedef struct attn_rec {
     int online;       /* online form: no S or A (attention_online.c) */
     int causal;       /* online form: keys j > i dropped by index */
     int bq, bk;       /* online form: its blocks */
-    qkv_real *lse;    /* online form: each row's ln Σ e^x, for backward */
+    qkv_real *ml;     /* online form: each row's m, then 1/l, for backward */
     const int *query; /* rows form: the one output row of each item */
     qkv_real *obuf;   /* rows form: one item's O per part (kernels.h); row
                        * only: one item's row of S */
@@ -227,7 +227,7 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
             heads_qkv(r, j->q, b, rows, 0, 0);
             if (r->online)
                 qkv_attention_online_forward(&sh, rows, rows + no, rows + 2 * no, o,
-                                             r->lse != NULL ? r->lse + b * (size_t)r->tq : NULL,
+                                             r->ml != NULL ? r->ml + b * 2 * (size_t)r->tq : NULL,
                                              r->scratch + (size_t)part * r->nscratch);
             else
                 qkv_attention_forward(&sh, rows, rows + no, rows + 2 * no, r->scores->data + b * ns,
@@ -247,7 +247,7 @@ static void forward_items(void *ctx, int part, size_t b0, size_t b1)
         }
         if (r->online) {
             qkv_attention_online_forward(&sh, io.q, io.k, io.v, j->out->data + b * no,
-                                         r->lse != NULL ? r->lse + b * (size_t)r->tq : NULL,
+                                         r->ml != NULL ? r->ml + b * 2 * (size_t)r->tq : NULL,
                                          r->scratch + (size_t)part * r->nscratch);
             continue;
         }
@@ -272,8 +272,8 @@ static void item_backward(const attn_job *j, size_t b, int part, const qkv_real 
         return;
     }
     if (r->online) { /* o: the item's output rows */
-        qkv_attention_online_backward(&sh, q, k, v, o, r->lse + b * (size_t)r->tq, dout, dq, dk, dv,
-                                      r->scratch + (size_t)part * r->nscratch);
+        qkv_attention_online_backward(&sh, q, k, v, o, r->ml + b * 2 * (size_t)r->tq, dout, dq, dk,
+                                      dv, r->scratch + (size_t)part * r->nscratch);
         return;
     }
     qkv_real *ds = r->scores->grad, *da = r->attn->grad;
@@ -428,14 +428,16 @@ static qkv_tensor *attn_run(qkv_tape *t, const qkv_op_def *def, attn_rec *r, qkv
             (r->rows = qkv_op_alloc(t, name, n)) == NULL)
             return qkv_nil();
     }
-    if (r->online) { /* blocks of scores and, for backward, of dP; each row's lse */
+    if (r->online) { /* blocks of scores and, for backward, of dP and a block
+                      * of dO's rows; each row's m and 1/l */
         qkv_attention_online_block_sizes(r->tq, r->tk, &r->bq, &r->bk);
-        r->nscratch = (size_t)(out->grad != NULL ? 2 : 1) * (size_t)r->bq * (size_t)r->bk;
+        r->nscratch = (size_t)(out->grad != NULL ? 2 : 1) * (size_t)r->bq * (size_t)r->bk +
+                      (out->grad != NULL ? (size_t)r->bq * (size_t)r->dv : 0);
         size_t n, nl;
         if (!qkv_mul_size(sizeof(qkv_real) * r->nscratch, (size_t)r->parts, &n) ||
-            !qkv_mul_size(sizeof(qkv_real) * (size_t)r->tq, items, &nl) ||
+            !qkv_mul_size(sizeof(qkv_real) * 2 * (size_t)r->tq, items, &nl) ||
             (r->scratch = qkv_op_alloc(t, name, n)) == NULL ||
-            (out->grad != NULL && (r->lse = qkv_op_alloc(t, name, nl)) == NULL))
+            (out->grad != NULL && (r->ml = qkv_op_alloc(t, name, nl)) == NULL))
             return qkv_nil();
     }
     attn_job job = {r, q, k, out, {0, 0, 0, 0, 0}};
