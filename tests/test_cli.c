@@ -3367,6 +3367,60 @@ START_TEST(test_an_option_value_that_reads_as_an_option_is_refused)
 }
 END_TEST
 
+/* "-" is not standard output for a file or directory: softmax --csv -
+ * wrote its CSV to a file called "-", and saturation --out - its tables
+ * to a directory of that name, where a user reading "-" as standard
+ * output (or input, for --model) found nothing. No option reads or
+ * writes a standard stream for "-" (a CSV goes there as /dev/stdout), so
+ * every option that takes a file or directory refuses it, and names the
+ * option and the way to a file called "-" on purpose. */
+START_TEST(test_a_dash_for_a_file_or_directory_is_refused)
+{
+    expect("softmax --csv -", 2,
+           "qkv: --csv: '-' is not standard input or output here; write --csv ./- for a file "
+           "named '-'\nTry 'qkv softmax --help'.\n");
+    expect("softmax --csv=- 1,2", 2, "qkv: --csv: '-' is not standard input or output here");
+    expect("saturation --out -", 2,
+           "qkv: --out: '-' is not standard input or output here; write --out ./- for a "
+           "directory named '-'\nTry 'qkv saturation --help'.\n");
+    /* every option of every command that takes a FILE or a DIR */
+    static const char *cmds[] = {"demo",    "train",    "eval", "resolve",  "saturation",
+                                 "softmax", "distance", "bptt", "parallel", "ablate"};
+    int checked = 0;
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        char args[128], *help;
+        snprintf(args, sizeof args, "%s --help", cmds[c]);
+        ck_assert_int_eq(run(args, &help), 0);
+        char *save = NULL;
+        for (char *l = strtok_r(help, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+            const size_t n = strncmp(l, "  --", 4) == 0 ? strcspn(l + 2, " ") : 0;
+            const char *arg = l + 3 + n;
+            const int file = strncmp(arg, "FILE ", 5) == 0, dir = strncmp(arg, "DIR ", 4) == 0;
+            if (n == 0 || (!file && !dir))
+                continue;
+            char want[256];
+            snprintf(args, sizeof args, "%s %.*s -", cmds[c], (int)n, l + 2);
+            snprintf(want, sizeof want,
+                     "qkv: %.*s: '-' is not standard input or output here; write %.*s ./- for a "
+                     "%s named '-'\n",
+                     (int)n, l + 2, (int)n, l + 2, file ? "file" : "directory");
+            expect(args, 2, want);
+            checked++;
+        }
+        free(help);
+    }
+    ck_assert_int_eq(checked, 11); /* --csv twice, --model twice, --log, --save, --out five times */
+    char *out;
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_msg(out[0] == '\0', "files were made:\n%s", out);
+    free(out);
+    /* a file called "-" is still there for the asking */
+    expect("softmax --csv ./- 1,2", 0, "z = [1,2]");
+    ck_assert_int_eq(sh("head -n 1 ./-", &out), 0);
+    ck_assert_str_eq(out, "vector,i,z,linear,softmax\n");
+    free(out);
+}
+END_TEST
 START_TEST(test_an_output_path_too_long_for_its_files_is_refused)
 {
     /* DIR/grads.csv would not fit a path buffer: refused before anything is
@@ -4336,6 +4390,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_parallel_names_its_thread_count);
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_option_value_that_reads_as_an_option_is_refused);
+    tcase_add_test(tc, test_a_dash_for_a_file_or_directory_is_refused);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);

@@ -27,7 +27,8 @@ static inline double cli_num(double x)
     return isnan(x) ? fabs(x) : x;
 }
 
-/* OPT_DIR and OPT_FILE are paths that must not be empty. An OPT_DIR must
+/* OPT_DIR and OPT_FILE are paths that must not be empty, nor "-" (which
+ * names no standard stream here; "./-" names the file). An OPT_DIR must
  * not name something that exists and is not a directory (a regular file,
  * a device, or a link to one); an OPT_FILE must not name a directory
  * ("d/", ".", "d/..", or a directory that exists, with or without the

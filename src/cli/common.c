@@ -242,6 +242,14 @@ static int set_value(const char *cmd, const cli_opt *o, char *v)
         if (path && len > MAX_PATH_OPT)
             return cli_usage_error(cmd, "--%s: the file or directory name is longer than %d bytes",
                                    o->name, MAX_PATH_OPT);
+        /* "-" reads as standard output (or input) to a user, but a file
+         * or directory of that name was made: no option takes a stream
+         * for it (a CSV goes to /dev/stdout), and the name is ./- */
+        if (path && strcmp(v, "-") == 0)
+            return cli_usage_error(cmd,
+                                   "--%s: '-' is not standard input or output here; write --%s "
+                                   "./- for a %s named '-'",
+                                   o->name, o->name, o->kind == OPT_FILE ? "file" : "directory");
         /* "d/", "." or "d/..": a directory, which the command would make
          * first and then refuse to write as a file; and "d" where d is a
          * directory (or a link to one) now, the same mistake */
