@@ -3367,6 +3367,38 @@ START_TEST(test_an_option_value_that_reads_as_an_option_is_refused)
 }
 END_TEST
 
+/* "--=5" was reported as "unknown option '--'": neither what the user
+ * typed nor what is wrong with it. The message quotes the argument and
+ * says that it names no option; every command parses through cli_parse,
+ * so each says the same. */
+START_TEST(test_an_option_without_a_name_is_quoted_whole)
+{
+    expect("demo --=5", 2,
+           "qkv: '--=5' is not an option: no name between '--' and '='\n"
+           "Try 'qkv demo --help'.\n");
+    expect("train --quiet --steps 1 --=", 2,
+           "qkv: '--=' is not an option: no name between '--' and '='\n");
+    static const char *cmds[] = {"demo",    "gradcheck",  "train",   "eval",
+                                 "resolve", "saturation", "softmax", "distance",
+                                 "bptt",    "parallel",   "ablate"};
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        char args[64], want[128];
+        snprintf(args, sizeof args, "%s --=5", cmds[c]);
+        snprintf(want, sizeof want,
+                 "qkv: '--=5' is not an option: no name between '--' and '='\n"
+                 "Try 'qkv %s --help'.\n",
+                 cmds[c]);
+        expect(args, 2, want);
+    }
+    /* as a value it is refused as any option is */
+    expect("softmax --csv --=5", 2, "qkv: --csv needs a value, not the option '--=5'");
+    char *out;
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_msg(out[0] == '\0', "files were made:\n%s", out);
+    free(out);
+}
+END_TEST
+
 /* "-" is not standard output for a file or directory: softmax --csv -
  * wrote its CSV to a file called "-", and saturation --out - its tables
  * to a directory of that name, where a user reading "-" as standard
@@ -4391,6 +4423,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_dash_arguments_are_options_and_double_dash_ends_them);
     tcase_add_test(tc, test_an_option_value_that_reads_as_an_option_is_refused);
     tcase_add_test(tc, test_a_dash_for_a_file_or_directory_is_refused);
+    tcase_add_test(tc, test_an_option_without_a_name_is_quoted_whole);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);

@@ -391,6 +391,8 @@ int cli_parse(int argc, char **argv, const cli_opt *opts, int nopts, const char 
                 o = &opts[j];
         if (o == NULL && len == 4 && strncmp(name, "help", 4) == 0) /* --help=x */
             return cli_usage_error(cmd, "--help takes no value");
+        if (len == 0) /* "--=5": unknown option '--' named neither */
+            return cli_usage_error(cmd, "'%s' is not an option: no name between '--' and '='", a);
         if (o == NULL)
             return cli_usage_error(cmd, "unknown option '--%.*s'", (int)len, name);
         if (o->kind == OPT_FLAG) {
