@@ -4,6 +4,7 @@
  * binary (QKV_BIN) in a temporary directory.
  */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <signal.h>
@@ -1498,6 +1499,39 @@ START_TEST(test_a_csv_cut_short_by_a_full_disk_is_removed)
     free(out);
     ck_assert_int_eq(sh("test -L link", &out), 0);
     free(out);
+}
+END_TEST
+
+/* A write that failed for a file size limit (EFBIG, as a full disk's
+ * ENOSPC) was reported at the close as "Input/output error" when the
+ * stream held nothing more to write: fclose then fails for no reason of
+ * its own. saturation's runs.csv said so, and train's log gave no reason
+ * at all ("cannot finish writing t.csv.part"). The first failed write's
+ * reason is the one reported, and train names its log. */
+START_TEST(test_a_csv_write_failure_gives_the_first_failures_reason)
+{
+    const char *cmds[][2] = {
+        {"saturation --dk 4,16 --steps 20 --log-every 1 --no-variance --quiet --out o",
+         "saturation: cannot write o/runs.csv"},
+        {"train --quiet --steps 200 --log-every 1 --log o/t.csv --save o/m.st",
+         "train: cannot write o/t.csv"},
+        {"bptt --rho 0.5,1 --length 16 --train-steps 2 --quiet --out o",
+         "bptt: cannot write o/grads.csv"},
+        {"resolve --model m.st --csv o/r.csv 小红和阿杰是朋友，他爱打篮球，她喜欢唱歌",
+         "resolve: cannot write o/r.csv"},
+    };
+    char *out, cmd[1024], want[256];
+    ck_assert_int_eq(run("train --steps 2 --quiet --log t.csv --save m.st", &out), 0);
+    free(out);
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        snprintf(cmd, sizeof cmd, "rm -rf o; (ulimit -f 1; trap '' XFSZ; '%s' %s 2>&1 >/dev/null)",
+                 QKV_BIN, cmds[i][0]);
+        snprintf(want, sizeof want, "qkv: %s: %s\n", cmds[i][1], strerror(EFBIG));
+        int rc = sh(cmd, &out);
+        ck_assert_msg(rc == 1, "qkv %s: exit %d\n%s", cmds[i][0], rc, out);
+        ck_assert_msg(strstr(out, want) != NULL, "qkv %s: no '%s' in\n%s", cmds[i][0], want, out);
+        free(out);
+    }
 }
 END_TEST
 
@@ -4368,6 +4402,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_plots_on_a_full_disk_fail);
     tcase_add_test(tc, test_plots_interrupted_leave_no_png_cut_short);
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
+    tcase_add_test(tc, test_a_csv_write_failure_gives_the_first_failures_reason);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
     tcase_add_test(tc, test_a_nan_in_a_csv_log_is_written_nan);
     tcase_add_test(tc, test_a_negative_zero_option_is_zero);

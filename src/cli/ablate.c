@@ -329,12 +329,12 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
     for (int v = 0; v < nv; v++)
         for (int s = 0; s < o->seeds; s++) {
             const run_result *r = &res[v][s];
-            fprintf(f, "%s,%llu,%zu,%.4f,%d,%.4f,%.4f", names[v],
-                    (unsigned long long)(o->seed + (uint64_t)s), r->params, cli_num(r->acc),
-                    r->steps90, cli_num(r->antecedent), cli_num(r->self));
+            cli_csv_printf(f, "%s,%llu,%zu,%.4f,%d,%.4f,%.4f", names[v],
+                           (unsigned long long)(o->seed + (uint64_t)s), r->params, cli_num(r->acc),
+                           r->steps90, cli_num(r->antecedent), cli_num(r->self));
             if (!roles)
-                fprintf(f, ",%.6g", cli_num(r->loss));
-            fprintf(f, ",%.4f\n", cli_num(r->train));
+                cli_csv_printf(f, ",%.6g", cli_num(r->loss));
+            cli_csv_printf(f, ",%.4f\n", cli_num(r->train));
         }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
@@ -361,9 +361,9 @@ static int write_runs(const ablate_opts *o, const char *const *names, int nv,
         cli_mean_sd(acc, o->seeds, &m, &sd);
         if (reached > 0)
             cli_mean_sd(steps, reached, &sm, &ssd);
-        fprintf(f, "%s,%zu,%d,%.4f,%.4f,%.1f,%.1f,%d,%.4f,%.4f\n", names[v], res[v][0].params,
-                o->seeds, cli_num(m), cli_num(sd), cli_num(sm), cli_num(ssd), reached, cli_num(a),
-                cli_num(b));
+        cli_csv_printf(f, "%s,%zu,%d,%.4f,%.4f,%.1f,%.1f,%d,%.4f,%.4f\n", names[v],
+                       res[v][0].params, o->seeds, cli_num(m), cli_num(sd), cli_num(sm),
+                       cli_num(ssd), reached, cli_num(a), cli_num(b));
     }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("ablate: cannot write %s: %s", path, cli_csv_error());
@@ -437,7 +437,7 @@ static int ablate_collect(void *ctx, int task, const char *bytes, size_t len)
     if (len < sizeof *x + cb || (x->curve = calloc(nc > 0 ? nc : 1, sizeof(double))) == NULL)
         return cli_fail("ablate: run %d gave no curve", task);
     memcpy(x->curve, bytes + len - sizeof *x - cb, cb);
-    fwrite(bytes, 1, len - sizeof *x - cb, w->curves);
+    cli_csv_write(w->curves, bytes, len - sizeof *x - cb);
     return CLI_OK;
 }
 

@@ -139,7 +139,7 @@ static double measure(bptt_ctx *c, qkv_seq_model *m, const char *model, const ch
     for (int j = 0; j <= p; j++) {
         norms[j] = qkv_grad_norm(&out.h[p - j], 1);
         finite &= isfinite(norms[j]);
-        fprintf(c->csv, "%s,%s,%s,%d,%.6g\n", model, rho, act, j, cli_num(norms[j]));
+        cli_csv_printf(c->csv, "%s,%s,%s,%d,%.6g\n", model, rho, act, j, cli_num(norms[j]));
     }
     *g0_over_gp = norms[p] / norms[1];
     const double slope = log_slope(norms, p + 1);

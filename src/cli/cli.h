@@ -260,6 +260,19 @@ FILE *cli_csv_create(const char *path, const char *header, qkv_error *err);
  * a check is refused, never written through. Closed with cli_fclose. */
 FILE *cli_csv_create_new(const char *path, const char *header, qkv_error *err);
 
+/* fprintf and fwrite (of n bytes) for a CSV that cli_csv_create or
+ * cli_csv_create_new opened: the same results, and the first write that
+ * fails keeps its reason (errno: "File too large" for a size limit) for
+ * the close to report. Once the buffer that failed is gone, fclose finds
+ * nothing to write and no reason to give; a CSV written with plain
+ * fprintf reports "Input/output error" then. */
+int cli_csv_printf(FILE *f, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+size_t cli_csv_write(FILE *f, const void *p, size_t n);
+
 /* From now on SIGINT, SIGTERM and SIGHUP (unless ignored from the start)
  * remove every regular file cli_csv_create (its temporary file) or
  * cli_csv_create_new opened
@@ -299,8 +312,9 @@ int cli_csv_close(FILE *f, const char *path);
  * a plot or script would take what is there for the whole table. */
 int cli_csv_end(FILE *f, const char *path, int ok);
 
-/* Why the last cli_csv_close or cli_csv_end failed, for its message
- * ("No space left on device"). */
+/* Why the last cli_fclose, cli_csv_close or cli_csv_end failed, for its
+ * message ("No space left on device"): the first failed write's reason
+ * (cli_csv_printf), else the close's own. */
 const char *cli_csv_error(void);
 
 /* Loads a checkpoint (path NULL = the default) with a one-line error; the

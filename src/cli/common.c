@@ -782,6 +782,62 @@ static FILE *open_stdout_file(const char *path)
     return stdout;
 }
 
+/* The reason (an errno) of the first failed write to each CSV open, by
+ * its stream (NULL: a free slot); one that finds the table full keeps
+ * none, and its close gives its own reason. */
+static struct {
+    FILE *f;
+    int err;
+} write_error[PARTIAL_MAX];
+
+/* Takes f's reason off the table: it, or 0 if none was kept. */
+static int take_write_error(const FILE *f)
+{
+    for (int i = 0; i < PARTIAL_MAX; i++)
+        if (write_error[i].f == f) {
+            write_error[i].f = NULL;
+            return write_error[i].err;
+        }
+    return 0;
+}
+
+/* Keeps e for f unless f has a reason already: the first one stands. */
+static void note_write_error(FILE *f, int e)
+{
+    int free_slot = -1;
+    for (int i = 0; i < PARTIAL_MAX; i++) {
+        if (write_error[i].f == f)
+            return;
+        if (write_error[i].f == NULL && free_slot < 0)
+            free_slot = i;
+    }
+    if (free_slot >= 0) {
+        write_error[free_slot].f = f;
+        write_error[free_slot].err = e != 0 ? e : EIO;
+    }
+}
+
+int cli_csv_printf(FILE *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    const int n = vfprintf(f, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        note_write_error(f, errno);
+    return n;
+}
+
+size_t cli_csv_write(FILE *f, const void *p, size_t n)
+{
+    errno = 0;
+    const size_t done = n > 0 ? fwrite(p, 1, n, f) : 0;
+    if (done < n)
+        note_write_error(f, errno);
+    return done;
+}
+
 /* cli_csv_create's body. A regular file, or none, at path is written as
  * a temporary file beside it, renamed over it by cli_csv_end when whole:
  * a run that fails or is interrupted leaves the last whole table there,
@@ -801,7 +857,8 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
         return NULL;
     FILE *f = excl ? NULL : open_stdout_file(path);
     if (f != NULL) { /* not listed: standard output's file stays, whatever happens */
-        fprintf(f, "%s\n", header);
+        take_write_error(f);
+        cli_csv_printf(f, "%s\n", header);
         return f;
     }
     struct stat sb;
@@ -834,7 +891,8 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
                 fchmod(fileno(f), sb.st_mode & 07777);
             }
             if (listed) {
-                fprintf(f, "%s\n", header);
+                take_write_error(f);
+                cli_csv_printf(f, "%s\n", header);
                 return f;
             }
             fclose(f);
@@ -854,7 +912,8 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
         return NULL;
     }
     partial_add(f, path, 0);
-    fprintf(f, "%s\n", header);
+    take_write_error(f);
+    cli_csv_printf(f, "%s\n", header);
     return f;
 }
 
@@ -923,17 +982,18 @@ const char *cli_csv_error(void)
     return csv_errno != 0 ? strerror(csv_errno) : "a write failed";
 }
 
-/* fclose for a CSV: 0, or -1 with the reason in csv_errno (a write that
- * failed before, a full disk, leaves its buffer to fail again here). */
+/* fclose for a CSV: 0, or -1 with the reason in csv_errno: the first
+ * failed write's (cli_csv_printf), else the close's (a full disk leaves
+ * a buffer that fails again here). */
 static int csv_fclose(FILE *f)
 {
-    const int bad = ferror(f);
+    const int bad = ferror(f), first = take_write_error(f);
     errno = 0;
     /* standard output, when the CSV went to its file, is flushed, not
      * closed: the tables that follow go there too */
-    if ((f == stdout ? fflush(f) : fclose(f)) == 0 && !bad)
+    if ((f == stdout ? fflush(f) : fclose(f)) == 0 && !bad && first == 0)
         return 0;
-    csv_errno = errno != 0 ? errno : EIO;
+    csv_errno = first != 0 ? first : errno != 0 ? errno : EIO;
     return -1;
 }
 

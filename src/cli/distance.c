@@ -266,8 +266,9 @@ static int write_summary(const dist_opts *o, const qkv_seq_kind *kinds, int nk, 
                 snprintf(m, sizeof m, "%.4f", mean);
                 snprintf(sdv, sizeof sdv, "%.4f", sd);
             }
-            fprintf(f, "%s,%d,%d,%s,%s,%.1f,%d,%d\n", qkv_seq_name(kinds[i]), ks[d], o->seeds, m,
-                    sdv, reached ? steps / reached : -1.0, reached, o->seeds - n);
+            cli_csv_printf(f, "%s,%d,%d,%s,%s,%.1f,%d,%d\n", qkv_seq_name(kinds[i]), ks[d],
+                           o->seeds, m, sdv, reached ? steps / reached : -1.0, reached,
+                           o->seeds - n);
         }
     if (cli_csv_close(f, path) != 0)
         return cli_fail("distance: cannot write %s: %s", path, cli_csv_error());
@@ -328,9 +329,9 @@ static int dist_collect(void *ctx, int task, const char *bytes, size_t len)
     if (len != sizeof *x)
         return cli_fail("distance: run %d gave no result", task);
     memcpy(x, bytes, sizeof *x);
-    fprintf(w->csv, "%s,%d,%llu,%.4f,%d,%d,%.3f\n", qkv_seq_name(w->kinds[i]), w->ks[d],
-            (unsigned long long)(w->o->seed + (uint64_t)s), x->acc, x->steps90, x->diverged,
-            x->seconds);
+    cli_csv_printf(w->csv, "%s,%d,%llu,%.4f,%d,%d,%.3f\n", qkv_seq_name(w->kinds[i]), w->ks[d],
+                   (unsigned long long)(w->o->seed + (uint64_t)s), x->acc, x->steps90, x->diverged,
+                   x->seconds);
     return CLI_OK;
 }
 

@@ -194,9 +194,9 @@ int cmd_parallel(int argc, char **argv)
     for (int i = 0; i < nk && r == CLI_OK; i++)
         for (int k = 0; k < nthreads; k++)
             for (int j = 0; j < nt; j++)
-                fprintf(csv, "%s,%d,%d,%zu,%zu,%.4f\n", qkv_seq_name(kinds[i]), Ts[j],
-                        k ? o.threads : 1, cell[i][j][k].path, cell[i][j][k].nodes,
-                        cell[i][j][k].ms);
+                cli_csv_printf(csv, "%s,%d,%d,%zu,%zu,%.4f\n", qkv_seq_name(kinds[i]), Ts[j],
+                               k ? o.threads : 1, cell[i][j][k].path, cell[i][j][k].nodes,
+                               cell[i][j][k].ms);
     if (cli_csv_end(csv, path, r == CLI_OK) != 0 && r == CLI_OK)
         r = cli_fail("parallel: cannot write %s: %s", path, cli_csv_error());
     if (r == CLI_OK) {

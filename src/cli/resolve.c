@@ -32,10 +32,10 @@ static int write_matrix(const char *path, const qkv_coref_out *f, const int *ids
     if (out == NULL)
         return cli_fail_status(err.status, "resolve: %s", err.message);
     for (int i = 0; i < n; i++) {
-        fputs(qkv_coref_word(ids[i]), out);
+        cli_csv_printf(out, "%s", qkv_coref_word(ids[i]));
         for (int j = 0; j < n; j++)
-            fprintf(out, ",%.6f", (double)f->attn->data[(size_t)i * n + j]);
-        fputc('\n', out);
+            cli_csv_printf(out, ",%.6f", (double)f->attn->data[(size_t)i * n + j]);
+        cli_csv_printf(out, "\n");
     }
     if (cli_csv_close(out, path) != 0)
         return cli_fail("resolve: cannot write %s: %s", path, cli_csv_error());

@@ -311,7 +311,7 @@ static int write_variance(const sat_opts *o, const char *rows)
         cli_csv_create(path, "d_k,var_unscaled,var_scaled,theory_unscaled,theory_scaled", &err);
     if (f == NULL)
         return cli_fail_status(err.status, "saturation: %s", err.message);
-    fputs(rows, f);
+    cli_csv_printf(f, "%s", rows);
     if (cli_csv_close(f, path) != 0)
         return cli_fail("saturation: cannot write %s: %s", path, cli_csv_error());
     return CLI_OK;
@@ -389,7 +389,7 @@ static int sweep_collect(void *ctx, int task, const char *bytes, size_t len)
         return cli_fail("saturation: run %d gave no result", task);
     const int s = task / (2 * w->ndk), d = task / 2 % w->ndk, scaled = task % 2 == 0;
     memcpy(&w->res[d][scaled][s], bytes + len - sizeof(run_result), sizeof(run_result));
-    fwrite(bytes, 1, len - sizeof(run_result), w->csv);
+    cli_csv_write(w->csv, bytes, len - sizeof(run_result));
     return CLI_OK;
 }
 

@@ -300,11 +300,11 @@ int cmd_softmax(int argc, char **argv)
                            : lin < 0 || lin > 1 ? "   <- not a weight"
                                                 : "");
             if (out != NULL) {
-                fprintf(out, "%s,%d,%g,%.6g,%.6g", label, i, cli_num(z[i]), cli_num(lin),
-                        cli_num(p[i]));
+                cli_csv_printf(out, "%s,%d,%g,%.6g,%.6g", label, i, cli_num(z[i]), cli_num(lin),
+                               cli_num(p[i]));
                 for (int k = 0; k < nb; k++)
-                    fprintf(out, ",%.6g", cli_num(pb[k][i]));
-                fprintf(out, "\n");
+                    cli_csv_printf(out, ",%.6g", cli_num(pb[k][i]));
+                cli_csv_printf(out, "\n");
             }
         }
         if (nb > 0) {

@@ -110,9 +110,9 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     if (st_eval != QKV_OK)
         return st_eval; /* the tape keeps the message */
     double tl = tr->loss_sum / (tr->seen / o->batch), ta = (double)tr->correct / tr->seen;
-    fprintf(tr->log, "%d,%.6g,%.4f,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step, cli_num(tl),
-            cli_num(ta), cli_num(val.loss), cli_num(val.acc), cli_num(val.mass), cli_num(gn[0]),
-            cli_num(gn[1]), cli_num(gn[2]), cli_num(gn[3]));
+    cli_csv_printf(tr->log, "%d,%.6g,%.4f,%.6g,%.4f,%.4f,%.6g,%.6g,%.6g,%.6g\n", s->step,
+                   cli_num(tl), cli_num(ta), cli_num(val.loss), cli_num(val.acc), cli_num(val.mass),
+                   cli_num(gn[0]), cli_num(gn[1]), cli_num(gn[2]), cli_num(gn[3]));
     char status[96];
     snprintf(status, sizeof status, "loss %.4f acc %.3f val_acc %.3f", tl, ta, val.acc);
     cli_progress(o->quiet, s->step, o->steps, status, s->step == o->steps);
@@ -157,7 +157,7 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
                                qkv_tape_error(tr->tape));
     if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
-        return cli_fail("train: cannot finish writing %s", tr->part);
+        return cli_fail("train: cannot write %s: %s", o->log, cli_csv_error());
     }
     tr->log = NULL;
     if (qkv_mkdirs_for(o->save, &err) != QKV_OK ||
