@@ -3443,8 +3443,8 @@ END_TEST
 START_TEST(test_a_dash_for_a_file_or_directory_is_refused)
 {
     expect("softmax --csv -", 2,
-           "qkv: --csv: '-' is not standard input or output here; write --csv ./- for a file "
-           "named '-'\nTry 'qkv softmax --help'.\n");
+           "qkv: --csv: '-' is not standard input or output here; write --csv /dev/stdout for "
+           "standard output, or --csv ./- for a file named '-'\nTry 'qkv softmax --help'.\n");
     expect("softmax --csv=- 1,2", 2, "qkv: --csv: '-' is not standard input or output here");
     expect("saturation --out -", 2,
            "qkv: --out: '-' is not standard input or output here; write --out ./- for a "
@@ -3466,10 +3466,13 @@ START_TEST(test_a_dash_for_a_file_or_directory_is_refused)
                 continue;
             char want[256];
             snprintf(args, sizeof args, "%s %.*s -", cmds[c], (int)n, l + 2);
+            const int csv = n == 5 && strncmp(l + 2, "--csv", 5) == 0;
             snprintf(want, sizeof want,
-                     "qkv: %.*s: '-' is not standard input or output here; write %.*s ./- for a "
+                     "qkv: %.*s: '-' is not standard input or output here; write %.*s %s./- for a "
                      "%s named '-'\n",
-                     (int)n, l + 2, (int)n, l + 2, file ? "file" : "directory");
+                     (int)n, l + 2, (int)n, l + 2,
+                     csv ? "/dev/stdout for standard output, or --csv " : "",
+                     file ? "file" : "directory");
             expect(args, 2, want);
             checked++;
         }

@@ -244,12 +244,16 @@ static int set_value(const char *cmd, const cli_opt *o, char *v)
                                    o->name, MAX_PATH_OPT);
         /* "-" reads as standard output (or input) to a user, but a file
          * or directory of that name was made: no option takes a stream
-         * for it (a CSV goes to /dev/stdout), and the name is ./- */
+         * for it, and the name is ./- (a --csv goes to standard output
+         * as /dev/stdout, which the message then says) */
         if (path && strcmp(v, "-") == 0)
-            return cli_usage_error(cmd,
-                                   "--%s: '-' is not standard input or output here; write --%s "
-                                   "./- for a %s named '-'",
-                                   o->name, o->name, o->kind == OPT_FILE ? "file" : "directory");
+            return cli_usage_error(
+                cmd,
+                "--%s: '-' is not standard input or output here; write --%s %s./- for a %s named "
+                "'-'",
+                o->name, o->name,
+                strcmp(o->name, "csv") == 0 ? "/dev/stdout for standard output, or --csv " : "",
+                o->kind == OPT_FILE ? "file" : "directory");
         /* "d/", "." or "d/..": a directory, which the command would make
          * first and then refuse to write as a file; and "d" where d is a
          * directory (or a link to one) now, the same mistake */
