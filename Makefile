@@ -21,7 +21,7 @@ WARN    := -std=c11 -Wall -Wextra -Wpedantic -Werror
 # not contract a*b + c, clang does, and the kernels promise the same bits
 # on every compiler (FMAs are spelled out as intrinsics where wanted).
 FP      := -ffp-contract=off
-# The thread pool (src/threads.c); in glibc 2.34 and later this is libc.
+# The thread pool (src/util/threads.c); in glibc 2.34 and later this is libc.
 PTHREAD := -pthread
 OPT     ?= -O3 -g
 CPPFLAGS += -Iinclude -Isrc -D_POSIX_C_SOURCE=200809L

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1315,6 +1316,19 @@ static const table tables[] = {{"steps", steps_table},     {"ops", ops_table},
                                {"threads", threads_table}, {"rnn", rnn_table},
                                {"long", long_table},       {"block", block_table}};
 
+/* Nonzero when arg suits table tb: steps takes one of its rows (R, S, M,
+ * L), the length sweep (T) or one length of it (T16 .. T256); the others
+ * take nothing. */
+static int table_arg_ok(const table *tb, const char *arg)
+{
+    static const char *const rows[] = {"R",   "S",   "M",   "L",    "T",
+                                       "T16", "T32", "T64", "T128", "T256"};
+    for (size_t i = 0; tb->run == steps_table && i < sizeof rows / sizeof rows[0]; i++)
+        if (strcmp(arg, rows[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static const table *one_table(const char *name)
 {
     for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++)
@@ -1326,7 +1340,8 @@ static const table *one_table(const char *name)
 static const char usage[] =
     "usage: bench [QKV_BINARY [CSV]]   every table; QKV_BINARY (default build/qkv) is\n"
     "                                  run for peak RSS, CSV defaults to out/bench.csv\n"
-    "       bench steps [R|S|M|L]      the training steps (all, or one)\n"
+    "       bench steps [R|S|M|L|T|TN] the training steps (all, or one; T the length\n"
+    "                                  sweep, TN its step at N = 16, 32, 64, 128, 256)\n"
     "       bench gemm [CSV|-] [SET]   GEMM against OpenBLAS (SET: portable, avx2, avx512)\n"
     "       bench ops | threads | rnn | long | block   one table alone\n"
     "       bench --csv FILE steps|ops|threads|rnn|long|block ...   one table, its rows\n"
@@ -1360,6 +1375,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const table *tb = argc > 1 ? one_table(argv[1]) : NULL;
+    if (tb != NULL && argc > 2 && !table_arg_ok(tb, argv[2])) {
+        fprintf(stderr, "bench: %s takes %s, not '%s'\n%s", tb->name,
+                tb->run == steps_table ? "one of R, S, M, L, T, T16, T32, T64, T128, T256"
+                                       : "no argument",
+                argv[2], usage);
+        return 2;
+    }
     if (tb != NULL) { /* `bench steps [R|S|M|L|T<len>]`, `bench ops`, ...: that table alone */
         if (csv_path != NULL) {
             if ((csv = fopen(csv_path, "w")) == NULL) {
@@ -1381,6 +1403,14 @@ int main(int argc, char **argv)
         return 0;
     }
     const char *qkv = argc > 1 ? argv[1] : "build/qkv";
+    struct stat sb; /* a mistyped table name would be run as the binary */
+    if (argc > 1 && (stat(qkv, &sb) != 0 || !S_ISREG(sb.st_mode) || access(qkv, X_OK) != 0)) {
+        fprintf(stderr,
+                "bench: '%s' is neither a table (steps, gemm, ops, threads, rnn, long, block) nor "
+                "an executable qkv\n%s",
+                qkv, usage);
+        return 2;
+    }
     const char *out = argc > 2 ? argv[2] : "out/bench.csv";
     const double rss = measure_rss(qkv); /* first: see measure_rss */
     qkv_error err = qkv_error_none();
