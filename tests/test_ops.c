@@ -513,6 +513,25 @@ START_TEST(test_log_softmax_gradient_adds_to_another_consumers)
 }
 END_TEST
 
+/* transpose's gradient adds to what another consumer of x put there: with
+ * y = x + xᵀ and L = Σ y⊙w, dL/dx = w + wᵀ. The add's backward runs first
+ * and fills x's gradient with w; a transpose that stored wᵀ over it would
+ * leave wᵀ alone. */
+START_TEST(test_transpose_gradient_adds_to_another_consumers)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1));
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 0));
+    qkv_tensor *y = qkv_mul(f.t, qkv_add(f.t, x, qkv_transpose(f.t, x)), w);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, y)), QKV_OK);
+    /* w + wᵀ = [[2,5],[5,8]]: small integers, exact */
+    const double want[4] = {2, 5, 5, 8};
+    for (int i = 0; i < 4; i++)
+        ASSERT_NEAR(x->grad[i], want[i], 0);
+    fx_free(&f);
+}
+END_TEST
+
 /* A scalar has no last dimension to take the softmax over. */
 START_TEST(test_softmax_refuses_a_scalar)
 {
@@ -799,6 +818,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_fully_masked_row_gives_zeros_not_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_is_minus_inf_without_nan_gradient);
     tcase_add_test(tc, test_log_softmax_gradient_adds_to_another_consumers);
+    tcase_add_test(tc, test_transpose_gradient_adds_to_another_consumers);
     tcase_add_test(tc, test_softmax_refuses_a_scalar);
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
