@@ -314,6 +314,52 @@ START_TEST(test_the_header_must_be_strict_json)
 }
 END_TEST
 
+/* The edges of strict JSON in a header (RFC 8259), each value worked out
+ * by hand or by CPython's json module: a low surrogate alone is no escape;
+ * a surrogate pair decodes to its one code point (json.loads gives
+ * U+1F600, U+10000 and U+10FFFF, whose UTF-8 is below); every byte below
+ * 0x20 must be escaped in a string, 0x1f too, while DEL (0x7f) need not
+ * be; and a whole number may be 2^53 but not 2^53 + 1. */
+START_TEST(test_header_json_at_its_edges)
+{
+    unsigned char d[24] = {0};
+    expect_reject(make("{\"\\udc00\":{}}", NULL, 0), QKV_ERR_FORMAT,
+                  "bad escape in a string at byte 2");
+    expect_reject(make("{\"__metadata__\":{\"a\":\"x\\udfff\"}}", NULL, 0), QKV_ERR_FORMAT,
+                  "bad escape in a string at byte 23");
+    /* the pairs: high D83D low DE00, the first pair D800 DC00, the last DBFF DFFF */
+    file f = make("{\"__metadata__\":{\"a\":\"\\ud83d\\ude00\",\"b\":\"\\ud800\\udc00\","
+                  "\"c\":\"\\udbff\\udfff\",\"d\":\"x\x7fy\"}}",
+                  NULL, 0);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_str_eq(qkv_st_meta(st, "a"), "\xf0\x9f\x98\x80");
+    ck_assert_str_eq(qkv_st_meta(st, "b"), "\xf0\x90\x80\x80");
+    ck_assert_str_eq(qkv_st_meta(st, "c"), "\xf4\x8f\xbf\xbf");
+    ck_assert_str_eq(qkv_st_meta(st, "d"), "x\x7fy");
+    qkv_st_close(st);
+    free(f.b);
+    /* raw control bytes: 0x1f (the last of them) and 0x01, in a value and a key */
+    expect_reject(make("{\"__metadata__\":{\"a\":\"x\x1f\"}}", NULL, 0), QKV_ERR_FORMAT,
+                  "a control character in a string at byte 23");
+    expect_reject(make("{\"__metadata__\":{\"\x01\":\"x\"}}", NULL, 0), QKV_ERR_FORMAT,
+                  "a control character in a string at byte 18");
+    /* 2^53 + 1 is no exact JSON whole number; 2^53 is, and fails only on its size */
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],"
+                       "\"data_offsets\":[0,9007199254740993]}}",
+                       d, 24),
+                  QKV_ERR_FORMAT,
+                  "tensor 'w' needs data_offsets [begin, end], two whole numbers of at most "
+                  "2^53");
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],"
+                       "\"data_offsets\":[0,9007199254740992]}}",
+                       d, 24),
+                  QKV_ERR_FORMAT,
+                  "tensor 'w': data_offsets [0, 9007199254740992] hold 9007199254740992 bytes");
+}
+END_TEST
+
 START_TEST(test_each_entry_is_checked)
 {
     unsigned char d[36];
@@ -732,6 +778,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_an_empty_tensor_takes_no_bytes);
     tcase_add_test(tc, test_the_header_length_must_fit_the_file_and_the_cap);
     tcase_add_test(tc, test_the_header_must_be_strict_json);
+    tcase_add_test(tc, test_header_json_at_its_edges);
     tcase_add_test(tc, test_each_entry_is_checked);
     tcase_add_test(tc, test_the_tensors_must_tile_the_data);
     tcase_add_test(tc, test_qkv_metadata_is_checked);
