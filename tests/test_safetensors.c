@@ -357,6 +357,18 @@ START_TEST(test_header_json_at_its_edges)
                        d, 24),
                   QKV_ERR_FORMAT,
                   "tensor 'w': data_offsets [0, 9007199254740992] hold 9007199254740992 bytes");
+    /* no leading zeros (CPython's json.loads refuses [0,024], [02] and
+     * [-01] too): the number ends at its 0, and the next digit is where a
+     * ',' or ']' should be */
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,024]}}", d, 24),
+        QKV_ERR_FORMAT, "a ',' or ']' was expected at byte 53");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[02,3],\"data_offsets\":[0,24]}}", d, 24),
+        QKV_ERR_FORMAT, "a ',' or ']' was expected at byte 30");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[-01],\"data_offsets\":[0,24]}}", d, 24),
+        QKV_ERR_FORMAT, "a ',' or ']' was expected at byte 31");
 }
 END_TEST
 
