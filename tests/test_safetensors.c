@@ -271,6 +271,26 @@ START_TEST(test_the_header_length_must_fit_the_file_and_the_cap)
     f = make(big, NULL, 0);
     free(big);
     expect_reject(f, QKV_ERR_FORMAT, "is over the limit of 1048576");
+    /* the cap is inclusive: a header of exactly 2^20 bytes is read (no
+     * tensors, no data), one of 2^20 + 1 is not */
+    h = QKV_SAFETENSORS_MAX_HEADER;
+    big = malloc(h + 2);
+    memset(big, ' ', h + 1);
+    big[0] = '{';
+    big[1] = '}';
+    big[h] = '\0';
+    f = make(big, NULL, 0);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_int_eq(qkv_st_count(st), 0);
+    qkv_st_close(st);
+    free(f.b);
+    big[h] = ' ';
+    big[h + 1] = '\0';
+    f = make(big, NULL, 0);
+    free(big);
+    expect_reject(f, QKV_ERR_FORMAT, "a header of 1048577 bytes is over the limit of 1048576");
 }
 END_TEST
 
