@@ -182,6 +182,25 @@ START_TEST(test_escape_stays_within_its_buffer)
 }
 END_TEST
 
+/* qkv_escape_elided keeps a third of the room for the start: with cap
+ * 16, room = 16 - 1 - 3 ("...") = 12, a start of 12/3 = 4 bytes and an
+ * end of 8; a start that would cut 小 (bytes 2 to 4) in two backs up to
+ * the character's first byte, and the end stays 8 bytes. */
+START_TEST(test_escape_elided_keeps_a_third_for_the_start)
+{
+    char buf[16], work[128];
+    ck_assert_uint_eq(
+        qkv_escape_elided(buf, sizeof buf, "abcdefghijklmnopqrstuvwxyz", work, sizeof work), 15);
+    ck_assert_str_eq(buf, "abcd...stuvwxyz");
+    ck_assert_uint_eq(
+        qkv_escape_elided(buf, sizeof buf, "ab小cdefghijklmnopqrstuvwxyz", work, sizeof work), 13);
+    ck_assert_str_eq(buf, "ab...stuvwxyz");
+    /* text that fits is copied whole */
+    ck_assert_uint_eq(qkv_escape_elided(buf, sizeof buf, "abcdefghijklmno", work, sizeof work), 15);
+    ck_assert_str_eq(buf, "abcdefghijklmno");
+}
+END_TEST
+
 START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
 {
     int ids[QKV_COREF_MAX_TOKENS], n;
@@ -406,6 +425,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_tokenizer_rejects_invalid_utf8_with_its_offset);
     tcase_add_test(tc, test_utf8_and_crc_take_null_bytes);
     tcase_add_test(tc, test_escape_stays_within_its_buffer);
+    tcase_add_test(tc, test_escape_elided_keeps_a_third_for_the_start);
     tcase_add_test(tc, test_a_long_error_message_keeps_its_start_and_end);
     tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);
     tcase_add_test(tc, test_generator_is_deterministic_for_a_seed);
