@@ -658,13 +658,16 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
         ck_assert_str_eq(err.message, want);
     }
     ck_assert_int_eq(access(path, F_OK), -1);
-    /* metadata with quotes, backslashes and Chinese survives the trip */
-    const qkv_meta_entry good[2] = {{"task", "他 → \"小明\"\\"}, {"tab", "a\tb"}};
-    ck_assert_int_eq(qkv_safetensors_save(p, path, good, 2, &err), QKV_OK);
+    /* metadata with quotes, backslashes, Chinese and control bytes (0x1f,
+     * the last of them, and 0x01, which JSON must escape) survives the trip */
+    static const char ctl[] = {'a', 0x1f, 'b', 0x01, 'c', '\0'};
+    const qkv_meta_entry good[3] = {{"task", "他 → \"小明\"\\"}, {"tab", "a\tb"}, {"ctl", ctl}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, good, 3, &err), QKV_OK);
     qkv_st *st = qkv_st_open(path, &err);
-    ck_assert_ptr_nonnull(st);
+    ck_assert_msg(st != NULL, "%s", err.message);
     ck_assert_str_eq(qkv_st_meta(st, "task"), "他 → \"小明\"\\");
     ck_assert_str_eq(qkv_st_meta(st, "tab"), "a\tb");
+    ck_assert_str_eq(qkv_st_meta(st, "ctl"), ctl);
     qkv_st_close(st);
     /* headers the reader would refuse are never written, and the good file
      * stays: a repeated key, and a header over the cap */
