@@ -517,6 +517,17 @@ START_TEST(test_qkv_metadata_is_checked)
     b = qkv_read_file(path, 1 << 20, &n, NULL);
     strstr((char *)b + 8, "\"qkv_format\":\"1\"")[14] = '0';
     expect_reject((file){b, n}, QKV_ERR_FORMAT, "a damaged qkv_format");
+    /* a format is digits only: "+1" and " 1", which strtol reads as 1, are
+     * damaged; "1" itself, in a file of no tensors, is read */
+    expect_reject(make("{\"__metadata__\":{\"qkv_format\":\"+1\"}}", NULL, 0), QKV_ERR_FORMAT,
+                  "a damaged qkv_format");
+    expect_reject(make("{\"__metadata__\":{\"qkv_format\":\" 1\"}}", NULL, 0), QKV_ERR_FORMAT,
+                  "a damaged qkv_format");
+    file one = make("{\"__metadata__\":{\"qkv_format\":\"1\"}}", NULL, 0);
+    qkv_st *st1 = qkv_st_parse(one.b, one.n, "t.safetensors", NULL);
+    ck_assert_ptr_nonnull(st1);
+    qkv_st_close(st1);
+    free(one.b);
     b = qkv_read_file(path, 1 << 20, &n, NULL);
     strstr((char *)b + 8, "\"qkv_format\":\"1\"")[14] = '2';
     expect_reject((file){b, n}, QKV_ERR_FORMAT, "has qkv format 2; this qkv reads format 1");
