@@ -392,6 +392,35 @@ START_TEST(test_header_json_at_its_edges)
 }
 END_TEST
 
+/* More of the grammar, each case as CPython's json.loads reads it: a
+ * number needs digits after its '.' and after its exponent ([1.], [1e]
+ * and [1e+] are refused); nothing but spaces may follow the value ("{} x"
+ * is extra data); and the escapes decode as json.loads decodes
+ * "\u00E9\uD83D\uDE00\/\b\f\n\r\t\"\\": é, U+1F600 (hex digits in
+ * capitals too), '/', the five control characters, '"' and '\'. */
+START_TEST(test_header_json_grammar_as_cpython_reads_it)
+{
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[1.],\"data_offsets\":[0,4]}}", NULL, 0),
+        QKV_ERR_FORMAT, "a malformed number at byte 31");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[1e],\"data_offsets\":[0,4]}}", NULL, 0),
+        QKV_ERR_FORMAT, "a malformed number at byte 31");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F32\",\"shape\":[1e+],\"data_offsets\":[0,4]}}", NULL, 0),
+        QKV_ERR_FORMAT, "a malformed number at byte 32");
+    expect_reject(make("{} x", NULL, 0), QKV_ERR_FORMAT, "text after the value at byte 3");
+    file f = make("{\"__metadata__\":{\"e\":\"\\u00E9\\uD83D\\uDE00\\/\\b\\f\\n\\r\\t\\\"\\\\\"}}",
+                  NULL, 0);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_str_eq(qkv_st_meta(st, "e"), "\xc3\xa9\xf0\x9f\x98\x80/\b\f\n\r\t\"\\");
+    qkv_st_close(st);
+    free(f.b);
+}
+END_TEST
+
 START_TEST(test_each_entry_is_checked)
 {
     unsigned char d[36];
@@ -825,6 +854,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_the_header_length_must_fit_the_file_and_the_cap);
     tcase_add_test(tc, test_the_header_must_be_strict_json);
     tcase_add_test(tc, test_header_json_at_its_edges);
+    tcase_add_test(tc, test_header_json_grammar_as_cpython_reads_it);
     tcase_add_test(tc, test_each_entry_is_checked);
     tcase_add_test(tc, test_the_tensors_must_tile_the_data);
     tcase_add_test(tc, test_qkv_metadata_is_checked);
