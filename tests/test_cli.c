@@ -3346,6 +3346,61 @@ START_TEST(test_dash_arguments_are_options_and_double_dash_ends_them)
 }
 END_TEST
 
+/* Calls f(cmd, line, n) for each "  --name ..." line of the --help of
+ * every command that takes options, the option's name being the n bytes
+ * from line; returns how many of them f checked (f returns 1 for those). */
+static int each_help_option(int (*f)(const char *cmd, const char *line, size_t n))
+{
+    static const char *cmds[] = {"demo",    "train",    "eval", "resolve",  "saturation",
+                                 "softmax", "distance", "bptt", "parallel", "ablate"};
+    int checked = 0;
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        char args[128], *help;
+        snprintf(args, sizeof args, "%s --help", cmds[c]);
+        ck_assert_int_eq(run(args, &help), 0);
+        char *save = NULL;
+        for (char *l = strtok_r(help, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+            const size_t n = strncmp(l, "  --", 4) == 0 ? strcspn(l + 2, " ") : 0;
+            if (n > 0)
+                checked += f(cmds[c], l + 2, n);
+        }
+        free(help);
+    }
+    return checked;
+}
+
+/* An option that takes a value refuses an option in its place. */
+static int refuses_an_option_as_value(const char *cmd, const char *opt, size_t n)
+{
+    if (opt[n] != ' ' || opt[n + 1] == ' ')
+        return 0; /* a flag: its help follows the padding */
+    char args[128], want[128];
+    snprintf(args, sizeof args, "%s %.*s --quiet", cmd, (int)n, opt);
+    snprintf(want, sizeof want, "qkv: %.*s needs a value, not the option '--quiet'", (int)n, opt);
+    expect(args, 2, want);
+    return 1;
+}
+
+/* An option that takes a FILE or a DIR refuses "-", naming the option
+ * (and, for --csv, /dev/stdout). */
+static int refuses_a_dash_for_a_path(const char *cmd, const char *opt, size_t n)
+{
+    const char *arg = opt + n + 1;
+    const int file = strncmp(arg, "FILE ", 5) == 0, dir = strncmp(arg, "DIR ", 4) == 0;
+    if (!file && !dir)
+        return 0;
+    char args[128], want[256];
+    snprintf(args, sizeof args, "%s %.*s -", cmd, (int)n, opt);
+    const int csv = n == 5 && strncmp(opt, "--csv", 5) == 0;
+    snprintf(want, sizeof want,
+             "qkv: %.*s: '-' is not standard input or output here; write %.*s %s./- for a "
+             "%s named '-'\n",
+             (int)n, opt, (int)n, opt, csv ? "/dev/stdout for standard output, or --csv " : "",
+             file ? "file" : "directory");
+    expect(args, 2, want);
+    return 1;
+}
+
 /* An option's value is the next argument only if that does not read as
  * an option itself: "train --log --seeds 3" wrote the log to a file
  * called --seeds and trained with the default seeds, and "distance --out
@@ -3368,27 +3423,7 @@ START_TEST(test_an_option_value_that_reads_as_an_option_is_refused)
     ck_assert_msg(out[0] == '\0', "files were made:\n%s", out);
     free(out);
     /* every option of every command that takes a value */
-    static const char *cmds[] = {"demo",    "train",    "eval", "resolve",  "saturation",
-                                 "softmax", "distance", "bptt", "parallel", "ablate"};
-    int checked = 0;
-    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
-        char args[128], *help;
-        snprintf(args, sizeof args, "%s --help", cmds[c]);
-        ck_assert_int_eq(run(args, &help), 0);
-        char *save = NULL;
-        for (char *l = strtok_r(help, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
-            const size_t n = strncmp(l, "  --", 4) == 0 ? strcspn(l + 2, " ") : 0;
-            if (n == 0 || l[2 + n] != ' ' || l[3 + n] == ' ')
-                continue; /* not an option, or a flag: its help follows the padding */
-            char want[128];
-            snprintf(args, sizeof args, "%s %.*s --quiet", cmds[c], (int)n, l + 2);
-            snprintf(want, sizeof want, "qkv: %.*s needs a value, not the option '--quiet'", (int)n,
-                     l + 2);
-            expect(args, 2, want);
-            checked++;
-        }
-        free(help);
-    }
+    const int checked = each_help_option(refuses_an_option_as_value);
     ck_assert_int_ge(checked, 60);
     /* what does not read as an option is still a value: a negative number
      * and "-"; and --opt=VALUE takes any value */
@@ -3450,34 +3485,7 @@ START_TEST(test_a_dash_for_a_file_or_directory_is_refused)
            "qkv: --out: '-' is not standard input or output here; write --out ./- for a "
            "directory named '-'\nTry 'qkv saturation --help'.\n");
     /* every option of every command that takes a FILE or a DIR */
-    static const char *cmds[] = {"demo",    "train",    "eval", "resolve",  "saturation",
-                                 "softmax", "distance", "bptt", "parallel", "ablate"};
-    int checked = 0;
-    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
-        char args[128], *help;
-        snprintf(args, sizeof args, "%s --help", cmds[c]);
-        ck_assert_int_eq(run(args, &help), 0);
-        char *save = NULL;
-        for (char *l = strtok_r(help, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
-            const size_t n = strncmp(l, "  --", 4) == 0 ? strcspn(l + 2, " ") : 0;
-            const char *arg = l + 3 + n;
-            const int file = strncmp(arg, "FILE ", 5) == 0, dir = strncmp(arg, "DIR ", 4) == 0;
-            if (n == 0 || (!file && !dir))
-                continue;
-            char want[256];
-            snprintf(args, sizeof args, "%s %.*s -", cmds[c], (int)n, l + 2);
-            const int csv = n == 5 && strncmp(l + 2, "--csv", 5) == 0;
-            snprintf(want, sizeof want,
-                     "qkv: %.*s: '-' is not standard input or output here; write %.*s %s./- for a "
-                     "%s named '-'\n",
-                     (int)n, l + 2, (int)n, l + 2,
-                     csv ? "/dev/stdout for standard output, or --csv " : "",
-                     file ? "file" : "directory");
-            expect(args, 2, want);
-            checked++;
-        }
-        free(help);
-    }
+    const int checked = each_help_option(refuses_a_dash_for_a_path);
     ck_assert_int_eq(checked, 11); /* --csv twice, --model twice, --log, --save, --out five times */
     char *out;
     ck_assert_int_eq(sh("ls -A", &out), 0);
