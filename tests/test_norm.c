@@ -138,7 +138,9 @@ END_TEST
 
 /* Every kernel set's layer norm and RMS norm, forward and backward, give
  * the portable set's bits: rows of widths 1 to 300 (full vectors and
- * tails), with and without γ and β, centred or not, and the backward with
+ * tails), 21 of them (a block of 16 rows, one of 4 and a last one, for a
+ * set that reduces rows in blocks), with and without γ and β, centred or
+ * not, and the backward with
  * each of its outputs present or not, accumulating into nonzero values or
  * storing dx over NaNs (the portable store being adding into zeros), and
  * dγ and dβ in separate buffers or in one. */
@@ -147,7 +149,7 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
     static const char *impls[] = {"avx2", "avx512"};
     static const size_t widths[] = {1,  2,  3,  5,  7,  8,  9,  15,  16,  17,  23,  24,  31,
                                     32, 33, 40, 47, 63, 64, 65, 100, 127, 128, 129, 200, 300};
-    enum { ROWS = 5, DMAX = 300 };
+    enum { ROWS = 21, DMAX = 300 };
     const qkv_kernel_set *p = &qkv_kernels_portable;
     qkv_real *buf = malloc(sizeof *buf * (18 * ROWS * DMAX + 8 * ROWS));
     ck_assert_ptr_nonnull(buf);
@@ -169,15 +171,17 @@ START_TEST(test_norm_kernels_give_the_portable_bits_on_every_path)
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
             const size_t d = widths[wi], n = ROWS * d;
             for (size_t i = 0; i < n; i++) {
-                /* an offset, so the mean matters; row 3 constant */
-                x[i] = (qkv_real)(i / d == 3 ? 2.5 : 3 + qkv_rng_normalvariate(&g, 0, 2));
+                /* an offset, so the mean matters; rows 3 and 17 constant */
+                x[i] = (qkv_real)(i / d == 3 || i / d == 17 ? 2.5
+                                                            : 3 + qkv_rng_normalvariate(&g, 0, 2));
                 dy[i] = (qkv_real)qkv_rng_normalvariate(&g, 0, 1);
             }
-            /* row 4: ±2^40 at two places among small values, in x and in dy:
-             * the sums cancel, and the small values that the partial sums
-             * holding 2^40 round away depend on the order of the sums */
-            for (int k = 0; k < 2 && d > 1; k++) {
-                qkv_real *v = k == 0 ? x + 4 * d : dy + 4 * d;
+            /* rows 4 and 18: ±2^40 at two places among small values, in x
+             * and in dy: the sums cancel, and the small values that the
+             * partial sums holding 2^40 round away depend on the order of
+             * the sums */
+            for (int k = 0; k < 4 && d > 1; k++) {
+                qkv_real *v = (k & 1 ? dy : x) + (k < 2 ? 4 : 18) * d;
                 size_t a = (size_t)(qkv_rng_random(&g) * (double)d), b = (a + 1 + d / 2) % d;
                 for (size_t j = 0; j < d; j++)
                     v[j] = (qkv_real)(qkv_rng_random(&g) - 0.5);
