@@ -205,6 +205,40 @@ START_TEST(test_silu_gradient_at_subnormal_inputs)
 }
 END_TEST
 
+START_TEST(test_silu_in_its_far_negative_tail)
+{
+    /* Where σ(x) is subnormal (x < -87.3 in float, -708.4 in double) but
+     * x·σ(x) is not, σ has lost bits (about 19 are left at x = -90), and
+     * x·σ(x) and the gradient with them. Against CPython's 50-digit
+     * values: one rounding of a product of σ in a wider format, 4 ulp. */
+#ifdef QKV_DOUBLE
+    const double *xs = golden_silu_tail_d_x, *ys = golden_silu_tail_d;
+    const double *gs = golden_silu_tail_d_grad;
+    const int n = 5;
+#else
+    const double *xs = golden_silu_tail_f_x, *ys = golden_silu_tail_f;
+    const double *gs = golden_silu_tail_f_grad;
+    const int n = 6;
+#endif
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (qkv_kernels_use(sets[s], NULL) != QKV_OK)
+            continue;
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *x = tensor_of(1, (const int[]){n}, xs, 1);
+        qkv_tensor *y = qkv_silu(t, x);
+        expect_close(y, ys, (size_t)n, 4, "silu tail");
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+        for (int i = 0; i < n; i++)
+            ck_assert_msg(fabs((double)x->grad[i] - gs[i]) <= 4 * REAL_EPS * fabs(gs[i]),
+                          "silu'(%g) = %.9g, expected %.9g (%s)", xs[i], (double)x->grad[i], gs[i],
+                          qkv_kernels_name());
+        qkv_tensor_free(x);
+        qkv_tape_free(t);
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 START_TEST(test_sub_and_div_by_hand)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -351,6 +385,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_maps_at_their_edges);
     tcase_add_test(tc, test_map_gradients_at_their_edges);
     tcase_add_test(tc, test_silu_gradient_at_subnormal_inputs);
+    tcase_add_test(tc, test_silu_in_its_far_negative_tail);
     tcase_add_test(tc, test_sub_and_div_by_hand);
     tcase_add_test(tc, test_broadcasting_works_both_ways_and_reduces_gradients);
     tcase_add_test(tc, test_pow_has_a_zero_gradient_at_exponent_zero);

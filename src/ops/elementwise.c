@@ -376,12 +376,26 @@ static void gelu_backward(const qkv_node *nd)
     qkv_vgelu_backward(x->grad, x->data, nd->out->grad, x->numel, claimed);
 }
 
+/* m·e^x in double as (m·h)·h with h = e^(x/2): for x far below 0, where
+ * σ(x) = e^x/(1 + e^x) is e^x to double precision but may be subnormal
+ * even in double (x < -708.4), while h, and m·e^x for m near x, are not. */
+static double scaled_exp_tail(double m, double x)
+{
+    const double h = exp(0.5 * x);
+    return m * h * h;
+}
+
 static void silu_map(qkv_real *y, const qkv_real *x, size_t n, double c)
 {
     (void)c;
     qkv_vsigmoid(y, x, n);
+    /* a σ below the smallest normal number has lost bits (19 of 24 are
+     * left at x = -90 in float), while x·σ(x) is normal down to about -92
+     * (-715 in double): there, x·e^x from the tail */
     for (size_t i = 0; i < n; i++)
-        y[i] *= x[i];
+        y[i] = y[i] < REAL_MIN && x[i] < -36 && isfinite(x[i])
+                   ? (qkv_real)scaled_exp_tail(x[i], x[i])
+                   : y[i] * x[i];
 }
 
 static void silu_backward(const qkv_node *nd)
@@ -392,9 +406,14 @@ static void silu_backward(const qkv_node *nd)
         /* y = x·s with s = σ(x): dx = dy·(s + x·s·(1 - s)) = dy·(s + y·(1 - s)); s
          * comes back as y/x, or σ(0) = 1/2 at 0 */
         double xi = x->data[i], s = xi != 0 ? y[i] / xi : 0.5;
-        /* y overflowed or x is huge; or y is subnormal (x near 0, or below
-         * about -92 in float), or σ was (below about -87), and s has lost
-         * bits, down to 0: recompute */
+        if (xi < -36 && isfinite(xi) && fabs(s) < REAL_MIN) {
+            /* σ subnormal (below about -87.3 in float, -708.4 in double),
+             * where 1 - σ is 1: silu'(x) = σ·(1 + x) = (1 + x)·e^x */
+            x->grad[i] += (qkv_real)(dy[i] * scaled_exp_tail(1 + xi, xi));
+            continue;
+        }
+        /* y overflowed or x is huge; or y is subnormal (x near 0), and s
+         * has lost bits, down to 0: recompute */
         if (!isfinite(s) || fabs((double)y[i]) < REAL_MIN || fabs(s) < REAL_MIN)
             s = 1 / (1 + exp(-xi));
         x->grad[i] += (qkv_real)(dy[i] * (s + y[i] * (1 - s)));

@@ -92,3 +92,33 @@ static const double golden_mse[1] = {
 static const double golden_bce[1] = {
     0x1.7ee1ac7086268p+0
 };
+
+static const double golden_silu_tail_f_x[6] = {
+    -0x1.5e00000000000p+6, -0x1.6100000000000p+6, -0x1.6400000000000p+6, -0x1.6800000000000p+6,
+    -0x1.6c00000000000p+6, -0x1.6e00000000000p+6
+};
+
+static const double golden_silu_tail_f[6] = {
+    -0x1.2938b926b3e11p-120, -0x1.1b33ae2e8bb9fp-121, -0x1.0dd2f0be40758p-122, -0x1.918314a047336p-124,
+    -0x1.2ab2cd5303aeep-125, -0x1.6c54958cc031cp-126
+};
+
+static const double golden_silu_tail_f_grad[6] = {
+    -0x1.25d323495e70cp-120, -0x1.17fe277e84576p-121, -0x1.0acad1462e79fp-122, -0x1.8d0d007c5d2a4p-124,
+    -0x1.276a81ecd3d18p-125, -0x1.685941613ecb2p-126
+};
+
+static const double golden_silu_tail_d_x[5] = {
+    -0x1.6240000000000p+9, -0x1.6280000000000p+9, -0x1.6300000000000p+9, -0x1.6400000000000p+9,
+    -0x1.6500000000000p+9
+};
+
+static const double golden_silu_tail_d[5] = {
+    -0x1.3f6488a1103e1p-1013, -0x1.83b763cfdc18bp-1014, -0x1.1dab0943dc51ep-1015, -0x1.3628b630895c5p-1018,
+    -0x1.50bf381ff71dfp-1021
+};
+
+static const double golden_silu_tail_d_grad[5] = {
+    -0x1.3ef120ea8bf95p-1013, -0x1.832b6579fe168p-1014, -0x1.1d4408e4373b6p-1015, -0x1.35b9319e7da98p-1018,
+    -0x1.50467b180856fp-1021
+};
