@@ -902,6 +902,62 @@ START_TEST(test_critical_path_counts_the_longest_chain)
 }
 END_TEST
 
+/* A user's op with two outputs, y = 2x and e = 3x, written as README
+ * "Writing an op of your own" says: a backward that adds (flags 0) and
+ * reads both outputs' gradients, and the extra recorded with
+ * qkv_tape_record_output. Its backward reads e's gradient even when no
+ * gradient reached e, so that gradient must read as zero then, not as
+ * whatever the arena held. */
+static void twice_thrice_backward(const qkv_node *n)
+{
+    const qkv_tensor *e = n->state;
+    for (size_t i = 0; i < n->out->numel; i++)
+        n->in[0]->grad[i] += 2 * n->out->grad[i] + 3 * e->grad[i];
+}
+
+static const qkv_op_def twice_thrice_op = {"twice_thrice", twice_thrice_backward, 0};
+
+static qkv_tensor *twice_thrice(qkv_tape *t, qkv_tensor *x, qkv_tensor **e)
+{
+    qkv_tensor *y = qkv_tape_tensor(t, x->ndim, x->shape, 1);
+    *e = qkv_tape_tensor(t, x->ndim, x->shape, 1);
+    for (size_t i = 0; i < x->numel; i++) {
+        y->data[i] = 2 * x->data[i];
+        (*e)->data[i] = 3 * x->data[i];
+    }
+    qkv_node *n = qkv_tape_record(t, &twice_thrice_op, y, 1, &x);
+    ck_assert_ptr_nonnull(n);
+    n->state = *e;
+    ck_assert_ptr_nonnull(qkv_tape_record_output(t, *e, y));
+    return y;
+}
+
+START_TEST(test_an_extra_output_no_gradient_reached_reads_zero)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){1, -2, 0.5}, 1);
+    /* loss through both outputs, then through y alone, then through e
+     * alone: d/dx = 2 + 3, 2, 3; the garbage left in e's gradient after
+     * each step must not reach the next */
+    const double want[3] = {5, 2, 3};
+    for (int step = 0; step < 3; step++) {
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(x);
+        qkv_tensor *e, *y = twice_thrice(t, x, &e);
+        qkv_tensor *l = step == 0   ? qkv_add(t, qkv_sum(t, y), qkv_sum(t, e))
+                        : step == 1 ? qkv_sum(t, y)
+                                    : qkv_sum(t, e);
+        ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+        for (int i = 0; i < 3; i++)
+            ASSERT_NEAR(x->grad[i], want[step], 0);
+        for (int i = 0; i < 3; i++)
+            e->grad[i] = y->grad[i] = 100;
+    }
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -938,6 +994,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_out_of_memory_recording_a_node_names_the_op);
     tcase_add_test(tc, test_out_of_memory_in_an_ops_scratch_names_the_op);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
+    tcase_add_test(tc, test_an_extra_output_no_gradient_reached_reads_zero);
     suite_add_tcase(s, tc);
     return s;
 }

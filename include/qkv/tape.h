@@ -214,7 +214,10 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
  * another of its outputs. Call it after recording that node. Backward
  * skips a node that no gradient reaches, judged by its output alone; with
  * this link, a gradient that reaches extra reaches main's node too (its
- * backward then finds main's gradient zero-filled or holding its sum). The
+ * backward then finds main's gradient zero-filled or holding its sum), and
+ * that backward, which may read extra's gradient, finds it zero-filled or
+ * holding its sum as well, whether a gradient reached extra or not (a
+ * QKV_OP_CLAIMS_GRADS op claims or readies it itself, as its inputs'). The
  * link counts in qkv_tape_nodes but adds no step to the critical path.
  * Returns the link's node, or NULL after recording an error (no tape, out
  * of memory, or an extra or main without a gradient). */

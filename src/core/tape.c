@@ -383,7 +383,28 @@ qkv_node *qkv_tape_record_output(qkv_tape *t, qkv_tensor *extra, qkv_tensor *mai
         qkv_tape_fail(t, QKV_ERR_ARG, "output: the node's output must have a gradient");
         return NULL;
     }
-    return qkv_tape_record(t, &op_output, extra, 1, &main);
+    /* the node that made main, usually just behind: run_backward asks it
+     * whether it readies extra's gradient itself */
+    const qkv_node *made = t->last;
+    while (made != NULL && made->out != main)
+        made = made->prev;
+    qkv_node *n = qkv_tape_record(t, &op_output, extra, 1, &main);
+    if (n != NULL)
+        n->state = (void *)(uintptr_t)made;
+    return n;
+}
+
+/* A link whose extra output no gradient reached: the backward of the node
+ * that made it, if it runs, reads that gradient, which must then read as
+ * zero, as every gradient does after backward. An op that claims its
+ * gradients readies it itself (attention claims its scores' and weights'
+ * and overwrites them), so it is left to it; for any other, filling it
+ * now costs what the fill at the end of backward would. */
+static void ready_unreached_extra(const qkv_node *link)
+{
+    const qkv_node *made = link->state;
+    if (made == NULL || !(made->op->flags & QKV_OP_CLAIMS_GRADS))
+        qkv_tensor_grad_ready(link->out);
 }
 
 /* x's gradient header, or NULL when x has no lazily filled gradient. */
@@ -484,8 +505,11 @@ static void run_backward(qkv_tape *t)
     t->backward_done = 1;
     for (const qkv_node *n = t->last; n != NULL; n = n->prev) {
         const grad_hdr *h = hdr_of(n->out);
-        if (h != NULL && h->stale)
+        if (h != NULL && h->stale) {
+            if (n->op == &op_output)
+                ready_unreached_extra(n);
             continue;
+        }
         if (!(n->op->flags & QKV_OP_CLAIMS_GRADS))
             for (int i = 0; i < n->n_in; i++)
                 qkv_tensor_grad_ready(n->in[i]);
