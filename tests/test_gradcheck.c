@@ -246,6 +246,30 @@ START_TEST(test_gradcheck_refuses_bad_arguments)
 }
 END_TEST
 
+/* A check starts from a clean tape, as a valid one runs on it: a bad
+ * argument after an earlier failure on the same tape (an op's shape
+ * error, a check that failed) is refused with QKV_ERR_ARG and its own
+ * message, not with the earlier status and message. */
+START_TEST(test_gradcheck_refuses_bad_arguments_after_an_earlier_error)
+{
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){0.5, -1, 2}, 1);
+    qkv_tensor *y = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 0);
+    qkv_tensor *no_grad = tensor_of(1, (const int[]){3}, (const double[]){1, 2, 3}, 0);
+    qkv_gradcheck_result res;
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_add(t, x, y);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_int_eq(qkv_gradcheck(t, lying_loss, x, &x, 0, 0, 0, 0, &res), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "gradcheck: no parameters to check");
+    ck_assert_int_eq(qkv_gradcheck(t, lying_loss, x, &no_grad, 1, 0, 0, 0, &res), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "gradcheck: parameter 0 is nil or has no gradient buffer");
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+    qkv_tensor_free(y);
+    qkv_tensor_free(no_grad);
+}
+END_TEST
+
 Suite *gradcheck_suite(void)
 {
     Suite *s = suite_create("gradcheck");
@@ -258,6 +282,7 @@ Suite *gradcheck_suite(void)
     tcase_add_test(tc, test_grad_compare_takes_null_arguments);
     tcase_add_test(tc, test_gradcheck_reports_loss_errors);
     tcase_add_test(tc, test_gradcheck_refuses_bad_arguments);
+    tcase_add_test(tc, test_gradcheck_refuses_bad_arguments_after_an_earlier_error);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -38,9 +38,11 @@ double qkv_gradcheck_default_tol(void);
  * values are restored afterwards, and so is the tape's gradient setting
  * (qkv_tape_set_grad); their gradients are left holding the analytic
  * gradient. step, floor and tol of 0 pick the defaults; each must be
- * finite and >= 0. Returns the tape status if the loss function fails,
- * QKV_ERR_ARG on bad arguments (no parameters at all among them: a check
- * that compared nothing would read as passed). */
+ * finite and >= 0. It resets t first (what t held, an earlier error
+ * included, is gone), and resets it when done. Returns the tape status if
+ * the loss function fails, QKV_ERR_ARG on bad arguments (no parameters at
+ * all among them: a check that compared nothing would read as passed),
+ * with the reason in qkv_tape_error(t). */
 qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
                          double step, double floor, double tol, qkv_gradcheck_result *res);
 

@@ -149,6 +149,9 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **pa
 {
     if (t == NULL)
         return QKV_ERR_ARG;
+    /* the check records on t from scratch, so its own refusals start from
+     * a clean tape too: not masked by an error the caller left on it */
+    qkv_tape_reset(t);
     if (fn == NULL || res == NULL || nparams < 0 || (nparams && params == NULL))
         return qkv_tape_fail(t, QKV_ERR_ARG,
                              "gradcheck: needs a loss function, a result and "
