@@ -865,6 +865,49 @@ START_TEST(test_positions)
 }
 END_TEST
 
+/* An error inside a layer's forward names the innermost layer it happened
+ * in, by its init's prefix: in front of an op's message, in place of the
+ * "KIND: " of the layer's own; an outer layer adds nothing, and an error
+ * from before the layer is left as it was. */
+START_TEST(test_layer_errors_name_the_innermost_layer)
+{
+    qkv_error err = qkv_error_none();
+    qkv_params *p = qkv_params_new(3, &err);
+    qkv_block b;
+    qkv_linear head;
+    ck_assert_int_eq(qkv_block_init(&b, p, "层.0", 8, 2, 16, 1, &err), QKV_OK);
+    ck_assert_int_eq(qkv_linear_init(&head, p, "head", 8, 3, 1, &err), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
+    ck_assert(qkv_linear_forward(t, &head, x) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "linear 'head': affine: x [2,5,6], w [8,3], b [3]: the last "
+                     "dimension of x is not w's first");
+    qkv_tape_reset(t); /* the block's first layer norm meets the width first */
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
+    ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "norm '层.0.ln1': layer_norm: x [2,5,6] needs gamma of shape [6], not [8]");
+    qkv_tape_reset(t); /* the attention's own check, its "mha: " replaced */
+    x = qkv_tape_tensor(t, 2, (const int[]){5, 8}, 0);
+    ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mha '层.0.attn': x [5,8] must be [B,T,8]");
+    qkv_tape_reset(t); /* a linear layer inside the feed-forward network */
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
+    ck_assert(qkv_ffn_forward(t, &b.ffn, x) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "linear '层.0.ffn.up': affine: x [2,5,6], w [8,16], b [16]: "
+                     "the last dimension of x is not w's first");
+    qkv_tape_reset(t); /* an error from before is not the layer's */
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 8}, 0);
+    qkv_tape_fail(t, QKV_ERR_ARG, "earlier");
+    ck_assert(qkv_linear_forward(t, &head, x) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "earlier");
+    qkv_tape_free(t);
+    qkv_params_free(p);
+}
+END_TEST
+
 START_TEST(test_layers_refuse_bad_shapes)
 {
     qkv_params *p = qkv_params_new(0, NULL);
@@ -966,22 +1009,22 @@ START_TEST(test_layers_refuse_bad_shapes)
     qkv_tensor *x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
     qkv_tensor *pad = qkv_tape_tensor(t, 2, (const int[]){3, 2}, 0);
     ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [3,2] must be [2,3]");
+    ck_assert_str_eq(qkv_tape_error(t), "mha 'c': the padding mask [3,2] must be [2,3]");
     qkv_tape_reset(t); /* one row of the right length for two items is refused too */
     x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
     pad = qkv_tape_tensor(t, 2, (const int[]){1, 3}, 0);
     ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [1,3] must be [2,3]");
+    ck_assert_str_eq(qkv_tape_error(t), "mha 'c': the padding mask [1,3] must be [2,3]");
     qkv_tape_reset(t); /* and rows of the wrong length for the right items */
     x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 8}, 0);
     pad = qkv_tape_tensor(t, 2, (const int[]){2, 4}, 0);
     ck_assert(qkv_mha_forward(t, &m, x, pad, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "mha: the padding mask [2,4] must be [2,3]");
+    ck_assert_str_eq(qkv_tape_error(t), "mha 'c': the padding mask [2,4] must be [2,3]");
     qkv_tape_reset(t);
     x = qkv_tape_tensor(t, 3, (const int[]){2, 3, 6}, 0);
     qkv_mha_parts parts;
     ck_assert(qkv_mha_forward(t, &m, x, NULL, &parts) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "mha: x [2,3,6] must be [B,T,8]");
+    ck_assert_str_eq(qkv_tape_error(t), "mha 'c': x [2,3,6] must be [B,T,8]");
     ck_assert(parts.attn == qkv_nil());
     qkv_tape_free(t);
     qkv_params_free(p);
@@ -1302,34 +1345,35 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_cell(t, &rnn, x[0], x[1]) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
-                     "rnn: the input [2,3] must be [B,3] and the state [2,3] [B,4]");
+                     "rnn 'rnn': the input [2,3] must be [B,3] and the state [2,3] [B,4]");
     qkv_tape_reset(t); /* the projected form names what it was given */
     ck_assert(qkv_rnn_cell_projected(t, &rnn, x[0], NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t),
-                     "rnn: the input projection [2,3] must be [B,4] and the state none [B,4]");
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "rnn 'rnn': the input projection [2,3] must be [B,4] and the state none [B,4]");
     qkv_tape_reset(t); /* the cells check x itself, before x·W_x */
     ck_assert(qkv_lstm_cell(t, &lstm, xseq, NULL).h == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t),
-                     "lstm: the input [3,2,3] must be [B,3] and the state none, none [B,4] each");
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "lstm 'lstm': the input [3,2,3] must be [B,3] and the state none, none [B,4] each");
     qkv_tape_reset(t);
     ck_assert(qkv_gru_cell(t, &gru, x[0], x[1]) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
-                     "gru: the input [2,3] must be [B,3] and the state [2,3] [B,4]");
+                     "gru 'gru': the input [2,3] must be [B,3] and the state [2,3] [B,4]");
     qkv_tape_reset(t);
     ck_assert(qkv_lstm_forward(t, &lstm, x[0], NULL, NULL).h == qkv_nil());
-    ck_assert_str_eq(
-        qkv_tape_error(t),
-        "lstm: the sequence [2,3] must be [T,B,3] and the first state none, none [B,4] each");
+    ck_assert_str_eq(qkv_tape_error(t), "lstm 'lstm': the sequence [2,3] must be [T,B,3] and the "
+                                        "first state none, none [B,4] each");
     qkv_tape_reset(t);
     ck_assert(qkv_lstm_forward(t, &lstm, xseq, &(qkv_lstm_state){x[1], x[2]}, NULL).c == qkv_nil());
-    ck_assert_str_eq(
-        qkv_tape_error(t),
-        "lstm: the sequence [3,2,3] must be [T,B,3] and the first state [2,3], [2,3] [B,4] each");
+    ck_assert_str_eq(qkv_tape_error(t), "lstm 'lstm': the sequence [3,2,3] must be [T,B,3] and the "
+                                        "first state [2,3], [2,3] [B,4] each");
     qkv_tape_reset(t);
     qkv_tensor *gs[CT] = {x[0], x[0], x[0]};
     ck_assert(qkv_gru_forward(t, &gru, xseq, x[1], gs) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t),
-                     "gru: the sequence [3,2,3] must be [T,B,3] and the first state [2,3] [B,4]");
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "gru 'gru': the sequence [3,2,3] must be [T,B,3] and the first state [2,3] [B,4]");
     ck_assert(gs[0] == x[0]); /* refused before any step: untouched */
     /* a tape that had failed already: nil, the states untouched */
     ck_assert(qkv_gru_forward(t, &gru, xseq, NULL, gs) == qkv_nil());
@@ -1390,12 +1434,14 @@ START_TEST(test_the_rnn_sequence_form_runs_every_step)
     /* a sequence without its time axis, and a first state of the wrong width */
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_forward(t, &rnn, xs[0], NULL, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t),
-                     "rnn: the sequence [2,3] must be [T,B,3] and the first state none [B,4]");
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "rnn 'rnn': the sequence [2,3] must be [T,B,3] and the first state none [B,4]");
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_forward(t, &rnn, x, xs[0], NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t),
-                     "rnn: the sequence [3,2,3] must be [T,B,3] and the first state [2,3] [B,4]");
+    ck_assert_str_eq(
+        qkv_tape_error(t),
+        "rnn 'rnn': the sequence [3,2,3] must be [T,B,3] and the first state [2,3] [B,4]");
     qkv_tape_free(t);
     for (int s = 0; s < CT; s++)
         qkv_tensor_free(xs[s]);
@@ -1530,11 +1576,12 @@ START_TEST(test_token_input_projects_a_small_table_once)
     qkv_tensor *h0 = qkv_tensor_new(2, (const int[]){CB + 1, CH}, 0, NULL);
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_forward_ids(t, &c.rnn, wide, ids, CT, CB, NULL, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "rnn: the embedding table [4,4] must be [V,3]");
+    ck_assert_str_eq(qkv_tape_error(t), "rnn 'rnn': the embedding table [4,4] must be [V,3]");
     qkv_tape_reset(t);
     ck_assert(qkv_gru_forward_ids(t, &c.gru, table, NULL, CT, CB, NULL, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "gru: ids [3,2] (NULL): need ids, at least 1 step and 1 "
-                                        "sentence, and at most 2147483647 tokens");
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "gru 'gru': ids [3,2] (NULL): need ids, at least 1 step and 1 "
+                     "sentence, and at most 2147483647 tokens");
     qkv_tape_reset(t);
     ck_assert(qkv_lstm_forward_ids(t, &c.lstm, table, ids, 0, CB, NULL, NULL).h == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
@@ -1543,21 +1590,22 @@ START_TEST(test_token_input_projects_a_small_table_once)
     ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, NULL, NULL) == qkv_nil());
     ck_assert_str_eq(
         qkv_tape_error(t),
-        "rnn: id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
+        "rnn 'rnn': id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
     qkv_tape_reset(t); /* the ids are checked before h0 */
     ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, h0, NULL) == qkv_nil());
     ck_assert_str_eq(
         qkv_tape_error(t),
-        "rnn: id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
+        "rnn 'rnn': id 4 at step 1, sentence 1 is outside [0,4) of the embedding table [4,3]");
     ids[3] = 3;
     qkv_tape_reset(t);
     ck_assert(qkv_rnn_forward_ids(t, &c.rnn, table, ids, CT, CB, h0, NULL) == qkv_nil());
-    ck_assert_str_eq(qkv_tape_error(t), "rnn: the first state [3,4] must be [2,4] (batch, hidden)");
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "rnn 'rnn': the first state [3,4] must be [2,4] (batch, hidden)");
     qkv_tape_reset(t);
     const qkv_lstm_state s0 = {NULL, h0};
     ck_assert(qkv_lstm_forward_ids(t, &c.lstm, table, ids, CT, CB, &s0, NULL).c == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
-                     "lstm: the first cell state [3,4] must be [2,4] (batch, hidden)");
+                     "lstm 'lstm': the first cell state [3,4] must be [2,4] (batch, hidden)");
     /* memory running out in the projection, after the checks (a tiny
      * arena that must grow): nil in every state, as the sequence forms */
     for (int kind = 0; kind < 3; kind++) {
@@ -1624,6 +1672,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_mha_long_takes_the_online_form);
     tcase_add_test(tc, test_block_forward_matches_the_reference);
     tcase_add_test(tc, test_positions);
+    tcase_add_test(tc, test_layer_errors_name_the_innermost_layer);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
     tcase_add_test(tc, test_a_failed_init_leaves_a_layer_its_forward_names);
     tcase_add_test(tc, test_a_failed_cell_init_leaves_a_cell_its_steps_name);

@@ -13,7 +13,7 @@
 extern "C" {
 #endif
 
-#define QKV_VERSION "0.5.0"
+#define QKV_VERSION "0.6.0"
 
 /* The scalar type. float32 by default; compile the library and every
  * program that uses it with -DQKV_DOUBLE to get double, which makes
@@ -30,7 +30,7 @@ typedef float qkv_real;
  * out qkv_real data (qkv_tensor_new, qkv_tape_new and the app models) pass
  * it to the library, which refuses a program whose headers do not match it
  * with QKV_ERR_ABI instead of letting it read floats as doubles. */
-#define QKV_ABI_VERSION 3
+#define QKV_ABI_VERSION 4
 #define QKV_ABI ((unsigned)sizeof(qkv_real) | ((unsigned)QKV_ABI_VERSION << 8))
 
 #define QKV_MAX_DIMS 4

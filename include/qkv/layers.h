@@ -15,6 +15,12 @@
  * "<layer>: the layer is not initialised (its init failed or was never
  * called)" on the tape (QKV_ERR_ARG) and returns nil; so do a zeroed
  * recurrent cell's steps and sequences.
+ *
+ * Each layer keeps its prefix as its name, and an error in its forward (or
+ * a cell's step) names the innermost layer it happened in: "linear
+ * 'block0.ffn.up': affine: x [2,5,16], w [8,32], ...", "norm 'block0.ln1':
+ * layer_norm: ...", or "mha 'block0.attn': x [5,16] must be [B,T,16]" for
+ * a layer's own check.
  */
 #ifndef QKV_LAYERS_H
 #define QKV_LAYERS_H
@@ -26,6 +32,10 @@
 extern "C" {
 #endif
 
+/* Room for a layer's name, its init's prefix: any prefix that leaves room
+ * for its parameters' names (127 bytes) fits. */
+#define QKV_LAYER_NAME_BYTES 128
+
 /* ---- linear ------------------------------------------------------------- */
 
 /* y = x·W + b: W [in, out] (so x·W needs no transpose), b [out] or none.
@@ -35,6 +45,7 @@ typedef struct qkv_linear {
     qkv_tensor *weight; /* (in, out) */
     qkv_tensor *bias;   /* (out) or NULL */
     int in, out;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_linear;
 
 qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int in, int out,
@@ -48,7 +59,8 @@ qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x);
 /* A table of rows [n, d], N(0, 0.02²) at the start (GPT-2's). Parameter:
  * PREFIX.weight. */
 typedef struct qkv_embedding {
-    qkv_tensor *weight; /* (n, d) */
+    qkv_tensor *weight;              /* (n, d) */
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_embedding;
 
 qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefix, int n, int d,
@@ -63,8 +75,9 @@ qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int
 /* Layer norm over the last dimension with a gain γ (1 at the start) and a
  * bias β (0). Parameters: PREFIX.weight (γ), PREFIX.bias (β). */
 typedef struct qkv_norm {
-    qkv_tensor *gamma, *beta; /* (d) */
-    double eps;               /* 1e-5 */
+    qkv_tensor *gamma, *beta;        /* (d) */
+    double eps;                      /* 1e-5 */
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_norm;
 
 qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, qkv_error *err);
@@ -83,6 +96,7 @@ typedef struct qkv_mha {
     qkv_linear qkv;  /* (D, 3D): Q, K, V side by side */
     qkv_linear proj; /* (D, D) */
     int d_model, heads, causal;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_mha;
 
 qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_model, int heads,
@@ -108,6 +122,7 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
 /* linear (D -> hidden), GELU, linear (hidden -> D): PREFIX.up, PREFIX.down. */
 typedef struct qkv_ffn {
     qkv_linear up, down;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_ffn;
 
 qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_model, int hidden,
@@ -122,6 +137,7 @@ typedef struct qkv_block {
     qkv_norm ln1, ln2;
     qkv_mha attn;
     qkv_ffn ffn;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_block;
 
 qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d_model, int heads,
@@ -175,6 +191,7 @@ typedef struct qkv_rnn {
     qkv_tensor *wx, *wh, *b;
     int in, hidden;
     qkv_rnn_act act;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_rnn;
 
 qkv_status qkv_rnn_init(qkv_rnn *r, qkv_params *p, const char *prefix, int in, int hidden,
@@ -221,6 +238,7 @@ qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table
 typedef struct qkv_lstm {
     qkv_tensor *wx, *wh, *b;
     int in, hidden;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_lstm;
 
 /* The state of an LSTM: both [B,H]. */
@@ -257,6 +275,7 @@ qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *
 typedef struct qkv_gru {
     qkv_tensor *wx, *wh, *bx, *bh;
     int in, hidden;
+    char name[QKV_LAYER_NAME_BYTES]; /* the init's prefix, for messages */
 } qkv_gru;
 
 qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, int hidden,

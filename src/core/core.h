@@ -5,6 +5,8 @@
 #ifndef QKV_CORE_H
 #define QKV_CORE_H
 
+#include <stddef.h>
+
 #include "qkv/tape.h"
 
 /* Names op in t's error when the tape itself set it (a message beginning
@@ -13,5 +15,11 @@
  * other error, or none, is left as it is. For an op to call after an
  * allocation failed, so the cost is paid only then. */
 void qkv_tape_name_failure(qkv_tape *t, const char *op);
+
+/* Puts head in place of the first drop bytes of t's error message (kept
+ * to the message's room as qkv_tape_fail keeps it: the start and the
+ * end). Nothing when t has no error. For a layer to say where an error it
+ * met happened. */
+void qkv_tape_reword_failure(qkv_tape *t, size_t drop, const char *head);
 
 #endif

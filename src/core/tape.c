@@ -159,6 +159,17 @@ void qkv_tape_name_failure(qkv_tape *t, const char *op)
     }
 }
 
+void qkv_tape_reword_failure(qkv_tape *t, size_t drop, const char *head)
+{
+    if (t == NULL || t->err.status == QKV_OK || head == NULL)
+        return;
+    char rest[sizeof t->err.message];
+    const size_t n = strlen(t->err.message), k = drop < n ? drop : n;
+    memcpy(rest, t->err.message + k, n - k + 1);
+    /* the message is escaped already, and escaping it again changes nothing */
+    qkv_error_set(&t->err, t->err.status, "%s%s", head, rest);
+}
+
 int qkv_tape_set_grad(qkv_tape *t, int enabled)
 {
     if (t == NULL)

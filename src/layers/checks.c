@@ -337,19 +337,19 @@ enum { LB = 2, LT = 3, LD = 4, LH = 2, LF = 6 };
 
 static qkv_linear linear_of(qkv_tensor *w, qkv_tensor *b)
 {
-    qkv_linear l = {w, b, w->shape[0], w->shape[1]};
+    qkv_linear l = {w, b, w->shape[0], w->shape[1], ""};
     return l;
 }
 
 static qkv_mha mha_of(qkv_tensor **p, int causal)
 {
-    qkv_mha m = {linear_of(p[0], p[1]), linear_of(p[2], p[3]), LD, LH, causal};
+    qkv_mha m = {linear_of(p[0], p[1]), linear_of(p[2], p[3]), LD, LH, causal, ""};
     return m;
 }
 
 static qkv_ffn ffn_of(qkv_tensor **p)
 {
-    qkv_ffn f = {linear_of(p[0], p[1]), linear_of(p[2], p[3])};
+    qkv_ffn f = {linear_of(p[0], p[1]), linear_of(p[2], p[3]), ""};
     return f;
 }
 
@@ -388,9 +388,9 @@ static qkv_tensor *c_ffn(qkv_tape *t, qkv_tensor **p)
 static qkv_tensor *c_block(qkv_tape *t, qkv_tensor **p)
 {
     qkv_block b;
-    b.ln1 = (qkv_norm){p[1], p[2], 1e-5};
+    b.ln1 = (qkv_norm){p[1], p[2], 1e-5, ""};
     b.attn = mha_of(p + 3, 1);
-    b.ln2 = (qkv_norm){p[7], p[8], 1e-5};
+    b.ln2 = (qkv_norm){p[7], p[8], 1e-5, ""};
     b.ffn = ffn_of(p + 9);
     return qkv_block_forward(t, &b, p[0], pad_mask(t), NULL);
 }
@@ -415,7 +415,7 @@ static qkv_tensor *stacked(qkv_tape *t, qkv_tensor **h)
 
 static qkv_tensor *rnn_unrolled(qkv_tape *t, qkv_tensor **p, qkv_rnn_act act)
 {
-    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, act};
+    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, act, ""};
     qkv_tensor *h[RT];
     for (int i = 0; i < RT; i++)
         h[i] = qkv_rnn_cell(t, &r, step_in(t, p[0], i), i ? h[i - 1] : NULL);
@@ -425,7 +425,7 @@ static qkv_tensor *rnn_unrolled(qkv_tape *t, qkv_tensor **p, qkv_rnn_act act)
 /* The sequence form, from a given first state p[4], every state stacked. */
 static qkv_tensor *c_rnn_sequence(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, QKV_RNN_TANH};
+    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, QKV_RNN_TANH, ""};
     qkv_tensor *h[RT];
     qkv_rnn_forward(t, &r, p[0], p[4], h);
     return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
@@ -444,7 +444,7 @@ static qkv_tensor *c_rnn_linear(qkv_tape *t, qkv_tensor **p)
 /* The LSTM's h at every step plus its last c. */
 static qkv_tensor *c_lstm(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
+    const qkv_lstm l = {p[1], p[2], p[3], RI, RH, ""};
     qkv_tensor *h[RT];
     qkv_lstm_state s = {NULL, NULL};
     for (int i = 0; i < RT; i++) {
@@ -456,7 +456,7 @@ static qkv_tensor *c_lstm(qkv_tape *t, qkv_tensor **p)
 
 static qkv_tensor *c_gru(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
+    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH, ""};
     qkv_tensor *h[RT];
     for (int i = 0; i < RT; i++)
         h[i] = qkv_gru_cell(t, &g, step_in(t, p[0], i), i ? h[i - 1] : NULL);
@@ -478,7 +478,7 @@ static qkv_tensor *lstm_states(qkv_tape *t, const qkv_lstm_state *s)
 /* The sequence forms, from given first states (p[4], p[5]). */
 static qkv_tensor *c_lstm_forward(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
+    const qkv_lstm l = {p[1], p[2], p[3], RI, RH, ""};
     const qkv_lstm_state s0 = {p[4], p[5]};
     qkv_lstm_state s[RT];
     qkv_lstm_forward(t, &l, p[0], &s0, s);
@@ -487,7 +487,7 @@ static qkv_tensor *c_lstm_forward(qkv_tape *t, qkv_tensor **p)
 
 static qkv_tensor *c_gru_forward(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
+    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH, ""};
     qkv_tensor *h[RT];
     qkv_gru_forward(t, &g, p[0], p[5], h);
     return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
@@ -501,7 +501,7 @@ static const int rnn_ids[RT * RB] = {0, 1, 2, 3, 4, 0, 1, 1, 4, 2, 3, 0};
 
 static qkv_tensor *c_rnn_ids(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, QKV_RNN_TANH};
+    const qkv_rnn r = {p[1], p[2], p[3], RI, RH, QKV_RNN_TANH, ""};
     qkv_tensor *h[RT];
     qkv_rnn_forward_ids(t, &r, p[0], rnn_ids, RT, RB, p[4], h);
     return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();
@@ -509,7 +509,7 @@ static qkv_tensor *c_rnn_ids(qkv_tape *t, qkv_tensor **p)
 
 static qkv_tensor *c_lstm_ids(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_lstm l = {p[1], p[2], p[3], RI, RH};
+    const qkv_lstm l = {p[1], p[2], p[3], RI, RH, ""};
     const qkv_lstm_state s0 = {p[4], p[5]};
     qkv_lstm_state s[RT];
     qkv_lstm_forward_ids(t, &l, p[0], rnn_ids, RT, RB, &s0, s);
@@ -518,7 +518,7 @@ static qkv_tensor *c_lstm_ids(qkv_tape *t, qkv_tensor **p)
 
 static qkv_tensor *c_gru_ids(qkv_tape *t, qkv_tensor **p)
 {
-    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH};
+    const qkv_gru g = {p[1], p[2], p[3], p[4], RI, RH, ""};
     qkv_tensor *h[RT];
     qkv_gru_forward_ids(t, &g, p[0], rnn_ids, RT, RB, p[5], h);
     return qkv_tape_status(t) == QKV_OK ? stacked(t, h) : qkv_nil();

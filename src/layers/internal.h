@@ -26,6 +26,23 @@ qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, 
  * nonzero; else returns 0. */
 int qkv_layer_unset(qkv_tape *t, const char *what, const char *kind, int present, int ready);
 
+/* Keeps prefix (or "" for NULL) as a layer's name, in buf of
+ * QKV_LAYER_NAME_BYTES: a prefix short enough for its parameters' names
+ * always fits. */
+void qkv_layer_keep_name(char *buf, const char *prefix);
+
+/* Whether t is there and has no error: a layer's forward asks before it
+ * records, for qkv_layer_named. */
+int qkv_layer_clean(const qkv_tape *t);
+
+/* After a layer's forward that found the tape clean: when the tape failed
+ * in it, the message names the layer, "KIND 'NAME': " in place of the
+ * "KIND: " of the layer's own messages or in front of an op's, unless a
+ * layer inside this one named itself already (the innermost says where).
+ * Returns y. */
+qkv_tensor *qkv_layer_named(qkv_tape *t, int clean, const char *kind, const char *name,
+                            qkv_tensor *y);
+
 /* Where a list stands: its count and its generator's state. A layer's init
  * that fails part way undoes what it added (qkv_params_undo), so a refused
  * init leaves the list, and the draws of later inits, as they were. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "layers/internal.h"
 
 /* ---- shared by the layer files (internal.h) ---------------------------- */
@@ -48,6 +49,39 @@ int qkv_layer_unset(qkv_tape *t, const char *what, const char *kind, int present
                       "%s: the layer is not initialised (its init failed or was never called)",
                       what);
     return !present || !ready;
+}
+
+void qkv_layer_keep_name(char *buf, const char *prefix)
+{
+    /* a prefix that fits PREFIX.weight fits here, whole: a name is never
+     * cut inside a character */
+    snprintf(buf, QKV_LAYER_NAME_BYTES, "%s", prefix != NULL ? prefix : "");
+}
+
+int qkv_layer_clean(const qkv_tape *t)
+{
+    return t != NULL && qkv_tape_status(t) == QKV_OK;
+}
+
+qkv_tensor *qkv_layer_named(qkv_tape *t, int clean, const char *kind, const char *name,
+                            qkv_tensor *y)
+{
+    static const char *const kinds[] = {"linear", "embedding", "norm", "mha", "ffn",
+                                        "block",  "rnn",       "lstm", "gru"};
+    if (!clean || qkv_layer_clean(t) || name == NULL || name[0] == '\0')
+        return y;
+    const char *m = qkv_tape_error(t);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        const size_t k = strlen(kinds[i]);
+        if (strncmp(m, kinds[i], k) == 0 && strncmp(m + k, " '", 2) == 0)
+            return y; /* named by the layer inside this one */
+    }
+    char head[QKV_LAYER_NAME_BYTES + 32];
+    snprintf(head, sizeof head, "%s '%s': ", kind, name);
+    const size_t k = strlen(kind);
+    const int own = strncmp(m, kind, k) == 0 && strncmp(m + k, ": ", 2) == 0;
+    qkv_tape_reword_failure(t, own ? k + 2 : 0, head);
+    return y;
 }
 
 /* Whether each layer has what its init adds; a zeroed one has none, and
@@ -96,6 +130,8 @@ qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int
         qkv_params_undo(p, &m0);
         memset(l, 0, sizeof *l);
     }
+    if (s == QKV_OK)
+        qkv_layer_keep_name(l->name, prefix);
     return s;
 }
 
@@ -103,7 +139,8 @@ qkv_tensor *qkv_linear_forward(qkv_tape *t, const qkv_linear *l, qkv_tensor *x)
 {
     if (qkv_layer_unset(t, "linear", "layer", l != NULL, linear_ready(l)))
         return qkv_nil();
-    return qkv_affine(t, x, l->weight, l->bias);
+    const int clean = qkv_layer_clean(t);
+    return qkv_layer_named(t, clean, "linear", l->name, qkv_affine(t, x, l->weight, l->bias));
 }
 
 /* ---- embedding ---------------------------------------------------------- */
@@ -120,6 +157,8 @@ qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefi
                                    (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
     if (s != QKV_OK)
         e->weight = NULL; /* not the nil tensor: zeroed, as the others */
+    else
+        qkv_layer_keep_name(e->name, prefix);
     return s;
 }
 
@@ -129,7 +168,9 @@ qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int
     if (qkv_layer_unset(t, "embedding", "layer", e != NULL,
                         e != NULL && !qkv_tensor_is_nil(e->weight)))
         return qkv_nil();
-    return qkv_gather(t, e->weight, ids, ndim, shape);
+    const int clean = qkv_layer_clean(t);
+    return qkv_layer_named(t, clean, "embedding", e->name,
+                           qkv_gather(t, e->weight, ids, ndim, shape));
 }
 
 /* ---- layer norm --------------------------------------------------------- */
@@ -152,6 +193,8 @@ qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, 
         qkv_params_undo(p, &m0);
         memset(n, 0, sizeof *n);
     }
+    if (s == QKV_OK)
+        qkv_layer_keep_name(n->name, prefix);
     return s;
 }
 
@@ -161,7 +204,9 @@ qkv_tensor *qkv_norm_forward(qkv_tape *t, const qkv_norm *n, qkv_tensor *x)
      * op's "none"), a result with no error */
     if (qkv_layer_unset(t, "norm", "layer", n != NULL, norm_ready(n)))
         return qkv_nil();
-    return qkv_layer_norm(t, x, n->gamma, n->beta, n->eps);
+    const int clean = qkv_layer_clean(t);
+    return qkv_layer_named(t, clean, "norm", n->name,
+                           qkv_layer_norm(t, x, n->gamma, n->beta, n->eps));
 }
 
 /* ---- multi-head attention ----------------------------------------------- */
@@ -192,6 +237,8 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
         qkv_params_undo(p, &m0);
         memset(m, 0, sizeof *m);
     }
+    if (s == QKV_OK)
+        qkv_layer_keep_name(m->name, prefix);
     return s;
 }
 
@@ -232,8 +279,8 @@ static const qkv_tensor *mask_of(qkv_tape *t, int causal, int B, int T, const qk
     return mask;
 }
 
-qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const qkv_tensor *pad,
-                            qkv_mha_parts *parts)
+static qkv_tensor *mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const qkv_tensor *pad,
+                               qkv_mha_parts *parts)
 {
     if (parts != NULL)
         parts->attn = parts->scores = qkv_nil();
@@ -263,6 +310,14 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
     return qkv_linear_forward(t, &m->proj, merged);
 }
 
+qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const qkv_tensor *pad,
+                            qkv_mha_parts *parts)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = mha_forward(t, m, x, pad, parts);
+    return qkv_layer_named(t, clean, "mha", m != NULL ? m->name : NULL, y);
+}
+
 /* ---- feed-forward ------------------------------------------------------- */
 
 qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_model, int hidden,
@@ -287,6 +342,8 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
         qkv_params_undo(p, &m0);
         memset(f, 0, sizeof *f);
     }
+    if (s == QKV_OK)
+        qkv_layer_keep_name(f->name, prefix);
     return s;
 }
 
@@ -294,7 +351,9 @@ qkv_tensor *qkv_ffn_forward(qkv_tape *t, const qkv_ffn *f, qkv_tensor *x)
 {
     if (qkv_layer_unset(t, "ffn", "layer", f != NULL, ffn_ready(f)))
         return qkv_nil();
-    return qkv_linear_forward(t, &f->down, qkv_gelu(t, qkv_linear_forward(t, &f->up, x)));
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = qkv_linear_forward(t, &f->down, qkv_gelu(t, qkv_linear_forward(t, &f->up, x)));
+    return qkv_layer_named(t, clean, "ffn", f->name, y);
 }
 
 /* ---- the Transformer block ---------------------------------------------- */
@@ -328,6 +387,8 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
         qkv_params_undo(p, &m0);
         memset(b, 0, sizeof *b);
     }
+    if (s == QKV_OK)
+        qkv_layer_keep_name(b->name, prefix);
     return s;
 }
 
@@ -338,9 +399,11 @@ qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, co
                         b != NULL && norm_ready(&b->ln1) && mha_ready(&b->attn) &&
                             norm_ready(&b->ln2) && ffn_ready(&b->ffn)))
         return qkv_nil();
+    const int clean = qkv_layer_clean(t);
     qkv_tensor *h =
         qkv_add(t, x, qkv_mha_forward(t, &b->attn, qkv_norm_forward(t, &b->ln1, x), pad, parts));
-    return qkv_add(t, h, qkv_ffn_forward(t, &b->ffn, qkv_norm_forward(t, &b->ln2, h)));
+    h = qkv_add(t, h, qkv_ffn_forward(t, &b->ffn, qkv_norm_forward(t, &b->ln2, h)));
+    return qkv_layer_named(t, clean, "block", b->name, h);
 }
 
 /* ---- positional encodings ----------------------------------------------- */

@@ -249,10 +249,14 @@ qkv_status qkv_rnn_init(qkv_rnn *r, qkv_params *p, const char *prefix, int in, i
     r->in = in;
     r->hidden = hidden;
     r->act = act;
-    return cell_params(p, prefix, in, hidden, 1, &r->wx, &r->wh, &r->b, "b", NULL, NULL, err);
+    s = cell_params(p, prefix, in, hidden, 1, &r->wx, &r->wh, &r->b, "b", NULL, NULL, err);
+    if (s == QKV_OK)
+        qkv_layer_keep_name(r->name, prefix);
+    return s;
 }
 
-qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, qkv_tensor *h)
+static qkv_tensor *rnn_cell_projected_body(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw,
+                                           qkv_tensor *h)
 {
     if (rnn_unset(t, r))
         return qkv_nil();
@@ -262,7 +266,7 @@ qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw
     return r->act == QKV_RNN_TANH ? qkv_tanh(t, z) : z;
 }
 
-qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h)
+static qkv_tensor *rnn_cell_body(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h)
 {
     if (rnn_unset(t, r))
         return qkv_nil();
@@ -287,8 +291,8 @@ static qkv_tensor *rnn_run(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, int T,
     return seq_done(t, states, T, h);
 }
 
-qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
-                            qkv_tensor **states)
+static qkv_tensor *rnn_forward_body(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
+                                    qkv_tensor **states)
 {
     if (rnn_unset(t, r))
         return qkv_nil();
@@ -301,8 +305,9 @@ qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_te
     return rnn_run(t, r, xw, T, B, h0, states);
 }
 
-qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table, const int *ids,
-                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
+static qkv_tensor *rnn_forward_ids_body(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table,
+                                        const int *ids, int steps, int batch, qkv_tensor *h0,
+                                        qkv_tensor **states)
 {
     if (rnn_unset(t, r))
         return qkv_nil();
@@ -327,11 +332,14 @@ qkv_status qkv_lstm_init(qkv_lstm *l, qkv_params *p, const char *prefix, int in,
         return s;
     l->in = in;
     l->hidden = hidden;
-    return cell_params(p, prefix, in, hidden, 4, &l->wx, &l->wh, &l->b, "b", NULL, NULL, err);
+    s = cell_params(p, prefix, in, hidden, 4, &l->wx, &l->wh, &l->b, "b", NULL, NULL, err);
+    if (s == QKV_OK)
+        qkv_layer_keep_name(l->name, prefix);
+    return s;
 }
 
-qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw,
-                                       const qkv_lstm_state *s)
+static qkv_lstm_state lstm_cell_projected_body(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw,
+                                               const qkv_lstm_state *s)
 {
     qkv_lstm_state out = {qkv_nil(), qkv_nil()};
     if (lstm_unset(t, l))
@@ -353,7 +361,8 @@ qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tenso
     return out;
 }
 
-qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, const qkv_lstm_state *s)
+static qkv_lstm_state lstm_cell_body(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                                     const qkv_lstm_state *s)
 {
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
@@ -381,8 +390,8 @@ static qkv_lstm_state lstm_run(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw, i
     return s;
 }
 
-qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
-                                const qkv_lstm_state *s0, qkv_lstm_state *states)
+static qkv_lstm_state lstm_forward_body(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                                        const qkv_lstm_state *s0, qkv_lstm_state *states)
 {
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
@@ -392,9 +401,9 @@ qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
     return lstm_run(t, l, xw, T, B, s0, states);
 }
 
-qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *table,
-                                    const int *ids, int steps, int batch, const qkv_lstm_state *s0,
-                                    qkv_lstm_state *states)
+static qkv_lstm_state lstm_forward_ids_body(qkv_tape *t, const qkv_lstm *l, qkv_tensor *table,
+                                            const int *ids, int steps, int batch,
+                                            const qkv_lstm_state *s0, qkv_lstm_state *states)
 {
     if (lstm_unset(t, l))
         return (qkv_lstm_state){qkv_nil(), qkv_nil()};
@@ -420,10 +429,14 @@ qkv_status qkv_gru_init(qkv_gru *g, qkv_params *p, const char *prefix, int in, i
         return s;
     g->in = in;
     g->hidden = hidden;
-    return cell_params(p, prefix, in, hidden, 3, &g->wx, &g->wh, &g->bx, "bx", &g->bh, "bh", err);
+    s = cell_params(p, prefix, in, hidden, 3, &g->wx, &g->wh, &g->bx, "bx", &g->bh, "bh", err);
+    if (s == QKV_OK)
+        qkv_layer_keep_name(g->name, prefix);
+    return s;
 }
 
-qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h)
+static qkv_tensor *gru_cell_projected_body(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw,
+                                           qkv_tensor *h)
 {
     if (gru_unset(t, g))
         return qkv_nil();
@@ -444,7 +457,7 @@ qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw
     return qkv_add(t, n, zh);
 }
 
-qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h)
+static qkv_tensor *gru_cell_body(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h)
 {
     if (gru_unset(t, g))
         return qkv_nil();
@@ -467,8 +480,8 @@ static qkv_tensor *gru_run(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, int T,
     return seq_done(t, states, T, h);
 }
 
-qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
-                            qkv_tensor **states)
+static qkv_tensor *gru_forward_body(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
+                                    qkv_tensor **states)
 {
     if (gru_unset(t, g))
         return qkv_nil();
@@ -478,8 +491,9 @@ qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_te
     return gru_run(t, g, xw, T, B, h0, states);
 }
 
-qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table, const int *ids,
-                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
+static qkv_tensor *gru_forward_ids_body(qkv_tape *t, const qkv_gru *g, qkv_tensor *table,
+                                        const int *ids, int steps, int batch, qkv_tensor *h0,
+                                        qkv_tensor **states)
 {
     if (gru_unset(t, g))
         return qkv_nil();
@@ -489,4 +503,102 @@ qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table
     if (!accepted)
         return qkv_nil();
     return gru_run(t, g, xw, steps, batch, h0, states);
+}
+
+/* ---- the entry points: each names its layer in an error met inside it ---- */
+
+qkv_tensor *qkv_rnn_cell_projected(qkv_tape *t, const qkv_rnn *r, qkv_tensor *xw, qkv_tensor *h)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = rnn_cell_projected_body(t, r, xw, h);
+    return qkv_layer_named(t, clean, "rnn", r != NULL ? r->name : NULL, y);
+}
+
+qkv_tensor *qkv_rnn_cell(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = rnn_cell_body(t, r, x, h);
+    return qkv_layer_named(t, clean, "rnn", r != NULL ? r->name : NULL, y);
+}
+
+qkv_tensor *qkv_rnn_forward(qkv_tape *t, const qkv_rnn *r, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = rnn_forward_body(t, r, x, h0, states);
+    return qkv_layer_named(t, clean, "rnn", r != NULL ? r->name : NULL, y);
+}
+
+qkv_tensor *qkv_rnn_forward_ids(qkv_tape *t, const qkv_rnn *r, qkv_tensor *table, const int *ids,
+                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = rnn_forward_ids_body(t, r, table, ids, steps, batch, h0, states);
+    return qkv_layer_named(t, clean, "rnn", r != NULL ? r->name : NULL, y);
+}
+
+qkv_lstm_state qkv_lstm_cell_projected(qkv_tape *t, const qkv_lstm *l, qkv_tensor *xw,
+                                       const qkv_lstm_state *s)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_lstm_state st = lstm_cell_projected_body(t, l, xw, s);
+    (void)qkv_layer_named(t, clean, "lstm", l != NULL ? l->name : NULL, st.h);
+    return st;
+}
+
+qkv_lstm_state qkv_lstm_cell(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x, const qkv_lstm_state *s)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_lstm_state st = lstm_cell_body(t, l, x, s);
+    (void)qkv_layer_named(t, clean, "lstm", l != NULL ? l->name : NULL, st.h);
+    return st;
+}
+
+qkv_lstm_state qkv_lstm_forward(qkv_tape *t, const qkv_lstm *l, qkv_tensor *x,
+                                const qkv_lstm_state *s0, qkv_lstm_state *states)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_lstm_state st = lstm_forward_body(t, l, x, s0, states);
+    (void)qkv_layer_named(t, clean, "lstm", l != NULL ? l->name : NULL, st.h);
+    return st;
+}
+
+qkv_lstm_state qkv_lstm_forward_ids(qkv_tape *t, const qkv_lstm *l, qkv_tensor *table,
+                                    const int *ids, int steps, int batch, const qkv_lstm_state *s0,
+                                    qkv_lstm_state *states)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_lstm_state st = lstm_forward_ids_body(t, l, table, ids, steps, batch, s0, states);
+    (void)qkv_layer_named(t, clean, "lstm", l != NULL ? l->name : NULL, st.h);
+    return st;
+}
+
+qkv_tensor *qkv_gru_cell_projected(qkv_tape *t, const qkv_gru *g, qkv_tensor *xw, qkv_tensor *h)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = gru_cell_projected_body(t, g, xw, h);
+    return qkv_layer_named(t, clean, "gru", g != NULL ? g->name : NULL, y);
+}
+
+qkv_tensor *qkv_gru_cell(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = gru_cell_body(t, g, x, h);
+    return qkv_layer_named(t, clean, "gru", g != NULL ? g->name : NULL, y);
+}
+
+qkv_tensor *qkv_gru_forward(qkv_tape *t, const qkv_gru *g, qkv_tensor *x, qkv_tensor *h0,
+                            qkv_tensor **states)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = gru_forward_body(t, g, x, h0, states);
+    return qkv_layer_named(t, clean, "gru", g != NULL ? g->name : NULL, y);
+}
+
+qkv_tensor *qkv_gru_forward_ids(qkv_tape *t, const qkv_gru *g, qkv_tensor *table, const int *ids,
+                                int steps, int batch, qkv_tensor *h0, qkv_tensor **states)
+{
+    const int clean = qkv_layer_clean(t);
+    qkv_tensor *y = gru_forward_ids_body(t, g, table, ids, steps, batch, h0, states);
+    return qkv_layer_named(t, clean, "gru", g != NULL ? g->name : NULL, y);
 }
