@@ -820,6 +820,27 @@ START_TEST(test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes)
 }
 END_TEST
 
+START_TEST(test_saving_over_a_directory_is_an_io_error)
+{
+    /* safetensors.h: a path that exists and is not a regular file is
+     * QKV_ERR_IO, and is left as it is */
+    qkv_params *p = two_params();
+    char sub[160];
+    snprintf(sub, sizeof sub, "%s/taken", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_safetensors_save(p, sub, NULL, 0, &err), QKV_ERR_IO);
+    char want[256];
+    snprintf(want, sizeof want,
+             "%s exists and is not a regular file (a directory); refusing to replace it", sub);
+    ck_assert_str_eq(err.message, want);
+    struct stat sb;
+    ck_assert(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode));
+    ck_assert_int_eq(rmdir(sub), 0);
+    qkv_params_free(p);
+}
+END_TEST
+
 START_TEST(test_opening_a_fifo_or_device_fails_at_once)
 {
     /* a named pipe with no writer: open() of it alone would block for ever */
@@ -862,6 +883,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_saving_follows_the_umask);
     tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
+    tcase_add_test(tc, test_saving_over_a_directory_is_an_io_error);
     tcase_add_test(tc, test_opening_a_fifo_or_device_fails_at_once);
     suite_add_tcase(s, tc);
     return s;

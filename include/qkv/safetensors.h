@@ -48,9 +48,10 @@ typedef struct qkv_meta_entry {
  * Refuses a parameter with a value that is not finite (QKV_ERR_NUMERIC),
  * a header the reader would refuse (a repeated key, over
  * QKV_SAFETENSORS_MAX_HEADER: QKV_ERR_ARG; no parameter is named
- * __metadata__, which qkv_params_add refuses) and a path that exists and
- * is not a regular file, leaving the old file as it was; QKV_ERR_IO and
- * the reason in err for other failures. */
+ * __metadata__, which qkv_params_add refuses), leaving the old file as
+ * it was. QKV_ERR_IO and the reason in err for a path that exists and is
+ * not a regular file (a directory, a device: left as it is) and for other
+ * failures. */
 qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv_meta_entry *meta,
                                 int n_meta, qkv_error *err);
 
