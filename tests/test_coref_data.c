@@ -288,6 +288,12 @@ START_TEST(test_splits_are_disjoint_and_test_templates_unseen)
     }
     qkv_coref_data_free(&d);
     ck_assert_int_eq(qkv_coref_data_build(&d, 0, 1, NULL), QKV_ERR_ARG);
+    /* a set with a bit past level 3 is refused, not built from its known
+     * levels: 1 | 8 = 0x9 */
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_data_build(&d, 1u | 8u, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "data: level set 0x9 is not a set of 1, 2, 3");
+    ck_assert_int_eq(d.n_train + d.n_val + d.n_test, 0);
 }
 END_TEST
 
@@ -413,6 +419,10 @@ START_TEST(test_parse_levels)
     ck_assert_uint_eq(qkv_coref_parse_levels(""), 0);
     ck_assert_uint_eq(qkv_coref_parse_levels("1,"), 0);
     ck_assert_uint_eq(qkv_coref_parse_levels("12"), 0);
+    /* levels are separated by commas and by nothing else */
+    ck_assert_uint_eq(qkv_coref_parse_levels("1;2"), 0);
+    ck_assert_uint_eq(qkv_coref_parse_levels("1 3"), 0);
+    ck_assert_uint_eq(qkv_coref_parse_levels("2.3"), 0);
 }
 END_TEST
 
