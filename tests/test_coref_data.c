@@ -239,6 +239,25 @@ START_TEST(test_tokenizer_quotes_an_unknown_word_and_its_offset)
 }
 END_TEST
 
+/* A long unknown word is quoted by whole characters, as many as fit the
+ * 128-byte buffer with its NUL: "zz" then 3-byte characters leave it at
+ * 2 + 41 * 3 = 125 bytes, since one more would make 128 and leave no room
+ * for the NUL; never 2 bytes of a 3-byte character. */
+START_TEST(test_a_long_unknown_word_is_cut_at_a_whole_character)
+{
+    char text[256] = "小明zz", want[256] = "unknown word \"zz";
+    for (int i = 0; i < 50; i++)
+        strcat(text, "龙");
+    for (int i = 0; i < 41; i++)
+        strcat(want, "龙");
+    strcat(want, "\" at character 2");
+    int ids[QKV_COREF_MAX_TOKENS], n;
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_tokenize(text, ids, QKV_COREF_MAX_TOKENS, &n, &err), QKV_ERR_FORMAT);
+    ck_assert_str_eq(err.message, want);
+}
+END_TEST
+
 static int same_example(const qkv_coref_example *a, const qkv_coref_example *b)
 {
     return a->len == b->len && a->pronoun == b->pronoun && a->tmpl == b->tmpl &&
@@ -438,6 +457,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_escape_elided_keeps_a_third_for_the_start);
     tcase_add_test(tc, test_a_long_error_message_keeps_its_start_and_end);
     tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);
+    tcase_add_test(tc, test_a_long_unknown_word_is_cut_at_a_whole_character);
     tcase_add_test(tc, test_generator_is_deterministic_for_a_seed);
     tcase_add_test(tc, test_splits_are_disjoint_and_test_templates_unseen);
     tcase_add_test(tc, test_examples_follow_their_level);
