@@ -258,6 +258,21 @@ START_TEST(test_a_long_unknown_word_is_cut_at_a_whole_character)
 }
 END_TEST
 
+/* The fingerprint that checkpoints store is the CRC-32 of every word, its
+ * NUL and its kind's byte, in id order; CPython computes it from the table
+ * in vocab.c as
+ *     crc = 0
+ *     for w, k in vocab:
+ *         crc = zlib.crc32(w.encode() + b"\0", crc)
+ *         crc = zlib.crc32(bytes([k]), crc)
+ * A change here makes every saved model unreadable, so it is made on
+ * purpose or not at all. */
+START_TEST(test_the_vocabulary_fingerprint_is_pinned)
+{
+    ck_assert_uint_eq(qkv_coref_fingerprint(), 0x70d012cau);
+}
+END_TEST
+
 static int same_example(const qkv_coref_example *a, const qkv_coref_example *b)
 {
     return a->len == b->len && a->pronoun == b->pronoun && a->tmpl == b->tmpl &&
@@ -458,6 +473,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_a_long_error_message_keeps_its_start_and_end);
     tcase_add_test(tc, test_tokenizer_quotes_an_unknown_word_and_its_offset);
     tcase_add_test(tc, test_a_long_unknown_word_is_cut_at_a_whole_character);
+    tcase_add_test(tc, test_the_vocabulary_fingerprint_is_pinned);
     tcase_add_test(tc, test_generator_is_deterministic_for_a_seed);
     tcase_add_test(tc, test_splits_are_disjoint_and_test_templates_unseen);
     tcase_add_test(tc, test_examples_follow_their_level);
