@@ -205,12 +205,52 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
     expect_edit_refused(good, n, "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[3,4]",
                         "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[4,3]",
                         "tensor 'wo' is missing or not [3,4]");
+    /* the second dimension too: 5 classes call for a wo of [3,5] */
+    expect_edit_refused(good, n, "\"classes\":\"4\"", "\"classes\":\"5\"",
+                        "tensor 'wo' is missing or not [3,5]");
     /* the good file still loads */
     qkv_coref_model *l = qkv_coref_load(path, FP, NULL);
     ck_assert_ptr_nonnull(l);
     qkv_coref_model_free(l);
     free(good);
     free(b);
+    qkv_coref_model_free(m);
+}
+END_TEST
+
+/* The levels a model was trained on are saved as "1,2,3" or a part, and
+ * a list that is not one is damage, not "no levels". */
+START_TEST(test_the_levels_metadata_is_kept_and_checked)
+{
+    qkv_coref_model *m = small_model();
+    m->levels = 5; /* levels 1 and 3 */
+    ck_assert_int_eq(qkv_coref_save(m, FP, path, NULL), QKV_OK);
+    qkv_coref_model *l = qkv_coref_load(path, FP, NULL);
+    ck_assert_ptr_nonnull(l);
+    ck_assert_uint_eq(l->levels, 5);
+    qkv_coref_model_free(l);
+    long n;
+    unsigned char *good = read_all(path, &n);
+    expect_edit_refused(good, n, "\"levels\":\"1,3\"", "\"levels\":\"1,4\"",
+                        "the metadata 'levels' is not a list of 1, 2, 3");
+    expect_edit_refused(good, n, "\"levels\":\"1,3\"", "\"levels\":\"1;3\"",
+                        "the metadata 'levels' is not a list of 1, 2, 3");
+    free(good);
+    qkv_coref_model_free(m);
+}
+END_TEST
+
+/* An init_std of -0 is saved as "0", as qkv train echoes it. */
+START_TEST(test_an_init_std_of_minus_zero_is_saved_as_0)
+{
+    qkv_coref_config c = {7, 3, 4, 1, -0.0, 9};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_eq(qkv_coref_save(m, FP, path, NULL), QKV_OK);
+    qkv_st *f = qkv_st_open(path, NULL);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_str_eq(qkv_st_meta(f, "init_std"), "0");
+    qkv_st_close(f);
     qkv_coref_model_free(m);
 }
 END_TEST
@@ -460,6 +500,8 @@ Suite *coref_checkpoint_suite(void)
     tcase_add_test(tc, test_checkpoint_round_trips_exactly);
     tcase_add_test(tc, test_every_checkpoint_fault_is_a_clear_error);
     tcase_add_test(tc, test_save_reports_an_unwritable_path);
+    tcase_add_test(tc, test_the_levels_metadata_is_kept_and_checked);
+    tcase_add_test(tc, test_an_init_std_of_minus_zero_is_saved_as_0);
     tcase_add_test(tc, test_metadata_declaring_a_huge_model_is_refused_before_allocating);
     tcase_add_test(tc, test_every_hyper_parameter_is_held_to_the_options_bounds);
     tcase_add_test(tc, test_a_non_finite_model_never_replaces_a_good_one);
