@@ -191,6 +191,58 @@ START_TEST(test_every_kind_trains_on_one_batch_and_attention_is_the_coref_model)
 }
 END_TEST
 
+/* A batch of distance sentences marks each item's name (the antecedent,
+ * token 0) and refuses, naming the length, a batch whose rows are one
+ * token short: k fillers make k + 8 tokens. */
+START_TEST(test_distance_batches_mark_the_name_and_need_k_plus_8_tokens)
+{
+    qkv_rng g;
+    qkv_rng_seed(&g, 5);
+    qkv_coref_batch *b = qkv_coref_batch_new(4, 10, NULL);
+    ck_assert_int_eq(qkv_distance_batch(b, 4, 2, &g, NULL), QKV_OK);
+    ck_assert_int_eq(b->T, 10);
+    for (int i = 0; i < b->B; i++) {
+        ck_assert_int_eq(b->mark[i], b->ids[(size_t)i * b->cap_t]);
+        ck_assert_int_eq(qkv_coref_class_of(b->mark[i]), b->target[i]);
+    }
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_distance_batch(b, 4, 3, &g, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "distance: 4 sentences of 11 tokens do not fit the batch");
+    qkv_coref_batch_free(b);
+}
+END_TEST
+
+/* Equal logits go to the first class, as torch.argmax and
+ * qkv_coref_predict have it: with Wo all zero every logit is 0, and items
+ * whose target is class 0 are all right. */
+START_TEST(test_seq_correct_gives_ties_to_the_first_class)
+{
+    qkv_seq_config c = {QKV_SEQ_GRU,
+                        qkv_coref_vocab_size(),
+                        qkv_coref_classes(),
+                        qkv_seq_default_width(QKV_SEQ_GRU),
+                        QKV_RNN_TANH,
+                        3,
+                        NAN};
+    qkv_seq_model *m = qkv_seq_model_new(&c, NULL);
+    ck_assert_ptr_nonnull(m);
+    memset(m->wo->data, 0, sizeof *m->wo->data * m->wo->numel);
+    qkv_coref_batch *b = qkv_coref_batch_new(3, 12, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 6);
+    for (int i = 0; i < 3; i++) {
+        int ids[16], len, pron, target;
+        qkv_distance_sentence(i, &g, ids, &len, &pron, &target, NULL);
+        ck_assert_int_eq(qkv_coref_batch_add(b, ids, len, pron, i == 2 ? 11 : 0, ids[0]), QKV_OK);
+    }
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    ck_assert_int_eq(qkv_seq_correct(m, t, b), 2);
+    qkv_tape_free(t);
+    qkv_coref_batch_free(b);
+    qkv_seq_model_free(m);
+}
+END_TEST
+
 Suite *coref_seq_suite(void)
 {
     Suite *s = suite_create("coref_seq");
@@ -198,6 +250,8 @@ Suite *coref_seq_suite(void)
     tcase_add_test(tc, test_distance_sentences_have_the_distance_asked_for_and_tokenize);
     tcase_add_test(tc, test_the_rnn_model_reads_the_state_at_each_pronoun);
     tcase_add_test(tc, test_every_kind_trains_on_one_batch_and_attention_is_the_coref_model);
+    tcase_add_test(tc, test_distance_batches_mark_the_name_and_need_k_plus_8_tokens);
+    tcase_add_test(tc, test_seq_correct_gives_ties_to_the_first_class);
     suite_add_tcase(s, tc);
     return s;
 }
