@@ -446,6 +446,61 @@ START_TEST(test_jacobian_norm_of_known_distributions)
 }
 END_TEST
 
+/* Evaluation averages over the items, across its batches: with Wo all
+ * zero every logit is 0 and each item's loss is ln 12 (math.log(12) =
+ * 2.4849066497880004), whatever the batch size. */
+START_TEST(test_evaluate_averages_the_loss_over_items)
+{
+    qkv_coref_config c = {qkv_coref_vocab_size(), 4, qkv_coref_classes(), 1, 0.1, 3};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
+    ck_assert_ptr_nonnull(m);
+    memset(m->wo->data, 0, sizeof *m->wo->data * m->wo->numel);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 1, 2, NULL), QKV_OK);
+    ck_assert_int_gt(d.n_val, 8); /* more than one batch of 8 */
+    qkv_coref_batch *b = qkv_coref_batch_new(8, QKV_COREF_MAX_TOKENS, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_coref_eval e;
+    ck_assert_int_eq(qkv_coref_evaluate(m, t, b, d.val, d.n_val, 0, &e), QKV_OK);
+    ck_assert_int_eq(e.n, d.n_val);
+    ASSERT_NEAR(e.loss, 2.4849066497880004, 1e-5);
+    qkv_tape_free(t);
+    qkv_coref_batch_free(b);
+    qkv_coref_data_free(&d);
+    qkv_coref_model_free(m);
+}
+END_TEST
+
+/* qkv_coref_fit counts the updates it made, and refuses an empty
+ * training split before it draws a batch. */
+START_TEST(test_fit_counts_its_steps_and_refuses_an_empty_split)
+{
+    qkv_coref_config c = {qkv_coref_vocab_size(), 4, qkv_coref_classes(), 1, 0.1, 3};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_SGD);
+    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_coref_batch *b = qkv_coref_batch_new(4, QKV_COREF_MAX_TOKENS, NULL);
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 1, 2, NULL), QKV_OK);
+    int done = -1;
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_fit(m, o, t, b, &d, 3, 7, NULL, NULL, &done, &err), QKV_OK);
+    ck_assert_int_eq(done, 3);
+    qkv_coref_data empty;
+    memset(&empty, 0, sizeof empty);
+    done = -1;
+    ck_assert_int_eq(qkv_coref_fit(m, o, t, b, &empty, 3, 7, NULL, NULL, &done, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "fit: the training split is empty");
+    ck_assert_int_eq(done, 0);
+    qkv_coref_data_free(&d);
+    qkv_coref_batch_free(b);
+    qkv_tape_free(t);
+    qkv_optim_free(o);
+    qkv_coref_model_free(m);
+}
+END_TEST
+
 Suite *coref_model_suite(void)
 {
     Suite *s = suite_create("coref_model");
@@ -463,6 +518,8 @@ Suite *coref_model_suite(void)
     tcase_add_test(tc, test_rows_only_steps_change_no_bit);
     tcase_add_test(tc, test_entropy_of_known_distributions);
     tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
+    tcase_add_test(tc, test_evaluate_averages_the_loss_over_items);
+    tcase_add_test(tc, test_fit_counts_its_steps_and_refuses_an_empty_split);
     suite_add_tcase(s, tc);
     return s;
 }
