@@ -201,6 +201,9 @@ START_TEST(test_every_checkpoint_fault_is_a_clear_error)
                         "the metadata 'init_std' is not a number in [0, 100]");
     expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\" 0.5\"",
                         "the metadata 'init_std' is not a number in [0, 100]");
+    /* nor a leading point, which %.17g never writes */
+    expect_edit_refused(good, n, "\"init_std\":\"0.5\"", "\"init_std\":\".5\"",
+                        "the metadata 'init_std' is not a number in [0, 100]");
     /* the shapes must be the ones the metadata implies */
     expect_edit_refused(good, n, "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[3,4]",
                         "\"wo\":{\"dtype\":\"" DT "\",\"shape\":[4,3]",
