@@ -58,6 +58,41 @@ static double qk(const qkv_tensor *wq, const qkv_tensor *wk, int u, int v)
     return s;
 }
 
+/* With Wq and Wk zero every score is 0 and each row of attention is
+ * uniform over the sentence: the pronoun's weight on the antecedent is
+ * (its occurrences) / len and on itself 1 / len. The evaluation gives the
+ * means of those over the items, across batches. */
+START_TEST(test_evaluate_gives_the_mean_weights_over_items)
+{
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, QKV_COREF_ALL_LEVELS, 5, NULL), QKV_OK);
+    qkv_ablate_model *m = variant("full", 3);
+    memset(m->wq->data, 0, sizeof(qkv_real) * m->wq->numel);
+    memset(m->wk->data, 0, sizeof(qkv_real) * m->wk->numel);
+    const int n = 20;
+    double ante = 0, self = 0;
+    for (int i = 0; i < n; i++) {
+        const qkv_coref_example *ex = &d.val[i];
+        int hits = 0;
+        for (int j = 0; j < ex->len; j++)
+            hits += ex->ids[j] == ex->antecedent;
+        ante += (double)hits / ex->len / n;
+        self += 1.0 / ex->len / n;
+    }
+    qkv_coref_batch *b = qkv_coref_batch_new(8, QKV_COREF_MAX_TOKENS, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_ablate_eval e;
+    ck_assert_int_eq(qkv_ablate_evaluate(m, t, b, d.val, n, &e), QKV_OK);
+    ck_assert_int_eq(e.n, n);
+    ck_assert_msg(fabs(e.antecedent - ante) <= 1e-5, "%g vs %g", e.antecedent, ante);
+    ck_assert_msg(fabs(e.self - self) <= 1e-5, "%g vs %g", e.self, self);
+    qkv_tape_free(t);
+    qkv_coref_batch_free(b);
+    qkv_ablate_model_free(m);
+    qkv_coref_data_free(&d);
+}
+END_TEST
+
 START_TEST(test_full_is_the_coreference_model_number_for_number)
 {
     qkv_coref_data d;
@@ -242,6 +277,19 @@ START_TEST(test_variant_names_parse_and_bad_ones_do_not)
     qkv_error err = qkv_error_none();
     ck_assert_ptr_null(qkv_ablate_model_new(&c, &err));
     ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    /* a base of 1 or less is no softmax base: b^S is constant at 1 and
+     * ln b, which scales the scores, is 0 or negative */
+    c.d_k = 4;
+    qkv_ablate_model *ok = qkv_ablate_model_new(&c, NULL); /* the config is good otherwise */
+    ck_assert_ptr_nonnull(ok);
+    qkv_ablate_model_free(ok);
+    static const double bad_bases[] = {1, 0.5};
+    for (int i = 0; i < 2; i++) {
+        c.kind = QKV_ABLATE_BASE, c.base = bad_bases[i], c.matched = 0;
+        err = qkv_error_none();
+        ck_assert_ptr_null(qkv_ablate_model_new(&c, &err));
+        ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    }
 }
 END_TEST
 
@@ -321,6 +369,7 @@ Suite *coref_ablate_suite(void)
     TCase *tc = tcase_create("ablate");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_full_is_the_coreference_model_number_for_number);
+    tcase_add_test(tc, test_evaluate_gives_the_mean_weights_over_items);
     tcase_add_test(tc, test_each_variant_computes_what_its_name_says);
     tcase_add_test(tc, test_a_matched_base_follows_full_with_adam);
     tcase_add_test(tc, test_variant_names_parse_and_bad_ones_do_not);
