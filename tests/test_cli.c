@@ -3498,6 +3498,37 @@ START_TEST(test_a_dash_for_a_file_or_directory_is_refused)
     free(out);
 }
 END_TEST
+/* A name of exactly 4000 bytes is taken: the limit is "longer than". */
+START_TEST(test_a_path_option_of_4000_bytes_is_taken)
+{
+    const char *f = NULL;
+    const cli_opt opts[] = {{"f", OPT_FILE, &f, 0, 0, "FILE: one"}};
+    static char v[4002];
+    memset(v, 'x', 4000);
+    v[4000] = '\0';
+    char cmd[] = "t", of[] = "--f";
+    char *argv[] = {cmd, of, v, NULL};
+    ck_assert_int_eq(cli_parse(3, argv, opts, 1, "", "", NULL, 0, NULL), CLI_OK);
+    ck_assert_ptr_eq(f, v);
+    v[4000] = 'x';
+    v[4001] = '\0';
+    ck_assert_int_eq(cli_parse(3, argv, opts, 1, "", "", NULL, 0, NULL), CLI_USAGE);
+}
+END_TEST
+
+/* A flag takes no value: --q=1 is a usage error, and sets nothing. */
+START_TEST(test_a_flag_given_a_value_is_a_usage_error)
+{
+    int q = 0;
+    const cli_opt opts[] = {{"q", OPT_FLAG, &q, 0, 0, "quiet"}};
+    char cmd[] = "t", oq[] = "--q=1";
+    char *argv[] = {cmd, oq, NULL};
+    ck_assert_int_eq(cli_parse(2, argv, opts, 1, "", "", NULL, 0, NULL), CLI_USAGE);
+    ck_assert_int_eq(q, 0);
+    expect("train --quiet=yes", 2, "--quiet takes no value");
+}
+END_TEST
+
 START_TEST(test_an_output_path_too_long_for_its_files_is_refused)
 {
     /* DIR/grads.csv would not fit a path buffer: refused before anything is
@@ -3527,6 +3558,12 @@ START_TEST(test_a_subnormal_number_is_a_number)
     ck_assert_int_ne(cli_parse_double("1e309", &d), 0);
     ck_assert_int_ne(cli_parse_double("-1e309", &d), 0);
     expect("softmax 1e-320,0", 0, "z = [1e-320,0]");
+    /* an exponent may carry a '+', as Python's float() and %e write it */
+    ck_assert_int_eq(cli_parse_double("1e+5", &d), 0);
+    ck_assert(d == 100000);
+    ck_assert_int_eq(cli_parse_double("2.5E+1", &d), 0);
+    ck_assert(d == 25);
+    ck_assert_int_ne(cli_parse_double("1e+", &d), 0);
 }
 END_TEST
 
@@ -4470,6 +4507,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_an_option_value_that_reads_as_an_option_is_refused);
     tcase_add_test(tc, test_a_dash_for_a_file_or_directory_is_refused);
     tcase_add_test(tc, test_an_option_without_a_name_is_quoted_whole);
+    tcase_add_test(tc, test_a_path_option_of_4000_bytes_is_taken);
+    tcase_add_test(tc, test_a_flag_given_a_value_is_a_usage_error);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
