@@ -3516,6 +3516,43 @@ START_TEST(test_a_path_option_of_4000_bytes_is_taken)
 }
 END_TEST
 
+/* The log's train_loss is the mean loss of the steps since the last row,
+ * not that over the batch size: with --init-std 0 Wq, Wk and Wv are 0,
+ * every logit of step 1 is 0, and its loss is ln 12 ("%.6g" of
+ * math.log(12) is 2.48491) on any batch. */
+START_TEST(test_train_logs_the_mean_loss_of_its_steps)
+{
+    char *out;
+    expect("train --steps 1 --log-every 1 --init-std 0 --quiet --save m.st --log l.csv", 0, "");
+    ck_assert_int_eq(sh("sed -n 2p l.csv", &out), 0);
+    ck_assert_msg(strncmp(out, "1,2.48491,", 10) == 0, "%s", out);
+    free(out);
+}
+END_TEST
+
+/* --weight-decay 0 is a weight decay of 0, not "the default": AdamW
+ * without it is Adam (as torch.optim.AdamW(weight_decay=0) is
+ * torch.optim.Adam), the same log to the bit. */
+START_TEST(test_adamw_with_no_weight_decay_is_adam)
+{
+    char *out;
+    expect("train --steps 5 --quiet --optim adamw --weight-decay 0 --save a.st --log a.csv", 0,
+           "final:");
+    expect("train --steps 5 --quiet --optim adam --save b.st --log b.csv", 0, "final:");
+    ck_assert_int_eq(sh("cmp a.csv b.csv", &out), 0);
+    free(out);
+}
+END_TEST
+
+/* A sentence without the name the model picks says it is a guess: here
+ * there is no name at all. */
+START_TEST(test_resolve_says_when_the_name_is_not_in_the_sentence)
+{
+    expect("train --steps 2 --quiet --save m.st --log l.csv", 0, "final:");
+    expect("resolve --model m.st 他很爱唱歌", 0, "(not in the sentence: a guess)\n");
+}
+END_TEST
+
 /* A flag takes no value: --q=1 is a usage error, and sets nothing. */
 START_TEST(test_a_flag_given_a_value_is_a_usage_error)
 {
@@ -4509,6 +4546,9 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_an_option_without_a_name_is_quoted_whole);
     tcase_add_test(tc, test_a_path_option_of_4000_bytes_is_taken);
     tcase_add_test(tc, test_a_flag_given_a_value_is_a_usage_error);
+    tcase_add_test(tc, test_train_logs_the_mean_loss_of_its_steps);
+    tcase_add_test(tc, test_adamw_with_no_weight_decay_is_adam);
+    tcase_add_test(tc, test_resolve_says_when_the_name_is_not_in_the_sentence);
     tcase_add_test(tc, test_an_output_path_too_long_for_its_files_is_refused);
     tcase_add_test(tc, test_a_subnormal_number_is_a_number);
     tcase_add_test(tc, test_resolve_and_eval_refuse_a_model_whose_attention_overflows);
