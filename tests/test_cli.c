@@ -155,6 +155,10 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("distance --models rnn,rnn", 2, "is not a list of distinct models");
     expect("distance --distances 4,,8", 2, "--distances: '4,,8' is not a list");
     expect("distance --forget-bias lots", 2, "--forget-bias: 'lots' is not a number");
+    expect("distance --forget-bias 100.5", 2,
+           "--forget-bias: '100.5' is not a number in [-100, 100] or 'pytorch'");
+    expect("distance --forget-bias -100.5", 2,
+           "--forget-bias: '-100.5' is not a number in [-100, 100] or 'pytorch'");
     /* the bias is the LSTM's alone: without one in --models it was taken
      * and ignored, the runs unlike what the command line said (the short
      * run keeps a regression quick) */
