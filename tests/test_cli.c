@@ -184,6 +184,9 @@ START_TEST(test_usage_errors_exit_2_with_a_message)
     expect("ablate --variants full,no-q", 2, "--variants: 'full,no-q' is not a list");
     expect("ablate --task roles --variants shared-qk", 2, "distinct roles variants");
     expect("ablate --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
+    /* one more than --steps is more (the run is short if it is taken) */
+    expect("ablate --steps 1 --eval-every 2 --seeds 1 --variants full --quiet --out ab", 2,
+           "--eval-every 2 is more than --steps 1");
     expect("distance --steps 5 --eval-every 10", 2, "--eval-every 10 is more than --steps 5");
     expect("softmax --base 1", 2, "--base");
     /* a repeat printed the same column twice, under one CSV header name */
