@@ -471,33 +471,102 @@ START_TEST(test_evaluate_averages_the_loss_over_items)
 }
 END_TEST
 
+/* What the fit tests train: a small model, SGD, a tape and batches of 4. */
+typedef struct fit_rig {
+    qkv_coref_model *m;
+    qkv_optim *o;
+    qkv_tape *t;
+    qkv_coref_batch *b;
+} fit_rig;
+
+static fit_rig fit_rig_new(void)
+{
+    qkv_coref_config c = {qkv_coref_vocab_size(), 4, qkv_coref_classes(), 1, 0.1, 3};
+    fit_rig r;
+    r.m = qkv_coref_model_new(&c, NULL);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_SGD);
+    r.o = qkv_optim_new(&oc, r.m->params, QKV_COREF_PARAMS, NULL);
+    r.t = qkv_tape_new(0, NULL);
+    r.b = qkv_coref_batch_new(4, QKV_COREF_MAX_TOKENS, NULL);
+    return r;
+}
+
+static void fit_rig_free(fit_rig *r)
+{
+    qkv_coref_batch_free(r->b);
+    qkv_tape_free(r->t);
+    qkv_optim_free(r->o);
+    qkv_coref_model_free(r->m);
+}
+
+/* What a fit's hook saw: the training split, how many items it has
+ * checked, and the first that was not the item CPython's order puts there
+ * (-1 for none). */
+typedef struct order_log {
+    const qkv_coref_data *d;
+    int k, bad;
+} order_log;
+
+static qkv_status check_order(void *ctx, const qkv_coref_step *s)
+{
+    order_log *g = ctx;
+    const qkv_coref_batch *b = s->batch;
+    for (int j = 0; j < b->B; j++, g->k++) {
+        const qkv_coref_example *e = &g->d->train[golden_shuffle_11[g->k]];
+        int same = b->len[j] == e->len && b->target[j] == e->target;
+        for (int i = 0; same && i < e->len; i++)
+            same = b->ids[(size_t)j * (size_t)b->cap_t + (size_t)i] == e->ids[i];
+        if (!same && g->bad < 0)
+            g->bad = g->k;
+    }
+    return QKV_OK;
+}
+
+/* fit.h: the items come in the order that a qkv_rng seeded with
+ * batch_seed shuffles the training split into, as CPython's
+ * random.seed(11); random.shuffle(order) does: with 100 items and seed 11,
+ * one epoch of 25 batches of 4 is golden_shuffle_11 (rng_golden.h, from
+ * CPython) item by item. */
+START_TEST(test_fit_draws_items_in_cpythons_shuffled_order)
+{
+    fit_rig r = fit_rig_new();
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 7, 2, NULL), QKV_OK);
+    ck_assert_int_ge(d.n_train, 100);
+    d.n_train = 100; /* the first 100 items, as the golden shuffle's */
+    order_log g = {&d, 0, -1};
+    int done = 0;
+    ck_assert_int_eq(qkv_coref_fit(r.m, r.o, r.t, r.b, &d, 25, 11, check_order, &g, &done, NULL),
+                     QKV_OK);
+    ck_assert_int_eq(done, 25);
+    ck_assert_int_eq(g.k, 100);
+    ck_assert_msg(g.bad < 0, "item %d of the epoch is not train[%u]", g.bad,
+                  g.bad < 0 ? 0u : golden_shuffle_11[g.bad]);
+    qkv_coref_data_free(&d);
+    fit_rig_free(&r);
+}
+END_TEST
+
 /* qkv_coref_fit counts the updates it made, and refuses an empty
  * training split before it draws a batch. */
 START_TEST(test_fit_counts_its_steps_and_refuses_an_empty_split)
 {
-    qkv_coref_config c = {qkv_coref_vocab_size(), 4, qkv_coref_classes(), 1, 0.1, 3};
-    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
-    qkv_optim_config oc = qkv_optim_defaults(QKV_SGD);
-    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, NULL);
-    qkv_tape *t = qkv_tape_new(0, NULL);
-    qkv_coref_batch *b = qkv_coref_batch_new(4, QKV_COREF_MAX_TOKENS, NULL);
+    fit_rig r = fit_rig_new();
     qkv_coref_data d;
     ck_assert_int_eq(qkv_coref_data_build(&d, 1, 2, NULL), QKV_OK);
     int done = -1;
     qkv_error err = qkv_error_none();
-    ck_assert_int_eq(qkv_coref_fit(m, o, t, b, &d, 3, 7, NULL, NULL, &done, &err), QKV_OK);
+    ck_assert_int_eq(qkv_coref_fit(r.m, r.o, r.t, r.b, &d, 3, 7, NULL, NULL, &done, &err), QKV_OK);
     ck_assert_int_eq(done, 3);
     qkv_coref_data empty;
     memset(&empty, 0, sizeof empty);
     done = -1;
-    ck_assert_int_eq(qkv_coref_fit(m, o, t, b, &empty, 3, 7, NULL, NULL, &done, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_coref_fit(r.m, r.o, r.t, r.b, &empty, 3, 7, NULL, NULL, &done, &err),
+                     QKV_ERR_ARG);
     ck_assert_str_eq(err.message, "fit: the training split is empty");
     ck_assert_int_eq(done, 0);
     qkv_coref_data_free(&d);
-    qkv_coref_batch_free(b);
-    qkv_tape_free(t);
-    qkv_optim_free(o);
-    qkv_coref_model_free(m);
+    fit_rig_free(&r);
 }
 END_TEST
 
@@ -520,6 +589,7 @@ Suite *coref_model_suite(void)
     tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
     tcase_add_test(tc, test_evaluate_averages_the_loss_over_items);
     tcase_add_test(tc, test_fit_counts_its_steps_and_refuses_an_empty_split);
+    tcase_add_test(tc, test_fit_draws_items_in_cpythons_shuffled_order);
     suite_add_tcase(s, tc);
     return s;
 }
