@@ -18,8 +18,9 @@ void qkv_tape_name_failure(qkv_tape *t, const char *op);
 
 /* Puts head in place of the first drop bytes of t's error message (kept
  * to the message's room as qkv_tape_fail keeps it: the start and the
- * end). Nothing when t has no error. For a layer to say where an error it
- * met happened. */
+ * end), once: nothing when t has no error or its message was reworded
+ * since the error, so the first to say where an error happened (the
+ * innermost layer) is the one that stays. */
 void qkv_tape_reword_failure(qkv_tape *t, size_t drop, const char *head);
 
 #endif

@@ -35,7 +35,8 @@ struct qkv_tape {
     const qkv_node *last; /* the newest node; each points at the one before */
     size_t n_nodes;
 
-    qkv_error err; /* the first error since the last reset */
+    qkv_error err;    /* the first error since the last reset */
+    int err_reworded; /* err says where it happened (qkv_tape_reword_failure) */
     int grad_on;
     int backward_done;
     struct grad_hdr *grads; /* every gradient made since the last reset, newest first */
@@ -84,6 +85,7 @@ qkv_tape *qkv_tape_new_abi(unsigned abi, size_t arena_bytes, qkv_error *err)
     t->block_cap[0] = cap;
     t->n_blocks = 1;
     t->err = qkv_error_none();
+    t->err_reworded = 0;
     t->grad_on = 1;
     return t;
 }
@@ -107,6 +109,7 @@ void qkv_tape_reset(qkv_tape *t)
     t->last = NULL;
     t->n_nodes = 0;
     t->err = qkv_error_none();
+    t->err_reworded = 0;
     t->backward_done = 0;
     t->grads = NULL;
 }
@@ -161,8 +164,9 @@ void qkv_tape_name_failure(qkv_tape *t, const char *op)
 
 void qkv_tape_reword_failure(qkv_tape *t, size_t drop, const char *head)
 {
-    if (t == NULL || t->err.status == QKV_OK || head == NULL)
+    if (t == NULL || t->err.status == QKV_OK || t->err_reworded || head == NULL)
         return;
+    t->err_reworded = 1;
     char rest[sizeof t->err.message];
     const size_t n = strlen(t->err.message), k = drop < n ? drop : n;
     memcpy(rest, t->err.message + k, n - k + 1);

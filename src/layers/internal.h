@@ -38,8 +38,8 @@ int qkv_layer_clean(const qkv_tape *t);
 /* After a layer's forward that found the tape clean: when the tape failed
  * in it, the message names the layer, "KIND 'NAME': " in place of the
  * "KIND: " of the layer's own messages or in front of an op's, unless a
- * layer inside this one named itself already (the innermost says where).
- * Returns y. */
+ * layer inside this one named itself already (the innermost says where:
+ * qkv_tape_reword_failure rewords once). Returns y. */
 qkv_tensor *qkv_layer_named(qkv_tape *t, int clean, const char *kind, const char *name,
                             qkv_tensor *y);
 

@@ -66,16 +66,10 @@ int qkv_layer_clean(const qkv_tape *t)
 qkv_tensor *qkv_layer_named(qkv_tape *t, int clean, const char *kind, const char *name,
                             qkv_tensor *y)
 {
-    static const char *const kinds[] = {"linear", "embedding", "norm", "mha", "ffn",
-                                        "block",  "rnn",       "lstm", "gru"};
     if (!clean || qkv_layer_clean(t) || name == NULL || name[0] == '\0')
         return y;
+    /* a layer inside this one that named itself keeps its name there */
     const char *m = qkv_tape_error(t);
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
-        const size_t k = strlen(kinds[i]);
-        if (strncmp(m, kinds[i], k) == 0 && strncmp(m + k, " '", 2) == 0)
-            return y; /* named by the layer inside this one */
-    }
     char head[QKV_LAYER_NAME_BYTES + 32];
     snprintf(head, sizeof head, "%s '%s': ", kind, name);
     const size_t k = strlen(kind);
