@@ -136,6 +136,50 @@ START_TEST(test_gradcheck_catches_a_wrong_gradient)
 }
 END_TEST
 
+/* Rows of a small spread (0.02, as embeddings start) through a layer
+ * norm: its curvature scales as 1/spread², so the truncation error of a
+ * difference at the default float32 step (half the spread) is about
+ * (h/spread)² of the gradient. The check must re-measure such entries at
+ * a smaller step rather than fail a correct gradient, and must still fail
+ * one that is 10% off. */
+typedef struct narrow_ctx {
+    qkv_tensor *x; /* [4,8] */
+    double lie;    /* the no-grad loss is scaled by this */
+} narrow_ctx;
+
+static qkv_tensor *narrow_loss(qkv_tape *t, void *ctx)
+{
+    narrow_ctx *c = ctx;
+    const int was = qkv_tape_set_grad(t, 0);
+    qkv_tensor *w = qkv_tape_tensor(t, 2, (const int[]){4, 8}, 0);
+    qkv_tape_set_grad(t, was);
+    if (qkv_tensor_is_nil(w))
+        return w;
+    for (int i = 0; i < 32; i++)
+        w->data[i] = (qkv_real)cos(0.7 * i + 0.3);
+    qkv_tensor *y = qkv_layer_norm(t, c->x, NULL, NULL, 1e-5);
+    qkv_tensor *l = qkv_sum(t, qkv_mul(t, qkv_mul(t, y, y), w));
+    return qkv_tape_grad_enabled(t) ? l : qkv_scale(t, l, c->lie);
+}
+
+START_TEST(test_gradcheck_remeasures_a_narrow_layer_norm)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    narrow_ctx c = {tensor_of(2, (const int[]){4, 8}, NULL, 1), 1};
+    for (int i = 0; i < 32; i++)
+        c.x->data[i] = (qkv_real)(0.02 * sin(1.9 * i + 0.4));
+    qkv_gradcheck_result res;
+    ck_assert_int_eq(qkv_gradcheck(t, narrow_loss, &c, &c.x, 1, 0, 0, 0, &res), QKV_OK);
+    ck_assert_msg(res.passed, "max rel err %.3e (max abs %.3e)", res.max_rel, res.max_abs);
+    ck_assert_uint_eq(res.checked, 32);
+    c.lie = 1.1; /* finite differences 10% above the tape's gradient */
+    ck_assert_int_eq(qkv_gradcheck(t, narrow_loss, &c, &c.x, 1, 0, 0, 0, &res), QKV_OK);
+    ck_assert_msg(!res.passed, "a gradient 10%% off passed: max rel err %.3e", res.max_rel);
+    qkv_tape_free(t);
+    qkv_tensor_free(c.x);
+}
+END_TEST
+
 /* The tape's gradient setting is the caller's again afterwards: a check
  * run on a tape in evaluation (qkv_tape_set_grad(t, 0)) left it
  * recording. */
@@ -277,6 +321,7 @@ Suite *gradcheck_suite(void)
     tcase_add_loop_test(tc, test_builtin_gradcheck_passes, 0, qkv_gradcheck_builtin_count());
     tcase_add_loop_test(tc, test_aliased_inputs_and_reused_outputs_pass_gradcheck, 0, 2 * N_ALIAS);
     tcase_add_test(tc, test_gradcheck_catches_a_wrong_gradient);
+    tcase_add_test(tc, test_gradcheck_remeasures_a_narrow_layer_norm);
     tcase_add_test(tc, test_gradcheck_restores_the_grad_setting);
     tcase_add_test(tc, test_grad_compare_uses_the_floor_and_fails_on_nan);
     tcase_add_test(tc, test_grad_compare_takes_null_arguments);

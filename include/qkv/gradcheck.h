@@ -34,8 +34,12 @@ double qkv_gradcheck_default_tol(void);
 
 /* Runs the check on nparams parameters (heap tensors with gradients): one
  * central difference per entry in the float32 build, two (at step and
- * 2·step) extrapolated to cancel the h² error in the double build. Their
- * values are restored afterwards, and so is the tape's gradient setting
+ * 2·step) extrapolated to cancel the h² error in the double build. An
+ * entry that fails at step is measured again at step/3 and step/9 and
+ * judged by its closest estimate: a smaller step cuts the truncation
+ * error where the loss curves sharply (a layer norm on rows of small
+ * spread), and a wrong gradient fails at every step. The values are
+ * restored afterwards, and so is the tape's gradient setting
  * (qkv_tape_set_grad); their gradients are left holding the analytic
  * gradient. step, floor and tol of 0 pick the defaults; each must be
  * finite and >= 0. It resets t first (what t held, an earlier error
