@@ -3,6 +3,7 @@
  * padding, the whole model's gradient check, the metrics on hand-worked
  * examples, and training that reaches the accuracy with a fixed seed.
  */
+#include <float.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -284,6 +285,45 @@ START_TEST(test_training_reaches_test_accuracy_with_a_fixed_seed)
     ck_assert_msg(acc >= 0.99, "test accuracy %.4f", acc);
     ck_assert_msg(mass >= 0.9, "attention on the antecedent %.4f", mass);
     ck_assert_int_eq(moved, 3); /* Wq, Wk and Wv all changed */
+}
+END_TEST
+
+/* A loss that overflows while every gradient stays finite: V's rows are
+ * all (1, 0), so the attention output h is (1, 0) and the logits are Wo's
+ * first row, -0.6·max for the target and +0.6·max for the other two. The
+ * loss is about 1.2·max, which overflows; softmax - onehot is finite, and
+ * so is dh = 0.6·max, spread over distinct tokens. The step must report
+ * divergence and leave the weights as they were, not take an update
+ * that the optimizer's finite-gradient check would let through. */
+START_TEST(test_train_step_refuses_an_overflowing_loss)
+{
+    const double big = 0.6 * (sizeof(qkv_real) == sizeof(float) ? FLT_MAX : DBL_MAX);
+    qkv_coref_config c = {10, 2, 3, 1, 1.0, 3};
+    qkv_coref_model *m = qkv_coref_model_new(&c, NULL);
+    for (int r = 0; r < 10; r++)
+        m->wv->data[2 * r] = 1, m->wv->data[2 * r + 1] = 0;
+    for (int k = 0; k < 3; k++)
+        m->wo->data[k] = (qkv_real)(k == 0 ? -big : big), m->wo->data[3 + k] = 0;
+    qkv_coref_batch *b = qkv_coref_batch_new(2, 8, NULL);
+    qkv_coref_batch_add(b, (const int[]){1, 2, 3}, 3, 2, 0, 1);
+    qkv_coref_batch_add(b, (const int[]){4, 5, 6}, 3, 2, 0, 4);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_SGD);
+    oc.lr = 1e-3;
+    qkv_optim *o = qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, NULL);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_coref_out f;
+    qkv_real before[20];
+    memcpy(before, m->wv->data, sizeof before);
+    ck_assert_int_eq(qkv_coref_train_step(m, o, t, b, &f), QKV_ERR_NUMERIC);
+    ck_assert(isinf(f.loss->data[0]));
+    for (int p = 0; p < QKV_COREF_PARAMS; p++) /* the premise: gradients finite */
+        for (size_t i = 0; i < m->params[p]->numel; i++)
+            ck_assert_msg(isfinite(m->params[p]->grad[i]), "param %d grad[%zu]", p, i);
+    ck_assert_int_eq(memcmp(before, m->wv->data, sizeof before), 0);
+    qkv_tape_free(t);
+    qkv_optim_free(o);
+    qkv_coref_batch_free(b);
+    qkv_coref_model_free(m);
 }
 END_TEST
 
@@ -582,6 +622,7 @@ Suite *coref_model_suite(void)
     tcase_add_test(tc, test_attention_metrics_by_hand);
     tcase_add_test(tc, test_mark_mass_counts_marked_items_and_ties_go_to_the_first_class);
     tcase_add_test(tc, test_training_reaches_test_accuracy_with_a_fixed_seed);
+    tcase_add_test(tc, test_train_step_refuses_an_overflowing_loss);
     tcase_add_test(tc, test_training_step_allocates_nothing_after_the_first);
     tcase_add_test(tc, test_thread_count_changes_no_bit);
     tcase_add_test(tc, test_rows_only_steps_change_no_bit);
