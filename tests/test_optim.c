@@ -345,6 +345,40 @@ START_TEST(test_zero_learning_rate_is_a_frozen_step)
 }
 END_TEST
 
+/* qkv_optim_set_lr changes the rate and nothing else: 0 is a rate (a
+ * frozen step), Inf is not, and the moments and the step count (so Adam's
+ * bias correction) go on across a change, as in PyTorch. torch 1.13's Adam
+ * (lr 0.1, then 0, then 0.05 set in its param group; gradients 1, -2, 0.5)
+ * gives 0.900000001, 0.900000001, 0.9068345341008733. */
+START_TEST(test_set_lr_keeps_the_moments_and_the_step_count)
+{
+    qkv_tensor *p = param((const double[]){1}, (const double[]){1}, 1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    c.lr = 0.1;
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.900000001, 2 * REAL_EPS);
+    ck_assert_int_eq(qkv_optim_set_lr(o, INFINITY), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_set_lr(o, -INFINITY), QKV_ERR_ARG);
+    ck_assert(qkv_optim_lr(o) == 0.1);
+    ck_assert_int_eq(qkv_optim_set_lr(o, 0), QKV_OK);
+    ck_assert(qkv_optim_lr(o) == 0);
+    ck_assert_int_eq(qkv_optim_steps(o), 1);
+    p->grad[0] = -2;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.900000001, 2 * REAL_EPS);
+    ck_assert_int_eq(qkv_optim_steps(o), 2);
+    ck_assert_int_eq(qkv_optim_set_lr(o, 0.05), QKV_OK);
+    ck_assert_int_eq(qkv_optim_steps(o), 2);
+    p->grad[0] = 0.5;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ASSERT_NEAR(p->data[0], 0.9068345341008733, 4 * REAL_EPS);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
 /* The Adam kernel on every kernel set against the formula written out
  * here, over 37 weights (whole vectors and a tail), for three steps with
  * L2 decay: IEEE arithmetic in the same order gives the same bits. */
@@ -411,6 +445,7 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_bad_configs_are_refused);
     tcase_add_test(tc, test_an_empty_parameter_list_is_refused);
     tcase_add_test(tc, test_zero_learning_rate_is_a_frozen_step);
+    tcase_add_test(tc, test_set_lr_keeps_the_moments_and_the_step_count);
     tcase_add_test(tc, test_adam_kernel_is_the_formula_on_every_path);
     tcase_add_test(tc, test_sum_squares_exact_on_integers);
     suite_add_tcase(s, tc);
