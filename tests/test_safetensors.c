@@ -205,6 +205,77 @@ START_TEST(test_files_of_other_writers_load)
 }
 END_TEST
 
+/* Parses f, which must parse; the caller closes what it returns. */
+static qkv_st *parse_ok(file f)
+{
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    free(f.b);
+    return st;
+}
+
+/* The reader's limits, each at its edge: a name or a metadata string of
+ * 1024 bytes is read and one of 1025 is not; a shape of 8 dimensions is
+ * read and one of 9 is not; qkv_st_shape gives up to QKV_MAX_DIMS (4)
+ * dimensions that fit an int, and -1, writing nothing past them, for more
+ * dimensions or a dimension over 2^31 - 1. */
+START_TEST(test_names_and_shapes_at_the_readers_limits)
+{
+    char h[1200], name[1026];
+    memset(name, 'n', sizeof name);
+    name[1024] = '\0';
+    snprintf(h, sizeof h, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", name);
+    qkv_st *st = parse_ok(make(h, "\0\0\0\0", 4));
+    ck_assert_str_eq(qkv_st_name(st, 0), name);
+    qkv_st_close(st);
+    name[1024] = 'n';
+    name[1025] = '\0';
+    snprintf(h, sizeof h, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", name);
+    expect_reject(make(h, "\0\0\0\0", 4), QKV_ERR_FORMAT,
+                  "a tensor name is too long or holds a NUL");
+    name[1024] = '\0';
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"note\":\"%s\"}}", name);
+    st = parse_ok(make(h, NULL, 0));
+    ck_assert_str_eq(qkv_st_meta(st, "note"), name);
+    qkv_st_close(st);
+    name[1024] = 'n';
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"note\":\"%s\"}}", name);
+    expect_reject(make(h, NULL, 0), QKV_ERR_FORMAT, "a __metadata__ string is too long");
+    /* dimensions: 4 fit shape, 5 and 8 are read but do not, 9 are refused */
+    int shape[QKV_MAX_DIMS + 1];
+    st = parse_ok(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[1,2,1,3],\"data_offsets\":[0,24]}}",
+                       "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 24));
+    ck_assert_int_eq(qkv_st_shape(st, 0, shape), 4);
+    ck_assert(shape[0] == 1 && shape[1] == 2 && shape[2] == 1 && shape[3] == 3);
+    qkv_st_close(st);
+    static const char *const more[2] = {"[1,1,1,1,2]", "[1,1,1,1,1,1,1,2]"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(h, sizeof h, "{\"w\":{\"dtype\":\"F32\",\"shape\":%s,\"data_offsets\":[0,8]}}",
+                 more[i]);
+        st = parse_ok(make(h, "\0\0\0\0\0\0\0\0", 8));
+        for (int d = 0; d <= QKV_MAX_DIMS; d++)
+            shape[d] = -7;
+        ck_assert_int_eq(qkv_st_shape(st, 0, shape), -1);
+        for (int d = 0; d <= QKV_MAX_DIMS; d++)
+            ck_assert_int_eq(shape[d], -7);
+        qkv_st_close(st);
+    }
+    expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+                       "\"data_offsets\":[0,4]}}",
+                       "\0\0\0\0", 4),
+                  QKV_ERR_FORMAT, "tensor 'w' needs a shape of at most 8 whole numbers");
+    /* an empty tensor may have a dimension an int cannot hold */
+    st = parse_ok(make("{\"e\":{\"dtype\":\"F32\",\"shape\":[2147483647,0],\"data_offsets\":[0,0]},"
+                       "\"f\":{\"dtype\":\"F32\",\"shape\":[0,2147483648],\"data_offsets\":[0,0]}}",
+                       NULL, 0));
+    ck_assert_int_eq(qkv_st_shape(st, 0, shape), 2);
+    ck_assert(shape[0] == 2147483647 && shape[1] == 0);
+    ck_assert_int_eq(qkv_st_shape(st, 1, shape), -1);
+    qkv_st_close(st);
+}
+END_TEST
+
 /* A tensor with no elements (shape [0], data_offsets [k, k]), as other
  * writers store one, takes no bytes: it begins where the next tensor
  * does, whichever of the two the header names first. */
@@ -872,6 +943,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_qkv_writes_the_format_byte_for_byte);
     tcase_add_test(tc, test_files_of_other_writers_load);
     tcase_add_test(tc, test_an_empty_tensor_takes_no_bytes);
+    tcase_add_test(tc, test_names_and_shapes_at_the_readers_limits);
     tcase_add_test(tc, test_the_header_length_must_fit_the_file_and_the_cap);
     tcase_add_test(tc, test_the_header_must_be_strict_json);
     tcase_add_test(tc, test_header_json_at_its_edges);
