@@ -708,6 +708,29 @@ START_TEST(test_loading_matches_names_and_shapes)
                        "build reads F32 weights; the file holds F64, as a double build "
                        "(make DOUBLE=1) writes and reads");
 #endif
+    /* and one nearer the edge, -4e38 (under twice the largest float): as
+     * a float it would be -inf */
+    const double past = -4e38;
+    uint64_t pu;
+    memcpy(&pu, &past, 8);
+    for (int k = 0; k < 8; k++)
+        wide[24 + k] = (unsigned char)(pu >> (8 * k));
+    fw = make("{" W_ENTRY ",\"b\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[24,48]}}",
+              wide, 48);
+#ifdef QKV_DOUBLE
+    {
+        qkv_st *st = qkv_st_parse(fw.b, fw.n, "t.safetensors", NULL);
+        ck_assert_ptr_nonnull(st);
+        ck_assert_int_eq(qkv_st_load(st, p, NULL), QKV_OK);
+        ck_assert(qkv_params_get(p, "b")->data[0] == -4e38);
+        qkv_st_close(st);
+        free(fw.b);
+        w->data[0] = 42;
+    }
+#else
+    expect_load_reject(fw, p, QKV_ERR_NUMERIC,
+                       "t.safetensors: tensor 'b' value 0 (-4e+38) is beyond F32's range");
+#endif
     /* the largest float (0x7f7fffff, and negated) is finite: it loads */
     unsigned char big[36];
     memcpy(big, d, 36);
