@@ -767,6 +767,32 @@ START_TEST(test_loading_matches_names_and_shapes)
 }
 END_TEST
 
+/* n metadata entries "k0000", "k0001", ... of len bytes of 'x' each (at
+ * most 1024); free with free_entries. */
+static qkv_meta_entry *many_entries(int n, size_t len)
+{
+    qkv_meta_entry *e = calloc((size_t)n, sizeof *e);
+    ck_assert_ptr_nonnull(e);
+    for (int i = 0; i < n; i++) {
+        char *k = malloc(8), *v = malloc(len + 1);
+        ck_assert(k != NULL && v != NULL);
+        snprintf(k, 8, "k%04d", i);
+        memset(v, 'x', len);
+        v[len] = '\0';
+        e[i] = (qkv_meta_entry){k, v};
+    }
+    return e;
+}
+
+static void free_entries(qkv_meta_entry *e, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free((char *)e[i].key);
+        free((char *)e[i].value);
+    }
+    free(e);
+}
+
 START_TEST(test_saving_refuses_bad_metadata_and_values)
 {
     qkv_params *p = two_params();
@@ -811,19 +837,58 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
                   err.message);
     /* a parameter named __metadata__ would repeat the metadata's key: the
      * list refuses the name (test_a_list_holds_named_parameters), so none is saved */
-    char *huge = malloc(QKV_SAFETENSORS_MAX_HEADER + 1);
-    memset(huge, 'x', QKV_SAFETENSORS_MAX_HEADER);
-    huge[QKV_SAFETENSORS_MAX_HEADER] = '\0';
-    const qkv_meta_entry big[1] = {{"big", huge}};
-    ck_assert_int_eq(qkv_safetensors_save(p, path, big, 1, &err), QKV_ERR_ARG);
+    /* (values are at most 1024 bytes: it takes 1100 of 1000 to pass it) */
+    qkv_meta_entry *big = many_entries(1100, 1000);
+    ck_assert_int_eq(qkv_safetensors_save(p, path, big, 1100, &err), QKV_ERR_ARG);
     ck_assert_msg(strstr(err.message, "over the limit"), "%s", err.message);
-    free(huge);
+    free_entries(big, 1100);
     ck_assert_ptr_nonnull(st = qkv_st_open(path, &err));
     ck_assert_str_eq(qkv_st_meta(st, "tab"), "a\tb");
     qkv_st_close(st);
     qkv_params_get(p, "b")->data[1] = INFINITY;
     ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_ERR_NUMERIC);
     ck_assert_msg(strstr(err.message, "b[1] = inf is not finite"), "%s", err.message);
+    qkv_params_free(p);
+}
+END_TEST
+
+/* The reader takes metadata keys and values of up to 1024 bytes, so
+ * saving refuses a longer one: it wrote a file with a 1025-byte value,
+ * which no qkv could then read back. */
+START_TEST(test_saving_refuses_metadata_the_reader_would_refuse)
+{
+    qkv_params *p = two_params();
+    qkv_error err = qkv_error_none();
+    char *k = malloc(1026), *v = malloc(1026);
+    ck_assert(k != NULL && v != NULL);
+    memset(k, 'k', 1024);
+    memset(v, 'v', 1024);
+    k[1024] = v[1024] = '\0';
+    const qkv_meta_entry longest[1] = {{k, v}};
+    ck_assert_msg(qkv_safetensors_save(p, path, longest, 1, &err) == QKV_OK, "%s", err.message);
+    qkv_st *st = qkv_st_open(path, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_str_eq(qkv_st_meta(st, k), v);
+    qkv_st_close(st);
+    char want[256];
+    for (int i = 0; i < 2; i++) {
+        char *s = i == 0 ? v : k;
+        s[1024] = s[0], s[1025] = '\0';
+        const qkv_meta_entry meta[2] = {{"a", "b"}, {k, v}};
+        err = qkv_error_none();
+        ck_assert_int_eq(qkv_safetensors_save(p, path, meta, 2, &err), QKV_ERR_ARG);
+        snprintf(want, sizeof want,
+                 "safetensors: metadata 1 has a key or value over 1024 bytes, which the reader "
+                 "refuses; %s was left untouched",
+                 path);
+        ck_assert_str_eq(err.message, want);
+        s[1024] = '\0';
+    }
+    ck_assert_ptr_nonnull(st = qkv_st_open(path, &err)); /* the first file, as it was */
+    ck_assert_str_eq(qkv_st_meta(st, k), v);
+    qkv_st_close(st);
+    free(k);
+    free(v);
     qkv_params_free(p);
 }
 END_TEST
@@ -976,6 +1041,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_qkv_metadata_is_checked);
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
+    tcase_add_test(tc, test_saving_refuses_metadata_the_reader_would_refuse);
     tcase_add_test(tc, test_saving_follows_the_umask);
     tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
     tcase_add_test(tc, test_saving_over_a_directory_is_an_io_error);

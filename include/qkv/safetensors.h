@@ -43,8 +43,9 @@ typedef struct qkv_meta_entry {
 } qkv_meta_entry;
 
 /* Saves every parameter of p, in order, to path, with n_meta entries of
- * metadata besides qkv's own (keys and values UTF-8; keys may not start
- * with "qkv_", be "__metadata__", nor repeat: QKV_ERR_ARG).
+ * metadata besides qkv's own (keys and values UTF-8 of at most 1024
+ * bytes, as the reader takes; keys may not start with "qkv_", be
+ * "__metadata__", nor repeat: QKV_ERR_ARG).
  * Refuses a parameter with a value that is not finite (QKV_ERR_NUMERIC),
  * a header the reader would refuse (a repeated key, over
  * QKV_SAFETENSORS_MAX_HEADER: QKV_ERR_ARG; no parameter is named

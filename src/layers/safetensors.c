@@ -22,6 +22,8 @@
 #define MAX_DIMS_READ 8 /* the most dimensions a tensor of a file may have */
 #define MAX_NAME 1024   /* bytes of a name or a metadata string */
 #define CHUNK 1024      /* values encoded at a time */
+#define STR_(x) #x
+#define STR(x) STR_(x) /* MAX_NAME as a string, for a message */
 
 /* ------------------------------------------------------------------------ */
 /* writing                                                                  */
@@ -150,6 +152,8 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
         else if (!qkv_utf8_valid(meta[i].key, strlen(meta[i].key), NULL) ||
                  !qkv_utf8_valid(meta[i].value, strlen(meta[i].value), NULL))
             why = "is not UTF-8";
+        else if (strlen(meta[i].key) > MAX_NAME || strlen(meta[i].value) > MAX_NAME)
+            why = "has a key or value over " STR(MAX_NAME) " bytes, which the reader refuses";
         else if (strncmp(meta[i].key, "qkv_", 4) == 0)
             why = "has a key starting with qkv_, which qkv keeps for its own";
         else if (strcmp(meta[i].key, "__metadata__") == 0)
