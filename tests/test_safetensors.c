@@ -793,6 +793,28 @@ static void free_entries(qkv_meta_entry *e, int n)
     free(e);
 }
 
+/* The header length a saved file at path declares, and in *text the
+ * length of its JSON without the spaces that pad it. */
+static uint64_t saved_header(size_t *text)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char b[8];
+    ck_assert_uint_eq(fread(b, 1, 8, f), 8);
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--)
+        n = n << 8 | b[k];
+    char *h = malloc(n);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_uint_eq(fread(h, 1, n, f), n);
+    fclose(f);
+    *text = n;
+    while (*text > 0 && h[*text - 1] == ' ')
+        (*text)--;
+    free(h);
+    return n;
+}
+
 START_TEST(test_saving_refuses_bad_metadata_and_values)
 {
     qkv_params *p = two_params();
@@ -889,6 +911,51 @@ START_TEST(test_saving_refuses_metadata_the_reader_would_refuse)
     qkv_st_close(st);
     free(k);
     free(v);
+    qkv_params_free(p);
+}
+END_TEST
+
+/* Saving's header cap at its edge: 1036 metadata values of 1000 bytes and
+ * a last one as long as makes the header exactly 2^20 bytes, which is
+ * written and read; a byte more (padded to 2^20 + 8) is refused, leaving
+ * the file as it was. */
+START_TEST(test_saving_takes_a_header_of_exactly_the_cap)
+{
+    qkv_params *p = two_params();
+    qkv_error err = qkv_error_none();
+    qkv_st *st;
+    char want[256];
+    enum { N = 1037 };
+    qkv_meta_entry *big = many_entries(N, 1000);
+    char *last = realloc((char *)big[N - 1].value, 1025);
+    ck_assert_ptr_nonnull(last);
+    memset(last, 'x', 1024);
+    last[1] = last[1024] = '\0';
+    big[N - 1].value = last;
+    ck_assert_msg(qkv_safetensors_save(p, path, big, N, &err) == QKV_OK, "%s", err.message);
+    size_t text;
+    saved_header(&text);
+    ck_assert(text < QKV_SAFETENSORS_MAX_HEADER);
+    const size_t fill = 1 + QKV_SAFETENSORS_MAX_HEADER - text; /* the last value's length */
+    ck_assert_msg(fill >= 1 && fill < 1024, "text %zu fill %zu", text, fill);
+    last[1] = 'x';
+    last[fill] = '\0';
+    ck_assert_msg(qkv_safetensors_save(p, path, big, N, &err) == QKV_OK, "%s", err.message);
+    ck_assert_uint_eq(saved_header(&text), QKV_SAFETENSORS_MAX_HEADER);
+    ck_assert_uint_eq(text, QKV_SAFETENSORS_MAX_HEADER);
+    ck_assert_ptr_nonnull(st = qkv_st_open(path, &err));
+    ck_assert_uint_eq(strlen(qkv_st_meta(st, "k1036")), fill);
+    qkv_st_close(st);
+    last[fill] = 'x';
+    last[fill + 1] = '\0';
+    err = qkv_error_none();
+    ck_assert_int_eq(qkv_safetensors_save(p, path, big, N, &err), QKV_ERR_ARG);
+    snprintf(want, sizeof want,
+             "safetensors: a header of %u bytes is over the limit of %u; %s was left untouched",
+             QKV_SAFETENSORS_MAX_HEADER + 8, QKV_SAFETENSORS_MAX_HEADER, path);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_uint_eq(saved_header(&text), QKV_SAFETENSORS_MAX_HEADER);
+    free_entries(big, N);
     qkv_params_free(p);
 }
 END_TEST
@@ -1042,6 +1109,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_saving_refuses_metadata_the_reader_would_refuse);
+    tcase_add_test(tc, test_saving_takes_a_header_of_exactly_the_cap);
     tcase_add_test(tc, test_saving_follows_the_umask);
     tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
     tcase_add_test(tc, test_saving_over_a_directory_is_an_io_error);
