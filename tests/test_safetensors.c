@@ -839,13 +839,25 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
         snprintf(want, sizeof want, "safetensors: %s; %s was left untouched", refused[i].why, path);
         ck_assert_str_eq(err.message, want);
     }
+    /* no metadata array for a count above 0, or a count below 0 */
+    ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "safetensors: no parameters, path or metadata");
+    ck_assert_int_eq(qkv_safetensors_save(p, path, &refused[1].e, -1, &err), QKV_ERR_ARG);
     ck_assert_int_eq(access(path, F_OK), -1);
+    /* only the prefix qkv_ is qkv's: "qkv" and "qkv-note" are anyone's */
+    const qkv_meta_entry near[2] = {{"qkv", "1"}, {"qkv-note", "2"}};
+    ck_assert_msg(qkv_safetensors_save(p, path, near, 2, &err) == QKV_OK, "%s", err.message);
+    qkv_st *st = qkv_st_open(path, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_str_eq(qkv_st_meta(st, "qkv"), "1");
+    ck_assert_str_eq(qkv_st_meta(st, "qkv-note"), "2");
+    qkv_st_close(st);
     /* metadata with quotes, backslashes, Chinese and control bytes (0x1f,
      * the last of them, and 0x01, which JSON must escape) survives the trip */
     static const char ctl[] = {'a', 0x1f, 'b', 0x01, 'c', '\0'};
     const qkv_meta_entry good[3] = {{"task", "他 → \"小明\"\\"}, {"tab", "a\tb"}, {"ctl", ctl}};
     ck_assert_int_eq(qkv_safetensors_save(p, path, good, 3, &err), QKV_OK);
-    qkv_st *st = qkv_st_open(path, &err);
+    st = qkv_st_open(path, &err);
     ck_assert_msg(st != NULL, "%s", err.message);
     ck_assert_str_eq(qkv_st_meta(st, "task"), "他 → \"小明\"\\");
     ck_assert_str_eq(qkv_st_meta(st, "tab"), "a\tb");
@@ -856,6 +868,10 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
     const qkv_meta_entry twice[3] = {{"a", "1"}, {"b", "2"}, {"a", "3"}};
     ck_assert_int_eq(qkv_safetensors_save(p, path, twice, 3, &err), QKV_ERR_ARG);
     ck_assert_msg(strstr(err.message, "metadata 2 repeats the key of metadata 0"), "%s",
+                  err.message);
+    const qkv_meta_entry next[2] = {{"a", "1"}, {"a", "1"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, next, 2, &err), QKV_ERR_ARG);
+    ck_assert_msg(strstr(err.message, "metadata 1 repeats the key of metadata 0"), "%s",
                   err.message);
     /* a parameter named __metadata__ would repeat the metadata's key: the
      * list refuses the name (test_a_list_holds_named_parameters), so none is saved */
