@@ -767,6 +767,27 @@ START_TEST(test_loading_matches_names_and_shapes)
 }
 END_TEST
 
+/* qkv_safetensors_load, which opens, loads and closes in one call, hands
+ * on the error of the step that failed. */
+START_TEST(test_loading_by_path_says_why_it_failed)
+{
+    qkv_params *p = two_params();
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_safetensors_load(p, path, &err), QKV_ERR_IO); /* no file yet */
+    ck_assert_msg(strstr(err.message, path) != NULL, "%s", err.message);
+    ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_OK);
+    ck_assert(!qkv_tensor_is_nil(
+        qkv_params_add(p, "c", 1, (const int[]){2}, (qkv_init){QKV_INIT_ONES, 0, 0}, NULL)));
+    err = qkv_error_none();
+    ck_assert_int_eq(qkv_safetensors_load(p, path, &err), QKV_ERR_FORMAT);
+    char want[200];
+    snprintf(want, sizeof want, "%s has no tensor 'c'", path);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_int_eq(qkv_safetensors_load(p, path, NULL), QKV_ERR_FORMAT); /* err may be NULL */
+    qkv_params_free(p);
+}
+END_TEST
+
 /* n metadata entries "k0000", "k0001", ... of len bytes of 'x' each (at
  * most 1024); free with free_entries. */
 static qkv_meta_entry *many_entries(int n, size_t len)
@@ -1123,6 +1144,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_the_tensors_must_tile_the_data);
     tcase_add_test(tc, test_qkv_metadata_is_checked);
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
+    tcase_add_test(tc, test_loading_by_path_says_why_it_failed);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_saving_refuses_metadata_the_reader_would_refuse);
     tcase_add_test(tc, test_saving_takes_a_header_of_exactly_the_cap);
