@@ -935,6 +935,9 @@ START_TEST(test_layers_refuse_bad_shapes)
         ck_assert_int_eq(qkv_block_init(&bad, r1, prefix, 8, 2, 16, 1, &err), QKV_ERR_ARG);
         ck_assert_int_eq(qkv_params_count(r1), 0);
         ck_assert_ptr_null(bad.attn.qkv.weight);
+        /* what it had added is out of range: no tensor, no decay */
+        for (int i = 0; i < 4; i++)
+            ck_assert(qkv_params_at(r1, i, NULL) == NULL && !qkv_params_decay(r1, i));
         ck_assert_int_eq(qkv_linear_init(&l1, r1, "l", 3, 4, 1, &err), QKV_OK);
         ck_assert_int_eq(qkv_linear_init(&l2, r2, "l", 3, 4, 1, &err), QKV_OK);
         ck_assert_int_eq(memcmp(l1.weight->data, l2.weight->data, 12 * sizeof(qkv_real)), 0);
