@@ -4112,6 +4112,33 @@ START_TEST(test_saturation_plot_says_where_a_gradient_is_exactly_0)
 }
 END_TEST
 
+START_TEST(test_ablate_plot_cuts_its_bars_at_an_accuracys_bounds)
+{
+    /* ablate.png drew mean ± sd as it came: the roles panel's no-v-concat
+     * (0.909 ± 0.108 in the fixture, as in make run) reached 1.017, past
+     * an accuracy's bound, where distance.png cuts its bars at 0 and 1. A
+     * copy of the scripts writes each of its plots as a table too (x, the
+     * mean, the bar's low and high ends); a bar whose mean is at most 1
+     * (an accuracy; the steps' panel holds tens) must stay in [0, 1], and
+     * no bar may go below 0 */
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd,
+             "mkdir s && cp -r '%s/../../scripts/plots.sh' '%s/../../scripts/plots' s/ && "
+             "sed \"s|^\\( *\\)plot |\\1set table '$PWD/tab' append; plot |\" s/plots/ablate.gp "
+             ">s/t && mv s/t s/plots/ablate.gp && sh s/plots.sh '%s/plots' png ablate "
+             ">/dev/null 2>&1; awk 'NF == 5 && $5 == \"i\" {n++} "
+             "NF == 5 && $5 == \"i\" && ($3 < 0 || ($2 <= 1 && $4 > 1)) {print \"bar: \" $0} "
+             "END {print n \" bars\"}' tab",
+             QKV_TEST_DATA, QKV_TEST_DATA, QKV_TEST_DATA);
+    int rc = sh(cmd, &out);
+    ck_assert_msg(rc == 0, "exit %d\n%s", rc, out);
+    /* 9 variants in each of the coref panels' 4 series, 3 in the roles' 3 */
+    ck_assert_msg(strstr(out, "45 bars") != NULL, "not every bar was tabulated:\n%s", out);
+    ck_assert_msg(strstr(out, "bar: ") == NULL, "a bar past its bounds:\n%s", out);
+    free(out);
+}
+END_TEST
+
 /* The occurrences of needle in s. */
 static int count_of(const char *s, const char *needle)
 {
@@ -4570,6 +4597,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_plot_axis_labels_are_chinese);
     tcase_add_test(tc, test_plot_panels_label_their_y_axes);
     tcase_add_test(tc, test_saturation_plot_says_where_a_gradient_is_exactly_0);
+    tcase_add_test(tc, test_ablate_plot_cuts_its_bars_at_an_accuracys_bounds);
     tcase_add_test(tc, test_log_axes_over_many_decades_have_no_clumped_minor_tics);
     tcase_add_test(tc, test_saturation_says_a_run_diverged_instead_of_nan);
     tcase_add_test(tc, test_softmax_plot_keeps_a_long_vectors_title_to_its_panel);

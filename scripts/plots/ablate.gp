@@ -3,7 +3,8 @@
 # and the pronoun's attention on its antecedent and on itself. Middle:
 # steps to 90% validation accuracy (± sd over the seeds that got there).
 # Right: the roles task (two heads, 「A喜欢B。」): held-out sentences with
-# both names right, ± sd.
+# both names right, ± sd. The accuracy bars are cut at 0 and 1, and the
+# steps' at 0, as distance.png's are (a few seeds' sd can pass them).
 # Variables: infile (ablate/summary.csv), roles (ablate-roles/summary.csv,
 # or "" to leave the right panel out), outfile.
 load dir."/common.gp"
@@ -24,10 +25,13 @@ set yrange [0:1.3]
 set ytics 0, 0.2, 1
 set xtics rotate by -35 nomirror
 set key top center horizontal samplen 2
+lo(v) = v < 0 ? 0 : v
+hi(v) = v > 1 ? 1 : v
 set title "指代任务（他 → 小明）：测试集准确率与注意力去向"
 set ylabel "准确率 / 注意力权重"
-plot infile using "acc_mean":"acc_sd":xtic(stringcolumn("variant")) lc rgb "#7f7f7f" \
-         title "测试准确率", \
+plot infile using "acc_mean":(lo(column("acc_mean") - column("acc_sd"))) \
+         :(hi(column("acc_mean") + column("acc_sd"))):xtic(stringcolumn("variant")) \
+         lc rgb "#7f7f7f" title "测试准确率", \
      infile using "attn_antecedent_mean":(0) lc rgb c_scaled title "代词 → 先行词", \
      infile using "attn_self_mean":(0) lc rgb c_unscaled title "代词 → 自己"
 set title "指代任务：验证准确率首次达到 90% 的步数"
@@ -37,8 +41,11 @@ set yrange [0:*]
 set ytics autofreq
 unset key
 if (steps_max <= 0) { set yrange [0:100] }
-plot infile using (column("steps_to_90_mean") < 0 ? 0 : column("steps_to_90_mean")): \
-         "steps_to_90_sd":xtic(stringcolumn("variant")) lc rgb c_scaled, \
+steps(v) = v < 0 ? 0 : v # never got there (-1): no bar
+plot infile using (steps(column("steps_to_90_mean"))) \
+         :(lo(steps(column("steps_to_90_mean")) - column("steps_to_90_sd"))) \
+         :(steps(column("steps_to_90_mean")) + column("steps_to_90_sd")) \
+         :xtic(stringcolumn("variant")) lc rgb c_scaled, \
      infile using ($0):(0):(column("steps_to_90_mean") < 0 ? "未达到" : "") \
          with labels rotate by 90 left offset 0,0.5
 if (roles ne "") {
@@ -47,8 +54,9 @@ if (roles ne "") {
     set yrange [0:1.3]
     set ytics 0, 0.2, 1
     set key top center horizontal
-    plot roles using "both_mean":"both_sd":xtic(stringcolumn("variant")) lc rgb c_scaled \
-             title "A、B 都对", \
+    plot roles using "both_mean":(lo(column("both_mean") - column("both_sd"))) \
+             :(hi(column("both_mean") + column("both_sd"))):xtic(stringcolumn("variant")) \
+             lc rgb c_scaled title "A、B 都对", \
          roles using "a_mean":(0) lc rgb "#9ecae1" title "A 对", \
          roles using "b_mean":(0) lc rgb "#fdae6b" title "B 对"
 }
