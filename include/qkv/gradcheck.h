@@ -46,7 +46,15 @@ double qkv_gradcheck_default_tol(void);
  * included, is gone), and resets it when done. Returns the tape status if
  * the loss function fails, QKV_ERR_ARG on bad arguments (no parameters at
  * all among them: a check that compared nothing would read as passed),
- * with the reason in qkv_tape_error(t). */
+ * with the reason in qkv_tape_error(t).
+ *
+ * The loss at x+h and x-h is evaluated with gradients off, and an op
+ * that acts only while recording does nothing then: qkv_dropout is the
+ * identity, so a loss with dropout at p > 0 fails the check (a relative
+ * error near 2) however right its gradients are. Check such a model with
+ * p = 0, or make fn draw the same mask at every call: a generator of its
+ * own, seeded afresh at each call, with gradients switched on around
+ * qkv_dropout (qkv_tape_set_grad), as the built-in "dropout" check does. */
 qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **params, int nparams,
                          double step, double floor, double tol, qkv_gradcheck_result *res);
 

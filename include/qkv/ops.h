@@ -225,8 +225,11 @@ qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tenso
 
 /* Inverted dropout: each value is zeroed with probability p (one draw of
  * rng per value, in order) and the rest are scaled by 1/(1-p). Returns x
- * itself when p is 0 or gradients are off (evaluation), drawing nothing.
- * p in [0, 1), and rng not NULL (even then): QKV_ERR_ARG otherwise. */
+ * itself when p is 0 or gradients are off (evaluation), drawing nothing
+ * (PyTorch ties this to eval mode instead: under torch.no_grad() its
+ * dropout still drops; qkv_gradcheck's evaluations run without gradients,
+ * see gradcheck.h). p in [0, 1), and rng not NULL (even then): QKV_ERR_ARG
+ * otherwise. */
 qkv_tensor *qkv_dropout(qkv_tape *t, qkv_tensor *x, double p, qkv_rng *rng);
 
 /* ---- attention (src/ops/attention.c) ---------------------------------- */
