@@ -296,6 +296,10 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
     expect("resolve --csv out/heat.csv \"小明是个运动达人，他平时很爱打篮球\"", 0, "他 → 小明");
     /* resolve errors: one line, exit 1 */
     expect("resolve \"小明很爱唱歌\"", 1, "no pronoun");
+    /* an empty sentence (an unset shell variable, say) was "no pronoun",
+     * as if words had been read: it is a sentence not given */
+    expect("resolve \"\"", 2, "qkv: the sentence is empty: give one, e.g. \"");
+    expect("resolve \" 　 \"", 2, "qkv: the sentence is empty (only spaces): give one");
     expect("resolve \"小明是个运动达人，他平时很爱打排球\"", 1,
            "unknown word \"排球\" at character 15");
     expect("resolve \"$(printf '\\344\\273')\"", 1,

@@ -170,6 +170,11 @@ int cmd_resolve(int argc, char **argv)
         return cli_fail("resolve: the sentence has %s", err.message); /* "…at byte N" */
     if (s != QKV_OK)
         return cli_fail_status(err.status, "resolve: %s", err.message);
+    if (n == 0) /* nothing but spaces, or nothing at all: no sentence was given */
+        return cli_usage_error(
+            "resolve",
+            "the sentence is empty%s: give one, e.g. \"小明是个运动达人，他平时很爱打篮球\"",
+            text[0][0] != '\0' ? " (only spaces)" : "");
     for (int i = 0; i < n; i++)
         if (qkv_coref_kind(ids[i]) == QKV_COREF_HE || qkv_coref_kind(ids[i]) == QKV_COREF_SHE)
             pronouns[np++] = i;
