@@ -44,38 +44,40 @@ static qkv_status check_sizes(const char *what, int in, int hidden, qkv_error *e
 
 /* Nonzero when x is [.., cols] with ndim dimensions (its batch size, the
  * one before cols, in *batch) and each state of states[0..n) is NULL (a
- * zero state) or [*batch, hidden]. Otherwise records a shape error
- * naming x (as "the <xname> ... must be [<xshape>,cols]") and every state
- * (as the "first state" of a sequence when x is one: ndim 3). */
+ * zero state) or [*batch, hidden]. Otherwise records a shape error that
+ * names what is wrong: x ("the <xname> ... must be [<xshape>,cols]"), or
+ * else the first wrong state with the shape it must have and x's ("the
+ * first state ... must be [B,H] (batch, hidden) for the sequence ...";
+ * "first" when x is a sequence, ndim 3; the LSTM's second state is its
+ * cell state). */
 static int shapes_ok(qkv_tape *t, const char *what, const char *xname, const char *xshape,
                      const qkv_tensor *x, int ndim, int cols, const qkv_tensor *const *states,
                      int n, int hidden, int *batch)
 {
     if (qkv_tape_status(t) != QKV_OK)
         return 0;
-    int ok = !qkv_tensor_is_nil(x) && x->ndim == ndim && x->shape[ndim - 1] == cols;
-    *batch = ok ? x->shape[ndim - 2] : -1;
+    char sx[64], sh[64];
+    qkv_shape_str(x, sx, sizeof sx);
+    if (qkv_tensor_is_nil(x) || x->ndim != ndim || x->shape[ndim - 1] != cols) {
+        *batch = -1;
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the %s %s must be [%s,%d]", what, xname, sx, xshape,
+                      cols);
+        return 0;
+    }
+    *batch = x->shape[ndim - 2];
     for (int i = 0; i < n; i++) {
         const qkv_tensor *h = states[i];
-        ok = ok && (h == NULL || (!qkv_tensor_is_nil(h) && h->ndim == 2 && h->shape[0] == *batch &&
-                                  h->shape[1] == hidden));
-    }
-    if (ok)
-        return 1;
-    char sx[64], sh[2][64] = {"none", "none"};
-    qkv_shape_str(x, sx, sizeof sx);
-    for (int i = 0; i < n; i++)
-        if (states[i] != NULL)
-            qkv_shape_str(states[i], sh[i], sizeof sh[i]);
-    const char *state = ndim == 3 ? "first state" : "state";
-    if (n == 2) /* the LSTM's h and c */
+        if (h == NULL || (!qkv_tensor_is_nil(h) && h->ndim == 2 && h->shape[0] == *batch &&
+                          h->shape[1] == hidden))
+            continue;
+        qkv_shape_str(h, sh, sizeof sh);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "%s: the %s %s must be [%s,%d] and the %s %s, %s [B,%d] each", what, xname,
-                      sx, xshape, cols, state, sh[0], sh[1], hidden);
-    else
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the %s %s must be [%s,%d] and the %s %s [B,%d]", what,
-                      xname, sx, xshape, cols, state, sh[0], hidden);
-    return 0;
+                      "%s: the %s%s %s must be [%d,%d] (batch, hidden) for the %s %s", what,
+                      ndim == 3 ? "first " : "", n == 2 && i == 1 ? "cell state" : "state", sh,
+                      *batch, hidden, xname, sx);
+        return 0;
+    }
+    return 1;
 }
 
 /* Checks that xw is [B, k·H] and h (if any) [B, H]; records the error. */
