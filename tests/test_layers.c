@@ -869,6 +869,36 @@ END_TEST
  * in, by its init's prefix: in front of an op's message, in place of the
  * "KIND: " of the layer's own; an outer layer adds nothing, and an error
  * from before the layer is left as it was. */
+/* An empty prefix names the parameters bare, as a lone PyTorch module's
+ * state_dict does ("weight", "bias"; a block's "attn.qkv.weight"); a NULL
+ * prefix and one too long say which it is. */
+START_TEST(test_an_empty_prefix_names_parameters_bare)
+{
+    qkv_error err = qkv_error_none();
+    qkv_params *p = qkv_params_new(1, &err);
+    qkv_linear l;
+    ck_assert_int_eq(qkv_linear_init(&l, p, "", 3, 2, 1, &err), QKV_OK);
+    ck_assert_ptr_eq(qkv_params_get(p, "weight"), l.weight);
+    ck_assert_ptr_eq(qkv_params_get(p, "bias"), l.bias);
+    qkv_params *q = qkv_params_new(1, &err);
+    qkv_block b;
+    ck_assert_int_eq(qkv_block_init(&b, q, "", 8, 2, 16, 1, &err), QKV_OK);
+    ck_assert_ptr_eq(qkv_params_get(q, "ln1.weight"), b.ln1.gamma);
+    ck_assert_ptr_eq(qkv_params_get(q, "attn.qkv.weight"), b.attn.qkv.weight);
+    ck_assert_int_eq(qkv_linear_init(&l, p, NULL, 3, 2, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "layers: the name prefix is NULL (\"\" for none)");
+    char prefix[130];
+    memset(prefix, 'x', 125);
+    prefix[125] = '\0';
+    ck_assert_int_eq(qkv_linear_init(&l, p, prefix, 3, 2, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "layers: the name prefix of 125 bytes is too long: "
+                                  "PREFIX.weight must fit in 127 bytes");
+    ck_assert_int_eq(qkv_params_count(p), 2);
+    qkv_params_free(p);
+    qkv_params_free(q);
+}
+END_TEST
+
 START_TEST(test_layer_errors_name_the_innermost_layer)
 {
     qkv_error err = qkv_error_none();
@@ -883,14 +913,22 @@ START_TEST(test_layer_errors_name_the_innermost_layer)
     ck_assert_str_eq(qkv_tape_error(t),
                      "linear 'head': affine: x [2,5,6], w [8,3], b [3]: the last "
                      "dimension of x is not w's first");
-    qkv_tape_reset(t); /* the block's first layer norm meets the width first */
+    qkv_tape_reset(t); /* the block checks its input itself: a wrong width is x's, */
     x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
     ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "block '层.0': x [2,5,6] must be [B,T,8]");
+    qkv_tape_reset(t); /* not its first layer norm's gamma */
+    x = qkv_tape_tensor(t, 2, (const int[]){5, 8}, 0);
+    ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "block '层.0': x [5,8] must be [B,T,8]");
+    qkv_tape_reset(t); /* a layer norm's op */
+    x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
+    ck_assert(qkv_norm_forward(t, &b.ln1, x) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "norm '层.0.ln1': layer_norm: x [2,5,6] needs gamma of shape [6], not [8]");
     qkv_tape_reset(t); /* the attention's own check, its "mha: " replaced */
     x = qkv_tape_tensor(t, 2, (const int[]){5, 8}, 0);
-    ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());
+    ck_assert(qkv_mha_forward(t, &b.attn, x, NULL, NULL) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "mha '层.0.attn': x [5,8] must be [B,T,8]");
     qkv_tape_reset(t); /* a linear layer inside the feed-forward network */
     x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
@@ -1683,6 +1721,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_a_zeroed_lstm_state_is_a_zero_state);
     tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);
     tcase_add_test(tc, test_token_input_projects_a_small_table_once);
+    tcase_add_test(tc, test_an_empty_prefix_names_parameters_bare);
     suite_add_tcase(s, tc);
     return s;
 }

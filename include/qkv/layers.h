@@ -6,8 +6,9 @@
  *
  * Each layer is a small struct that points at parameters in a qkv_params
  * list (params.h): qkv_*_init adds them under a name prefix ("block0.attn"
- * gives "block0.attn.qkv.weight" and so on), and the forward function
- * records ops on a tape. The structs own nothing; the list does.
+ * gives "block0.attn.qkv.weight" and so on; "" gives bare names, "weight"
+ * and "bias", as a lone PyTorch module's state_dict has), and the forward
+ * function records ops on a tape. The structs own nothing; the list does.
  *
  * An init that fails adds nothing to the list and leaves its layer zeroed
  * (unless the layer is NULL), whatever it held before. The forward of a

@@ -13,12 +13,19 @@
 
 /* ---- shared by the layer files (internal.h) ---------------------------- */
 
-/* PREFIX.suffix into buf; QKV_ERR_ARG when it does not fit a name. */
+/* PREFIX.suffix into buf, or suffix alone for an empty prefix (as a lone
+ * PyTorch module's state_dict names its "weight"); QKV_ERR_ARG when the
+ * prefix is NULL or the name does not fit. */
 qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char *suffix,
                           qkv_error *err)
 {
-    if (prefix == NULL || snprintf(buf, len, "%s.%s", prefix, suffix) >= (int)len)
-        return qkv_error_set(err, QKV_ERR_ARG, "layers: the name prefix is missing or too long");
+    if (prefix == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "layers: the name prefix is NULL (\"\" for none)");
+    if (snprintf(buf, len, "%s%s%s", prefix, prefix[0] != '\0' ? "." : "", suffix) >= (int)len)
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "layers: the name prefix of %zu bytes is too long: PREFIX.%s must "
+                             "fit in %zu bytes",
+                             strlen(prefix), suffix, len - 1);
     return QKV_OK;
 }
 
@@ -394,6 +401,14 @@ qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, co
                             norm_ready(&b->ln2) && ffn_ready(&b->ffn)))
         return qkv_nil();
     const int clean = qkv_layer_clean(t);
+    const int D = b->attn.d_model;
+    if (clean && (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != D)) {
+        /* x's own shape, before its first layer norm blames its gamma */
+        char sx[64];
+        qkv_shape_str(x, sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "block: x %s must be [B,T,%d]", sx, D);
+        return qkv_layer_named(t, clean, "block", b->name, qkv_nil());
+    }
     qkv_tensor *h =
         qkv_add(t, x, qkv_mha_forward(t, &b->attn, qkv_norm_forward(t, &b->ln1, x), pad, parts));
     h = qkv_add(t, h, qkv_ffn_forward(t, &b->ffn, qkv_norm_forward(t, &b->ln2, h)));
