@@ -46,7 +46,10 @@ if [ ! -d "$data" ]; then
     echo "plots: $data is not a directory (the data comes from make run or the qkv commands)" >&2
     exit 1
 fi
-mkdir -p "$plots" || exit 1
+if ! mkdir -p "$plots" 2>/dev/null || [ ! -d "$plots" ]; then
+    echo "plots: cannot make the plot directory $plots (a file is in the way, or no permission)" >&2
+    exit 1
+fi
 status=0
 
 # render NAME SCRIPT INPUT HOW [EXTRA_GNUPLOT_ASSIGNMENTS]: gnuplot in the
@@ -55,6 +58,7 @@ status=0
 # Each PNG is drawn into .NAME.png.part beside it and renamed over NAME.png
 # only when whole: an interrupted or failed plot leaves the last one as it was.
 work=$(mktemp -d "${TMPDIR:-/tmp}/qkv-plots.XXXXXX") || exit 1
+# shellcheck disable=SC2154 # n is the trap's own loop variable
 trap 'rm -rf "$work"; for n in $order; do rm -f "$plots/.$n.png.part"; done' EXIT
 # stopped (make run stops a background plots.sh on a failure): stop the
 # renderers, which stop their gnuplot, and let the EXIT trap clean up

@@ -1055,6 +1055,14 @@ START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
     ck_assert_int_eq(sh(cmd, &out), 2);
     ck_assert_msg(strstr(out, "plots: no plot is called 'lost'"), "%s", out);
     free(out);
+    /* a file where the plot directory goes: the script's own message */
+    snprintf(cmd, sizeof cmd, "touch afile && sh '%s/../../scripts/plots.sh' '%s/plots' afile loss",
+             QKV_TEST_DATA, QKV_TEST_DATA);
+    ck_assert_int_eq(sh(cmd, &out), 1);
+    ck_assert_msg(strstr(out, "plots: cannot make the plot directory afile (a file is in the way, "
+                              "or no permission)\n") == out,
+                  "%s", out);
+    free(out);
     /* what a plot not named would need is not asked for: ablate's curves
      * lacking softmax_base's variants do not fail a run drawing loss.png */
     snprintf(cmd, sizeof cmd,
