@@ -865,10 +865,6 @@ START_TEST(test_positions)
 }
 END_TEST
 
-/* An error inside a layer's forward names the innermost layer it happened
- * in, by its init's prefix: in front of an op's message, in place of the
- * "KIND: " of the layer's own; an outer layer adds nothing, and an error
- * from before the layer is left as it was. */
 /* An empty prefix names the parameters bare, as a lone PyTorch module's
  * state_dict does ("weight", "bias"; a block's "attn.qkv.weight"); a NULL
  * prefix and one too long say which it is. */
@@ -899,6 +895,10 @@ START_TEST(test_an_empty_prefix_names_parameters_bare)
 }
 END_TEST
 
+/* An error inside a layer's forward names the innermost layer it happened
+ * in, by its init's prefix: in front of an op's message, in place of the
+ * "KIND: " of the layer's own; an outer layer adds nothing, and an error
+ * from before the layer is left as it was. */
 START_TEST(test_layer_errors_name_the_innermost_layer)
 {
     qkv_error err = qkv_error_none();
@@ -915,8 +915,13 @@ START_TEST(test_layer_errors_name_the_innermost_layer)
                      "dimension of x is not w's first");
     qkv_tape_reset(t); /* the block checks its input itself: a wrong width is x's, */
     x = qkv_tape_tensor(t, 3, (const int[]){2, 5, 6}, 0);
-    ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());
+    qkv_mha_parts parts = {x, x}; /* stale pointers the failed call must clear */
+    ck_assert(qkv_block_forward(t, &b, x, NULL, &parts) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "block '层.0': x [2,5,6] must be [B,T,8]");
+    ck_assert(parts.attn == qkv_nil() && parts.scores == qkv_nil());
+    qkv_tape_reset(t); /* a nil x is the ops' to name, as before */
+    ck_assert(qkv_block_forward(t, &b, NULL, NULL, NULL) == qkv_nil());
+    ck_assert_ptr_null(strstr(qkv_tape_error(t), "must be [B,T,8]"));
     qkv_tape_reset(t); /* not its first layer norm's gamma */
     x = qkv_tape_tensor(t, 2, (const int[]){5, 8}, 0);
     ck_assert(qkv_block_forward(t, &b, x, NULL, NULL) == qkv_nil());

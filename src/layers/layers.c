@@ -396,14 +396,17 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
 qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, const qkv_tensor *pad,
                               qkv_mha_parts *parts)
 {
+    if (parts != NULL) /* as qkv_mha_forward leaves them on any failure */
+        parts->attn = parts->scores = qkv_nil();
     if (qkv_layer_unset(t, "block", "layer", b != NULL,
                         b != NULL && norm_ready(&b->ln1) && mha_ready(&b->attn) &&
                             norm_ready(&b->ln2) && ffn_ready(&b->ffn)))
         return qkv_nil();
     const int clean = qkv_layer_clean(t);
     const int D = b->attn.d_model;
-    if (clean && (qkv_tensor_is_nil(x) || x->ndim != 3 || x->shape[2] != D)) {
-        /* x's own shape, before its first layer norm blames its gamma */
+    if (clean && !qkv_tensor_is_nil(x) && (x->ndim != 3 || x->shape[2] != D)) {
+        /* x's own shape, before its first layer norm blames its gamma (a
+         * nil x is the ops' to name) */
         char sx[64];
         qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "block: x %s must be [B,T,%d]", sx, D);
