@@ -46,8 +46,13 @@ if [ ! -d "$data" ]; then
     echo "plots: $data is not a directory (the data comes from make run or the qkv commands)" >&2
     exit 1
 fi
-if ! mkdir -p "$plots" 2>/dev/null || [ ! -d "$plots" ]; then
-    echo "plots: cannot make the plot directory $plots (a file is in the way, or no permission)" >&2
+if [ -e "$plots" ] && [ ! -d "$plots" ]; then
+    echo "plots: $plots is a file, not a directory for the plots" >&2
+    exit 1
+fi
+# mkdir says why it could not (no permission, a read-only file system)
+if ! mkdir -p "$plots"; then
+    echo "plots: cannot make the plot directory $plots" >&2
     exit 1
 fi
 status=0

@@ -64,8 +64,8 @@ double qkv_grad_norm(qkv_tensor *const *params, int n);
 
 /* Scales all gradients by max_norm / norm when their global norm exceeds
  * max_norm (PyTorch's clip_grad_norm_ scales by max_norm / (norm + 1e-6),
- * so its clipped gradients are smaller by a relative 1e-6/norm: a norm of
- * 5 clipped to 1 gives 0.6 here, 0.59999988 there); a max_norm of 0 or
+ * so its clipped gradients are smaller by a relative 1e-6/norm: (3, 4),
+ * of norm 5, clipped to 1 gives 0.6 for the 3 here, 0.59999988 there); a max_norm of 0 or
  * below (or NaN) means no clipping, as the config's clip of 0 does
  * (PyTorch's clip_grad_norm_ would zero them). The optimizer's clip does
  * the same. Returns the norm before clipping. */
