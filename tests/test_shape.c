@@ -132,6 +132,26 @@ START_TEST(test_permute_moves_values_and_gradients_back)
 }
 END_TEST
 
+/* permute's backward, copying into a gradient no node has filled yet,
+ * gives what adding into zeros would: +0 where dy is -0 (0 + -0), not
+ * the -0 itself, as add and sub do when they claim a gradient */
+START_TEST(test_permute_gradient_of_minus_zero_is_plus_zero)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = iota(2, (const int[]){2, 3});
+    qkv_tensor *b = qkv_scale(t, x, 1);                                /* a tape tensor: claimed */
+    qkv_tensor *y = qkv_permute(t, b, (const int[]){1, 0});            /* [3,2]: y[a,c] = b[c,a] */
+    const qkv_real mz = (qkv_real)-0.0, dy[6] = {mz, 1, mz, 2, mz, 3}; /* y's layout */
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 6), QKV_OK);
+    const double want[6] = {0, 0, 0, 1, 2, 3}; /* b's layout: db[c,a] = dy[a,c] */
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(b->grad[i] == want[i] && !signbit(b->grad[i]), "db[%d] = %g", i,
+                      (double)b->grad[i]);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_concat_and_slice_by_hand)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -341,6 +361,7 @@ Suite *shape_suite(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_reshape_is_a_view_that_shares_values_and_gradients);
     tcase_add_test(tc, test_permute_moves_values_and_gradients_back);
+    tcase_add_test(tc, test_permute_gradient_of_minus_zero_is_plus_zero);
     tcase_add_test(tc, test_concat_and_slice_by_hand);
     tcase_add_test(tc, test_concat_gradients_with_inputs_that_take_none);
     tcase_add_test(tc, test_concat_takes_up_to_its_maximum_of_inputs);
