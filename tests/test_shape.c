@@ -313,6 +313,17 @@ START_TEST(test_reductions_along_any_dimension)
     ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mean_dim(t, x, 1, 0))), QKV_OK);
     for (int i = 0; i < 12; i++)
         ASSERT_NEAR(x->grad[i], 1.0 / 3, REAL_EPS);
+    /* sum_dim's and mean_dim's gradients add to what x already has too:
+     * with 2·sum(x) recorded after them, 1 + 2 and 1/3 + 2 */
+    for (int mean = 0; mean < 2; mean++) {
+        qkv_tensor_zero_grad(x);
+        qkv_tape_reset(t);
+        qkv_tensor *r = mean ? qkv_mean_dim(t, x, 1, 0) : qkv_sum_dim(t, x, 1, 0);
+        qkv_tensor *l = qkv_add(t, qkv_sum(t, r), qkv_scale(t, qkv_sum(t, x), 2));
+        ck_assert_int_eq(qkv_backward(t, l), QKV_OK);
+        for (int i = 0; i < 12; i++)
+            ASSERT_NEAR(x->grad[i], (mean ? 1.0 / 3 : 1) + 2, 4 * REAL_EPS);
+    }
     qkv_tape_reset(t);
     ck_assert(qkv_sum_dim(t, x, -4, 0) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "sum_dim: dimension -4 is out of range for [2,3,2]");
