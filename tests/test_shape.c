@@ -74,6 +74,18 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     ck_assert(qkv_reshape(t, x, 4, (const int[]){65536, 65536, 65536, 65536}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "reshape: [4,16] has 64 values; the new shape holds another number");
+    /* a -1 may stand for the largest size there is, 2^31 - 1, and no
+     * more: tensors described and never read (a view reads no values) */
+    qkv_tape_reset(t);
+    qkv_real one = 0;
+    qkv_tensor most = {&one, NULL, 0x7fffffff, 1, {0x7fffffff, 1, 1, 1}, 0};
+    qkv_tensor *vm = qkv_reshape(t, &most, 2, (const int[]){1, -1});
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert(vm->ndim == 2 && vm->shape[0] == 1 && vm->shape[1] == 0x7fffffff);
+    qkv_tensor over = {&one, NULL, (size_t)1 << 31, 2, {2, 1 << 30, 1, 1}, 0};
+    ck_assert(qkv_reshape(t, &over, 1, (const int[]){-1}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "reshape: [2,1073741824] has 2147483648 values; the new "
+                                        "shape cannot hold them with any size at -1");
     /* with gradients off, a view carries none */
     qkv_tape_reset(t);
     qkv_tape_set_grad(t, 0);
