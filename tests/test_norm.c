@@ -403,6 +403,19 @@ START_TEST(test_mse_and_bce_match_cpython_and_stay_finite)
     qkv_tape_reset(t);
     ck_assert(qkv_mse(t, x, l) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "mse: prediction [8] and target [2] differ in shape");
+    /* one count of entries is not one shape: [2,3] against [3,2] (which
+     * torch.nn.functional.mse_loss refuses too) */
+    qkv_tensor *p23 = tensor_of(2, (const int[]){2, 3}, NULL, 1);
+    qkv_tensor *z32 = tensor_of(2, (const int[]){3, 2}, NULL, 0);
+    qkv_tape_reset(t);
+    ck_assert(qkv_mse(t, p23, z32) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "mse: prediction [2,3] and target [3,2] differ in shape");
+    qkv_tape_reset(t);
+    ck_assert(qkv_bce_with_logits(t, p23, z32) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "bce_with_logits: prediction [2,3] and target [3,2] differ in shape");
+    qkv_tensor_free(p23);
+    qkv_tensor_free(z32);
     qkv_tensor_free(x);
     qkv_tensor_free(y);
     qkv_tensor_free(l);
