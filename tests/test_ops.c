@@ -678,6 +678,21 @@ START_TEST(test_cross_entropy_gradient_adds_to_what_is_there)
 }
 END_TEST
 
+/* two equal logits: p = 1/2 exactly (e^0/(e^0 + e^0)), so the loss is
+ * log 2 and the gradient p - y is ∓1/2 to the last bit */
+START_TEST(test_cross_entropy_of_equal_logits_is_exact)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){0, 0}, 1));
+    qkv_tensor *l = qkv_cross_entropy(f.t, x, (const int[]){0});
+    ASSERT_NEAR(l->data[0], log(2.0), REAL_EPS);
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    ASSERT_NEAR(x->grad[0], -0.5, 0);
+    ASSERT_NEAR(x->grad[1], 0.5, 0);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_all_ignored_is_zero)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -826,6 +841,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_cross_entropy_keeps_its_precision_far_from_zero);
     tcase_add_test(tc, test_cross_entropy_by_hand);
     tcase_add_test(tc, test_cross_entropy_gradient_adds_to_what_is_there);
+    tcase_add_test(tc, test_cross_entropy_of_equal_logits_is_exact);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
     suite_add_tcase(s, tc);
