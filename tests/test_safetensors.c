@@ -795,9 +795,9 @@ static qkv_meta_entry *many_entries(int n, size_t len)
     qkv_meta_entry *e = calloc((size_t)n, sizeof *e);
     ck_assert_ptr_nonnull(e);
     for (int i = 0; i < n; i++) {
-        char *k = malloc(8), *v = malloc(len + 1);
+        char *k = malloc(16), *v = malloc(len + 1);
         ck_assert(k != NULL && v != NULL);
-        snprintf(k, 8, "k%04d", i);
+        snprintf(k, 16, "k%04d", i);
         memset(v, 'x', len);
         v[len] = '\0';
         e[i] = (qkv_meta_entry){k, v};
