@@ -56,10 +56,10 @@ static int shapes_ok(qkv_tape *t, const char *what, const char *xname, const cha
 {
     if (qkv_tape_status(t) != QKV_OK)
         return 0;
-    char sx[64], sh[64];
-    qkv_shape_str(x, sx, sizeof sx);
+    char sx[64], sh[64]; /* formatted only for a message: a cell's step checks every step */
     if (qkv_tensor_is_nil(x) || x->ndim != ndim || x->shape[ndim - 1] != cols) {
         *batch = -1;
+        qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: the %s %s must be [%s,%d]", what, xname, sx, xshape,
                       cols);
         return 0;
@@ -70,6 +70,7 @@ static int shapes_ok(qkv_tape *t, const char *what, const char *xname, const cha
         if (h == NULL || (!qkv_tensor_is_nil(h) && h->ndim == 2 && h->shape[0] == *batch &&
                           h->shape[1] == hidden))
             continue;
+        qkv_shape_str(x, sx, sizeof sx);
         qkv_shape_str(h, sh, sizeof sh);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "%s: the %s%s %s must be [%d,%d] (batch, hidden) for the %s %s", what,
