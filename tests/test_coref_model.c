@@ -512,31 +512,14 @@ START_TEST(test_evaluate_averages_the_loss_over_items)
 END_TEST
 
 /* What the fit tests train: a small model, SGD, a tape and batches of 4. */
-typedef struct fit_rig {
-    qkv_coref_model *m;
-    qkv_optim *o;
-    qkv_tape *t;
-    qkv_coref_batch *b;
-} fit_rig;
-
-static fit_rig fit_rig_new(void)
+static rig fit_rig_new(void)
 {
     qkv_coref_config c = {qkv_coref_vocab_size(), 4, qkv_coref_classes(), 1, 0.1, 3};
-    fit_rig r;
-    r.m = qkv_coref_model_new(&c, NULL);
+    rig r = {qkv_coref_model_new(&c, NULL), NULL, qkv_tape_new(0, NULL),
+             qkv_coref_batch_new(4, QKV_COREF_MAX_TOKENS, NULL)};
     qkv_optim_config oc = qkv_optim_defaults(QKV_SGD);
     r.o = qkv_optim_new(&oc, r.m->params, QKV_COREF_PARAMS, NULL);
-    r.t = qkv_tape_new(0, NULL);
-    r.b = qkv_coref_batch_new(4, QKV_COREF_MAX_TOKENS, NULL);
     return r;
-}
-
-static void fit_rig_free(fit_rig *r)
-{
-    qkv_coref_batch_free(r->b);
-    qkv_tape_free(r->t);
-    qkv_optim_free(r->o);
-    qkv_coref_model_free(r->m);
 }
 
 /* What a fit's hook saw: the training split, how many items it has
@@ -569,7 +552,7 @@ static qkv_status check_order(void *ctx, const qkv_coref_step *s)
  * CPython) item by item. */
 START_TEST(test_fit_draws_items_in_cpythons_shuffled_order)
 {
-    fit_rig r = fit_rig_new();
+    rig r = fit_rig_new();
     qkv_coref_data d;
     ck_assert_int_eq(qkv_coref_data_build(&d, 7, 2, NULL), QKV_OK);
     ck_assert_int_ge(d.n_train, 100);
@@ -583,7 +566,7 @@ START_TEST(test_fit_draws_items_in_cpythons_shuffled_order)
     ck_assert_msg(g.bad < 0, "item %d of the epoch is not train[%u]", g.bad,
                   g.bad < 0 ? 0u : golden_shuffle_11[g.bad]);
     qkv_coref_data_free(&d);
-    fit_rig_free(&r);
+    rig_free(&r);
 }
 END_TEST
 
@@ -591,7 +574,7 @@ END_TEST
  * training split before it draws a batch. */
 START_TEST(test_fit_counts_its_steps_and_refuses_an_empty_split)
 {
-    fit_rig r = fit_rig_new();
+    rig r = fit_rig_new();
     qkv_coref_data d;
     ck_assert_int_eq(qkv_coref_data_build(&d, 1, 2, NULL), QKV_OK);
     int done = -1;
@@ -606,7 +589,7 @@ START_TEST(test_fit_counts_its_steps_and_refuses_an_empty_split)
     ck_assert_str_eq(err.message, "fit: the training split is empty");
     ck_assert_int_eq(done, 0);
     qkv_coref_data_free(&d);
-    fit_rig_free(&r);
+    rig_free(&r);
 }
 END_TEST
 
