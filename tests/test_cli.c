@@ -1850,27 +1850,64 @@ static void expect_path_refused(const char *fmt, const char *opt, const char *pa
     free(out);
 }
 
-/* A file option naming an existing directory is the same usage error
- * with or without a trailing slash: "--csv d" failed only when the
- * command came to write, with exit 1, where "--csv d/" was refused with
- * exit 2. Nothing is made on the way. */
-START_TEST(test_a_file_option_naming_a_directory_is_a_usage_error)
+/* Runs `qkv` with FMT's %s as PATH, which must fail with exit 1 and the
+ * one line WANT, whose %s is PATH as the command names it (SHOWN). */
+static void expect_path_fails(const char *fmt, const char *path, const char *want_fmt,
+                              const char *shown)
+{
+    char args[256], want[512], *out;
+    snprintf(args, sizeof args, fmt, path);
+    snprintf(want, sizeof want, want_fmt, shown);
+    const int rc = run(args, &out);
+    ck_assert_msg(rc == 1, "qkv %s: exit %d, expected 1\n%s", args, rc, out);
+    ck_assert_msg(strcmp(out, want) == 0, "qkv %s:\n%s\nexpected:\n%s", args, out, want);
+    free(out);
+}
+
+/* The exit status says what was wrong: 2 for a command line that is
+ * wrong whatever the disk holds, 1 for a path the file system refuses.
+ * A file option's "d/", "." or "x/.." names a directory by its spelling,
+ * and is a usage error; "--csv d" where d is a directory now is the
+ * file system's answer, exit 1 with the message the command gives for
+ * its default path (train exited 2 for "--log d" and 1 for a directory
+ * at out/train.csv). Nothing is made on the way. */
+START_TEST(test_a_file_option_naming_a_directory_fails_by_its_spelling_or_the_disk)
 {
     char *out;
     ck_assert_int_eq(sh("mkdir d && ln -s d dlink", &out), 0);
     free(out);
-    static const char *const cmds[][2] = {
-        {"softmax --csv %s", "--csv"},
-        {"resolve --csv %s 小明他", "--csv"},
-        {"resolve --model %s 小明他", "--model"},
-        {"eval --model %s", "--model"},
-        {"train --steps 1 --quiet --log %s", "--log"},
-        {"train --steps 1 --quiet --save %s", "--save"},
+    char isdir[256];
+    snprintf(isdir, sizeof isdir, "%%s: %s\n", strerror(EISDIR));
+    static const char *const replace = "qkv: train: %s exists and is not a regular file (%s); "
+                                       "refusing to replace it\n";
+    struct {
+        const char *fmt, *opt, *want;
+    } cmds[] = {
+        {"softmax --csv %s", "--csv", "qkv: softmax: cannot write %s"},
+        {"resolve --csv %s 小明他", "--csv", "qkv: resolve: cannot write %s"},
+        {"resolve --model %s 小明他", "--model", "qkv: %s is a directory, not a file\n"},
+        {"eval --model %s", "--model", "qkv: %s is a directory, not a file\n"},
+        {"train --steps 1 --quiet --log %s", "--log", NULL},
+        {"train --steps 1 --quiet --save %s", "--save", NULL},
     };
-    static const char *const dirs[] = {"d", "d/", "dlink", "./d", "d/../d"};
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        for (size_t j = 0; j < sizeof dirs / sizeof dirs[0]; j++)
-            expect_path_refused(cmds[i][0], cmds[i][1], dirs[j], "names a directory, not a file");
+    static const char *const spelled[] = {"d/", ".", "d/..", "nd/", "nd/.", "nd/.."};
+    static const char *const found[] = {"d", "dlink", "./d", "d/../d"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        for (size_t j = 0; j < sizeof spelled / sizeof spelled[0]; j++)
+            expect_path_refused(cmds[i].fmt, cmds[i].opt, spelled[j],
+                                "names a directory, not a file");
+        for (size_t j = 0; j < sizeof found / sizeof found[0]; j++) {
+            char want[512];
+            if (cmds[i].want == NULL)
+                snprintf(want, sizeof want, replace, "%s",
+                         strcmp(found[j], "dlink") == 0 ? "a symbolic link" : "a directory");
+            else if (strstr(cmds[i].want, "cannot write") != NULL)
+                snprintf(want, sizeof want, "%s: %s\n", cmds[i].want, strerror(EISDIR));
+            else
+                snprintf(want, sizeof want, "%s", cmds[i].want);
+            expect_path_fails(cmds[i].fmt, found[j], want, found[j]);
+        }
+    }
     /* nothing new, in the directory or beside it */
     ck_assert_int_eq(sh("ls -A . d", &out), 0);
     ck_assert_str_eq(out, ".:\nd\ndlink\n\nd:\n");
@@ -1879,30 +1916,90 @@ START_TEST(test_a_file_option_naming_a_directory_is_a_usage_error)
 END_TEST
 
 /* --out naming a file (or a link to one, or a device, with or without a
- * trailing slash) is the mirror of the file option naming a directory:
- * it failed with exit 1 once the command came to make its directory,
- * after the checks, where it is a usage error as given. */
-START_TEST(test_an_out_option_naming_a_file_is_a_usage_error)
+ * trailing slash) is the mirror of a file option naming a directory: the
+ * disk refuses it, exit 1, as when the file is on the default out/ path
+ * or on the way to the directory (--out afile/sub); "--out afile" was a
+ * usage error. The message names the path as the command uses it. */
+START_TEST(test_an_out_option_naming_a_file_fails_with_status_1)
 {
     char *out;
     ck_assert_int_eq(sh("echo old > afile && ln -s afile flink && mkdir d", &out), 0);
     free(out);
-    static const char *const cmds[] = {
-        "ablate --variants full --seeds 1 --steps 5 --eval-every 5 --quiet --out %s",
-        "bptt --rho 0.5 --train-steps 0 --batch 2 --quiet --out %s",
-        "distance --models attention --distances 0 --seeds 1 --steps 25 --quiet --out %s",
-        "parallel --quiet --out %s",
-        "saturation --dk 4 --steps 5 --log-every 5 --quiet --out %s",
+    static const char *const cmds[][2] = {
+        {"ablate --variants full --seeds 1 --steps 5 --eval-every 5 --quiet --out %s", "ablate"},
+        {"bptt --rho 0.5 --train-steps 0 --batch 2 --quiet --out %s", "bptt"},
+        {"distance --models attention --distances 0 --seeds 1 --steps 25 --quiet --out %s",
+         "distance"},
+        {"parallel --quiet --out %s", "parallel"},
+        {"saturation --dk 4 --steps 5 --log-every 5 --quiet --out %s", "saturation"},
     };
-    static const char *const files[] = {"afile",      "afile/",    "afile/.", "flink",
-                                        "d/../afile", "/dev/null", "./afile"};
+    static const char *const files[][2] = {
+        {"afile", "afile"},     {"afile/", "afile"},          {"afile/.", "afile"},
+        {"flink", "flink"},     {"d/../afile", "d/../afile"}, {"/dev/null", "/dev/null"},
+        {"./afile", "./afile"}, {"afile/sub", "afile"},
+    };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        for (size_t j = 0; j < sizeof files / sizeof files[0]; j++)
-            expect_path_refused(cmds[i], "--out", files[j], "names a file, not a directory");
+        for (size_t j = 0; j < sizeof files / sizeof files[0]; j++) {
+            char want[256];
+            snprintf(want, sizeof want, "qkv: %s: %%s exists and is not a directory\n", cmds[i][1]);
+            expect_path_fails(cmds[i][0], files[j][0], want, files[j][1]);
+        }
     /* the file is as it was, and nothing was made beside it */
     ck_assert_int_eq(sh("cat afile && ls -A . d", &out), 0);
     ck_assert_str_eq(out, "old\n.:\nafile\nd\nflink\n\nd:\n");
     free(out);
+}
+END_TEST
+
+/* A path that the disk refuses fails the same way whether the user gave
+ * it or the command took its default: the same status and the same
+ * message. (eval's and train's defaults exited 1 where the same path
+ * given with --model, --log or --save exited 2.) */
+START_TEST(test_a_refused_path_fails_alike_given_or_by_default)
+{
+    char *out;
+    ck_assert_int_eq(sh("mkdir -p a/out/coref.safetensors b/out/train.csv && mkdir c && "
+                        "echo x > c/out",
+                        &out),
+                     0);
+    free(out);
+    static const char *const pairs[][3] = {
+        {"a", "eval", "eval --model out/coref.safetensors"},
+        {"a", "resolve 小明他", "resolve --model out/coref.safetensors 小明他"},
+        {"a", "train --steps 1 --quiet", "train --steps 1 --quiet --save out/coref.safetensors"},
+        {"b", "train --steps 1 --quiet", "train --steps 1 --quiet --log out/train.csv"},
+        {"c", "saturation --dk 4 --steps 1 --quiet",
+         "saturation --dk 4 --steps 1 --quiet "
+         "--out out/saturation"},
+        {"c", "bptt --rho 0.5 --train-steps 0 --batch 2 --quiet",
+         "bptt --rho 0.5 --train-steps 0 --batch 2 --quiet --out out/bptt"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char cmd[512], *by_default, *given;
+        snprintf(cmd, sizeof cmd, "cd %s && '%s' %s", pairs[i][0], QKV_BIN, pairs[i][1]);
+        const int rd = sh(cmd, &by_default);
+        snprintf(cmd, sizeof cmd, "cd %s && '%s' %s", pairs[i][0], QKV_BIN, pairs[i][2]);
+        const int rg = sh(cmd, &given);
+        ck_assert_msg(rd == 1 && rg == 1, "qkv %s: exit %d; qkv %s: exit %d\n%s%s", pairs[i][1], rd,
+                      pairs[i][2], rg, by_default, given);
+        ck_assert_msg(strcmp(by_default, given) == 0, "qkv %s:\n%sqkv %s:\n%s", pairs[i][1],
+                      by_default, pairs[i][2], given);
+        free(by_default);
+        free(given);
+    }
+}
+END_TEST
+
+/* A usage error comes before the files: resolve checked its --csv before
+ * it looked at the sentence, so that an empty one beside a CSV that
+ * cannot be written exited 1 for the file, not 2 for the sentence. */
+START_TEST(test_resolve_names_an_empty_sentence_before_its_csv)
+{
+    char *out;
+    ck_assert_int_eq(sh("touch afile", &out), 0);
+    free(out);
+    expect("resolve --csv afile/x.csv ''", 2, "the sentence is empty");
+    expect("resolve --csv afile/x.csv '   '", 2, "the sentence is empty (only spaces)");
 }
 END_TEST
 
@@ -2398,9 +2495,13 @@ START_TEST(test_a_csv_written_last_that_cannot_be_fails_before_the_work)
                       out);
         free(out);
     }
-    /* a directory named as the file is refused as the option is read */
-    expect("resolve --model m.st --csv x.csv \"小明是个运动达人，他平时很爱打篮球\"", 2,
-           "qkv: --csv: 'x.csv' names a directory, not a file\n");
+    /* and so is a directory named as the file: what the disk holds */
+    char isdir[128];
+    snprintf(isdir, sizeof isdir, "qkv: resolve: cannot write x.csv: %s\n", strerror(EISDIR));
+    ck_assert_int_eq(
+        run("resolve --model m.st --csv x.csv \"小明是个运动达人，他平时很爱打篮球\"", &out), 1);
+    ck_assert_str_eq(out, isdir);
+    free(out);
     /* a table not asked for is not checked */
     expect("saturation --dk 4 --steps 5 --log-every 5 --quiet --no-variance --out s", 0,
            "wrote s/runs.csv\n");
@@ -2528,13 +2629,10 @@ START_TEST(test_train_refuses_a_log_that_is_not_a_regular_file)
     char *out;
     ck_assert_int_eq(sh("mkdir d && ln -s t.csv link && mkfifo fifo", &out), 0);
     free(out);
-    /* a directory is refused as the option is read (exit 2), a link or a
-     * pipe once train looks at what is there */
-    expect("train --steps 2 --quiet --save m.st --log d", 2,
-           "qkv: --log: 'd' names a directory, not a file");
-    expect("train --steps 2 --quiet --log t.csv --save d", 2,
-           "qkv: --save: 'd' names a directory, not a file");
-    const char *bad[][2] = {{"link", "a symbolic link"},
+    /* a directory, a link or a pipe, once train looks at what is there
+     * (exit 1: the disk refuses it, the command line is not wrong) */
+    const char *bad[][2] = {{"d", "a directory"},
+                            {"link", "a symbolic link"},
                             {"fifo", "a device or other special file"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[256], want[256];
@@ -4550,8 +4648,10 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_train_names_a_file_in_the_way_of_its_logs_directory);
     tcase_add_test(tc, test_train_names_a_log_directory_that_takes_no_file);
     tcase_add_test(tc, test_input_is_parsed_strictly_and_limits_agree);
-    tcase_add_test(tc, test_a_file_option_naming_a_directory_is_a_usage_error);
-    tcase_add_test(tc, test_an_out_option_naming_a_file_is_a_usage_error);
+    tcase_add_test(tc, test_a_file_option_naming_a_directory_fails_by_its_spelling_or_the_disk);
+    tcase_add_test(tc, test_an_out_option_naming_a_file_fails_with_status_1);
+    tcase_add_test(tc, test_a_refused_path_fails_alike_given_or_by_default);
+    tcase_add_test(tc, test_resolve_names_an_empty_sentence_before_its_csv);
     tcase_add_test(tc, test_an_out_directory_with_a_trailing_slash_writes_no_double_slash);
     tcase_add_test(tc, test_each_directory_option_keeps_its_own_value);
     tcase_add_test(tc, test_a_checkpoint_is_held_to_the_options_bounds);

@@ -2,7 +2,12 @@
  * cli.h - what the qkv program's subcommands share: option parsing, error
  * reporting, the progress bar, and each subcommand's entry point.
  *
- * Exit codes: 0 success, 1 failure, 2 usage error.
+ * Exit codes: 0 success; 2 a usage error, a command line that is wrong
+ * whatever the disk holds (an unknown option, a malformed value, two
+ * options in conflict, a file option spelt as a directory); 1 any other
+ * failure, a path the file system refuses among them (a directory where
+ * a file must be, a missing model, no room on the disk). A command checks
+ * its usage errors before it looks at its files.
  */
 #ifndef QKV_CLI_H
 #define QKV_CLI_H
@@ -28,12 +33,14 @@ static inline double cli_num(double x)
 }
 
 /* OPT_DIR and OPT_FILE are paths that must not be empty, nor "-" (which
- * names no standard stream here; "./-" names the file). An OPT_DIR must
- * not name something that exists and is not a directory (a regular file,
- * a device, or a link to one); an OPT_FILE must not name a directory
- * ("d/", ".", "d/..", or a directory that exists, with or without the
- * slash). An OPT_DIR's value is its argument without the trailing "/"
- * and "/." ("d/" is "d", "/." is "/"), cut short in argv itself.
+ * names no standard stream here; "./-" names the file); an OPT_FILE must
+ * not be spelt as a directory ("d/", ".", "d/.."). Each is a usage error
+ * (CLI_USAGE). The file system is not looked at: a directory where a
+ * file must be, or a file where a directory must be, is refused by the
+ * command when it comes to the path, after its usage errors, with exit
+ * CLI_FAIL, as for its default paths. An OPT_DIR's value is its argument
+ * without the trailing "/" and "/." ("d/" is "d", "/." is "/"), cut short
+ * in argv itself.
  * OPT_U64 takes 0 to 2^64 - 1 whatever min and max say. */
 typedef enum cli_kind {
     OPT_FLAG,

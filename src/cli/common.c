@@ -254,18 +254,16 @@ static int set_value(const char *cmd, const cli_opt *o, char *v)
                 o->name, o->name,
                 strcmp(o->name, "csv") == 0 ? "/dev/stdout for standard output, or --csv " : "",
                 o->kind == OPT_FILE ? "file" : "directory");
-        /* "d/", "." or "d/..": a directory, which the command would make
-         * first and then refuse to write as a file; and "d" where d is a
-         * directory (or a link to one) now, the same mistake */
+        /* "d/", "." or "d/..": a directory by its spelling, whatever is
+         * on disk, which the command would make first and then refuse to
+         * write as a file. What is on disk is not looked at here: "d"
+         * where d is a directory now, or "--out afile", is the file
+         * system's refusal, exit 1, as for a command's default path, and
+         * is found by the command itself, after its usage errors */
         const char *slash = strrchr(v, '/'), *base = slash != NULL ? slash + 1 : v;
-        struct stat sb;
         if (o->kind == OPT_FILE &&
-            (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 ||
-             (stat(v, &sb) == 0 && S_ISDIR(sb.st_mode))))
+            (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0))
             return cli_usage_error(cmd, "--%s: '%s' names a directory, not a file", o->name, v);
-        /* --out afile (or "afile/", "afile/."): the command failed only
-         * when it came to make its directory, with exit 1, though the path
-         * was wrong as given */
         if (o->kind == OPT_DIR) {
             /* kept without its trailing "/" and "/.", so that the files
              * written in it read "d/runs.csv", not "d//runs.csv" (a shell
@@ -275,11 +273,6 @@ static int set_value(const char *cmd, const cli_opt *o, char *v)
             size_t n = len;
             while (n > 1 && (v[n - 1] == '/' || (v[n - 1] == '.' && v[n - 2] == '/')))
                 n--;
-            char d[MAX_PATH_OPT + 1];
-            memcpy(d, v, n);
-            d[n] = '\0';
-            if (stat(d, &sb) == 0 && !S_ISDIR(sb.st_mode))
-                return cli_usage_error(cmd, "--%s: '%s' names a file, not a directory", o->name, v);
             v[n] = '\0';
         }
         *(const char **)o->dst = v;

@@ -150,11 +150,7 @@ int cmd_resolve(int argc, char **argv)
         cli_fail("resolve: --csv would overwrite the model, %s: give another file", csv);
         return CLI_USAGE;
     }
-    /* the CSV is written last: one that cannot be fails now, not after
-     * the answer is printed */
     qkv_error err = qkv_error_none();
-    if (csv != NULL && cli_csv_check(csv, &err) != QKV_OK)
-        return cli_fail_status(err.status, "resolve: %s", err.message);
     int ids[QKV_COREF_MAX_TOKENS], n, pronouns[QKV_COREF_MAX_TOKENS], np = 0;
     qkv_status s = qkv_coref_tokenize(text[0], ids, QKV_COREF_MAX_TOKENS, &n, &err);
     if (s == QKV_ERR_FORMAT && strncmp(err.message, "unknown word", 12) == 0) {
@@ -180,6 +176,11 @@ int cmd_resolve(int argc, char **argv)
             pronouns[np++] = i;
     if (np == 0)
         return cli_fail("resolve: no pronoun (他 or 她) in the sentence");
+    /* the CSV is written last: one that cannot be fails now, not after
+     * the answer is printed; but after the sentence's usage error, an
+     * empty one, which exits 2 whatever the files */
+    if (csv != NULL && cli_csv_check(csv, &err) != QKV_OK)
+        return cli_fail_status(err.status, "resolve: %s", err.message);
     qkv_coref_model *m = cli_load_model(path);
     if (m == NULL)
         return CLI_FAIL;
