@@ -2903,6 +2903,75 @@ START_TEST(test_an_interrupted_run_leaves_no_csv_cut_short)
 }
 END_TEST
 
+/* A command that made its output's directory and then failed (a worker
+ * that died, a diverged run, a CSV that could not be written) left the
+ * directory behind, empty, for the next run to mistake for an earlier
+ * one's. It removes each directory it made that is still empty, newest
+ * first, and never one that was there before it ran, empty or not. */
+START_TEST(test_a_failed_command_removes_the_directories_it_made)
+{
+    static const char *const fails[] = {
+        "QKV_TEST_WORKER_FAULT=0:kill '%s' saturation --quiet --dk 4 --steps 1 --log-every 1 "
+        "--no-variance --jobs 2 --out %s",
+        "QKV_TEST_WORKER_FAULT=1:exit '%s' distance --quiet --models attention --distances 0 "
+        "--seeds 2 --steps 2 --eval-every 1 --jobs 2 --out %s",
+        "'%s' ablate --quiet --variants full --seeds 1 --steps 5 --eval-every 5 --lr 1e300 "
+        "--out %s",
+        "sh -c \"trap '' XFSZ; ulimit -f 0; exec '%s' softmax --csv %s/x.csv\"",
+        "sh -c \"trap '' XFSZ; ulimit -f 0; exec '%s' bptt --quiet --rho 0.5 --train-steps 0 "
+        "--batch 2 --out %s\"",
+    };
+    char *out;
+    for (size_t i = 0; i < sizeof fails / sizeof fails[0]; i++) {
+        char cmd[1024];
+        /* made, two levels deep: both go */
+        snprintf(cmd, sizeof cmd, fails[i], QKV_BIN, "new/sub");
+        ck_assert_msg(sh(cmd, &out) == 1, "%s: not exit 1\n%s", cmd, out);
+        free(out);
+        ck_assert_int_eq(sh("ls -A", &out), 0);
+        ck_assert_msg(strcmp(out, "") == 0, "%s left:\n%s", cmd, out);
+        free(out);
+        /* below one that was there: only what it made goes */
+        ck_assert_int_eq(sh("mkdir keep", &out), 0);
+        free(out);
+        snprintf(cmd, sizeof cmd, fails[i], QKV_BIN, "keep/sub");
+        ck_assert_msg(sh(cmd, &out) == 1, "%s: not exit 1\n%s", cmd, out);
+        free(out);
+        ck_assert_int_eq(sh("ls -A . keep", &out), 0);
+        ck_assert_msg(strcmp(out, ".:\nkeep\n\nkeep:\n") == 0, "%s left:\n%s", cmd, out);
+        free(out);
+        /* there before and empty: it stays */
+        snprintf(cmd, sizeof cmd, fails[i], QKV_BIN, "keep");
+        ck_assert_msg(sh(cmd, &out) == 1, "%s: not exit 1\n%s", cmd, out);
+        free(out);
+        ck_assert_int_eq(sh("ls -A . keep && rmdir keep", &out), 0);
+        ck_assert_msg(strcmp(out, ".:\nkeep\n\nkeep:\n") == 0, "%s left:\n%s", cmd, out);
+        free(out);
+    }
+    /* one that holds something stays: train's failed run keeps its log */
+    ck_assert_int_eq(run("train --quiet --steps 5 --lr 1e300 --log l/t.csv --save m/m.st", &out),
+                     1);
+    free(out);
+    ck_assert_int_eq(sh("find . | sort", &out), 0);
+    ck_assert_str_eq(out, ".\n./l\n./l/t.csv.failed\n");
+    free(out);
+}
+END_TEST
+
+/* And so does one stopped by a signal, once it has removed its CSV. */
+START_TEST(test_an_interrupted_run_removes_the_directories_it_made)
+{
+    char *sat[] = {"qkv",     "saturation",    "--dk",  "4",       "--steps", "5000000",
+                   "--quiet", "--no-variance", "--out", "new/sub", NULL};
+    const int status = interrupt_once_written(sat, "new/sub/.runs.csv.*");
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT, "status %#x", status);
+    char *out;
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+}
+END_TEST
+
 /* The size of file name under tmp, or -1. */
 static long size_in_tmp(const char *name)
 {
@@ -4664,6 +4733,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_bar_fits_a_narrow_terminal);
     tcase_add_test(tc, test_train_refuses_a_log_that_is_not_a_regular_file);
     tcase_add_test(tc, test_a_failed_command_leaves_no_directory_behind);
+    tcase_add_test(tc, test_a_failed_command_removes_the_directories_it_made);
+    tcase_add_test(tc, test_an_interrupted_run_removes_the_directories_it_made);
     tcase_add_test(tc, test_a_name_of_the_longest_length_is_taken_one_more_is_not);
     tcase_add_test(tc, test_a_csv_written_last_that_cannot_be_fails_before_the_work);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);

@@ -283,8 +283,22 @@ size_t cli_csv_write(FILE *f, const void *p, size_t n);
 /* From now on SIGINT, SIGTERM and SIGHUP (unless ignored from the start)
  * remove every regular file cli_csv_create (its temporary file) or
  * cli_csv_create_new opened
- * and cli_fclose has not closed, then end the program by that signal. */
+ * and cli_fclose has not closed, and then every directory cli_mkdirs_for
+ * made that is left empty, then end the program by that signal. */
 void cli_remove_partial_on_signals(void);
+
+/* qkv_mkdirs_for for an output of the program: the directories it makes
+ * on the way to path are listed, for cli_remove_made_dirs and the
+ * signals (cli_remove_partial_on_signals) to remove. cli_csv_create and
+ * cli_csv_create_new make theirs with it. */
+qkv_status cli_mkdirs_for(const char *path, qkv_error *err);
+
+/* Removes each directory cli_mkdirs_for made that is empty now, newest
+ * first (a child before its parent), and forgets them all: for a command
+ * that failed, so that it leaves no empty directory of its own behind.
+ * One that holds anything (a finished table, a failed run's log), and
+ * one that was there before, stays. */
+void cli_remove_made_dirs(void);
 
 /* Fails now, with the reason in err, where cli_csv_create(path) would
  * fail later, after a command's work: a directory that cannot be made,

@@ -727,11 +727,51 @@ static void partial_drop(int i)
     }
 }
 
+/* The directories this program made for its outputs (cli_mkdirs_for),
+ * in the order made, a parent before its child, filled as the list of
+ * files is: a slot before the count that shows it. A command that fails,
+ * or a signal that ends it, removes those left empty, newest first, and
+ * never one that was there before it ran. */
+#define MADE_MAX 32
+static char made_dir[MADE_MAX][4096];
+static volatile sig_atomic_t made_count;
+
+static void note_made(void *ctx, const char *dir)
+{
+    (void)ctx;
+    const int n = made_count;
+    if (n >= MADE_MAX || strlen(dir) >= sizeof made_dir[0])
+        return; /* not listed: it stays, as any directory did before */
+    strcpy(made_dir[n], dir);
+    atomic_signal_fence(memory_order_seq_cst);
+    made_count = n + 1;
+}
+
+qkv_status cli_mkdirs_for(const char *path, qkv_error *err)
+{
+    return qkv_mkdirs_for_noted(path, note_made, NULL, err);
+}
+
+/* rmdir removes a directory only when it is empty, and is safe in a
+ * signal handler */
+static void remove_made_dirs(void)
+{
+    for (int i = made_count - 1; i >= 0; i--)
+        rmdir(made_dir[i]);
+}
+
+void cli_remove_made_dirs(void)
+{
+    remove_made_dirs();
+    made_count = 0;
+}
+
 static void on_fatal_signal(int sig)
 {
     for (int i = 0; i < PARTIAL_MAX; i++)
         if (partial_used[i])
             unlink(partial_path[i]);
+    remove_made_dirs();   /* the files it made gone, those it made them in */
     signal(sig, SIG_DFL); /* and die of it, so that a script stops too */
     raise(sig);
 }
@@ -850,7 +890,7 @@ static FILE *csv_open(const char *path, const char *header, int excl, qkv_error 
     /* a directory that cannot be made, or a name too long for it, fails
      * before any is made: nothing left behind */
     int missing;
-    if (qkv_mkdirs_for_check(path, &missing, err) != QKV_OK || qkv_mkdirs_for(path, err) != QKV_OK)
+    if (qkv_mkdirs_for_check(path, &missing, err) != QKV_OK || cli_mkdirs_for(path, err) != QKV_OK)
         return NULL;
     FILE *f = excl ? NULL : open_stdout_file(path);
     if (f != NULL) { /* not listed: standard output's file stays, whatever happens */

@@ -109,5 +109,8 @@ static int run(int argc, char **argv)
 int main(int argc, char **argv)
 {
     cli_remove_partial_on_signals(); /* Ctrl-C leaves no CSV cut short */
-    return finish(run(argc, argv));
+    const int r = finish(run(argc, argv));
+    if (r != CLI_OK) /* nor a failure an empty directory it made */
+        cli_remove_made_dirs();
+    return r;
 }

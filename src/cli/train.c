@@ -160,7 +160,7 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
         return cli_fail("train: cannot write %s: %s", o->log, cli_csv_error());
     }
     tr->log = NULL;
-    if (qkv_mkdirs_for(o->save, &err) != QKV_OK ||
+    if (cli_mkdirs_for(o->save, &err) != QKV_OK ||
         qkv_coref_save(m, qkv_coref_fingerprint(), o->save, &err) != QKV_OK)
         return cli_fail_status(err.status, "train: %s", err.message);
     if (rename(tr->part, o->log) != 0)

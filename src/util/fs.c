@@ -17,6 +17,11 @@
 
 qkv_status qkv_mkdirs(const char *dir, qkv_error *err)
 {
+    return qkv_mkdirs_noted(dir, NULL, NULL, err);
+}
+
+qkv_status qkv_mkdirs_noted(const char *dir, qkv_made_fn made, void *ctx, qkv_error *err)
+{
     char p[4096];
     size_t n = strlen(dir);
     if (n == 0)
@@ -31,9 +36,13 @@ qkv_status qkv_mkdirs(const char *dir, qkv_error *err)
         p[i] = '\0';
         struct stat sb;
         if (stat(p, &sb) != 0) {
-            if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            if (mkdir(p, 0777) == 0) {
+                if (made != NULL)
+                    made(ctx, p);
+            } else if (errno != EEXIST) { /* EEXIST: another process made it first */
                 return qkv_error_set(err, QKV_ERR_IO, "cannot create directory %s: %s", p,
                                      strerror(errno));
+            }
         } else if (!S_ISDIR(sb.st_mode)) {
             return qkv_error_set(err, QKV_ERR_IO, "%s exists and is not a directory", p);
         }
@@ -61,12 +70,17 @@ static qkv_status parent_dir(const char *path, char *dir, size_t cap, const char
 
 qkv_status qkv_mkdirs_for(const char *path, qkv_error *err)
 {
+    return qkv_mkdirs_for_noted(path, NULL, NULL, err);
+}
+
+qkv_status qkv_mkdirs_for_noted(const char *path, qkv_made_fn made, void *ctx, qkv_error *err)
+{
     char dir[4096];
     const char *base;
     qkv_status s = parent_dir(path, dir, sizeof dir, &base, err);
     if (s != QKV_OK || base == NULL)
         return s;
-    return qkv_mkdirs(dir, err);
+    return qkv_mkdirs_noted(dir, made, ctx, err);
 }
 
 /* The longest name a directory entry in dir may have. */

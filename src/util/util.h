@@ -92,6 +92,17 @@ qkv_status qkv_mkdirs(const char *dir, qkv_error *err);
  * to its last '/'), as qkv_mkdirs does; nothing for a bare file name. */
 qkv_status qkv_mkdirs_for(const char *path, qkv_error *err);
 
+/* Told of a directory that qkv_mkdirs_noted made (its path, valid for
+ * the call only). */
+typedef void (*qkv_made_fn)(void *ctx, const char *dir);
+
+/* qkv_mkdirs and qkv_mkdirs_for, calling made (unless NULL) with each
+ * directory they make, a parent before its child: only those this call's
+ * mkdir made, never one that was there, nor one that another process made
+ * first. For a program that removes, on failure, what it made. */
+qkv_status qkv_mkdirs_noted(const char *dir, qkv_made_fn made, void *ctx, qkv_error *err);
+qkv_status qkv_mkdirs_for_noted(const char *path, qkv_made_fn made, void *ctx, qkv_error *err);
+
 /* Checks that qkv_mkdirs(dir) could make dir, making nothing: every
  * directory on the way that exists is a directory, and the first that
  * does not could be made (its parent takes new entries) with each name
