@@ -736,8 +736,15 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "pick_rows: index 3 for item 1 is outside [0,3) of [2,3,4]");
     EXPECT_ERROR(qkv_cross_entropy(f.t, a, tg), QKV_ERR_ARG,
                  "cross_entropy: target 4 of row 4 is outside [0,4) for logits [2,3,4]");
-    EXPECT_ERROR(qkv_cross_entropy(f.t, a, NULL), QKV_ERR_SHAPE,
-                 "cross_entropy: logits [2,3,4] need a class dimension and targets");
+    /* NULL targets are a missing argument, not a shape: it said QKV_ERR_SHAPE
+     * and "logits [2,3,4] need a class dimension and targets", for logits
+     * that were right */
+    EXPECT_ERROR(qkv_cross_entropy(f.t, a, NULL), QKV_ERR_ARG,
+                 "cross_entropy: no targets (targets is NULL)");
+    qkv_tensor *s = tensor_of(0, NULL, (const double[]){1}, 0);
+    EXPECT_ERROR(qkv_cross_entropy(f.t, s, tg), QKV_ERR_SHAPE,
+                 "cross_entropy: logits [] need a class dimension");
+    qkv_tensor_free(s);
     EXPECT_ERROR(qkv_transpose(f.t, v), QKV_ERR_SHAPE,
                  "transpose: [3]: needs at least 2 dimensions");
     EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,

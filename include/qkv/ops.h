@@ -206,7 +206,8 @@ qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x);
  * row, fused with log-softmax: loss = -mean log p[target]. Rows whose target
  * is QKV_IGNORE are skipped and not counted; if every row is skipped the
  * loss is 0. Gradient: (p - onehot(target)) / N, N = rows counted. Returns a
- * scalar. */
+ * scalar. NULL targets, or a target outside [0,C) that is not QKV_IGNORE:
+ * QKV_ERR_ARG. */
 qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets);
 
 /* Mean squared error: mean((pred - target)²), a scalar. target has pred's

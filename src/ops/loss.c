@@ -51,11 +51,14 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
 {
     if (!qkv_op_inputs_ok(t, "cross_entropy", logits, NULL, 0))
         return qkv_nil();
-    if (logits->ndim < 1 || targets == NULL) {
+    if (targets == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "cross_entropy: no targets (targets is NULL)");
+        return qkv_nil();
+    }
+    if (logits->ndim < 1) {
         char sx[64];
         qkv_shape_str(logits, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "cross_entropy: logits %s need a class dimension and targets", sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "cross_entropy: logits %s need a class dimension", sx);
         return qkv_nil();
     }
     size_t C = (size_t)logits->shape[logits->ndim - 1], rows = logits->numel / C;
