@@ -299,6 +299,28 @@ START_TEST(test_the_optimizer_skips_decay_where_the_list_says)
 }
 END_TEST
 
+/* the list's optimizer names a parameter by its name in the list */
+START_TEST(test_the_optimizer_names_a_non_finite_gradient)
+{
+    qkv_params *p = qkv_params_new(0, NULL);
+    qkv_tensor *w = qkv_params_add(p, "block0.w", 2, (const int[]){1, 2},
+                                   (qkv_init){QKV_INIT_CONST, 2, 0}, NULL);
+    qkv_tensor *b =
+        qkv_params_add(p, "block0.b", 1, (const int[]){2}, (qkv_init){QKV_INIT_CONST, 3, 0}, NULL);
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    qkv_optim *o = qkv_params_optim(p, &c, NULL);
+    ck_assert_ptr_nonnull(o);
+    qkv_params_zero_grad(p);
+    b->grad[0] = (qkv_real)INFINITY;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of block0.b is not finite: "
+                                         "grad[0] = inf; no parameter was changed");
+    ck_assert(w->data[0] == 2 && w->data[1] == 2 && b->data[0] == 3 && b->data[1] == 3);
+    qkv_optim_free(o);
+    qkv_params_free(p);
+}
+END_TEST
+
 START_TEST(test_the_optimizer_state_is_readable)
 {
     qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){1, -1}, 1);
@@ -1698,6 +1720,7 @@ Suite *params_suite(void)
     tcase_add_test(tc, test_initialisers_draw_one_stream_and_refuse_bad_ranges);
     tcase_add_test(tc, test_initialisers_refuse_values_the_scalar_cannot_hold);
     tcase_add_test(tc, test_the_optimizer_skips_decay_where_the_list_says);
+    tcase_add_test(tc, test_the_optimizer_names_a_non_finite_gradient);
     tcase_add_test(tc, test_the_optimizer_state_is_readable);
     tcase_add_test(tc, test_adamw_decay_follows_each_parameters_rate);
     tcase_add_test(tc, test_adam_steps_follow_each_parameters_rate);

@@ -199,6 +199,66 @@ START_TEST(test_non_finite_gradient_changes_nothing)
 }
 END_TEST
 
+/* The refusal says which parameter and which value: it said nothing (a
+ * status alone) */
+START_TEST(test_a_non_finite_gradient_is_named_by_its_index)
+{
+    qkv_tensor *ps[2] = {param((const double[]){1, 2}, (const double[]){0.5, 0.25}, 2),
+                         param((const double[]){3, 4}, (const double[]){0.5, NAN}, 2)};
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
+    ck_assert_str_eq(qkv_optim_error(o), "");
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of parameter 1 is not finite: "
+                                         "grad[1] = nan; no parameter was changed");
+    /* nothing moved: weights, moments, the step count */
+    ck_assert(ps[0]->data[0] == 1 && ps[0]->data[1] == 2);
+    ck_assert(ps[1]->data[0] == 3 && ps[1]->data[1] == 4);
+    const double *m = qkv_optim_state(o, 0, 0, NULL), *v = qkv_optim_state(o, 0, 1, NULL);
+    ck_assert(m[0] == 0 && m[1] == 0 && v[0] == 0 && v[1] == 0);
+    ck_assert_int_eq(qkv_optim_steps(o), 0);
+    /* a name given to the optimizer replaces the index */
+    ck_assert_int_eq(qkv_optim_set_name(o, 1, "head.bias"), QKV_OK);
+    ps[1]->grad[1] = (qkv_real)-INFINITY;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of head.bias is not finite: "
+                                         "grad[1] = -inf; no parameter was changed");
+    ck_assert_int_eq(qkv_optim_set_name(o, 2, "x"), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_set_name(o, -1, "x"), QKV_ERR_ARG);
+    /* a step that succeeds clears the message */
+    ps[1]->grad[1] = 1;
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ck_assert_str_eq(qkv_optim_error(o), "");
+    ck_assert_int_eq(qkv_optim_steps(o), 1);
+    qkv_optim_free(o);
+    qkv_tensor_free(ps[0]);
+    qkv_tensor_free(ps[1]);
+}
+END_TEST
+
+#ifdef QKV_DOUBLE
+/* Finite gradients whose squares overflow together: 1e154² = 1e308 fits a
+ * double (DBL_MAX 1.797e308), 2e308 does not (CPython: (1e154)**2 is
+ * 1e+308, 2*(1e154)**2 is inf). The message names where the sum overflowed. */
+START_TEST(test_a_norm_that_overflows_names_where)
+{
+    qkv_tensor *ps[2] = {param((const double[]){1}, (const double[]){1e154}, 1),
+                         param((const double[]){2}, (const double[]){-1e154}, 1)};
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_optim_error(o),
+                     "optim: every gradient is finite, but the sum of their squares overflows "
+                     "at parameter 1, whose largest |gradient| is 1e+154; no parameter was "
+                     "changed");
+    ck_assert(ps[0]->data[0] == 1 && ps[1]->data[0] == 2);
+    qkv_optim_free(o);
+    qkv_tensor_free(ps[0]);
+    qkv_tensor_free(ps[1]);
+}
+END_TEST
+#endif
+
 START_TEST(test_bad_configs_are_refused)
 {
     qkv_tensor *p = param((const double[]){1}, (const double[]){0}, 1);
@@ -442,6 +502,10 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_defaults_are_the_documented_ones);
     tcase_add_test(tc, test_clip_by_global_norm);
     tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
+    tcase_add_test(tc, test_a_non_finite_gradient_is_named_by_its_index);
+#ifdef QKV_DOUBLE
+    tcase_add_test(tc, test_a_norm_that_overflows_names_where);
+#endif
     tcase_add_test(tc, test_bad_configs_are_refused);
     tcase_add_test(tc, test_an_empty_parameter_list_is_refused);
     tcase_add_test(tc, test_zero_learning_rate_is_a_frozen_step);

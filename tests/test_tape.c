@@ -438,6 +438,8 @@ START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
     ck_assert(!qkv_tensor_same_shape(NULL, x));
     ck_assert_int_eq(qkv_shape_numel(1, (const int[]){2}, NULL), QKV_ERR_ARG);
     ck_assert_int_eq(qkv_optim_step(NULL), QKV_ERR_ARG);
+    ck_assert_ptr_nonnull(strstr(qkv_optim_error(NULL), "NULL"));
+    ck_assert_int_eq(qkv_optim_set_name(NULL, 0, "x"), QKV_ERR_ARG);
     qkv_optim_zero_grad(NULL);
     ck_assert(qkv_optim_last_norm(NULL) == 0);
     ck_assert(qkv_grad_norm(NULL, 3) == 0);

@@ -50,11 +50,26 @@ void qkv_optim_free(qkv_optim *o); /* accepts NULL */
 void qkv_optim_zero_grad(qkv_optim *o);
 
 /* Clips (if configured) and applies one update. Returns QKV_ERR_NUMERIC and
- * changes nothing if some gradient is NaN or infinite, or if the sum of
- * their squares is (in the double build, gradients of about 1e154 and
- * more: their global norm does not fit a double), and QKV_ERR_ARG for a
- * NULL optimizer. */
+ * changes nothing (weights, moments, step count) if some gradient is NaN
+ * or infinite, or if the sum of their squares is (in the double build,
+ * gradients of about 1e154 and more: their global norm does not fit a
+ * double); qkv_optim_error then says which parameter (by its name, see
+ * qkv_optim_set_name, or else its index) and which value. QKV_ERR_ARG for
+ * a NULL optimizer. */
 qkv_status qkv_optim_step(qkv_optim *o);
+
+/* Why the last qkv_optim_step failed, one line, e.g. "optim: the gradient
+ * of block0.b is not finite: grad[0] = inf; no parameter was changed"; ""
+ * before the first step and after one that succeeded. Owned by o, valid
+ * until its next step. Never NULL: a NULL o gives a message saying so. */
+const char *qkv_optim_error(const qkv_optim *o);
+
+/* Names parameter i (in the order given to qkv_optim_new) in the messages
+ * of qkv_optim_error, which otherwise say "parameter i". The optimizer
+ * keeps a copy of name; NULL goes back to the index. qkv_params_optim
+ * names each parameter as its list does. QKV_ERR_ARG (and no change) for
+ * an index out of range, QKV_ERR_NOMEM when the copy cannot be made. */
+qkv_status qkv_optim_set_name(qkv_optim *o, int i, const char *name);
 
 /* The global gradient norm before the last step's clipping. */
 double qkv_optim_last_norm(const qkv_optim *o);

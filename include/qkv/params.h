@@ -114,6 +114,7 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
  * weight decay switched on or off as the list says (cfg->weight_decay is
  * the rate for those that have it). See optim.h. It takes the parameters
  * there are now: one added later is not in it (make another optimizer).
+ * Its messages (qkv_optim_error) name each parameter as the list does.
  * NULL with QKV_ERR_ARG for a NULL or empty list (an optimizer needs at
  * least one parameter), or qkv_optim_new's error. */
 qkv_optim *qkv_params_optim(qkv_params *p, const qkv_optim_config *cfg, qkv_error *err);

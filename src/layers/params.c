@@ -273,7 +273,13 @@ qkv_optim *qkv_params_optim(qkv_params *p, const qkv_optim_config *cfg, qkv_erro
         return NULL;
     }
     qkv_optim *o = qkv_optim_new(cfg, p->tensors, p->n, err);
-    for (int i = 0; o != NULL && i < p->n; i++)
+    for (int i = 0; o != NULL && i < p->n; i++) {
         qkv_optim_set_decay(o, i, p->items[i].decay);
+        if (qkv_optim_set_name(o, i, p->items[i].name) != QKV_OK) {
+            qkv_optim_free(o);
+            qkv_error_set(err, QKV_ERR_NOMEM, "params: out of memory for the optimizer's names");
+            return NULL;
+        }
+    }
     return o;
 }

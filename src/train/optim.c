@@ -2,6 +2,7 @@
  * optim.c - SGD (momentum), Adam and AdamW, and global-norm clipping.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,8 @@ struct qkv_optim {
     double **m, **v;      /* (n) first and second moments; SGD keeps its velocity in m, no v */
     unsigned char *decay; /* (n) 1: this parameter gets weight decay */
     double *lr_scale;     /* (n) each parameter's rate is lr times this (1 by default) */
+    char **names;         /* (n) each parameter's name for messages, or NULL (its index) */
+    char message[256];    /* why the last step failed, or "" */
     long t;               /* steps taken */
     double last_norm;
 };
@@ -36,7 +39,10 @@ void qkv_optim_free(qkv_optim *o)
             free(o->m[i]);
         if (o->v)
             free(o->v[i]);
+        if (o->names)
+            free(o->names[i]);
     }
+    free(o->names);
     free(o->m);
     free(o->v);
     free(o->decay);
@@ -110,8 +116,9 @@ qkv_optim *qkv_optim_new(const qkv_optim_config *cfg, qkv_tensor **params, int n
     o->v = qkv_calloc((size_t)n, sizeof *o->v);
     o->decay = qkv_malloc((size_t)n);
     o->lr_scale = qkv_malloc(sizeof *o->lr_scale * (size_t)n);
+    o->names = qkv_calloc((size_t)n, sizeof *o->names);
     o->n = n;
-    int ok = o->params && o->m && o->v && o->decay && o->lr_scale;
+    int ok = o->params && o->m && o->v && o->decay && o->lr_scale && o->names;
     if (ok)
         memset(o->decay, 1, (size_t)n);
     for (int i = 0; ok && i < n; i++)
@@ -204,16 +211,64 @@ static void adam_update(qkv_optim *o, int i)
     qkv_adam_update(p->data, p->grad, o->m[i], o->v[i], p->numel, &k);
 }
 
+/* Parameter i as a message names it: its name, or "parameter i" in buf. */
+static const char *param_label(const qkv_optim *o, int i, char *buf, size_t size)
+{
+    if (o->names[i] != NULL)
+        return o->names[i];
+    snprintf(buf, size, "parameter %d", i);
+    return buf;
+}
+
+/* Says in o->message why the global norm is not finite: the first gradient
+ * that is not, or, when every one is (the double build's gradients of
+ * 1e154 and more), the parameter at which the sum of squares overflows. */
+static void say_not_finite(qkv_optim *o)
+{
+    char buf[32];
+    for (int i = 0; i < o->n; i++) {
+        const qkv_tensor *p = o->params[i];
+        for (size_t j = 0; j < p->numel; j++)
+            if (!isfinite(p->grad[j])) {
+                snprintf(o->message, sizeof o->message,
+                         "optim: the gradient of %s is not finite: grad[%zu] = %g; no "
+                         "parameter was changed",
+                         param_label(o, i, buf, sizeof buf), j, (double)p->grad[j]);
+                return;
+            }
+    }
+    double sq = 0; /* as qkv_optim_step sums */
+    for (int i = 0; i < o->n; i++) {
+        const qkv_tensor *p = o->params[i];
+        sq += qkv_sum_squares(p->grad, p->numel);
+        if (isfinite(sq))
+            continue;
+        double big = 0;
+        for (size_t j = 0; j < p->numel; j++)
+            big = fmax(big, fabs((double)p->grad[j]));
+        snprintf(o->message, sizeof o->message,
+                 "optim: every gradient is finite, but the sum of their squares overflows at "
+                 "%s, whose largest |gradient| is %g; no parameter was changed",
+                 param_label(o, i, buf, sizeof buf), big);
+        return;
+    }
+    snprintf(o->message, sizeof o->message,
+             "optim: the global gradient norm is not finite; no parameter was changed");
+}
+
 qkv_status qkv_optim_step(qkv_optim *o)
 {
     if (o == NULL)
         return QKV_ERR_ARG;
+    o->message[0] = '\0';
     double sq = 0; /* NaN or Inf if any gradient is */
     for (int i = 0; i < o->n; i++)
         sq += qkv_sum_squares(o->params[i]->grad, o->params[i]->numel);
     double norm = sqrt(sq);
-    if (!isfinite(norm))
+    if (!isfinite(norm)) {
+        say_not_finite(o);
         return QKV_ERR_NUMERIC;
+    }
     o->last_norm = norm;
     clip_to(o->params, o->n, norm, o->cfg.clip);
     o->t++;
@@ -243,6 +298,27 @@ const char *qkv_optim_name(qkv_optim_kind kind)
            : kind == QKV_ADAM  ? "adam"
            : kind == QKV_ADAMW ? "adamw"
                                : "unknown";
+}
+
+const char *qkv_optim_error(const qkv_optim *o)
+{
+    return o != NULL ? o->message : "optim: no optimizer (NULL)";
+}
+
+qkv_status qkv_optim_set_name(qkv_optim *o, int i, const char *name)
+{
+    if (o == NULL || i < 0 || i >= o->n)
+        return QKV_ERR_ARG;
+    char *copy = NULL;
+    if (name != NULL) {
+        size_t len = strlen(name) + 1;
+        if ((copy = qkv_malloc(len)) == NULL)
+            return QKV_ERR_NOMEM;
+        memcpy(copy, name, len);
+    }
+    free(o->names[i]);
+    o->names[i] = copy;
+    return QKV_OK;
 }
 
 double qkv_optim_lr(const qkv_optim *o)
