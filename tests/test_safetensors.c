@@ -769,6 +769,68 @@ END_TEST
 
 /* qkv_safetensors_load, which opens, loads and closes in one call, hands
  * on the error of the step that failed. */
+/* A file of two_params' w (F32) and a b of three F64 values. */
+static file with_f64_b(const double bv[3])
+{
+    unsigned char d[48];
+    wb_data(d);
+    for (int i = 0; i < 3; i++) {
+        uint64_t u;
+        memcpy(&u, &bv[i], 8);
+        for (int k = 0; k < 8; k++)
+            d[24 + 8 * i + k] = (unsigned char)(u >> (8 * k));
+    }
+    return make("{" W_ENTRY ",\"b\":{\"dtype\":\"F64\",\"shape\":[3],\"data_offsets\":[24,48]}}", d,
+                48);
+}
+
+/* Loads f into p and checks that b holds want (exactly). */
+static void expect_b(file f, qkv_params *p, const double want[3])
+{
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_parse(f.b, f.n, "t.safetensors", &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_msg(qkv_st_load(st, p, &err) == QKV_OK, "%s", err.message);
+    const qkv_tensor *b = qkv_params_get(p, "b");
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(b->data[i] == (qkv_real)want[i], "b[%d] = %a, not %a", i, (double)b->data[i],
+                      want[i]);
+    qkv_st_close(st);
+    free(f.b);
+}
+
+/* An F64 value just past the largest float still rounds to it (round to
+ * nearest): only from the midpoint between FLT_MAX = 0x1.fffffep+127 and
+ * 2^128 on, 0x1.ffffffp+127 = 2^128 - 2^103, does it round to infinity (a
+ * tie goes to the even 2^128). numpy agrees: np.float32 of
+ * np.nextafter(FLT_MAX, inf) and of np.nextafter(mid, 0) is FLT_MAX, of mid
+ * inf. The float build refused everything above FLT_MAX; the double build
+ * loads every one as it is. */
+START_TEST(test_f64_values_that_round_to_the_largest_float_load)
+{
+    const double fmax = ldexp(2 - ldexp(1, -23), 127); /* FLT_MAX */
+    const double mid = ldexp(1, 128) - ldexp(1, 103);  /* 0x1.ffffffp+127 */
+    const double below = nextafter(mid, 0), above = nextafter(fmax, INFINITY);
+    ck_assert(fmax == 0x1.fffffep+127 && mid == 0x1.ffffffp+127);
+    ck_assert(above == 0x1.fffffe0000001p+127 && below == 0x1.fffffefffffffp+127);
+    qkv_params *p = two_params();
+    const double near[3] = {above, below, -below};
+#ifdef QKV_DOUBLE
+    expect_b(with_f64_b(near), p, near);
+    const double edge[3] = {mid, -mid, nextafter(mid, INFINITY)};
+    expect_b(with_f64_b(edge), p, edge);
+#else
+    expect_b(with_f64_b(near), p, (const double[]){fmax, fmax, -fmax});
+    /* the midpoint, either sign, is refused: as a float it would be inf */
+    expect_load_reject(with_f64_b((const double[]){mid, 1, 1}), p, QKV_ERR_NUMERIC,
+                       "t.safetensors: tensor 'b' value 0 (3.40282e+38) is beyond F32's range");
+    expect_load_reject(with_f64_b((const double[]){1, -mid, 1}), p, QKV_ERR_NUMERIC,
+                       "t.safetensors: tensor 'b' value 1 (-3.40282e+38) is beyond F32's range");
+#endif
+    qkv_params_free(p);
+}
+END_TEST
+
 START_TEST(test_loading_by_path_says_why_it_failed)
 {
     qkv_params *p = two_params();
@@ -1144,6 +1206,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_the_tensors_must_tile_the_data);
     tcase_add_test(tc, test_qkv_metadata_is_checked);
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
+    tcase_add_test(tc, test_f64_values_that_round_to_the_largest_float_load);
     tcase_add_test(tc, test_loading_by_path_says_why_it_failed);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_saving_refuses_metadata_the_reader_would_refuse);

@@ -83,7 +83,10 @@ int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS]);
 /* Copies the file's tensors into p's parameters of the same names: every
  * parameter must be in the file with its shape, and every tensor of the
  * file must be a parameter; values must be finite (F64 values are rounded
- * to float32 in a float build). On an error nothing is changed. */
+ * to float32 in a float build, to nearest: one that would round to
+ * infinity, from 0x1.ffffffp+127 in magnitude on, is refused with
+ * QKV_ERR_NUMERIC; one just above FLT_MAX becomes FLT_MAX). On an error
+ * nothing is changed. */
 qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err);
 
 /* qkv_st_open, qkv_st_load and qkv_st_close in one call. */

@@ -691,8 +691,10 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
                                               : "-inf");
             /* only an F64 value can be beyond F32's range, and only a
              * float build's weights are F32: the file is most likely a
-             * double build's */
-            if (sizeof(qkv_real) == 4 && fabs(v) > 3.4028234663852886e38)
+             * double build's. Beyond means rounding to infinity: from the
+             * midpoint between FLT_MAX (0x1.fffffep+127) and 2^128 on, a
+             * tie going to the even 2^128; below it, FLT_MAX */
+            if (sizeof(qkv_real) == 4 && fabs(v) >= 0x1.ffffffp+127)
                 return qkv_error_set(err, QKV_ERR_NUMERIC,
                                      "%s: tensor '%s' value %zu (%g) is beyond F32's range: this "
                                      "build reads F32 weights; the file holds F64, as a double "
