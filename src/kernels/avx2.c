@@ -163,6 +163,20 @@ static void adam_avx2(float *w, const float *grad, double *m, double *v, size_t 
 /* Rows of the table, eight floats at a time, the tail masked. */
 static void gather_avx2(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
+    if (d == 16) { /* two registers a row, no inner loop: the d_k = 16 tables */
+        for (size_t i = 0; i < n; i++, dst += 16) {
+            const float *src = table + 16 * (size_t)ids[i];
+            const __m256 lo = _mm256_loadu_ps(src), hi = _mm256_loadu_ps(src + 8);
+            _mm256_storeu_ps(dst, lo);
+            _mm256_storeu_ps(dst + 8, hi);
+        }
+        return;
+    }
+    if (d == 8) {
+        for (size_t i = 0; i < n; i++)
+            _mm256_storeu_ps(dst + 8 * i, _mm256_loadu_ps(table + 8 * (size_t)ids[i]));
+        return;
+    }
     for (size_t i = 0; i < n; i++, dst += d) {
         const float *src = table + (size_t)ids[i] * d;
         size_t j = 0;
