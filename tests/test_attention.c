@@ -863,6 +863,13 @@ START_TEST(test_attention_errors_name_the_shapes)
         QKV_ERR_ARG, "embed_attention_rows: query row -1 of item 0 is outside [0,2)");
     EXPECT_ERROR_ON(t, qkv_embed_attention_rows(t, w, w, w, ok_ids, 2, 2, NULL, 1, NULL, NULL),
                     QKV_ERR_ARG, "embed_attention_rows: no query rows");
+    /* NULL ids: a missing argument, not a shape; it said QKV_ERR_SHAPE and
+     * "tables [5,3], [5,3], [5,3] with ids [1,2]: need [V,d], [V,d], [V,dv]
+     * and B, T >= 1" of tables and sizes that were right */
+    EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, NULL, 1, 2, NULL, 1, NULL), QKV_ERR_ARG,
+                    "embed_attention: no ids (ids is NULL)");
+    EXPECT_ERROR_ON(t, qkv_embed_attention_rows(t, w, w, w, NULL, 2, 2, NULL, 1, query, NULL),
+                    QKV_ERR_ARG, "embed_attention_rows: no ids (ids is NULL)");
     EXPECT_ERROR_ON(t, qkv_embed_attention_rows(t, w, w, w, ids, 1, 2, NULL, 1, query, NULL),
                     QKV_ERR_ARG,
                     "embed_attention_rows: id 5 at position 1 is outside [0,5) of the tables");

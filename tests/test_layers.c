@@ -653,6 +653,11 @@ START_TEST(test_linear_embedding_and_norm_forward)
     for (int c = 0; c < 4; c++)
         ck_assert(y->data[c] == e.weight->data[20 + c] && y->data[4 + c] == e.weight->data[c]);
     ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    /* NULL ids: the gather's QKV_ERR_ARG under the layer's name (it was
+     * QKV_ERR_SHAPE, for a table and a shape that were right) */
+    ck_assert(qkv_embedding_forward(t, &e, NULL, 1, (const int[]){3}) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t), "embedding 'emb': gather: no ids (ids is NULL)");
     qkv_tape_free(t);
     qkv_tensor_free(xt);
     qkv_params_free(p);

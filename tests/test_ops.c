@@ -759,9 +759,14 @@ START_TEST(test_errors_name_the_op_and_shapes)
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 2, (const int[]){1, -2}), QKV_ERR_SHAPE,
                  "gather: table [5,3], ids [1,-2]: need a table [V,D] and ids of 1 to 3 "
                  "dimensions, each at least 1");
-    EXPECT_ERROR(qkv_gather(f.t, w, NULL, 1, (const int[]){2}), QKV_ERR_SHAPE,
-                 "gather: table [5,3], ids [2] with no ids (NULL): need a table [V,D] and ids of "
-                 "1 to 3 dimensions, each at least 1");
+    /* NULL ids are a missing argument, not a shape: it said QKV_ERR_SHAPE
+     * and "table [5,3], ids [2] with no ids (NULL): need a table [V,D] and
+     * ids of 1 to 3 dimensions, ...", for a table and a shape that were
+     * right; it is said first, as cross_entropy says its NULL targets */
+    EXPECT_ERROR(qkv_gather(f.t, w, NULL, 1, (const int[]){2}), QKV_ERR_ARG,
+                 "gather: no ids (ids is NULL)");
+    EXPECT_ERROR(qkv_gather(f.t, a, NULL, 1, (const int[]){2}), QKV_ERR_ARG,
+                 "gather: no ids (ids is NULL)");
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 1, NULL), QKV_ERR_SHAPE,
                  "gather: table [5,3], ids of shape NULL: need a table [V,D] and ids of 1 to 3 "
                  "dimensions, each at least 1");
@@ -770,9 +775,11 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "3 dimensions, each at least 1");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, (const int[]){-1, 0}), QKV_ERR_ARG,
                  "pick_rows: index -1 for item 0 is outside [0,3) of [2,3,4]");
-    /* no indices; a table of three dimensions; ids of none */
-    EXPECT_ERROR(qkv_pick_rows(f.t, a, NULL), QKV_ERR_SHAPE,
-                 "pick_rows: [2,3,4]: input must be [B,T,D] with B indices");
+    /* no indices (an argument missing, not a shape: it said QKV_ERR_SHAPE
+     * and "[2,3,4]: input must be [B,T,D] with B indices" of an input that
+     * was); a table of three dimensions; ids of none */
+    EXPECT_ERROR(qkv_pick_rows(f.t, a, NULL), QKV_ERR_ARG, "pick_rows: no indices (idx is NULL)");
+    EXPECT_ERROR(qkv_pick_rows(f.t, w, NULL), QKV_ERR_ARG, "pick_rows: no indices (idx is NULL)");
     EXPECT_ERROR(qkv_gather(f.t, a, (const int[]){0}, 1, (const int[]){1}), QKV_ERR_SHAPE,
                  "gather: table [2,3,4], ids [1]: need a table [V,D] and ids of 1 to 3 "
                  "dimensions, each at least 1");

@@ -428,7 +428,10 @@ START_TEST(test_null_tapes_and_tensors_give_errors_not_crashes)
     ck_assert_str_eq(qkv_tape_error(t), "backward_from: the tensor is nil (NULL, or qkv_nil())");
     qkv_tape_reset(t);
     ck_assert(qkv_gather(t, x, NULL, 1, (const int[]){2}) == qkv_nil());
-    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    qkv_tape_reset(t);
+    ck_assert(qkv_pick_rows(t, x, NULL) == qkv_nil());
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
     qkv_tape_reset(t);
     ck_assert(qkv_cross_entropy(t, x, NULL) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);

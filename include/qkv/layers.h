@@ -67,7 +67,8 @@ typedef struct qkv_embedding {
 qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefix, int n, int d,
                               qkv_error *err);
 
-/* The rows of ids (numel(shape) of them, 1 to 3 dimensions): [shape..., d]. */
+/* The rows of ids (numel(shape) of them, 1 to 3 dimensions): [shape..., d].
+ * Errors as qkv_gather's (NULL ids: QKV_ERR_ARG), under the layer's name. */
 qkv_tensor *qkv_embedding_forward(qkv_tape *t, const qkv_embedding *e, const int *ids, int ndim,
                                   const int *shape);
 

@@ -182,11 +182,14 @@ qkv_tensor *qkv_rms_norm(qkv_tape *t, qkv_tensor *x, qkv_tensor *gamma, double e
 /* Row gather (embedding lookup; one-hot·W). w: [V,D]; ids holds
  * numel(shape) integers in [0,V), copied onto the tape. Returns
  * [shape...,D] with out[i,:] = w[ids[i],:]. ndim is 1..3. Backward
- * scatter-adds into the rows of w. */
+ * scatter-adds into the rows of w. NULL ids, or an id outside [0,V):
+ * QKV_ERR_ARG; a table that is not 2-D or a wrong ids shape:
+ * QKV_ERR_SHAPE. */
 qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, const int *shape);
 
 /* Picks one row per batch item. x: [B,T,D]; idx holds B positions in
- * [0,T). Returns [B,D] with out[b,:] = x[b,idx[b],:]. */
+ * [0,T). Returns [B,D] with out[b,:] = x[b,idx[b],:]. NULL idx, or a
+ * position outside [0,T): QKV_ERR_ARG; x not 3-D: QKV_ERR_SHAPE. */
 qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx);
 
 /* ---- softmax (src/ops/softmax.c) -------------------------------------- */
@@ -317,7 +320,8 @@ qkv_tensor *qkv_attention_heads_online(qkv_tape *t, qkv_tensor *x, int heads,
  * copied onto the tape, each below the row count of every table. Returns
  * [B,T,dv]; the scores and weights are [B,T,T]. Backward adds into the rows
  * of the tables' gradients, in the order the gathers would (for distinct
- * tables: one passed twice gets the same sum in another order). */
+ * tables: one passed twice gets the same sum in another order). NULL ids,
+ * or an id outside the tables: QKV_ERR_ARG. */
 qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
                                 const int *ids, int B, int T, const qkv_tensor *mask, double scale,
                                 qkv_attention_parts *parts);
@@ -339,7 +343,7 @@ qkv_tensor *qkv_embed_attention(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv
  * and the [B,T,T] tensors and their gradients are not on the tape. The
  * output and the tables' gradients are still those of the picked rows.
  * Each query[b] must lie in [0,T): QKV_ERR_ARG otherwise, and for a NULL
- * query. */
+ * query or NULL ids. */
 qkv_tensor *qkv_embed_attention_rows(qkv_tape *t, qkv_tensor *wq, qkv_tensor *wk, qkv_tensor *wv,
                                      const int *ids, int B, int T, const qkv_tensor *mask,
                                      double scale, const int *query, qkv_attention_parts *parts);

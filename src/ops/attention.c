@@ -611,12 +611,16 @@ static qkv_tensor *embed_attention(qkv_tape *t, const qkv_op_def *def, qkv_tenso
     const char *name = def->name;
     if (!attn_inputs_ok(t, name, wq, wk, wv, mask, parts))
         return qkv_nil();
+    if (ids == NULL) { /* a missing argument, not a shape */
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: no ids (ids is NULL)", name);
+        return qkv_nil();
+    }
     if (rows_form && query == NULL) {
         qkv_tape_fail(t, QKV_ERR_ARG, "%s: no query rows", name);
         return qkv_nil();
     }
-    if (wq->ndim != 2 || wk->ndim != 2 || wv->ndim != 2 || wq->shape[1] != wk->shape[1] ||
-        ids == NULL || B < 1 || T < 1) {
+    if (wq->ndim != 2 || wk->ndim != 2 || wv->ndim != 2 || wq->shape[1] != wk->shape[1] || B < 1 ||
+        T < 1) {
         shapes3 n = shapes_of(wq, wk, wv);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
                       "%s: tables %s, %s, %s with ids [%d,%d]: need [V,d], [V,d], [V,dv] and "

@@ -24,11 +24,15 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
     size_t n;
     if (!qkv_op_inputs_ok(t, "gather", w, NULL, 0))
         return qkv_nil();
+    if (ids == NULL) { /* a missing argument, not a shape */
+        qkv_tape_fail(t, QKV_ERR_ARG, "gather: no ids (ids is NULL)");
+        return qkv_nil();
+    }
     char sw[64];
     const qkv_status ns = ndim >= 1 && ndim <= QKV_MAX_DIMS - 1
                               ? qkv_shape_numel(ndim, shape, &n)
                               : QKV_ERR_ARG; /* NOMEM: sizes that overflow, said below */
-    if (w->ndim != 2 || ids == NULL || (ns != QKV_OK && ns != QKV_ERR_NOMEM)) {
+    if (w->ndim != 2 || (ns != QKV_OK && ns != QKV_ERR_NOMEM)) {
         char si[64] = "of shape NULL"; /* the ids' shape as given, which may be what is wrong */
         if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS)
             qkv_dims_str(ndim, shape, si, sizeof si);
@@ -36,9 +40,9 @@ qkv_tensor *qkv_gather(qkv_tape *t, qkv_tensor *w, const int *ids, int ndim, con
             snprintf(si, sizeof si, "of %d dimensions", ndim);
         qkv_shape_str(w, sw, sizeof sw);
         qkv_tape_fail(t, QKV_ERR_SHAPE,
-                      "gather: table %s, ids %s%s: need a table [V,D] and ids of 1 to 3 "
+                      "gather: table %s, ids %s: need a table [V,D] and ids of 1 to 3 "
                       "dimensions, each at least 1",
-                      sw, si, ids == NULL ? " with no ids (NULL)" : "");
+                      sw, si);
         return qkv_nil();
     }
     int V = w->shape[0], D = w->shape[1];
@@ -93,8 +97,12 @@ qkv_tensor *qkv_pick_rows(qkv_tape *t, qkv_tensor *x, const int *idx)
 {
     if (!qkv_op_inputs_ok(t, "pick_rows", x, NULL, 0))
         return qkv_nil();
+    if (idx == NULL) { /* a missing argument, not a shape */
+        qkv_tape_fail(t, QKV_ERR_ARG, "pick_rows: no indices (idx is NULL)");
+        return qkv_nil();
+    }
     char sx[64];
-    if (x->ndim != 3 || idx == NULL) {
+    if (x->ndim != 3) {
         qkv_shape_str(x, sx, sizeof sx);
         qkv_tape_fail(t, QKV_ERR_SHAPE, "pick_rows: %s: input must be [B,T,D] with B indices", sx);
         return qkv_nil();
