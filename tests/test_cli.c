@@ -551,6 +551,46 @@ START_TEST(test_ablate_is_the_same_on_any_number_of_jobs)
 }
 END_TEST
 
+/* A run that the optimizer stopped: exit 1, and in its output head, then
+ * the optimizer's account of the gradient of parameter name that is not
+ * finite, then the guidance and tail. The value is not checked: "inf",
+ * "nan" or "-nan" as the kernels and printf make it. */
+static void expect_refusal(const char *args, const char *head, const char *name, const char *tail)
+{
+    char *out, want[160];
+    const int rc = run(args, &out);
+    ck_assert_msg(rc == 1, "qkv %s: exit %d, expected 1\n%s", args, rc, out);
+    const char *at = strstr(out, head);
+    ck_assert_msg(at != NULL, "qkv %s: output lacks '%s':\n%s", args, head, out);
+    snprintf(want, sizeof want, "the gradient of %s is not finite: grad[", name);
+    at = strstr(at + strlen(head), want);
+    ck_assert_msg(at != NULL, "qkv %s: output lacks '%s' after '%s':\n%s", args, want, head, out);
+    snprintf(want, sizeof want, "; no parameter was changed (try a smaller --lr)%s", tail);
+    ck_assert_msg(strstr(at, want) != NULL, "qkv %s: output lacks '%s':\n%s", args, want, out);
+    free(out);
+}
+
+/* A run whose step the optimizer refused says which gradient was not
+ * finite, as qkv train does; it said "diverged at step 2 (try a smaller
+ * --lr)" alone, as it still does for a loss that is not finite. no-v's
+ * second step at these rates has a finite loss and an emb gradient that
+ * is not (with the portable kernels too). */
+START_TEST(test_ablate_names_the_gradient_the_optimizer_refused)
+{
+#ifdef QKV_DOUBLE
+    const char *lr = "1e300";
+#else
+    const char *lr = "1e20";
+#endif
+    char args[200];
+    snprintf(args, sizeof args,
+             "ablate --task roles --quiet --variants no-v --seeds 1 --steps 6 --eval-every 2 "
+             "--lr %s --out ab",
+             lr);
+    expect_refusal(args, "qkv: ablate: no-v, seed 1: diverged at step 2: ", "emb", "\n");
+}
+END_TEST
+
 /* A run that fails in a worker process: the same one-line error, for
  * the first failing run in task order, on any number of jobs. Each
  * worker used to print its own failure, so --jobs 4 gave four lines in
@@ -1665,16 +1705,32 @@ START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
     size_t n0, n1, l0, l1;
     char *before = (char *)qkv_read_file(path, 1 << 20, &n0, NULL);
     char *log_before = (char *)qkv_read_file(log, 1 << 20, &l0, NULL);
+    /* a step the optimizer refused is said with the parameter whose
+     * gradient is not finite (it was "the loss or a gradient is not
+     * finite", which named none) */
 #ifdef QKV_DOUBLE
-    /* weights of 1e300 are finite in double: the second step's loss is not */
-    expect("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv", 1,
-           "diverged at step 2: the loss or a gradient is not finite (try a smaller --lr); "
-           "m.safetensors and a.csv were left untouched");
+    /* weights of 1e300 are finite in double: the second step's loss is
+     * too, a gradient of wq is not */
+    expect_refusal("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv",
+                   "qkv: train: diverged at step 2: ", "wq",
+                   "; m.safetensors and a.csv were left untouched");
 #else
     /* one step at lr 1e300: the loss and gradients of that step are
      * finite, the weights it leaves are not */
     expect("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log a.csv", 1,
            "is not finite; m.safetensors was left untouched");
+    /* two: the second step's loss is not finite, which stops it before
+     * the optimizer: no parameter to name */
+    expect("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv", 1,
+           "qkv: train: diverged at step 2: the loss or a gradient is not finite (try a smaller "
+           "--lr); m.safetensors and a.csv were left untouched");
+    /* Adam at lr 1e18 from Wq, Wk, Wv of std 10: a finite loss and a
+     * gradient of wq that is not, at step 4 (step 3 with the portable
+     * kernels) */
+    expect_refusal("train --quiet --optim adam --d-k 8 --init-std 10 --lr 1e18 --steps 4 --save "
+                   "m.safetensors --log a.csv",
+                   "qkv: train: diverged at step ", "wq",
+                   "; m.safetensors and a.csv were left untouched");
 #endif
     /* the checkpoint and its log are the good run's; the failed run's log
      * is beside them */
@@ -4677,6 +4733,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_distance_steps_to_90_counts_the_seeds_that_got_there);
     tcase_add_test(tc, test_ablate_is_the_same_on_any_number_of_jobs);
     tcase_add_test(tc, test_ablate_fails_the_same_on_any_number_of_jobs);
+    tcase_add_test(tc, test_ablate_names_the_gradient_the_optimizer_refused);
     tcase_add_test(tc, test_ablate_shared_qk_looks_at_itself_and_noself_stops_it);
     tcase_add_test(tc, test_softmax_in_base_b_is_b_to_the_z_over_its_sum);
     tcase_add_test(tc, test_bptt_a_linear_recurrence_scales_the_gradient_by_rho_per_step);

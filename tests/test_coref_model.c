@@ -593,6 +593,39 @@ START_TEST(test_fit_counts_its_steps_and_refuses_an_empty_split)
 }
 END_TEST
 
+/* fit.h: qkv_coref_refusal is the optimizer's account of a step it
+ * refused, without its "optim: ", for a finite loss, and "" for a loss
+ * that is not: that stops a step before the optimizer, whose message is
+ * then an older step's. So a fit whose loss is NaN after a refused step
+ * does not name that step's gradient. */
+START_TEST(test_fit_names_a_refused_gradient_only_for_a_finite_loss)
+{
+    rig r = fit_rig_new();
+    ck_assert_str_eq(qkv_coref_refusal(r.o, 1), ""); /* no step yet */
+    qkv_optim_zero_grad(r.o);
+    r.m->wk->grad[5] = INFINITY;
+    ck_assert_int_eq(qkv_optim_step(r.o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_coref_refusal(r.o, 1),
+                     "the gradient of parameter 1 is not finite: grad[5] = inf; no parameter was "
+                     "changed");
+    ck_assert_str_eq(qkv_coref_refusal(r.o, NAN), "");
+    ck_assert_str_eq(qkv_coref_refusal(r.o, -INFINITY), "");
+    ck_assert_str_eq(qkv_coref_refusal(NULL, 1), "");
+    for (size_t i = 0; i < r.m->wo->numel; i++) /* every logit, so the loss, NaN */
+        r.m->wo->data[i] = NAN;
+    qkv_coref_data d;
+    ck_assert_int_eq(qkv_coref_data_build(&d, 1, 2, NULL), QKV_OK);
+    int done = -1;
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_fit(r.m, r.o, r.t, r.b, &d, 3, 7, NULL, NULL, &done, &err),
+                     QKV_ERR_NUMERIC);
+    ck_assert_int_eq(done, 0);
+    ck_assert_str_eq(err.message, "diverged at step 1: the loss or a gradient is not finite");
+    qkv_coref_data_free(&d);
+    rig_free(&r);
+}
+END_TEST
+
 Suite *coref_model_suite(void)
 {
     Suite *s = suite_create("coref_model");
@@ -613,6 +646,7 @@ Suite *coref_model_suite(void)
     tcase_add_test(tc, test_jacobian_norm_of_known_distributions);
     tcase_add_test(tc, test_evaluate_averages_the_loss_over_items);
     tcase_add_test(tc, test_fit_counts_its_steps_and_refuses_an_empty_split);
+    tcase_add_test(tc, test_fit_names_a_refused_gradient_only_for_a_finite_loss);
     tcase_add_test(tc, test_fit_draws_items_in_cpythons_shuffled_order);
     suite_add_tcase(s, tc);
     return s;

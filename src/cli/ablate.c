@@ -43,6 +43,16 @@ static double *curve_alloc(const ablate_opts *o, int *n)
     return calloc((size_t)(*n > 0 ? *n : 1), sizeof(double));
 }
 
+/* Says that a run diverged at step, with the optimizer's account of the
+ * gradient when it refused the step (the loss, finite then, of the step);
+ * CLI_FAIL. */
+static int diverged(const char *variant, uint64_t seed, int step, const qkv_optim *opt, double loss)
+{
+    const char *why = qkv_coref_refusal(opt, loss);
+    return cli_fail("ablate: %s, seed %llu: diverged at step %d%s%s (try a smaller --lr)", variant,
+                    (unsigned long long)seed, step, why[0] != '\0' ? ": " : "", why);
+}
+
 /* ---- the coreference task ------------------------------------------------ */
 
 static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, qkv_tape *t,
@@ -95,8 +105,7 @@ static int coref_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         qkv_coref_draw_batch(&g, b, d.train, order, d.n_train, &pos);
         qkv_status s = qkv_ablate_train_step(m, opt, t, b, &f);
         if (s == QKV_ERR_NUMERIC) {
-            rc = cli_fail("ablate: %s, seed %llu: diverged at step %d (try a smaller --lr)",
-                          variant, (unsigned long long)seed, step);
+            rc = diverged(variant, seed, step, opt, (double)f.f.loss->data[0]);
             break;
         }
         if (s != QKV_OK) {
@@ -182,8 +191,7 @@ static int roles_run(const ablate_opts *o, const char *variant, uint64_t seed, q
         double loss;
         qkv_status s = qkv_roles_train_step(m, opt, t, batch, o->batch, &loss);
         if (s == QKV_ERR_NUMERIC) {
-            rc = cli_fail("ablate: %s, seed %llu: diverged at step %d (try a smaller --lr)",
-                          variant, (unsigned long long)seed, step);
+            rc = diverged(variant, seed, step, opt, loss);
             break;
         }
         if (s != QKV_OK) {

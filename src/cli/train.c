@@ -60,7 +60,9 @@ static int trainer_init(trainer *tr, const train_opts *o, unsigned levels, qkv_o
     if (o->weight_decay >= 0)
         oc.weight_decay = o->weight_decay;
     if ((tr->model = qkv_coref_model_new(&mc, &err)) == NULL ||
-        (tr->opt = qkv_optim_new(&oc, tr->model->params, QKV_COREF_PARAMS, &err)) == NULL ||
+        /* the list's optimizer: the same as one on the model's params
+         * (each 2-D, so each decays), and its messages name them */
+        (tr->opt = qkv_params_optim(tr->model->list, &oc, &err)) == NULL ||
         (tr->tape = qkv_tape_new(0, &err)) == NULL ||
         (tr->batch = qkv_coref_batch_new(o->batch, QKV_COREF_MAX_TOKENS, &err)) == NULL ||
         (tr->eval_batch = qkv_coref_batch_new(256, QKV_COREF_MAX_TOKENS, &err)) == NULL)

@@ -50,13 +50,22 @@ typedef struct qkv_coref_step {
  * is returned. The tape may be used (and reset) inside. */
 typedef qkv_status (*qkv_coref_hook)(void *ctx, const qkv_coref_step *s);
 
+/* Why o refused the step whose loss was `loss`, as qkv_optim_error says
+ * it without its "optim: " (e.g. "the gradient of wq is not finite:
+ * grad[3] = inf; no parameter was changed"), for a training step that
+ * returned QKV_ERR_NUMERIC; "" when the optimizer did not refuse it: the
+ * loss was not finite, which stops the step before the optimizer (whose
+ * message is then an older step's), or o is NULL. */
+const char *qkv_coref_refusal(const qkv_optim *o, double loss);
+
 /* Trains m for `steps` updates on batches from the training split: items in
  * an order that a qkv_rng seeded by batch_seed reshuffles at the start of
  * every epoch (the first batch starts an epoch). hook (may be NULL) runs
  * after each update. Returns QKV_OK; or QKV_ERR_NUMERIC when a loss or
  * gradient stops being finite (the weights keep their last finite values,
  * and *done says how many updates were made), with "diverged at step N" in
- * err; or the error of a step or the hook. */
+ * err, followed by qkv_optim_error's account of the gradient when the
+ * optimizer refused the step; or the error of a step or the hook. */
 qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_coref_batch *batch,
                          const qkv_coref_data *d, int steps, uint64_t batch_seed,
                          qkv_coref_hook hook, void *ctx, int *done, qkv_error *err);

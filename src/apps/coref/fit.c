@@ -2,6 +2,7 @@
  * fit.c - the coreference model's training loop, its batches, and
  * evaluation over a split.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,14 @@ void qkv_coref_draw_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_exampl
     }
 }
 
+const char *qkv_coref_refusal(const qkv_optim *o, double loss)
+{
+    /* a loss that is not finite stops a step before the optimizer, whose
+     * message is then an older step's */
+    const char *why = o != NULL && isfinite(loss) ? qkv_optim_error(o) : "";
+    return strncmp(why, "optim: ", 7) == 0 ? why + 7 : why;
+}
+
 qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_coref_batch *batch,
                          const qkv_coref_data *d, int steps, uint64_t batch_seed,
                          qkv_coref_hook hook, void *ctx, int *done, qkv_error *err)
@@ -91,8 +100,12 @@ qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_core
         qkv_coref_draw_batch(&g, batch, d->train, order, d->n_train, &pos);
         s = qkv_coref_train_step(m, o, t, batch, &f);
         if (s == QKV_ERR_NUMERIC) {
-            qkv_error_set(err, s, "diverged at step %d: the loss or a gradient is not finite",
-                          step);
+            const char *why = qkv_coref_refusal(o, (double)f.loss->data[0]);
+            if (why[0] != '\0')
+                qkv_error_set(err, s, "diverged at step %d: %s", step, why);
+            else
+                qkv_error_set(err, s, "diverged at step %d: the loss or a gradient is not finite",
+                              step);
             break;
         }
         if (s != QKV_OK) {
