@@ -1714,11 +1714,21 @@ START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
     expect_refusal("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv",
                    "qkv: train: diverged at step 2: ", "wq",
                    "; m.safetensors and a.csv were left untouched");
+    /* one step: no later step checks its update, whose weights of 1e300
+     * make scores that overflow; the final loss is NaN (it was saved, and
+     * train exited 0) */
+    expect("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log a.csv", 1,
+           "qkv: train: diverged at step 1: after its update the loss on the ");
 #else
     /* one step at lr 1e300: the loss and gradients of that step are
-     * finite, the weights it leaves are not */
+     * finite, the weights it leaves are not, and so is the final loss */
     expect("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log a.csv", 1,
-           "is not finite; m.safetensors was left untouched");
+           "qkv: train: diverged at step 1: after its update the loss on the ");
+    /* at lr 1e20 the weights stay finite (about 1e20) and their scores
+     * overflow: the final loss is NaN, a model that train saved and
+     * reported with exit 0 (loss=-nan) before the final loss was checked */
+    expect("train --quiet --lr 1e20 --steps 1 --save m.safetensors --log a.csv", 1,
+           "split is NaN (try a smaller --lr); m.safetensors and a.csv were left untouched");
     /* two: the second step's loss is not finite, which stops it before
      * the optimizer: no parameter to name */
     expect("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv", 1,

@@ -157,6 +157,22 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
             QKV_OK)
         return cli_fail_status(qkv_tape_status(tr->tape), "train: final evaluation: %s",
                                qkv_tape_error(tr->tape));
+    /* the last update is checked by no later step: one too large leaves
+     * finite weights whose scores overflow, and a model whose loss is NaN
+     * is no model to save (the steps before it stop at a loss that is not
+     * finite: qkv_coref_fit) */
+    const qkv_coref_eval *bad = !isfinite(tr_e.loss)   ? &tr_e
+                                : !isfinite(va_e.loss) ? &va_e
+                                : !isfinite(te_e.loss) ? &te_e
+                                                       : NULL;
+    if (bad != NULL)
+        return cli_fail("train: diverged at step %d: after its update the loss on the %s split is "
+                        "%s (try a smaller --lr); %s and %s were left untouched",
+                        o->steps,
+                        bad == &tr_e   ? "training"
+                        : bad == &va_e ? "validation"
+                                       : "test",
+                        isnan(bad->loss) ? "NaN" : "infinite", o->save, o->log);
     if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
         return cli_fail("train: cannot write %s: %s", o->log, cli_csv_error());
