@@ -15,6 +15,8 @@ START_TEST(test_tensor_new_is_zero_filled_with_its_shape)
     ck_assert_int_eq(t->shape[2], 4);
     ck_assert_int_eq(t->shape[3], 1);
     ck_assert_ptr_nonnull(t->grad);
+    /* qkv_tensor_free frees only what says it is the heap's */
+    ck_assert_uint_eq(t->flags, QKV_TENSOR_HEAP);
     for (size_t i = 0; i < t->numel; i++) {
         ck_assert(t->data[i] == 0);
         ck_assert(t->grad[i] == 0);
@@ -117,6 +119,54 @@ START_TEST(test_print_shows_shape_and_values)
 }
 END_TEST
 
+/* A limit below numel prints that many values, row by row, and says how
+ * many it left out. */
+START_TEST(test_print_stops_at_max_values_and_counts_the_rest)
+{
+    qkv_tensor *t = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0);
+    FILE *f = tmpfile();
+    qkv_tensor_print(t, f, 4);
+    rewind(f);
+    char buf[128] = {0};
+    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
+    fclose(f);
+    ck_assert_str_eq(buf, "tensor[2,3]\n  1.0000 2.0000 3.0000\n  4.0000 ... (2 more)\n");
+    qkv_tensor_free(t);
+}
+END_TEST
+
+/* A vector is one row: all its values on one line. */
+START_TEST(test_print_puts_a_vector_on_one_line)
+{
+    qkv_tensor *t = tensor_of(1, (const int[]){3}, (const double[]){1, 2, 3}, 0);
+    FILE *f = tmpfile();
+    qkv_tensor_print(t, f, 0);
+    rewind(f);
+    char buf[64] = {0};
+    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
+    fclose(f);
+    ck_assert_str_eq(buf, "tensor[3]\n  1.0000 2.0000 3.0000\n");
+    qkv_tensor_free(t);
+}
+END_TEST
+
+/* A buffer of length 0 is not written, not even its first byte; one of
+ * length 1 gets the empty string. */
+START_TEST(test_shape_str_writes_nothing_into_a_buffer_of_length_0)
+{
+    qkv_tensor *t = qkv_tensor_new(2, (const int[]){4, 8}, 0, NULL);
+    char buf[4] = {'x', 'y', 'z', '\0'};
+    qkv_shape_str(t, buf, 0);
+    ck_assert_str_eq(buf, "xyz");
+    qkv_shape_str(qkv_nil(), buf, 0);
+    ck_assert_str_eq(buf, "xyz");
+    qkv_shape_str(t, buf, 1);
+    ck_assert_str_eq(buf, "");
+    ck_assert(buf[1] == 'y');
+    qkv_tensor_free(t);
+}
+END_TEST
+
 START_TEST(test_a_program_built_for_the_other_scalar_type_is_refused)
 {
     /* what a program compiled with the other setting of QKV_DOUBLE passes */
@@ -163,6 +213,9 @@ Suite *tensor_suite(void)
     tcase_add_test(tc, test_free_accepts_null_and_nil);
     tcase_add_test(tc, test_shape_str_and_set);
     tcase_add_test(tc, test_print_shows_shape_and_values);
+    tcase_add_test(tc, test_print_stops_at_max_values_and_counts_the_rest);
+    tcase_add_test(tc, test_print_puts_a_vector_on_one_line);
+    tcase_add_test(tc, test_shape_str_writes_nothing_into_a_buffer_of_length_0);
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_is_refused);
     tcase_add_test(tc, test_bad_shapes_say_why);
     suite_add_tcase(s, tc);
