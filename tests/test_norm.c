@@ -295,6 +295,44 @@ START_TEST(test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused)
 }
 END_TEST
 
+/* γ and β made on the tape (by a scale of parameters) get their
+ * gradients, and pass them on to the parameters. x = [1, 3], eps 0:
+ * layer norm x̂ = [-1, 1]; with γ = 2·g, β = 3·b and dy = r = [1, 2],
+ * dγ = dy·x̂ = [-1, 2] and dβ = dy, so dg = [-2, 4], db = [3, 6]; dx =
+ * r·(g - mean g - x̂·mean(g·x̂)) with g = dy·γ = [2, 4] is [0, 0]. RMS
+ * norm x̂ = x/√5: dg = 2·dy·x̂ = [2, 12]/√5. */
+START_TEST(test_norm_gains_made_on_the_tape_get_their_gradients)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){1, 2}, (const double[]){1, 3}, 1);
+    qkv_tensor *g = tensor_of(1, (const int[]){2}, (const double[]){1, 1}, 1);
+    qkv_tensor *b = tensor_of(1, (const int[]){2}, (const double[]){0, 0}, 1);
+    qkv_tensor *r = tensor_of(2, (const int[]){1, 2}, (const double[]){1, 2}, 0);
+    for (int rms = 0; rms < 2; rms++) {
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(x);
+        qkv_tensor_zero_grad(g);
+        qkv_tensor_zero_grad(b);
+        qkv_tensor *gamma = qkv_scale(t, g, 2), *beta = qkv_scale(t, b, 3);
+        qkv_tensor *y = rms ? qkv_rms_norm(t, x, gamma, 0) : qkv_layer_norm(t, x, gamma, beta, 0);
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, y, r))), QKV_OK);
+        const double s5 = sqrt(5.0);
+        const double dg[2][2] = {{-2, 4}, {2 / s5, 12 / s5}};
+        for (int j = 0; j < 2; j++) {
+            ASSERT_NEAR(g->grad[j], dg[rms][j], 8 * REAL_EPS);
+            ASSERT_NEAR(b->grad[j], rms ? 0 : 3 * (j + 1), 8 * REAL_EPS);
+            if (!rms)
+                ASSERT_NEAR(x->grad[j], 0, 8 * REAL_EPS);
+        }
+    }
+    qkv_tensor_free(x);
+    qkv_tensor_free(g);
+    qkv_tensor_free(b);
+    qkv_tensor_free(r);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_layer_norm_stays_within_its_rounding_bound)
 {
     static const int widths[] = {128, 1000, 4096};
@@ -469,6 +507,51 @@ START_TEST(test_dropout_keeps_or_scales_and_is_the_identity_when_off)
 }
 END_TEST
 
+/* dropout's gradient adds into x's, which another consumer of x fills
+ * too: d Σ(dropout(x) + x)/dx = m + 1, with m = 0 where the draw fell
+ * below p = 1/2 and 1/(1 - p) = 2 elsewhere. */
+START_TEST(test_dropout_gradient_adds_to_another_consumers)
+{
+    enum { N = 64 };
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){N}, NULL, 1);
+    for (int i = 0; i < N; i++)
+        x->data[i] = (qkv_real)(i + 1);
+    qkv_rng g, h;
+    qkv_rng_seed(&g, 7);
+    qkv_rng_seed(&h, 7);
+    qkv_tensor *y = qkv_dropout(t, x, 0.5, &g);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_add(t, y, x))), QKV_OK);
+    int kept = 0;
+    for (int i = 0; i < N; i++) {
+        const double m = qkv_rng_random(&h) < 0.5 ? 0 : 2;
+        kept += m != 0;
+        ck_assert_msg(y->data[i] == m * (i + 1), "y[%d] = %g, mask %g", i, (double)y->data[i], m);
+        ck_assert_msg(x->grad[i] == m + 1, "dx[%d] = %g, expected %g", i, (double)x->grad[i],
+                      m + 1);
+    }
+    ck_assert(kept > 0 && kept < N); /* both kinds of value were checked */
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* An input another tape made cannot be recorded: dropout gives nil and
+ * says why, not an output whose gradient would never reach x. */
+START_TEST(test_dropout_refuses_another_tapes_input)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL), *u = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){4}, (const double[]){1, 2, 3, 4}, 1);
+    qkv_tensor *x = qkv_scale(u, w, 2); /* its gradient is u's */
+    qkv_rng g;
+    qkv_rng_seed(&g, 1);
+    expect_another_tapes_input(t, qkv_dropout(t, x, 0.5, &g), "dropout");
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+    qkv_tape_free(u);
+}
+END_TEST
+
 START_TEST(test_backward_from_any_tensor_seeds_its_gradient)
 {
     /* y = x ⊙ x from y's gradient dy: dx = 2·x·dy, as y.backward(dy) */
@@ -501,9 +584,12 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_norm_records_a_gradient_that_only_beta_or_gamma_wants);
     tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
     tcase_add_test(tc, test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused);
+    tcase_add_test(tc, test_norm_gains_made_on_the_tape_get_their_gradients);
     tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
     tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
+    tcase_add_test(tc, test_dropout_gradient_adds_to_another_consumers);
+    tcase_add_test(tc, test_dropout_refuses_another_tapes_input);
     tcase_add_test(tc, test_backward_from_any_tensor_seeds_its_gradient);
     suite_add_tcase(s, tc);
     return s;
