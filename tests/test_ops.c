@@ -496,6 +496,33 @@ START_TEST(test_log_softmax_masked_row_is_minus_inf_without_nan_gradient)
 }
 END_TEST
 
+/* Each row is judged masked or not by its own entries: of [1, 2] over
+ * [-inf, -inf], in either order, the live row gets d(Σ y)/dx = 1 - 2·p
+ * with p = softmax([1, 2]), the masked row nothing. */
+START_TEST(test_log_softmax_judges_each_row_masked_by_its_own_values)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    const double p0 = 1 / (1 + exp(1.0));
+    const double live[2] = {1 - 2 * p0, 1 - 2 * (1 - p0)};
+    for (int masked = 0; masked < 2; masked++) {
+        double v[4];
+        for (int j = 0; j < 2; j++) {
+            v[2 * masked + j] = -INFINITY;
+            v[2 * (1 - masked) + j] = j + 1;
+        }
+        qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 2}, v, 1));
+        qkv_tape_reset(f.t);
+        ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_log_softmax(f.t, x))), QKV_OK);
+        for (int j = 0; j < 2; j++) {
+            ASSERT_NEAR(x->grad[2 * (1 - masked) + j], live[j], TOL);
+            ck_assert_msg(x->grad[2 * masked + j] == 0, "masked row %d: dx[%d] = %g", masked, j,
+                          (double)x->grad[2 * masked + j]);
+        }
+    }
+    fx_free(&f);
+}
+END_TEST
+
 /* log_softmax adds its gradient into x's, which a later consumer of x
  * has already filled: x = [0, ln 3] has softmax [1/4, 3/4], so
  * d Σ(log_softmax(x)·[1, 0] + x)/dx = [1 - 1/4, -3/4] + [1, 1] =
@@ -528,6 +555,33 @@ START_TEST(test_transpose_gradient_adds_to_another_consumers)
     const double want[4] = {2, 5, 5, 8};
     for (int i = 0; i < 4; i++)
         ASSERT_NEAR(x->grad[i], want[i], 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* A vector is one row. x = [0, ln 2, ln 3]: softmax [1, 2, 3]/6,
+ * log_softmax ln([1, 2, 3]/6); d y0/dx = y0·(δi0 - yi) = [5, -2, -3]/36;
+ * d Σ log_softmax/dx = 1 - 3·softmax = [1/2, 0, -1/2]. */
+START_TEST(test_softmax_of_a_vector)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x =
+        hold(&f, tensor_of(1, (const int[]){3}, (const double[]){0, log(2.0), log(3.0)}, 1));
+    qkv_tensor *y = qkv_softmax(f.t, x);
+    assert_values(y, (const double[]){1.0 / 6, 2.0 / 6, 3.0 / 6}, 3, TOL);
+    qkv_tensor *r = hold(&f, tensor_of(1, (const int[]){3}, (const double[]){1, 0, 0}, 0));
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_mul(f.t, y, r))), QKV_OK);
+    const double dy0[3] = {5.0 / 36, -2.0 / 36, -3.0 / 36};
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(x->grad[i], dy0[i], TOL);
+    qkv_tape_reset(f.t);
+    qkv_tensor_zero_grad(x);
+    qkv_tensor *ly = qkv_log_softmax(f.t, x);
+    assert_values(ly, (const double[]){-log(6.0), log(2.0 / 6), log(3.0 / 6)}, 3, TOL);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, ly)), QKV_OK);
+    const double dsum[3] = {0.5, 0, -0.5};
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(x->grad[i], dsum[i], TOL);
     fx_free(&f);
 }
 END_TEST
@@ -849,6 +903,8 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_log_softmax_gradient_adds_to_another_consumers);
     tcase_add_test(tc, test_transpose_gradient_adds_to_another_consumers);
     tcase_add_test(tc, test_softmax_refuses_a_scalar);
+    tcase_add_test(tc, test_softmax_of_a_vector);
+    tcase_add_test(tc, test_log_softmax_judges_each_row_masked_by_its_own_values);
     tcase_add_test(tc, test_log_softmax_nan_row_is_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_with_nan_passes_no_gradient);
     tcase_add_test(tc, test_log_softmax_keeps_its_precision_far_from_zero);
