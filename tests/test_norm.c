@@ -333,6 +333,40 @@ START_TEST(test_norm_gains_made_on_the_tape_get_their_gradients)
 }
 END_TEST
 
+/* Out of memory anywhere in layer norm or RMS norm, its node included
+ * (a tape of 64 bytes needs a new block for nearly every allocation),
+ * the error names the op that was called. */
+START_TEST(test_norm_out_of_memory_names_the_op)
+{
+    static const char *const names[] = {"layer_norm: ", "rms_norm: "};
+    qkv_tensor *x = tensor_of(2, (const int[]){1, 4}, (const double[]){1, 2, 3, 5}, 1);
+    for (int rms = 0; rms < 2; rms++) {
+        int failures = 0;
+        for (size_t k = 1; k < 40; k++) {
+            qkv_tape *t = qkv_tape_new(64, NULL);
+            qkv_alloc_fail_at(qkv_alloc_count() + k);
+            qkv_tensor *y =
+                rms ? qkv_rms_norm(t, x, NULL, 1e-5) : qkv_layer_norm(t, x, NULL, NULL, 1e-5);
+            qkv_alloc_fail_at(0);
+            const int failed = qkv_tensor_is_nil(y);
+            if (failed) {
+                failures++;
+                ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_NOMEM);
+                ck_assert_msg(strncmp(qkv_tape_error(t), names[rms], strlen(names[rms])) == 0,
+                              "allocation %zu: %s", k, qkv_tape_error(t));
+            } else {
+                ck_assert_uint_eq(qkv_tape_nodes(t), 1);
+            }
+            qkv_tape_free(t);
+            if (!failed)
+                break;
+        }
+        ck_assert_int_gt(failures, 2); /* the output's data, gradient, node at least */
+    }
+    qkv_tensor_free(x);
+}
+END_TEST
+
 START_TEST(test_layer_norm_stays_within_its_rounding_bound)
 {
     static const int widths[] = {128, 1000, 4096};
@@ -585,6 +619,7 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_norm_kernels_give_the_portable_bits_on_every_path);
     tcase_add_test(tc, test_norm_gradients_add_where_the_input_is_also_a_gain_or_reused);
     tcase_add_test(tc, test_norm_gains_made_on_the_tape_get_their_gradients);
+    tcase_add_test(tc, test_norm_out_of_memory_names_the_op);
     tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
     tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
