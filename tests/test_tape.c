@@ -3,8 +3,10 @@
  * outside the tape, and sticky errors.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "tests.h"
 
 START_TEST(test_grad_accumulates_when_a_tensor_is_used_twice)
@@ -154,6 +156,10 @@ START_TEST(test_reset_forgets_nodes_and_keeps_memory)
     qkv_sum(t, qkv_matmul(t, w, w));
     ck_assert_uint_eq(qkv_tape_bytes_used(t), used);
     ck_assert_uint_eq(qkv_tape_high_water(t), used);
+    /* the mark stays where the most was in use */
+    qkv_tape_reset(t);
+    ck_assert_uint_eq(qkv_tape_bytes_used(t), 0);
+    ck_assert_uint_eq(qkv_tape_high_water(t), used);
     qkv_tape_free(t);
     qkv_tensor_free(w);
 }
@@ -284,6 +290,16 @@ START_TEST(test_tape_tensor_and_alloc)
     qkv_tensor *m = qkv_tape_tensor(t, 2, (const int[]){3, 3}, 0);
     ck_assert(!qkv_tensor_is_nil(m));
     ck_assert_uint_eq((uintptr_t)m->data % 64, 0);
+    /* scratch is handed out in whole 64-byte lines: a request of exactly
+     * 64 bytes takes one line, of 1 or 65 bytes one or two */
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    ck_assert_ptr_nonnull(qkv_tape_alloc(u, 64));
+    ck_assert_uint_eq(qkv_tape_bytes_used(u), 64);
+    ck_assert_ptr_nonnull(qkv_tape_alloc(u, 1));
+    ck_assert_uint_eq(qkv_tape_bytes_used(u), 128);
+    ck_assert_ptr_nonnull(qkv_tape_alloc(u, 65));
+    ck_assert_uint_eq(qkv_tape_bytes_used(u), 256);
+    qkv_tape_free(u);
     ck_assert(qkv_tape_tensor(t, 2, (const int[]){3, -1}, 0) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
     ck_assert(qkv_tape_tensor(t, 1, (const int[]){2}, 0) == qkv_nil()); /* sticky */
@@ -318,7 +334,7 @@ START_TEST(test_record_refuses_an_output_without_gradient_and_no_inputs)
     qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){1}, 0);
     ck_assert_ptr_null(qkv_tape_record(t, &noop, y, 1, &x));
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
-    ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "noop"));
+    ck_assert_str_eq(qkv_tape_error(t), "noop: a node's output must have a gradient");
     qkv_tape_reset(t);
     y = qkv_tape_tensor(t, 1, (const int[]){1}, 1);
     ck_assert_ptr_null(qkv_tape_record(t, &noop, y, 1, NULL));
@@ -678,6 +694,90 @@ END_TEST
 /* A tape grown to several blocks: a tensor kept from a later block than
  * the one being filled is stale, and refused, while the first block is
  * still being refilled. */
+/* qkv_tape_name_failure puts "op: " in place of the tape's own prefix,
+ * and cuts the end of a message that then outgrows its room, keeping it
+ * terminated within it. */
+START_TEST(test_name_failure_cuts_a_long_message_to_its_room)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    char a[300], before[sizeof(qkv_error){0}.message];
+    memset(a, 'a', sizeof a - 1);
+    a[sizeof a - 1] = '\0';
+    a[10] = 'b'; /* a mark to find it by */
+    qkv_tape_fail(t, QKV_ERR_NOMEM, "tape: %s", a);
+    snprintf(before, sizeof before, "%s", qkv_tape_error(t));
+    ck_assert_uint_eq(strlen(before), sizeof before - 1); /* full */
+    qkv_tape_name_failure(t, "layer_norm");
+    const char *e = qkv_tape_error(t);
+    ck_assert_uint_eq(strlen(e), sizeof before - 1);
+    ck_assert(strncmp(e, "layer_norm: ", 12) == 0);
+    ck_assert(memcmp(e + 12, before + 6, sizeof before - 1 - 12) == 0);
+    ck_assert(e[12 + 10] == 'b');
+    /* another op's error is left as it is */
+    qkv_tape_reset(t);
+    qkv_tape_fail(t, QKV_ERR_SHAPE, "add: no");
+    qkv_tape_name_failure(t, "layer_norm");
+    ck_assert_str_eq(qkv_tape_error(t), "add: no");
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* qkv_tape_reword_failure replaces the first drop bytes with head, once
+ * per error (the innermost caller's words stay); a drop past the end
+ * leaves head alone. */
+START_TEST(test_reword_failure_rewords_once_and_clamps_drop)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tape_fail(t, QKV_ERR_SHAPE, "add: shapes differ");
+    qkv_tape_reword_failure(t, 5, "layer fc: ");
+    ck_assert_str_eq(qkv_tape_error(t), "layer fc: shapes differ");
+    qkv_tape_reword_failure(t, 10, "model: ");
+    ck_assert_str_eq(qkv_tape_error(t), "layer fc: shapes differ");
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
+    qkv_tape_reset(t);
+    qkv_tape_fail(t, QKV_ERR_ARG, "abc");
+    qkv_tape_reword_failure(t, 1000, "head");
+    ck_assert_str_eq(qkv_tape_error(t), "head");
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* The arena grows by doubling: from 256 bytes, 256 requests of 1 KB
+ * take 9 new blocks (1 + 2 + ... + 256 KB), never running out of the
+ * tape's block slots as blocks of 1 KB each would. */
+START_TEST(test_arena_grows_geometrically)
+{
+    qkv_tape *t = qkv_tape_new(256, NULL);
+    const size_t before = qkv_alloc_count();
+    for (int i = 0; i < 256; i++)
+        ck_assert_msg(qkv_tape_alloc(t, 1024) != NULL, "request %d: %s", i, qkv_tape_error(t));
+    ck_assert_uint_le(qkv_alloc_count() - before, 9);
+    ck_assert_uint_eq(qkv_tape_bytes_used(t), 256 * 1024);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* A node may have exactly QKV_NODE_MAX_INPUTS inputs, not one more. */
+START_TEST(test_record_takes_the_most_inputs_and_no_more)
+{
+    static const qkv_op_def op = {"wide", noop_backward, 0};
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){1}, (const double[]){1}, 1);
+    qkv_tensor **in = malloc(sizeof *in * (QKV_NODE_MAX_INPUTS + 1));
+    ck_assert_ptr_nonnull(in);
+    for (int i = 0; i <= QKV_NODE_MAX_INPUTS; i++)
+        in[i] = x;
+    qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){1}, 1);
+    ck_assert_ptr_nonnull(qkv_tape_record(t, &op, y, QKV_NODE_MAX_INPUTS, in));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert_ptr_null(qkv_tape_record(t, &op, y, QKV_NODE_MAX_INPUTS + 1, in));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    free(in);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_a_tensor_in_a_later_block_is_stale)
 {
     qkv_tape *t = qkv_tape_new(4096, NULL);
@@ -856,6 +956,12 @@ START_TEST(test_critical_path_counts_the_longest_chain)
     qkv_add(t, a, b);
     ck_assert_uint_eq(qkv_tape_nodes(t), 6);
     ck_assert_uint_eq(critical_path(t), 5);
+    /* the deepest input counts, whichever place it has */
+    qkv_tape_reset(t);
+    a = qkv_exp(t, x);
+    b = qkv_neg(t, qkv_tanh(t, qkv_sigmoid(t, qkv_exp(t, x))));
+    qkv_add(t, b, a);
+    ck_assert_uint_eq(critical_path(t), 5);
     /* n independent nodes side by side, then one sum over them: 2,
      * however wide (here: 8 exps of x, concatenated) */
     qkv_tape_reset(t);
@@ -963,6 +1069,32 @@ START_TEST(test_an_extra_output_no_gradient_reached_reads_zero)
 }
 END_TEST
 
+/* The link to an extra output asks the node that made its main output,
+ * not the node recorded before that one, whether it readies the extra's
+ * gradient itself: a layer norm (which claims its gradients) recorded
+ * just before twice_thrice must not leave e's gradient unfilled. */
+START_TEST(test_an_extra_outputs_link_asks_its_own_node)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, (const double[]){1, -2, 0.5}, 1);
+    qkv_tensor *w = tensor_of(1, (const int[]){3}, (const double[]){1, 2, 4}, 1);
+    for (int step = 0; step < 2; step++) {
+        qkv_tape_reset(t);
+        qkv_tensor_zero_grad(x);
+        ck_assert(!qkv_tensor_is_nil(qkv_layer_norm(t, w, NULL, NULL, 1e-5)));
+        qkv_tensor *e, *y = twice_thrice(t, x, &e);
+        ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+        for (int i = 0; i < 3; i++)
+            ASSERT_NEAR(x->grad[i], 2, 0);
+        for (int i = 0; i < 3; i++)
+            e->grad[i] = 100; /* what the next step must not read */
+    }
+    qkv_tensor_free(x);
+    qkv_tensor_free(w);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *tape_suite(void)
 {
     Suite *s = suite_create("tape");
@@ -1000,6 +1132,11 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_out_of_memory_in_an_ops_scratch_names_the_op);
     tcase_add_test(tc, test_critical_path_counts_the_longest_chain);
     tcase_add_test(tc, test_an_extra_output_no_gradient_reached_reads_zero);
+    tcase_add_test(tc, test_an_extra_outputs_link_asks_its_own_node);
+    tcase_add_test(tc, test_name_failure_cuts_a_long_message_to_its_room);
+    tcase_add_test(tc, test_reword_failure_rewords_once_and_clamps_drop);
+    tcase_add_test(tc, test_arena_grows_geometrically);
+    tcase_add_test(tc, test_record_takes_the_most_inputs_and_no_more);
     suite_add_tcase(s, tc);
     return s;
 }
