@@ -3024,6 +3024,79 @@ START_TEST(test_a_failed_command_removes_the_directories_it_made)
 }
 END_TEST
 
+/* The directories made are kept as chains, one entry per output, so
+ * that a path of any depth goes: 40 levels left all 40 behind when each
+ * directory took an entry of 32. A chain never takes in a directory that
+ * was there before: one made below another's directory starts its own. */
+START_TEST(test_made_directories_of_any_depth_go_and_no_other)
+{
+    char path[512] = "", *out;
+    for (int i = 1; i <= 40; i++)
+        snprintf(path + strlen(path), sizeof path - strlen(path), "l%d/", i);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "sh -c \"trap '' XFSZ; ulimit -f 0; exec '%s' softmax --csv %sx.csv\"", QKV_BIN, path);
+    ck_assert_msg(sh(cmd, &out) == 1, "%s: not exit 1\n%s", cmd, out);
+    free(out);
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_msg(strcmp(out, "") == 0, "40 levels left:\n%s", out);
+    free(out);
+    /* in this process: n made, n/m made by another, n/m/k/j made: n/m
+     * stays, so n does, and n/m/k/j and n/m/k go */
+    char cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(tmp), 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(cli_mkdirs_for("n/x.csv", &err), QKV_OK);
+    ck_assert_int_eq(mkdir("n/m", 0777), 0);
+    ck_assert_int_eq(cli_mkdirs_for("n/m/k/j/x.csv", &err), QKV_OK);
+    cli_remove_made_dirs();
+    struct stat sb;
+    ck_assert_int_eq(stat("n/m", &sb), 0);
+    ck_assert_int_ne(stat("n/m/k", &sb), 0);
+    ck_assert_int_eq(rmdir("n/m"), 0);
+    ck_assert_int_eq(rmdir("n"), 0);
+    ck_assert_int_eq(chdir(cwd), 0);
+}
+END_TEST
+
+/* A forked worker inherits the handler that removes the program's
+ * outputs on SIGTERM; it removed its parent's temporary CSV and
+ * directories while the parent ran on. A worker forgets them first
+ * (cli_forget_outputs): here a child that forgets, then dies of SIGTERM,
+ * leaves the parent's directories, which the parent then removes. */
+START_TEST(test_a_worker_killed_leaves_its_parents_outputs)
+{
+    char cwd[4096];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    ck_assert_int_eq(chdir(tmp), 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(cli_mkdirs_for("p/q/x.csv", &err), QKV_OK);
+    cli_remove_partial_on_signals();
+    for (int forget = 1; forget >= 0; forget--) {
+        const pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            if (forget)
+                cli_forget_outputs();
+            raise(SIGTERM);
+            _exit(0);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+        struct stat sb;
+        /* forgotten: p/q stays; not forgotten, the handler removes it */
+        ck_assert_int_eq(stat("p/q", &sb) == 0, forget);
+    }
+    signal(SIGTERM, SIG_DFL);
+    cli_remove_made_dirs(); /* p/q already gone: p too */
+    struct stat sb;
+    ck_assert_int_ne(stat("p", &sb), 0);
+    ck_assert_int_eq(chdir(cwd), 0);
+}
+END_TEST
+
 /* And so does one stopped by a signal, once it has removed its CSV. */
 START_TEST(test_an_interrupted_run_removes_the_directories_it_made)
 {
@@ -4802,6 +4875,8 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_failed_command_leaves_no_directory_behind);
     tcase_add_test(tc, test_a_failed_command_removes_the_directories_it_made);
     tcase_add_test(tc, test_an_interrupted_run_removes_the_directories_it_made);
+    tcase_add_test(tc, test_made_directories_of_any_depth_go_and_no_other);
+    tcase_add_test(tc, test_a_worker_killed_leaves_its_parents_outputs);
     tcase_add_test(tc, test_a_name_of_the_longest_length_is_taken_one_more_is_not);
     tcase_add_test(tc, test_a_csv_written_last_that_cannot_be_fails_before_the_work);
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);

@@ -4,10 +4,11 @@
  *
  * Exit codes: 0 success; 2 a usage error, a command line that is wrong
  * whatever the disk holds (an unknown option, a malformed value, two
- * options in conflict, a file option spelt as a directory); 1 any other
- * failure, a path the file system refuses among them (a directory where
- * a file must be, a missing model, no room on the disk). A command checks
- * its usage errors before it looks at its files.
+ * options in conflict, a file option spelt as a directory), and two file
+ * options that name one file, through a link too; 1 any other failure,
+ * a path the file system refuses among them (a directory where a file
+ * must be, a missing model, no room on the disk). A command checks its
+ * usage errors before it looks at its files.
  */
 #ifndef QKV_CLI_H
 #define QKV_CLI_H
@@ -299,6 +300,12 @@ qkv_status cli_mkdirs_for(const char *path, qkv_error *err);
  * One that holds anything (a finished table, a failed run's log), and
  * one that was there before, stays. */
 void cli_remove_made_dirs(void);
+
+/* Forgets every file and directory this process made so far, for a
+ * forked worker: the handler it inherits (cli_remove_partial_on_signals)
+ * then removes none of its parent's, which the parent itself removes if
+ * it must. */
+void cli_forget_outputs(void);
 
 /* Fails now, with the reason in err, where cli_csv_create(path) would
  * fail later, after a command's work: a directory that cannot be made,

@@ -728,21 +728,43 @@ static void partial_drop(int i)
 }
 
 /* The directories this program made for its outputs (cli_mkdirs_for),
- * in the order made, a parent before its child, filled as the list of
- * files is: a slot before the count that shows it. A command that fails,
- * or a signal that ends it, removes those left empty, newest first, and
- * never one that was there before it ran. */
+ * as chains: an entry is the deepest directory of a chain, and made_first
+ * the length of its shallowest, the first one made; each directory
+ * between them was made too (qkv_mkdirs makes a parent before its child,
+ * and one told of a direct child of the last entry's deepest extends
+ * that chain). So any depth takes one entry per output. Filled as the
+ * list of files is: a slot before the count that shows it, and a chain
+ * extended by writing the new part past the old end first and the '/'
+ * that joins them last, so that the handler reads whole paths. A command
+ * that fails, or a signal that ends it, removes those left empty, newest
+ * first, and never one that was there before it ran. */
 #define MADE_MAX 32
 static char made_dir[MADE_MAX][4096];
+static size_t made_first[MADE_MAX];
 static volatile sig_atomic_t made_count;
 
 static void note_made(void *ctx, const char *dir)
 {
     (void)ctx;
     const int n = made_count;
-    if (n >= MADE_MAX || strlen(dir) >= sizeof made_dir[0])
+    const size_t len = strlen(dir);
+    if (len >= sizeof made_dir[0])
         return; /* not listed: it stays, as any directory did before */
-    strcpy(made_dir[n], dir);
+    if (n > 0) {
+        char *last = made_dir[n - 1];
+        const size_t k = strlen(last);
+        if (len > k + 1 && strncmp(dir, last, k) == 0 && dir[k] == '/' &&
+            strchr(dir + k + 1, '/') == NULL) {         /* a direct child: the chain goes on */
+            memcpy(last + k + 1, dir + k + 1, len - k); /* with its '\0' */
+            atomic_signal_fence(memory_order_seq_cst);
+            last[k] = '/';
+            return;
+        }
+    }
+    if (n >= MADE_MAX)
+        return;
+    memcpy(made_dir[n], dir, len + 1);
+    made_first[n] = len;
     atomic_signal_fence(memory_order_seq_cst);
     made_count = n + 1;
 }
@@ -753,11 +775,30 @@ qkv_status cli_mkdirs_for(const char *path, qkv_error *err)
 }
 
 /* rmdir removes a directory only when it is empty, and is safe in a
- * signal handler */
+ * signal handler: each chain from its deepest directory up to its first,
+ * cut short in place (the entries are forgotten after) */
 static void remove_made_dirs(void)
 {
-    for (int i = made_count - 1; i >= 0; i--)
-        rmdir(made_dir[i]);
+    for (int i = made_count - 1; i >= 0; i--) {
+        char *p = made_dir[i];
+        for (size_t len = strlen(p); len >= made_first[i];) {
+            if (rmdir(p) != 0 && errno != ENOENT)
+                break; /* not empty: its parents hold it */
+            char *slash = strrchr(p, '/');
+            if (slash == NULL || (size_t)(slash - p) < made_first[i])
+                break;
+            *slash = '\0';
+            len = (size_t)(slash - p);
+        }
+    }
+}
+
+void cli_forget_outputs(void)
+{
+    for (int i = 0; i < PARTIAL_MAX; i++)
+        partial_used[i] = 0;
+    made_count = 0;
+    atomic_signal_fence(memory_order_seq_cst);
 }
 
 void cli_remove_made_dirs(void)

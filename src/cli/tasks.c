@@ -238,8 +238,9 @@ static void worker(pid_t parent, int queue, int notes, FILE *out, FILE *msgs, cl
                    void *ctx)
 {
 #ifdef __linux__
-    /* SIGKILL, not SIGTERM: the handler a worker inherits would remove the
-     * parent's files, and a SIGTERM ignored from the start stays ignored */
+    /* SIGKILL, not SIGTERM: a SIGTERM ignored from the start stays
+     * ignored (and the handler a worker inherits removes nothing of the
+     * parent's: cli_forget_outputs) */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
         /* no such kernel feature: the check between tasks remains */
     }
@@ -589,6 +590,7 @@ static int run_parallel(int n, int jobs, cli_task_fn run, cli_collect_fn collect
         }
         v[w].pid = fork();
         if (v[w].pid == 0) {
+            cli_forget_outputs(); /* the parent's to remove, not a worker's */
             close(notes[0]);
             for (int u = 0; u < w; u++) /* its siblings' pipes are the parent's to read */
                 if (v[u].notes >= 0)
