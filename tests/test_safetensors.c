@@ -767,8 +767,6 @@ START_TEST(test_loading_matches_names_and_shapes)
 }
 END_TEST
 
-/* qkv_safetensors_load, which opens, loads and closes in one call, hands
- * on the error of the step that failed. */
 /* A file of two_params' w (F32) and a b of three F64 values. */
 static file with_f64_b(const double bv[3])
 {
@@ -831,6 +829,8 @@ START_TEST(test_f64_values_that_round_to_the_largest_float_load)
 }
 END_TEST
 
+/* qkv_safetensors_load, which opens, loads and closes in one call, hands
+ * on the error of the step that failed. */
 START_TEST(test_loading_by_path_says_why_it_failed)
 {
     qkv_params *p = two_params();

@@ -691,9 +691,6 @@ START_TEST(test_a_mask_or_gain_kept_across_reset_is_refused)
 }
 END_TEST
 
-/* A tape grown to several blocks: a tensor kept from a later block than
- * the one being filled is stale, and refused, while the first block is
- * still being refilled. */
 /* qkv_tape_name_failure puts "op: " in place of the tape's own prefix,
  * and cuts the end of a message that then outgrows its room, keeping it
  * terminated within it. */
@@ -778,6 +775,9 @@ START_TEST(test_record_takes_the_most_inputs_and_no_more)
 }
 END_TEST
 
+/* A tape grown to several blocks: a tensor kept from a later block than
+ * the one being filled is stale, and refused, while the first block is
+ * still being refilled. */
 START_TEST(test_a_tensor_in_a_later_block_is_stale)
 {
     qkv_tape *t = qkv_tape_new(4096, NULL);

@@ -160,7 +160,7 @@ static void adam_avx2(float *w, const float *grad, double *m, double *v, size_t 
     qkv_portable_adam(w + j, grad + j, m + j, v + j, n - j, c);
 }
 
-/* Rows of the table, eight floats at a time, the tail masked. */
+/* Rows of the table, eight floats at a time, the tail one at a time. */
 static void gather_avx2(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
     if (d == 16) { /* two registers a row, no inner loop: the d_k = 16 tables */
