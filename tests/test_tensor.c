@@ -92,23 +92,26 @@ START_TEST(test_shape_str_and_set)
 }
 END_TEST
 
+/* What qkv_tensor_print(t, f, max_values) writes, in buf (zeroed
+ * first); fails the test if it writes nothing. */
+static void print_to(const qkv_tensor *t, size_t max_values, char *buf, size_t size)
+{
+    FILE *f = tmpfile();
+    ck_assert_ptr_nonnull(f);
+    qkv_tensor_print(t, f, max_values);
+    rewind(f);
+    memset(buf, 0, size);
+    ck_assert_uint_gt(fread(buf, 1, size - 1, f), 0);
+    fclose(f);
+}
+
 START_TEST(test_print_shows_shape_and_values)
 {
     qkv_tensor *t = tensor_of(2, (const int[]){2, 2}, (const double[]){1, -0.5, 0.25, 3}, 0);
-    FILE *f = tmpfile();
-    qkv_tensor_print(t, f, 0);
-    rewind(f);
-    char buf[128] = {0};
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    ck_assert_uint_gt(n, 0);
+    char buf[128];
+    print_to(t, 0, buf, sizeof buf);
     ck_assert_str_eq(buf, "tensor[2,2]\n  1.0000 -0.5000\n  0.2500 3.0000\n");
-    f = tmpfile();
-    qkv_tensor_print(qkv_nil(), f, 0);
-    rewind(f);
-    memset(buf, 0, sizeof buf);
-    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
-    fclose(f);
+    print_to(qkv_nil(), 0, buf, sizeof buf);
     ck_assert_str_eq(buf, "tensor nil\n");
     /* no stream and no buffer: nothing, where stdio crashed */
     qkv_tensor_print(t, NULL, 0);
@@ -124,12 +127,8 @@ END_TEST
 START_TEST(test_print_stops_at_max_values_and_counts_the_rest)
 {
     qkv_tensor *t = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 0);
-    FILE *f = tmpfile();
-    qkv_tensor_print(t, f, 4);
-    rewind(f);
-    char buf[128] = {0};
-    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
-    fclose(f);
+    char buf[128];
+    print_to(t, 4, buf, sizeof buf);
     ck_assert_str_eq(buf, "tensor[2,3]\n  1.0000 2.0000 3.0000\n  4.0000 ... (2 more)\n");
     qkv_tensor_free(t);
 }
@@ -139,12 +138,8 @@ END_TEST
 START_TEST(test_print_puts_a_vector_on_one_line)
 {
     qkv_tensor *t = tensor_of(1, (const int[]){3}, (const double[]){1, 2, 3}, 0);
-    FILE *f = tmpfile();
-    qkv_tensor_print(t, f, 0);
-    rewind(f);
-    char buf[64] = {0};
-    ck_assert_uint_gt(fread(buf, 1, sizeof buf - 1, f), 0);
-    fclose(f);
+    char buf[64];
+    print_to(t, 0, buf, sizeof buf);
     ck_assert_str_eq(buf, "tensor[3]\n  1.0000 2.0000 3.0000\n");
     qkv_tensor_free(t);
 }

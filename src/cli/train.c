@@ -161,18 +161,16 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
      * finite weights whose scores overflow, and a model whose loss is NaN
      * is no model to save (the steps before it stop at a loss that is not
      * finite: qkv_coref_fit) */
-    const qkv_coref_eval *bad = !isfinite(tr_e.loss)   ? &tr_e
-                                : !isfinite(va_e.loss) ? &va_e
-                                : !isfinite(te_e.loss) ? &te_e
-                                                       : NULL;
-    if (bad != NULL)
-        return cli_fail("train: diverged at step %d: after its update the loss on the %s split is "
-                        "%s (try a smaller --lr); %s and %s were left untouched",
-                        o->steps,
-                        bad == &tr_e   ? "training"
-                        : bad == &va_e ? "validation"
-                                       : "test",
-                        isnan(bad->loss) ? "NaN" : "infinite", o->save, o->log);
+    const struct {
+        const qkv_coref_eval *e;
+        const char *name;
+    } splits[3] = {{&tr_e, "training"}, {&va_e, "validation"}, {&te_e, "test"}};
+    for (int i = 0; i < 3; i++)
+        if (!isfinite(splits[i].e->loss))
+            return cli_fail("train: diverged at step %d: after its update the loss on the %s "
+                            "split is %s (try a smaller --lr); %s and %s were left untouched",
+                            o->steps, splits[i].name, isnan(splits[i].e->loss) ? "NaN" : "infinite",
+                            o->save, o->log);
     if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
         return cli_fail("train: cannot write %s: %s", o->log, cli_csv_error());
