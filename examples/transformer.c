@@ -176,32 +176,37 @@ static int can_create(const char *prefix, const char *name, const char *what)
     return 0;
 }
 
-/* 0 if the weights can be saved to path; else -1 after one line saying
- * why. Checked before the training, not after it: an empty name, a
- * directory or anything else but a regular file at path (the save
+/* 0 if the weights can be saved to path; else, after one line saying
+ * why, 2 for a name wrong as written (empty, or a directory by its
+ * spelling: "d/", ".", "d/..") and 1 for a path the file system refuses,
+ * as qkv train --save does. Checked before the training, not after it:
+ * a directory or anything else but a regular file at path (the save
  * replaces a regular file only), or a directory that takes no new file
  * (the save writes a temporary file beside path, then renames it). */
 static int can_save_to(const char *path)
 {
     if (*path == '\0') {
         fprintf(stderr, "transformer: WEIGHTS is empty; name a file\n");
-        return -1;
+        return 2;
+    }
+    const char *slash = strrchr(path, '/'), *base = slash != NULL ? slash + 1 : path;
+    if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        fprintf(stderr, "transformer: WEIGHTS '%s' names a directory, not a file\n", path);
+        return 2;
     }
     struct stat sb;
     if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         fprintf(stderr, "transformer: cannot save to %s: %s\n", path,
                 S_ISDIR(sb.st_mode) ? "it is a directory" : "it is not a regular file");
-        return -1;
+        return 1;
     }
-    const char *slash = strrchr(path, '/');
     char prefix[4096]; /* path's directory, with its slash */
-    const int n =
-        snprintf(prefix, sizeof prefix, "%.*s", slash ? (int)(slash + 1 - path) : 0, path);
+    const int n = snprintf(prefix, sizeof prefix, "%.*s", (int)(base - path), path);
     if (n < 0 || (size_t)n >= sizeof prefix) {
         fprintf(stderr, "transformer: cannot save to %s: %s\n", path, strerror(ENAMETOOLONG));
-        return -1;
+        return 1;
     }
-    return can_create(prefix, path + n, path);
+    return can_create(prefix, base, path) == 0 ? 0 : 1;
 }
 
 int main(int argc, char **argv)
@@ -224,9 +229,11 @@ int main(int argc, char **argv)
     const char *tmpdir = getenv("TMPDIR");
     tmpdir = tmpdir != NULL && *tmpdir != '\0' ? tmpdir : "/tmp";
     /* where the weights go can take them: checked now, not after 800
-     * steps (a bad WEIGHTS is an argument error, exit 2) */
-    if (path != NULL && can_save_to(path) != 0)
-        return 2;
+     * steps (exit 2 for a WEIGHTS wrong as written, 1 for one the file
+     * system refuses) */
+    const int bad = path != NULL ? can_save_to(path) : 0;
+    if (bad != 0)
+        return bad;
     if (path == NULL) {
         char prefix[4096], where[4096 + 32];
         snprintf(prefix, sizeof prefix, "%s/", tmpdir);

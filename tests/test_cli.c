@@ -1401,19 +1401,24 @@ END_TEST
 
 /* The Transformer example checked where it saves its weights only after
  * training 800 steps, and then failed: a path it cannot write is now
- * refused first, with one line and exit 2 (as its other argument
- * errors); a $TMPDIR that takes no file fails first too (exit 1). */
+ * refused first, with one line. As for qkv train --save: a name that is
+ * wrong as written (empty, or a directory by its spelling: "sub/", ".")
+ * is a usage error, exit 2; a path the file system refuses (a directory
+ * there, a missing directory, /proc, a link) is a failure, exit 1, as is
+ * a $TMPDIR that takes no file. */
 START_TEST(test_transformer_checks_its_weights_path_before_it_trains)
 {
     static const struct {
         const char *args, *says;
         int rc;
     } cases[] = {
-        {"/proc/x.st", "transformer: cannot save to /proc/x.st: ", 2},
-        {"sub", "transformer: cannot save to sub: it is a directory", 2},
-        {"sub/", "transformer: cannot save to sub/: it is a directory", 2},
-        {"nodir/w.st", "transformer: cannot save to nodir/w.st: No such file or directory", 2},
-        {"link.st", "transformer: cannot save to link.st: it is not a regular file", 2},
+        {"/proc/x.st", "transformer: cannot save to /proc/x.st: ", 1},
+        {"sub", "transformer: cannot save to sub: it is a directory", 1},
+        {"sub/", "transformer: WEIGHTS 'sub/' names a directory, not a file", 2},
+        {".", "transformer: WEIGHTS '.' names a directory, not a file", 2},
+        {"sub/..", "transformer: WEIGHTS 'sub/..' names a directory, not a file", 2},
+        {"nodir/w.st", "transformer: cannot save to nodir/w.st: No such file or directory", 1},
+        {"link.st", "transformer: cannot save to link.st: it is not a regular file", 1},
         {"''", "transformer: WEIGHTS is empty", 2},
     };
     char dir[512], cmd[1024], *out;
@@ -1431,13 +1436,14 @@ START_TEST(test_transformer_checks_its_weights_path_before_it_trains)
         free(out);
     }
     /* a name that fits (253 bytes) but not as the save's temporary file
-     * beside it (.NAME.XXXXXX, 261): it trained 800 steps, then failed */
+     * beside it (.NAME.XXXXXX, 261): the file system's refusal, found
+     * before the training */
     char name[251], want[400];
     memset(name, 'w', sizeof name - 1);
     name[250] = '\0';
     snprintf(cmd, sizeof cmd, "'%s/examples/transformer' %s.st", dir, name);
     snprintf(want, sizeof want, "transformer: cannot save to %s.st: File name too long\n", name);
-    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_int_eq(sh(cmd, &out), 1);
     ck_assert_str_eq(out, want);
     free(out);
     snprintf(cmd, sizeof cmd, "TMPDIR=/proc '%s/examples/transformer'", dir);
