@@ -944,6 +944,35 @@ START_TEST(test_resolve_without_a_model_says_to_train)
 }
 END_TEST
 
+/* The default model's path, out/coref.safetensors, blocked by a file
+ * called out or a link to nowhere: running qkv train, as the message
+ * once said, failed too ("out exists and is not a directory", "... is
+ * not a regular file (a symbolic link)"). The message says what is in
+ * the way instead. */
+START_TEST(test_a_default_model_blocked_by_a_file_is_not_missing)
+{
+    static const struct {
+        const char *make, *says;
+    } cases[] = {{"touch out", "Not a directory"},
+                 {"mkdir out && ln -s nowhere out/coref.safetensors", "No such file or directory"}};
+    static const char *cmds[] = {"eval", "resolve \"他很爱唱歌\""};
+    char *out;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ck_assert_int_eq(sh(cases[c].make, &out), 0);
+        free(out);
+        for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+            ck_assert_int_eq(run(cmds[i], &out), 1);
+            ck_assert_msg(strstr(out, "qkv train") == NULL && strstr(out, cases[c].says) != NULL &&
+                              strstr(out, "out/coref.safetensors") != NULL,
+                          "%s; qkv %s: %s", cases[c].make, cmds[i], out);
+            free(out);
+        }
+        ck_assert_int_eq(sh("rm -r out", &out), 0);
+        free(out);
+    }
+}
+END_TEST
+
 START_TEST(test_divergence_stops_and_keeps_the_last_checkpoint)
 {
     char *out;
@@ -4814,6 +4843,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);
     tcase_add_test(tc, test_a_new_csv_never_writes_through_a_planted_link);
     tcase_add_test(tc, test_resolve_without_a_model_says_to_train);
+    tcase_add_test(tc, test_a_default_model_blocked_by_a_file_is_not_missing);
     tcase_add_test(tc, test_a_long_path_keeps_the_reason_in_the_message);
     tcase_add_test(tc, test_resolve_lists_the_words_it_knows);
     tcase_add_test(tc, test_distance_rnn_and_attention_resolve_adjacent_pronouns);

@@ -1035,7 +1035,10 @@ qkv_coref_model *cli_load_model(const char *path)
     struct stat sb;
     if (path == NULL) {
         path = CLI_DEFAULT_MODEL;
-        if (stat(path, &sb) != 0) {
+        /* missing: qkv train makes it. Anything else in the way (a file
+         * called out, a link to nowhere, a directory not to be searched)
+         * is the loader's to name, since qkv train would fail on it too */
+        if (lstat(path, &sb) != 0 && errno == ENOENT) {
             cli_fail("no model at %s: run 'qkv train' first, or pass --model FILE", path);
             return NULL;
         }
