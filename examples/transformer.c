@@ -214,12 +214,19 @@ int main(int argc, char **argv)
     if (argc > 2 || (argc == 2 && argv[1][0] == '-')) { /* --help, or anything unknown */
         const int help =
             argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+        if (argc > 2)
+            fprintf(stderr, "transformer: one WEIGHTS file at most, not %d arguments\n", argc - 1);
+        else if (strcmp(argv[1], "-") == 0)
+            fprintf(stderr, "transformer: '-' is not standard output here; write ./- for a file "
+                            "named '-'\n");
+        else if (!help)
+            fprintf(stderr, "transformer: unknown option '%s'\n", argv[1]);
         fprintf(help ? stdout : stderr,
                 "usage: transformer [WEIGHTS]\n"
                 "Trains a two-block causal Transformer to sort %d digits, saves its weights\n"
                 "to WEIGHTS (default: a temporary file, removed at the end, in $TMPDIR or\n"
                 "/tmp), reloads them into a second model and checks that it sorts exactly\n"
-                "as the first.\n",
+                "as the first. A WEIGHTS that starts with '-' is written ./-NAME.\n",
                 N);
         return help ? 0 : 2;
     }

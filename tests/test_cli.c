@@ -1422,6 +1422,20 @@ START_TEST(test_every_example_runs_to_its_result)
     ck_assert_int_eq(sh(cmd, &out), 2);
     ck_assert_msg(strstr(out, "usage: transformer") != NULL && strstr(out, "step") == NULL, "%s",
                   out);
+    /* the first line names what was wrong, then the usage */
+    ck_assert_msg(strstr(out, "transformer: unknown option '--bogus'\nusage: ") == out, "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' -", dir);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "transformer: '-' is not standard output here; write ./- for a "
+                              "file named '-'\nusage: ") == out,
+                  "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' a.st b.st", dir);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "transformer: one WEIGHTS file at most, not 2 arguments\nusage: ") ==
+                      out,
+                  "%s", out);
     free(out);
     snprintf(cmd, sizeof cmd, "%s/--help", tmp); /* no file of that name was written */
     ck_assert_int_ne(access(cmd, F_OK), 0);
