@@ -367,6 +367,41 @@ START_TEST(test_record_refuses_a_null_input)
 }
 END_TEST
 
+/* An op of one's own records its inputs through qkv_tape_record, which
+ * refuses one kept across a reset while the tape can tell (as the
+ * library's ops refuse it): it took the node, and backward then added into
+ * the stale tensor's gradient, in memory the tape hands out again, and
+ * returned QKV_OK with the parameter's gradient silently zero. */
+START_TEST(test_record_refuses_an_input_kept_across_reset)
+{
+    static const qkv_op_def noop = {"noop", noop_backward, 0};
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *w = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    qkv_tensor *first = qkv_scale(t, w, 1);
+    qkv_tensor *kept = qkv_scale(t, w, 2); /* made after first: stale past y */
+    ck_assert(!qkv_tensor_is_nil(first) && !qkv_tensor_is_nil(kept));
+    qkv_tape_reset(t);
+    qkv_tensor *y = qkv_tape_tensor(t, 1, (const int[]){2}, 1);
+    ck_assert(qkv_tape_is_stale(t, kept));
+    qkv_tensor *in[2] = {w, kept};
+    ck_assert_ptr_null(qkv_tape_record(t, &noop, y, 2, in));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "noop: input 1 was made on this tape before its last qkv_tape_reset; "
+                     "record it again, or keep it in a heap tensor (qkv_tensor_new)");
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_ERR_ARG);
+    /* live inputs, recorded again after a reset, are taken */
+    qkv_tape_reset(t);
+    y = qkv_tape_tensor(t, 1, (const int[]){2}, 1);
+    in[1] = qkv_scale(t, w, 2);
+    ck_assert_ptr_nonnull(qkv_tape_record(t, &noop, y, 2, in));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    qkv_tape_free(t);
+    qkv_tensor_free(w);
+}
+END_TEST
+
 /* An op definition without a backward function is refused when recorded:
  * qkv_backward called the NULL pointer and crashed. */
 START_TEST(test_record_refuses_an_op_without_backward)
@@ -1114,6 +1149,7 @@ Suite *tape_suite(void)
     tcase_add_test(tc, test_tape_tensor_and_alloc);
     tcase_add_test(tc, test_record_refuses_an_output_without_gradient_and_no_inputs);
     tcase_add_test(tc, test_record_refuses_a_null_input);
+    tcase_add_test(tc, test_record_refuses_an_input_kept_across_reset);
     tcase_add_test(tc, test_record_refuses_an_op_without_backward);
     tcase_add_test(tc, test_record_refuses_an_output_not_made_on_the_tape);
     tcase_add_test(tc, test_null_tapes_and_tensors_give_errors_not_crashes);

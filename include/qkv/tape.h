@@ -138,8 +138,11 @@ size_t qkv_tape_high_water(const qkv_tape *t);
 
 /* ---- writing an op ------------------------------------------------------ */
 /*
- * An op checks its inputs (qkv_tape_status, then shapes, failing with
- * qkv_tape_fail and a message that names the op and the shapes), makes its
+ * An op checks its inputs (qkv_tape_status, then qkv_tape_is_stale, as
+ * the library's ops refuse an input kept across a reset before reading
+ * it, then shapes, failing with qkv_tape_fail and a message that names the
+ * op and the shapes; qkv_tape_record refuses a stale input too, but only
+ * after the op has computed from it), makes its
  * output with qkv_tape_tensor (with a gradient when an input has one),
  * computes it, and, when the output has a gradient, records a node whose op
  * definition carries the backward function:
@@ -204,8 +207,9 @@ struct qkv_node {
  * tape; or QKV_ERR_ARG for no op or one without a backward function, an
  * out that is nil, has no gradient or was not made on t, n_in > 0 and no
  * inputs, an input that is NULL: leave an optional input out of in and
- * n_in instead, or an input with a gradient made on another tape, whose
- * nodes backward on t would never reach). */
+ * n_in instead, an input kept across a qkv_tape_reset of t while
+ * qkv_tape_is_stale can tell, or an input with a gradient made on another
+ * tape, whose nodes backward on t would never reach). */
 qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, int n_in,
                           qkv_tensor *const *in);
 

@@ -351,6 +351,16 @@ qkv_node *qkv_tape_record(qkv_tape *t, const qkv_op_def *op, qkv_tensor *out, in
             qkv_tape_fail(t, QKV_ERR_ARG, "%s: input %d of the node is NULL", name, i);
             return NULL;
         }
+        /* kept across a reset: backward would add into memory the tape
+         * hands out again (the library's ops refuse it before this; an op
+         * of one's own may not) */
+        if (qkv_tape_is_stale(t, in[i])) {
+            qkv_tape_fail(t, QKV_ERR_ARG,
+                          "%s: input %d was made on this tape before its last qkv_tape_reset; "
+                          "record it again, or keep it in a heap tensor (qkv_tensor_new)",
+                          name, i);
+            return NULL;
+        }
         /* a gradient another tape made: this tape's backward would add
          * into it and stop, never reaching the nodes that made the input */
         if ((in[i]->flags & QKV_TENSOR_LAZY_GRAD) && in[i]->grad != NULL &&
