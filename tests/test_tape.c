@@ -196,6 +196,14 @@ START_TEST(test_no_grad_records_nothing)
     ASSERT_NEAR(y->data[0], 7 + 10 + 15 + 22, 0);
     ck_assert_int_eq(qkv_backward(t, y), QKV_ERR_ARG);
     ck_assert_ptr_nonnull(strstr(qkv_tape_error(t), "qkv_tape_set_grad"));
+    /* a reset keeps the setting, as tape.h says: an evaluation loop sets
+     * it once, and a training step after it must set it back */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_tape_grad_enabled(t), 0);
+    ck_assert_ptr_null(qkv_sum(t, w)->grad);
+    ck_assert_int_eq(qkv_tape_set_grad(t, 1), 0);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_tape_grad_enabled(t), 1);
     qkv_tape_free(t);
     qkv_tensor_free(w);
 }

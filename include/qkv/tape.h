@@ -40,8 +40,10 @@ void qkv_tape_free(qkv_tape *t);
 
 /* Forgets every node and tape tensor and clears the error status. Pointers
  * to tape tensors become invalid. All memory is kept and reused, so a step
- * that needs no more than an earlier one allocates nothing. Allocates and
- * frees nothing itself. Accepts NULL. */
+ * that needs no more than an earlier one allocates nothing. The gradient
+ * setting (qkv_tape_set_grad) is kept: a tape left with recording off
+ * after an evaluation records nothing after the reset either. Allocates
+ * and frees nothing itself. Accepts NULL. */
 void qkv_tape_reset(qkv_tape *t);
 
 /* The first error recorded since the last reset, or QKV_OK; QKV_ERR_ARG
@@ -61,9 +63,10 @@ qkv_status qkv_tape_fail(qkv_tape *t, qkv_status s, const char *fmt, ...)
 #endif
     ;
 
-/* Turns gradient recording off (enabled = 0) or back on. With it off, ops
- * compute values only: they record no backward state and their outputs have
- * no gradient. Returns the previous setting. */
+/* Turns gradient recording off (enabled = 0) or back on, until the next
+ * call (qkv_tape_reset keeps it). With it off, ops compute values only:
+ * they record no backward state and their outputs have no gradient.
+ * Returns the previous setting. A new tape records. */
 int qkv_tape_set_grad(qkv_tape *t, int enabled);
 
 /* Nonzero while gradients are being recorded. */
