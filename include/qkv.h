@@ -1,6 +1,7 @@
 /*
  * qkv.h - the qkv library in one include: tensors, the tape, the ops, the
- * runtime settings, the RNG, gradient checks and optimizers.
+ * runtime settings, the RNG, gradient checks, optimizers, parameter lists,
+ * the layers and safetensors weights.
  *
  * The apps built on it (the tutorial's coreference task, the experiments)
  * have headers of their own under include/apps/; nothing here knows them.

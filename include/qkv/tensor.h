@@ -60,7 +60,8 @@ void qkv_tensor_free(qkv_tensor *t);
 void qkv_tensor_zero_grad(qkv_tensor *t);
 
 /* Copies n values from src into t->data. Returns QKV_ERR_SHAPE if n differs
- * from t->numel. */
+ * from t->numel (and for a NULL or nil t), QKV_ERR_ARG for a NULL src;
+ * t is then unchanged. */
 qkv_status qkv_tensor_set(qkv_tensor *t, const qkv_real *src, size_t n);
 
 /* Nonzero if a and b have the same ndim and shape. */
