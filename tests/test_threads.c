@@ -2,10 +2,12 @@
  * test_threads.c - the thread pool (threads.c): which parts a job is cut
  * into, that every index runs exactly once in the part that owns it, over
  * many jobs in a row, that a call from inside a job runs on its caller,
- * and that the workers run in their caller's floating-point mode.
+ * that the workers run in their caller's floating-point mode, and that
+ * threads of a program's own train models of their own at once.
  * (That results do not depend on the thread count is tested where the work
  * is: test_attention.c, test_nn.c, test_cli.c.)
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +216,91 @@ START_TEST(test_flush_denormals_reaches_the_workers)
 }
 END_TEST
 
+/* A few steps of a one-block causal Transformer on seeded random tokens
+ * (each model its own list, tape and optimizer): the last loss, and the
+ * bits of its first weight's first value. */
+typedef struct own_run {
+    uint64_t seed;
+    double loss;
+    qkv_real w0;
+    qkv_status status;
+} own_run;
+
+static void *train_own(void *arg)
+{
+    enum { V = 12, T = 16, D = 16, B = 8, STEPS = 6 };
+    own_run *r = arg;
+    qkv_params *p = qkv_params_new(r->seed, NULL);
+    qkv_embedding e;
+    qkv_block blk;
+    qkv_linear head;
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    r->status = p == NULL || t == NULL ? QKV_ERR_NOMEM : QKV_OK;
+    if (r->status == QKV_OK)
+        r->status = qkv_embedding_init(&e, p, "e", V, D, NULL);
+    if (r->status == QKV_OK)
+        r->status = qkv_block_init(&blk, p, "b", D, 4, 2 * D, 1, NULL);
+    if (r->status == QKV_OK)
+        r->status = qkv_linear_init(&head, p, "h", D, V, 1, NULL);
+    qkv_optim *o = r->status == QKV_OK ? qkv_params_optim(p, &oc, NULL) : NULL;
+    qkv_rng g;
+    qkv_rng_seed(&g, r->seed);
+    int ids[B * T], targets[B * T];
+    for (int s = 0; s < STEPS && o != NULL && r->status == QKV_OK; s++) {
+        for (int i = 0; i < B * T; i++) {
+            ids[i] = (int)qkv_rng_below(&g, V);
+            targets[i] = i % T != 0 ? ids[i - 1] : QKV_IGNORE;
+        }
+        qkv_params_zero_grad(p);
+        qkv_tape_reset(t);
+        qkv_tensor *x = qkv_embedding_forward(t, &e, ids, 2, (const int[]){B, T});
+        x = qkv_linear_forward(t, &head, qkv_block_forward(t, &blk, x, NULL, NULL));
+        qkv_tensor *loss = qkv_cross_entropy(t, x, targets);
+        r->status = qkv_backward(t, loss);
+        if (r->status == QKV_OK)
+            r->status = qkv_optim_step(o);
+        r->loss = r->status == QKV_OK ? loss->data[0] : 0;
+    }
+    if (o == NULL && r->status == QKV_OK)
+        r->status = QKV_ERR_NOMEM;
+    r->w0 = r->status == QKV_OK ? blk.attn.qkv.weight->data[0] : 0;
+    qkv_optim_free(o);
+    qkv_tape_free(t);
+    qkv_params_free(p);
+    return NULL;
+}
+
+/* runtime.h: threads of one's own may train models of their own at once
+ * (the pool runs one caller's batched work, the others on their own
+ * threads), with the bits of the same runs one after the other. */
+START_TEST(test_threads_of_ones_own_train_their_own_models_at_once)
+{
+    enum { RUNS = 3 };
+    qkv_threads_use(2, NULL);
+    own_run alone[RUNS], together[RUNS];
+    pthread_t th[RUNS];
+    for (int i = 0; i < RUNS; i++) {
+        alone[i] = (own_run){.seed = (uint64_t)i + 1};
+        together[i] = alone[i];
+        train_own(&alone[i]);
+        ck_assert_int_eq(alone[i].status, QKV_OK);
+    }
+    for (int i = 0; i < RUNS; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, train_own, &together[i]), 0);
+    for (int i = 0; i < RUNS; i++)
+        ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < RUNS; i++) {
+        ck_assert_int_eq(together[i].status, QKV_OK);
+        ck_assert_msg(together[i].loss == alone[i].loss && together[i].w0 == alone[i].w0,
+                      "run %d: loss %.17g and %.17g, weight %.9g and %.9g", i, together[i].loss,
+                      alone[i].loss, (double)together[i].w0, (double)alone[i].w0);
+    }
+    ck_assert(alone[0].loss != alone[1].loss); /* the seeds make different runs */
+    qkv_threads_use(1, NULL);
+}
+END_TEST
+
 Suite *threads_suite(void)
 {
     Suite *s = suite_create("threads");
@@ -225,6 +312,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, test_many_jobs_in_a_row);
     tcase_add_test(tc, test_a_call_inside_a_job_runs_on_its_caller);
     tcase_add_test(tc, test_flush_denormals_reaches_the_workers);
+    tcase_add_test(tc, test_threads_of_ones_own_train_their_own_models_at_once);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -32,7 +32,13 @@ const char *qkv_kernels_name(void);
  * split only where each thread gets enough of it, so tiny steps stay on one
  * thread. Every result is the same, bit for bit, for any thread count: each
  * thread does whole, independent pieces, and pieces that add into one
- * place add in a fixed order. Returns QKV_ERR_ARG for an n out of range. */
+ * place add in a fixed order. Returns QKV_ERR_ARG for an n out of range.
+ *
+ * Threads of a program's own may each use their own tapes, parameter
+ * lists and optimizers at the same time, with the same results as one
+ * after the other: the pool runs one caller's batched work at a time,
+ * and a call that finds it busy runs on its own thread alone. A tape, a
+ * list or an optimizer is for one thread at a time. */
 qkv_status qkv_threads_use(int n, qkv_error *err);
 
 /* The thread count in use. */
