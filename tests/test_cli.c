@@ -1384,6 +1384,10 @@ START_TEST(test_every_example_runs_to_its_result)
     expect_example("least_squares", "heap allocations in steps 2 to 600: 0");
     expect_example("mha", "previous-token accuracy on fresh sequences: 1.0000");
     expect_example("mha", "heap allocations in steps 2 to 500: 0");
+    /* the character model recites its 62-character text from the first
+     * character, exactly */
+    expect_example("char_lm", "the text, exactly (62 of 62 characters right from the start)\n"
+                              "heap allocations in steps 2 to 300: 0");
     /* the Transformer sorts at least 90% of fresh sequences exactly (its
      * exit status), and the model reloaded from safetensors sorts them
      * exactly as the trained one; its weights go to a temporary file (in

@@ -199,8 +199,8 @@ END_TEST
 
 START_TEST(test_every_example_reports_every_allocation_failure)
 {
-    static const char *examples[] = {"quickstart", "custom_op",     "train_coref",
-                                     "xor_mlp",    "least_squares", "mha"};
+    static const char *examples[] = {"quickstart",    "custom_op", "train_coref", "xor_mlp",
+                                     "least_squares", "mha",       "char_lm"};
     char bin[512], cmd[600];
     snprintf(bin, sizeof bin, "%s", QKV_BIN);
     *strrchr(bin, '/') = '\0';
