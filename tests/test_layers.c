@@ -1104,6 +1104,67 @@ START_TEST(test_layers_refuse_bad_shapes)
 }
 END_TEST
 
+/* The padding mask holds 0 (a token) and -INFINITY (padding), added to
+ * the scores. A mask of PyTorch's kind, 1 (True) for padding, was added as
+ * +1 to those keys' scores, so that they drew more weight than the
+ * tokens, and a NaN made every output NaN, both without an error; any
+ * value but 0 and -inf is refused now, by the layer's name, in the
+ * online form too, and in a block. */
+START_TEST(test_mha_refuses_a_padding_mask_of_other_values)
+{
+    qkv_params *p = qkv_params_new(1, NULL);
+    qkv_mha m;
+    qkv_block blk;
+    ck_assert_int_eq(qkv_mha_init(&m, p, "attn", 4, 2, 0, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_block_init(&blk, p, "blk", 4, 2, 8, 1, NULL), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const int T = QKV_MHA_ONLINE_T;
+    qkv_tensor *x = qkv_tensor_new(3, (const int[]){2, T, 4}, 0, NULL);
+    qkv_tensor *pad = qkv_tensor_new(2, (const int[]){2, T}, 0, NULL);
+    ck_assert(!qkv_tensor_is_nil(x) && !qkv_tensor_is_nil(pad));
+    for (size_t i = 0; i < x->numel; i++)
+        x->data[i] = (qkv_real)sin((double)i);
+    const struct {
+        qkv_real v;
+        const char *says;
+    } bad[] = {{1, "1"}, {(qkv_real)NAN, "nan"}, {(qkv_real)INFINITY, "inf"}, {-1e9f, "-1e+09"}};
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        for (size_t i = 0; i < pad->numel; i++)
+            pad->data[i] = i == (size_t)T + 3 ? bad[c].v : i % 7 == 6 ? -INFINITY : 0;
+        char want[200];
+        snprintf(want, sizeof want,
+                 "mha 'attn': the padding mask holds %s at [1,3]; it takes 0 (a token) and "
+                 "-INFINITY (padding) only",
+                 bad[c].says);
+        for (int online = 0; online < 2; online++) {
+            qkv_mha_parts parts;
+            qkv_tape_reset(t);
+            qkv_tensor *y = qkv_mha_forward(t, &m, x, pad, online ? NULL : &parts);
+            ck_assert_msg(y == qkv_nil(), "case %zu, online %d: taken", c, online);
+            ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+            ck_assert_str_eq(qkv_tape_error(t), want);
+        }
+        qkv_tape_reset(t);
+        ck_assert(qkv_block_forward(t, &blk, x, pad, NULL) == qkv_nil());
+        snprintf(want, sizeof want,
+                 "mha 'blk.attn': the padding mask holds %s at [1,3]; it takes 0 (a token) and "
+                 "-INFINITY (padding) only",
+                 bad[c].says);
+        ck_assert_str_eq(qkv_tape_error(t), want);
+    }
+    /* 0, -0 and -inf are taken */
+    for (size_t i = 0; i < pad->numel; i++)
+        pad->data[i] = i % 7 == 6 ? -INFINITY : i % 2 ? (qkv_real)-0.0 : 0;
+    qkv_tape_reset(t);
+    ck_assert(!qkv_tensor_is_nil(qkv_mha_forward(t, &m, x, pad, NULL)));
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+    qkv_tensor_free(pad);
+    qkv_params_free(p);
+}
+END_TEST
+
 /* A failed init leaves a layer that its forward refuses, naming the
  * layer: a zeroed linear layer's forward read "affine: ..." (the map's,
  * not the layer's), a zeroed norm normalised with no γ or β and an eps of
@@ -1748,6 +1809,7 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_positions);
     tcase_add_test(tc, test_layer_errors_name_the_innermost_layer);
     tcase_add_test(tc, test_layers_refuse_bad_shapes);
+    tcase_add_test(tc, test_mha_refuses_a_padding_mask_of_other_values);
     tcase_add_test(tc, test_a_failed_init_leaves_a_layer_its_forward_names);
     tcase_add_test(tc, test_a_failed_cell_init_leaves_a_cell_its_steps_name);
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);

@@ -112,7 +112,9 @@ typedef struct qkv_mha_parts {
 
 /* x [B,T,D] -> [B,T,D]. pad is NULL or [B,T] of 0 (a real token) and
  * -INFINITY (padding, which no position may look at); it is combined with
- * the causal mask. parts may be NULL: then from T = QKV_MHA_ONLINE_T on
+ * the causal mask. Any other value in it (a 0/1 flag, as PyTorch's
+ * key_padding_mask is, or NaN) is refused with QKV_ERR_ARG, naming its
+ * place. parts may be NULL: then from T = QKV_MHA_ONLINE_T on
  * the heads take the online form (qkv_attention_heads_online), which
  * keeps no T×T matrices and gives the same results up to rounding. */
 #define QKV_MHA_ONLINE_T 512

@@ -261,6 +261,18 @@ static const qkv_tensor *mask_of(qkv_tape *t, int causal, int B, int T, const qk
         qkv_tape_fail(t, QKV_ERR_SHAPE, "mha: the padding mask %s must be [%d,%d]", sp, B, T);
         return qkv_nil();
     }
+    /* added to the scores: a 0/1 flag (PyTorch's True for padding) would
+     * raise the padded keys' weights, and a NaN spread to every output */
+    for (size_t i = 0; pad != NULL && i < pad->numel; i++) {
+        const qkv_real v = pad->data[i];
+        if (v != 0 && !(isinf(v) && v < 0)) {
+            qkv_tape_fail(t, QKV_ERR_ARG,
+                          "mha: the padding mask holds %g at [%zu,%zu]; it takes 0 (a token) and "
+                          "-INFINITY (padding) only",
+                          (double)v, i / (size_t)T, i % (size_t)T);
+            return qkv_nil();
+        }
+    }
     if (!causal && pad == NULL)
         return NULL;
     qkv_tensor *mask = !causal       ? qkv_tape_tensor(t, 4, (const int[]){B, 1, 1, T}, 0)
