@@ -552,22 +552,31 @@ START_TEST(test_ablate_is_the_same_on_any_number_of_jobs)
 END_TEST
 
 /* A run that the optimizer stopped: exit 1, and in its output head, then
- * the optimizer's account of the gradient of parameter name that is not
- * finite, then the guidance and tail. The value is not checked: "inf",
- * "nan" or "-nan" as the kernels and printf make it. */
-static void expect_refusal(const char *args, const char *head, const char *name, const char *tail)
+ * the optimizer's account of the gradient (update = 0) or the update
+ * (update = 1) of parameter name that is not finite, then the guidance
+ * and tail. The value is not checked: "inf", "nan" or "-nan" as the
+ * kernels and printf make it. */
+static void expect_stop(const char *args, const char *head, int update, const char *name,
+                        const char *tail)
 {
     char *out, want[160];
     const int rc = run(args, &out);
     ck_assert_msg(rc == 1, "qkv %s: exit %d, expected 1\n%s", args, rc, out);
     const char *at = strstr(out, head);
     ck_assert_msg(at != NULL, "qkv %s: output lacks '%s':\n%s", args, head, out);
-    snprintf(want, sizeof want, "the gradient of %s is not finite: grad[", name);
+    snprintf(want, sizeof want, "the %s of %s is not finite: %s[", update ? "update" : "gradient",
+             name, update ? "data" : "grad");
     at = strstr(at + strlen(head), want);
     ck_assert_msg(at != NULL, "qkv %s: output lacks '%s' after '%s':\n%s", args, want, head, out);
-    snprintf(want, sizeof want, "; no parameter was changed (try a smaller --lr)%s", tail);
+    snprintf(want, sizeof want, "; %s (try a smaller --lr)%s",
+             update ? "every parameter was updated" : "no parameter was changed", tail);
     ck_assert_msg(strstr(at, want) != NULL, "qkv %s: output lacks '%s':\n%s", args, want, out);
     free(out);
+}
+
+static void expect_refusal(const char *args, const char *head, const char *name, const char *tail)
+{
+    expect_stop(args, head, 0, name, tail);
 }
 
 /* A run whose step the optimizer refused says which gradient was not
@@ -604,7 +613,15 @@ START_TEST(test_ablate_fails_the_same_on_any_number_of_jobs)
         snprintf(cmd, sizeof cmd, args, j == 0 ? "a" : j == 1 ? "b --jobs 2" : "c --jobs 4");
         ck_assert_int_eq(run(cmd, &o[j]), 1);
     }
-    ck_assert_str_eq(o[0], "qkv: ablate: full, seed 1: diverged at step 2 (try a smaller --lr)\n");
+    /* the first update overflows, which the optimizer refuses (it was
+     * "diverged at step 2", the step whose loss was then not finite) */
+    static const char head[] =
+        "qkv: ablate: full, seed 1: diverged at step 1: the update of wq is not finite: data[";
+    static const char tail[] =
+        ", from finite gradients; every parameter was updated (try a smaller --lr)\n";
+    ck_assert_msg(strncmp(o[0], head, strlen(head)) == 0 && strchr(o[0], '\n')[1] == '\0' &&
+                      strstr(o[0], tail) != NULL,
+                  "%s", o[0]);
     ck_assert_str_eq(o[1], o[0]);
     ck_assert_str_eq(o[2], o[0]);
     for (int j = 0; j < 3; j++)
@@ -1774,17 +1791,24 @@ START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
            "qkv: train: diverged at step 1: after its update the loss on the ");
 #else
     /* one step at lr 1e300: the loss and gradients of that step are
-     * finite, the weights it leaves are not, and so is the final loss */
-    expect("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log a.csv", 1,
-           "qkv: train: diverged at step 1: after its update the loss on the ");
+     * finite, the weights it leaves are not, which the optimizer says (it
+     * said nothing: the final loss was not finite) */
+    expect_stop("train --quiet --lr 1e300 --steps 1 --save m.safetensors --log a.csv",
+                "qkv: train: diverged at step 1: ", 1, "wq",
+                "; m.safetensors and a.csv were left untouched");
     /* at lr 1e20 the weights stay finite (about 1e20) and their scores
      * overflow: the final loss is NaN, a model that train saved and
      * reported with exit 0 (loss=-nan) before the final loss was checked */
     expect("train --quiet --lr 1e20 --steps 1 --save m.safetensors --log a.csv", 1,
            "split is NaN (try a smaller --lr); m.safetensors and a.csv were left untouched");
-    /* two: the second step's loss is not finite, which stops it before
-     * the optimizer: no parameter to name */
-    expect("train --quiet --lr 1e300 --steps 2 --save m.safetensors --log a.csv", 1,
+    /* two at lr 1e20 from Wq, Wk, Wv of std 10: the weights of the first
+     * are finite, the second step's loss is not (on every kernel set; at
+     * d_k 16 and std 1 the portable kernels' loss is finite and a
+     * gradient is not), which stops it before the optimizer: no parameter
+     * to name */
+    expect("train --quiet --d-k 8 --init-std 10 --lr 1e20 --steps 2 --save m.safetensors --log "
+           "a.csv",
+           1,
            "qkv: train: diverged at step 2: the loss or a gradient is not finite (try a smaller "
            "--lr); m.safetensors and a.csv were left untouched");
     /* Adam at lr 1e18 from Wq, Wk, Wv of std 10: a finite loss and a
@@ -2522,7 +2546,7 @@ START_TEST(test_a_failed_parallel_run_leaves_no_bar)
         snprintf(args, sizeof args, "ablate --lr 1e300 --steps 10 --seeds 2 --jobs %d --out j%d",
                  jobs, jobs);
         char *shown = run_on_terminal(args);
-        ck_assert_msg(strstr(shown, "qkv: ablate: full, seed 1: diverged at step 2") != NULL, "%s",
+        ck_assert_msg(strstr(shown, "qkv: ablate: full, seed 1: diverged at step 1") != NULL, "%s",
                       shown);
         ck_assert_msg(bar_line(shown) == NULL, "--jobs %d left a bar:\n%s", jobs, shown);
         free(shown);
@@ -4605,6 +4629,14 @@ START_TEST(test_saturation_says_a_run_diverged_instead_of_nan)
     ck_assert_msg(strstr(out, "nan") == NULL, "%s", out);
     ck_assert_msg(strstr(out, "diverged | diverged") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "try a smaller --lr") != NULL, "%s", out);
+    /* the first update overflows, which the optimizer refuses: no row 0,
+     * so no values at init (the cells printed whatever the stack held,
+     * "0 | -1.40e+306" once) */
+    ck_assert_msg(strstr(out, "    2  - | -              - | -            - | -   ") != NULL, "%s",
+                  out);
+    ck_assert_msg(strstr(out, "\n2 of them diverged at their first step, and have no values at "
+                              "init either\n") != NULL,
+                  "%s", out);
     free(out);
     /* stopped by a gradient that is not finite, with the weights still
      * finite (the optimizer refused the step): diverged too */

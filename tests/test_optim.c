@@ -2,6 +2,9 @@
  * test_optim.c - each optimizer's update against steps worked by hand, and
  * clipping by global norm.
  */
+#include <float.h>
+#include <stdio.h>
+
 #include "tests.h"
 
 /* One parameter tensor holding the given values, gradient set to g. */
@@ -233,6 +236,97 @@ START_TEST(test_a_non_finite_gradient_is_named_by_its_index)
     qkv_optim_free(o);
     qkv_tensor_free(ps[0]);
     qkv_tensor_free(ps[1]);
+}
+END_TEST
+
+/* The largest finite qkv_real. */
+static double real_max(void)
+{
+    return sizeof(qkv_real) == sizeof(float) ? FLT_MAX : DBL_MAX;
+}
+
+/* Finite gradients and a rate that makes the update overflow: SGD at lr =
+ * the largest qkv_real M moves 2 by -4M, beyond the range (so -inf), and 1
+ * (gradient 0.5) to 1 - M/2, which rounds to -M/2, finite. The step
+ * returned QKV_OK with a weight of -inf. It is taken whole (optim.h): the
+ * weights hold it, and the step count moved on. */
+START_TEST(test_an_sgd_update_that_overflows_is_refused)
+{
+    qkv_tensor *ps[2] = {param((const double[]){1}, (const double[]){0.5}, 1),
+                         param((const double[]){1, 2}, (const double[]){0, 4}, 2)};
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.lr = real_max();
+    qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_optim_error(o), "optim: the update of parameter 1 is not finite: "
+                                         "data[1] = -inf, from finite gradients; every "
+                                         "parameter was updated");
+    ck_assert(ps[0]->data[0] == (qkv_real)(-real_max() / 2));
+    ck_assert(ps[1]->data[0] == 1 && isinf(ps[1]->data[1]) && ps[1]->data[1] < 0);
+    ck_assert_int_eq(qkv_optim_steps(o), 1);
+    qkv_optim_free(o);
+    qkv_tensor_free(ps[0]);
+    qkv_tensor_free(ps[1]);
+}
+END_TEST
+
+/* Adam's update overflows on every kernel set, in a vector's body (weight
+ * 5) and in the tail (weight 36) of 37: at step 1 the update of a weight
+ * whose gradient is g != 0 is about lr·sign(g) (m̂ = g, √v̂ = |g|), so
+ * -0.99M less 0.05M is -1.04M, beyond M: -inf; the other weights (gradient
+ * 0) move by 0. And an Adam whose L2 decay of 1e300 makes g = 1e300 for a
+ * weight of 1: v = 0.001·g² overflows to inf while the weight stays 1
+ * (its update is m/inf = 0), a state no later step recovers from. */
+START_TEST(test_an_adam_update_that_overflows_is_refused_on_every_kernel_set)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    enum { N = 37 };
+    static const size_t at[2] = {5, 36};
+    char want[256];
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int a = 0; a < 2; a++) {
+            const size_t k = at[a];
+            double w[N] = {0}, g[N] = {0};
+            w[k] = -0.99 * real_max();
+            g[k] = 1;
+            qkv_tensor *ps[2] = {param((const double[]){1}, (const double[]){0.5}, 1),
+                                 param(w, g, N)};
+            qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+            c.lr = 0.05 * real_max();
+            qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
+            ck_assert_int_eq(qkv_optim_set_name(o, 1, "head.w"), QKV_OK);
+            ck_assert_msg(qkv_optim_step(o) == QKV_ERR_NUMERIC, "%s, weight %zu", impls[im], k);
+            snprintf(want, sizeof want,
+                     "optim: the update of head.w is not finite: data[%zu] = -inf, from finite "
+                     "gradients; every parameter was updated",
+                     k);
+            ck_assert_str_eq(qkv_optim_error(o), want);
+            for (size_t j = 0; j < N; j++)
+                ck_assert(j == k ? isinf(ps[1]->data[j]) : ps[1]->data[j] == 0);
+            qkv_optim_free(o);
+            qkv_tensor_free(ps[0]);
+            qkv_tensor_free(ps[1]);
+
+            w[k] = 1;
+            g[k] = 0;
+            qkv_tensor *p = param(w, g, N);
+            c = qkv_optim_defaults(QKV_ADAM);
+            c.weight_decay = 1e300;
+            o = qkv_optim_new(&c, &p, 1, NULL);
+            ck_assert_msg(qkv_optim_step(o) == QKV_ERR_NUMERIC, "%s, weight %zu", impls[im], k);
+            snprintf(want, sizeof want,
+                     "optim: the update of parameter 0 is not finite: Adam's second moment "
+                     "v[%zu] = inf, from finite gradients; every parameter was updated",
+                     k);
+            ck_assert_str_eq(qkv_optim_error(o), want);
+            ck_assert(p->data[k] == 1);
+            qkv_optim_free(o);
+            qkv_tensor_free(p);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
 }
 END_TEST
 
@@ -503,6 +597,8 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_clip_by_global_norm);
     tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
     tcase_add_test(tc, test_a_non_finite_gradient_is_named_by_its_index);
+    tcase_add_test(tc, test_an_sgd_update_that_overflows_is_refused);
+    tcase_add_test(tc, test_an_adam_update_that_overflows_is_refused_on_every_kernel_set);
 #ifdef QKV_DOUBLE
     tcase_add_test(tc, test_a_norm_that_overflows_names_where);
 #endif

@@ -54,12 +54,25 @@ void qkv_optim_zero_grad(qkv_optim *o);
  * or infinite, or if the sum of their squares is (in the double build,
  * gradients of about 1e154 and more: their global norm does not fit a
  * double); qkv_optim_error then says which parameter (by its name, see
- * qkv_optim_set_name, or else its index) and which value. QKV_ERR_ARG for
- * a NULL optimizer. */
+ * qkv_optim_set_name, or else its index) and which value.
+ *
+ * QKV_ERR_NUMERIC too when the gradients are finite but the update is not:
+ * a weight it leaves is NaN or infinite (SGD at lr 1e38 in the float
+ * build: w - 1e38·g is beyond FLT_MAX for |g| > 3.4), or an Adam second
+ * moment is (a weight decay so large that g·g overflows). That is seen
+ * as the update is written, not in a pass before it (a step reads its
+ * memory once), so the step has been taken whole: every parameter holds
+ * its update, the non-finite values among them, the moments hold theirs
+ * and the step count has moved on. The weights are then fit for nothing
+ * but a message: a caller that means to go on keeps a copy (a checkpoint)
+ * from before. qkv_optim_error names the first such parameter and its
+ * first value that is not finite. QKV_ERR_ARG for a NULL optimizer. */
 qkv_status qkv_optim_step(qkv_optim *o);
 
 /* Why the last qkv_optim_step failed, one line, e.g. "optim: the gradient
- * of block0.b is not finite: grad[0] = inf; no parameter was changed"; ""
+ * of block0.b is not finite: grad[0] = inf; no parameter was changed" or
+ * "optim: the update of wq is not finite: data[3] = -inf, from finite
+ * gradients; every parameter was updated"; ""
  * before the first step and after one that succeeded. Owned by o, valid
  * until its next step. Never NULL: a NULL o gives a message saying so. */
 const char *qkv_optim_error(const qkv_optim *o);

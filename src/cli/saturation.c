@@ -30,7 +30,7 @@ typedef struct sat_opts {
 
 /* What one run contributes to the summary table. */
 typedef struct run_result {
-    double var0, entropy0, jacobian0; /* at initialisation */
+    double var0, entropy0, jacobian0; /* at initialisation; NAN if its first step diverged */
     int steps90;                      /* first logged step with val acc >= 0.9, -1 never */
     double final_acc;                 /* test accuracy at the end; NAN if diverged */
 } run_result;
@@ -127,6 +127,9 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     }
     r->steps90 = -1;
     r->final_acc = NAN;
+    /* row 0's, which log_step sets: a run whose first step diverged has
+     * none (the optimizer refuses an update that overflows) */
+    r->var0 = r->entropy0 = r->jacobian0 = NAN;
     sat_run run = {.c = c, .m = m, .d_k = d_k, .scaled = scaled, .seed = seed, .r = r};
     if (measure_val(&run) != QKV_OK) { /* row 0's: before the first update */
         qkv_optim_free(opt);
@@ -207,6 +210,7 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
     for (int col = 0; col < 5; col++)
         width[col] = cli_text_width(heads[col]);
     int diverged = 0; /* runs whose final_acc is NAN */
+    int first = 0;    /* runs with no values at init: they diverged at their first step */
     for (int d = 0; d < ndk; d++) {
         for (int col = 0; col < 5; col++) {
             for (int s = 0; s < 2; s++) {
@@ -220,14 +224,18 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
                            : col == 1 ? r[i].entropy0
                            : col == 2 ? r[i].jacobian0
                                       : r[i].final_acc;
-                    n += col != 4 || !isnan(x[n]); /* a diverged run has no accuracy */
+                    /* a diverged run has no accuracy, nor values at
+                     * init if it diverged at its first step */
+                    n += col == 3 || !isnan(x[n]);
                 }
                 if (col == 4)
                     diverged += o->seeds - n;
+                if (col == 0)
+                    first += o->seeds - n;
                 if (col == 3)
                     fmt_steps(cell, cap, r, o->seeds);
                 else if (n == 0)
-                    snprintf(cell, cap, "diverged");
+                    snprintf(cell, cap, col == 4 ? "diverged" : "-");
                 else
                     fmt_stat(cell, cap, x, n, fmts[col]);
                 if (n > 0 && n < o->seeds) {
@@ -266,6 +274,9 @@ static void print_summary(const sat_opts *o, const int *dks, int ndk,
                "have no\nfinal accuracy (an (n/N) cell averages the n seeds that did not; try "
                "a smaller --lr)\n",
                diverged);
+    if (first > 0)
+        printf("%d of them diverged at their first step, and have no values at init either\n",
+               first);
 }
 
 /* Var(q·k) of unit-variance vectors, unscaled and scaled, per d_k: the

@@ -135,10 +135,13 @@ static void softmax_rows_avx2(float *y, const float *x, size_t rows, size_t n)
 }
 
 /* Adam as qkv_portable_adam, the same double operations in the same
- * order, four weights a time per half of eight. */
-static void adam_avx2(float *w, const float *grad, double *m, double *v, size_t n,
-                      const qkv_adam_coef *c)
+ * order, four weights a time per half of eight. Finiteness is summed as
+ * x - x, 0 for a finite x and NaN for an infinity or a NaN, which stays. */
+static int adam_avx2(float *w, const float *grad, double *m, double *v, size_t n,
+                     const qkv_adam_coef *c)
 {
+    __m128 bad_w = _mm_setzero_ps();
+    __m256d bad_v = _mm256_setzero_pd();
     const __m256d b1 = _mm256_set1_pd(c->b1), b2 = _mm256_set1_pd(c->b2);
     const __m256d a1 = _mm256_set1_pd(1 - c->b1), a2 = _mm256_set1_pd(1 - c->b2);
     const __m256d step = _mm256_set1_pd(c->step), rs = _mm256_set1_pd(c->rs);
@@ -155,9 +158,14 @@ static void adam_avx2(float *w, const float *grad, double *m, double *v, size_t 
         _mm256_storeu_pd(v + j, vj);
         __m256d den = _mm256_add_pd(_mm256_mul_pd(_mm256_sqrt_pd(vj), rs), eps);
         __m256d upd = _mm256_div_pd(_mm256_mul_pd(step, mj), den);
-        _mm_storeu_ps(w + j, _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(keep, wj), upd)));
+        __m128 next = _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_mul_pd(keep, wj), upd));
+        _mm_storeu_ps(w + j, next);
+        bad_w = _mm_add_ps(bad_w, _mm_sub_ps(next, next));
+        bad_v = _mm256_add_pd(bad_v, _mm256_sub_pd(vj, vj));
     }
-    qkv_portable_adam(w + j, grad + j, m + j, v + j, n - j, c);
+    const int bad = _mm_movemask_ps(_mm_cmpunord_ps(bad_w, bad_w)) |
+                    _mm256_movemask_pd(_mm256_cmp_pd(bad_v, bad_v, _CMP_UNORD_Q));
+    return qkv_portable_adam(w + j, grad + j, m + j, v + j, n - j, c) | (bad != 0);
 }
 
 /* Rows of the table, eight floats at a time, the tail one at a time. */

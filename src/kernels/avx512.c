@@ -540,10 +540,13 @@ static void scatter_add_avx512(float *table, const float *src, const int *ids, s
 }
 
 /* Adam, eight weights per step in double: the portable loop's operations
- * one for one (mul, add, sqrt, div; no FMA), so the same bits. */
-static void adam_avx512(float *w, const float *grad, double *m, double *v, size_t n,
-                        const qkv_adam_coef *c)
+ * one for one (mul, add, sqrt, div; no FMA), so the same bits. Finiteness
+ * is summed as x - x, as adam_avx2 does. */
+static int adam_avx512(float *w, const float *grad, double *m, double *v, size_t n,
+                       const qkv_adam_coef *c)
 {
+    __m256 bad_w = _mm256_setzero_ps();
+    __m512d bad_v = _mm512_setzero_pd();
     const __m512d b1 = _mm512_set1_pd(c->b1), b2 = _mm512_set1_pd(c->b2);
     const __m512d a1 = _mm512_set1_pd(1 - c->b1), a2 = _mm512_set1_pd(1 - c->b2);
     const __m512d step = _mm512_set1_pd(c->step), rs = _mm512_set1_pd(c->rs);
@@ -561,9 +564,14 @@ static void adam_avx512(float *w, const float *grad, double *m, double *v, size_
         _mm512_storeu_pd(v + j, vj);
         __m512d den = _mm512_add_pd(_mm512_mul_pd(_mm512_sqrt_pd(vj), rs), eps);
         __m512d upd = _mm512_div_pd(_mm512_mul_pd(step, mj), den);
-        _mm256_storeu_ps(w + j, _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(keep, wj), upd)));
+        __m256 next = _mm512_cvtpd_ps(_mm512_sub_pd(_mm512_mul_pd(keep, wj), upd));
+        _mm256_storeu_ps(w + j, next);
+        bad_w = _mm256_add_ps(bad_w, _mm256_sub_ps(next, next));
+        bad_v = _mm512_add_pd(bad_v, _mm512_sub_pd(vj, vj));
     }
-    qkv_portable_adam(w + j, grad + j, m + j, v + j, n - j, c);
+    const int bad = _mm256_movemask_ps(_mm256_cmp_ps(bad_w, bad_w, _CMP_UNORD_Q)) |
+                    _mm512_cmp_pd_mask(bad_v, bad_v, _CMP_UNORD_Q);
+    return qkv_portable_adam(w + j, grad + j, m + j, v + j, n - j, c) | (bad != 0);
 }
 const qkv_kernel_set qkv_kernels_avx512 = {
     .name = "avx512",

@@ -83,12 +83,15 @@ double qkv_sum_real(const qkv_real *x, size_t n);
  *   m = b1·m + (1-b1)·g,  v = b2·v + (1-b2)·g·g,
  *   w = keep·w - step·m / (sqrt(v)·rs + eps)
  * in double, rounded to qkv_real at the end. Every kernel set gives the
- * same bits (IEEE sqrt and division, the same order, no fused multiply-add). */
+ * same bits (IEEE sqrt and division, the same order, no fused multiply-add).
+ * Returns nonzero if a weight it stored or a v is not finite (an m that
+ * is not makes a v that is not: g·g overflows first), else 0: a flag kept
+ * as it goes, not a second pass. */
 typedef struct qkv_adam_coef {
     double b1, b2, step, rs, eps, l2, keep;
 } qkv_adam_coef;
-void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
-                     const qkv_adam_coef *c);
+int qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                    const qkv_adam_coef *c);
 
 /* Element-wise maths over n values: y[i] = f(x[i]); y may be x. The
  * portable set computes each in double with libm and rounds once; the
@@ -289,9 +292,9 @@ typedef int (*qkv_attn_bwd_fn)(const qkv_attn_shape *sh, const qkv_real *q, cons
                                qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
                                qkv_real *scratch);
 
-/* Adam on n weights. */
-typedef void (*qkv_adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
-                            const qkv_adam_coef *c);
+/* Adam on n weights; nonzero if one it stored, or a v, is not finite. */
+typedef int (*qkv_adam_fn)(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                           const qkv_adam_coef *c);
 
 /* x[0..n) = 0. */
 typedef void (*qkv_zero_fn)(qkv_real *x, size_t n);
@@ -388,8 +391,8 @@ const qkv_kernel_set *qkv_kernels(void);
 void qkv_portable_gather(qkv_real *dst, const qkv_real *table, const int *ids, size_t n, size_t d);
 void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *ids, size_t n,
                               size_t d);
-void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
-                       const qkv_adam_coef *c);
+int qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                      const qkv_adam_coef *c);
 void qkv_portable_zero(qkv_real *x, size_t n);
 void qkv_portable_exp(qkv_real *y, const qkv_real *x, size_t n);
 void qkv_portable_log(qkv_real *y, const qkv_real *x, size_t n);

@@ -102,15 +102,20 @@ void qkv_portable_scatter_add(qkv_real *table, const qkv_real *src, const int *i
     }
 }
 
-void qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
-                       const qkv_adam_coef *c)
+int qkv_portable_adam(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                      const qkv_adam_coef *c)
 {
+    int bad = 0; /* a weight or a v that is not finite */
     for (size_t j = 0; j < n; j++) {
         double wj = w[j], g = grad[j] + c->l2 * wj;
         m[j] = c->b1 * m[j] + (1 - c->b1) * g;
         v[j] = c->b2 * v[j] + (1 - c->b2) * g * g;
-        w[j] = (qkv_real)(c->keep * wj - c->step * m[j] / (sqrt(v[j]) * c->rs + c->eps));
+        const qkv_real next =
+            (qkv_real)(c->keep * wj - c->step * m[j] / (sqrt(v[j]) * c->rs + c->eps));
+        w[j] = next;
+        bad |= !isfinite(next) | !isfinite(v[j]);
     }
+    return bad;
 }
 
 void qkv_portable_zero(qkv_real *x, size_t n)

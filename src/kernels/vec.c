@@ -113,10 +113,10 @@ void qkv_log_softmax_rows(qkv_real *y, const qkv_real *x, size_t rows, size_t n)
     }
 }
 
-void qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
-                     const qkv_adam_coef *c)
+int qkv_adam_update(qkv_real *w, const qkv_real *grad, double *m, double *v, size_t n,
+                    const qkv_adam_coef *c)
 {
-    qkv_kernels()->adam(w, grad, m, v, n, c);
+    return qkv_kernels()->adam(w, grad, m, v, n, c);
 }
 
 double qkv_sum_squares(const qkv_real *x, size_t n)

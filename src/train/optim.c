@@ -179,20 +179,27 @@ double qkv_optim_last_norm(const qkv_optim *o)
     return o != NULL ? o->last_norm : 0;
 }
 
-static void sgd_update(qkv_optim *o, int i)
+/* The updates of parameter i: nonzero if a weight they leave is not
+ * finite (or, for Adam, a second moment), seen as it is written. An SGD
+ * velocity that is not finite leaves a weight that is not either. */
+static int sgd_update(qkv_optim *o, int i)
 {
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
     double *vel = o->m[i];
     const double wd = o->decay[i] ? c->weight_decay : 0, lr = c->lr * o->lr_scale[i];
+    int bad = 0;
     for (size_t j = 0; j < p->numel; j++) {
         double g = p->grad[j] + wd * p->data[j];
         vel[j] = c->momentum * vel[j] + g;
-        p->data[j] = (qkv_real)(p->data[j] - lr * vel[j]);
+        const qkv_real next = (qkv_real)(p->data[j] - lr * vel[j]);
+        p->data[j] = next;
+        bad |= !isfinite(next);
     }
+    return bad;
 }
 
-static void adam_update(qkv_optim *o, int i)
+static int adam_update(qkv_optim *o, int i)
 {
     const qkv_optim_config *c = &o->cfg;
     qkv_tensor *p = o->params[i];
@@ -208,7 +215,7 @@ static void adam_update(qkv_optim *o, int i)
         c->kind == QKV_ADAMW ? 0 : wd,
         c->kind == QKV_ADAMW ? 1 - lr * wd : 1,
     };
-    qkv_adam_update(p->data, p->grad, o->m[i], o->v[i], p->numel, &k);
+    return qkv_adam_update(p->data, p->grad, o->m[i], o->v[i], p->numel, &k);
 }
 
 /* Parameter i as a message names it: its name, or "parameter i" in buf. */
@@ -256,6 +263,37 @@ static void say_not_finite(qkv_optim *o)
              "optim: the global gradient norm is not finite; no parameter was changed");
 }
 
+/* Says in o->message that the update of parameter i is not finite: its
+ * first weight that is not, or else its first second moment. */
+static void say_update_not_finite(qkv_optim *o, int i)
+{
+    char buf[32];
+    const qkv_tensor *p = o->params[i];
+    const char *what = "data";
+    size_t j = 0;
+    double x = 0;
+    while (j < p->numel && isfinite(p->data[j]))
+        j++;
+    if (j < p->numel) {
+        x = p->data[j];
+    } else if (o->v[i] != NULL) {
+        what = "Adam's second moment v";
+        for (j = 0; j < p->numel && isfinite(o->v[i][j]);)
+            j++;
+        x = j < p->numel ? o->v[i][j] : 0;
+    }
+    if (j < p->numel)
+        snprintf(o->message, sizeof o->message,
+                 "optim: the update of %s is not finite: %s[%zu] = %g, from finite gradients; "
+                 "every parameter was updated",
+                 param_label(o, i, buf, sizeof buf), what, j, x);
+    else
+        snprintf(o->message, sizeof o->message,
+                 "optim: the update of %s is not finite, from finite gradients; every "
+                 "parameter was updated",
+                 param_label(o, i, buf, sizeof buf));
+}
+
 qkv_status qkv_optim_step(qkv_optim *o)
 {
     if (o == NULL)
@@ -272,11 +310,15 @@ qkv_status qkv_optim_step(qkv_optim *o)
     o->last_norm = norm;
     clip_to(o->params, o->n, norm, o->cfg.clip);
     o->t++;
+    int bad = -1; /* the first parameter whose update is not finite */
     for (int i = 0; i < o->n; i++) {
-        if (o->cfg.kind == QKV_SGD)
-            sgd_update(o, i);
-        else
-            adam_update(o, i);
+        const int b = o->cfg.kind == QKV_SGD ? sgd_update(o, i) : adam_update(o, i);
+        if (b && bad < 0)
+            bad = i;
+    }
+    if (bad >= 0) { /* seen as it was written: the step is taken whole */
+        say_update_not_finite(o, bad);
+        return QKV_ERR_NUMERIC;
     }
     return QKV_OK;
 }

@@ -63,9 +63,12 @@ const char *qkv_coref_refusal(const qkv_optim *o, double loss);
  * every epoch (the first batch starts an epoch). hook (may be NULL) runs
  * after each update. Returns QKV_OK; or QKV_ERR_NUMERIC when a loss or
  * gradient stops being finite (the weights keep their last finite values,
- * and *done says how many updates were made), with "diverged at step N" in
- * err, followed by qkv_optim_error's account of the gradient when the
- * optimizer refused the step; or the error of a step or the hook. */
+ * and *done says how many updates were made) or an update does (the
+ * optimizer has applied it, qkv_optim_step: the weights hold values that
+ * are not finite, and *done does not count it), with "diverged at step N"
+ * in err, followed by qkv_optim_error's account of the gradient or the
+ * update when the optimizer refused the step; or the error of a step or
+ * the hook. */
 qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_coref_batch *batch,
                          const qkv_coref_data *d, int steps, uint64_t batch_seed,
                          qkv_coref_hook hook, void *ctx, int *done, qkv_error *err);

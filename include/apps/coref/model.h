@@ -107,7 +107,8 @@ qkv_status qkv_coref_forward(qkv_coref_model *m, qkv_tape *t, const qkv_coref_ba
 /* One optimisation step: zero the gradients, reset the tape, forward,
  * backward, optimizer step. f is left holding the forward tensors (with
  * their gradients). A loss or gradient that is not finite stops before the
- * update with QKV_ERR_NUMERIC and leaves the weights untouched. */
+ * update with QKV_ERR_NUMERIC and leaves the weights untouched; an update
+ * that is not finite is QKV_ERR_NUMERIC too, after it (qkv_optim_step). */
 qkv_status qkv_coref_train_step(qkv_coref_model *m, qkv_optim *o, qkv_tape *t,
                                 const qkv_coref_batch *b, qkv_coref_out *f);
 

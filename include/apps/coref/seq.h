@@ -107,7 +107,7 @@ qkv_status qkv_seq_forward(qkv_seq_model *m, qkv_tape *t, const qkv_coref_batch 
 
 /* Zero the gradients, reset the tape, forward, backward and an optimizer
  * step; QKV_ERR_NUMERIC (weights untouched) when the loss or a gradient is
- * not finite. */
+ * not finite, or (weights updated, qkv_optim_step) when the update is not. */
 qkv_status qkv_seq_train_step(qkv_seq_model *m, qkv_optim *o, qkv_tape *t, const qkv_coref_batch *b,
                               qkv_seq_out *out);
 
