@@ -554,8 +554,9 @@ END_TEST
 /* A run that the optimizer stopped: exit 1, and in its output head, then
  * the optimizer's account of the gradient (update = 0) or the update
  * (update = 1) of parameter name that is not finite, then the guidance
- * and tail. The value is not checked: "inf", "nan" or "-nan" as the
- * kernels and printf make it. */
+ * and tail. The value is a word, "NaN", "infinity" or "-infinity", which
+ * of them as the kernels make it (it was printf's "inf", "nan" or
+ * "-nan"). */
 static void expect_stop(const char *args, const char *head, int update, const char *name,
                         const char *tail)
 {
@@ -568,6 +569,11 @@ static void expect_stop(const char *args, const char *head, int update, const ch
              name, update ? "data" : "grad");
     at = strstr(at + strlen(head), want);
     ck_assert_msg(at != NULL, "qkv %s: output lacks '%s' after '%s':\n%s", args, want, head, out);
+    const char *value = strstr(at, "] = ");
+    ck_assert_msg(value != NULL && (strncmp(value + 4, "NaN", 3) == 0 ||
+                                    strncmp(value + 4, "infinity", 8) == 0 ||
+                                    strncmp(value + 4, "-infinity", 9) == 0),
+                  "qkv %s: not NaN or an infinity in words:\n%s", args, out);
     snprintf(want, sizeof want, "; %s (try a smaller --lr)%s",
              update ? "every parameter was updated" : "no parameter was changed", tail);
     ck_assert_msg(strstr(at, want) != NULL, "qkv %s: output lacks '%s':\n%s", args, want, out);

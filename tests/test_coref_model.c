@@ -605,9 +605,10 @@ START_TEST(test_fit_names_a_refused_gradient_only_for_a_finite_loss)
     qkv_optim_zero_grad(r.o);
     r.m->wk->grad[5] = INFINITY;
     ck_assert_int_eq(qkv_optim_step(r.o), QKV_ERR_NUMERIC);
-    ck_assert_str_eq(qkv_coref_refusal(r.o, 1),
-                     "the gradient of parameter 1 is not finite: grad[5] = inf; no parameter was "
-                     "changed");
+    ck_assert_str_eq(
+        qkv_coref_refusal(r.o, 1),
+        "the gradient of parameter 1 is not finite: grad[5] = infinity; no parameter was "
+        "changed");
     ck_assert_str_eq(qkv_coref_refusal(r.o, NAN), "");
     ck_assert_str_eq(qkv_coref_refusal(r.o, -INFINITY), "");
     ck_assert_str_eq(qkv_coref_refusal(NULL, 1), "");

@@ -230,8 +230,13 @@ START_TEST(test_initialisers_draw_one_stream_and_refuse_bad_ranges)
     ck_assert(qkv_tensor_is_nil(
         qkv_params_add(p, "f", 1, (const int[]){1}, (qkv_init){QKV_INIT_CONST, NAN, 0}, &err)));
     ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    /* in words, not printf's "nan" and "-inf" */
+    ck_assert_str_eq(err.message, sizeof(qkv_real) == sizeof(float)
+                                      ? "init: the constant NaN is not finite as float32"
+                                      : "init: the constant NaN is not finite as double");
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "g", 1, (const int[]){1},
                                                (qkv_init){QKV_INIT_CONST, -INFINITY, 0}, &err)));
+    ck_assert_ptr_nonnull(strstr(err.message, "the constant -infinity is not finite"));
     ck_assert_int_eq(qkv_params_count(p), 2);
     /* a standard deviation of 0 is allowed (>= 0): every value is the mean,
      * as random.normalvariate(2.5, 0) is 2.5 */
@@ -314,7 +319,7 @@ START_TEST(test_the_optimizer_names_a_non_finite_gradient)
     b->grad[0] = (qkv_real)INFINITY;
     ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
     ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of block0.b is not finite: "
-                                         "grad[0] = inf; no parameter was changed");
+                                         "grad[0] = infinity; no parameter was changed");
     ck_assert(w->data[0] == 2 && w->data[1] == 2 && b->data[0] == 3 && b->data[1] == 3);
     qkv_optim_free(o);
     qkv_params_free(p);

@@ -213,7 +213,7 @@ START_TEST(test_a_non_finite_gradient_is_named_by_its_index)
     ck_assert_str_eq(qkv_optim_error(o), "");
     ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
     ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of parameter 1 is not finite: "
-                                         "grad[1] = nan; no parameter was changed");
+                                         "grad[1] = NaN; no parameter was changed");
     /* nothing moved: weights, moments, the step count */
     ck_assert(ps[0]->data[0] == 1 && ps[0]->data[1] == 2);
     ck_assert(ps[1]->data[0] == 3 && ps[1]->data[1] == 4);
@@ -225,7 +225,7 @@ START_TEST(test_a_non_finite_gradient_is_named_by_its_index)
     ps[1]->grad[1] = (qkv_real)-INFINITY;
     ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
     ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of head.bias is not finite: "
-                                         "grad[1] = -inf; no parameter was changed");
+                                         "grad[1] = -infinity; no parameter was changed");
     ck_assert_int_eq(qkv_optim_set_name(o, 2, "x"), QKV_ERR_ARG);
     ck_assert_int_eq(qkv_optim_set_name(o, -1, "x"), QKV_ERR_ARG);
     /* a step that succeeds clears the message */
@@ -236,6 +236,32 @@ START_TEST(test_a_non_finite_gradient_is_named_by_its_index)
     qkv_optim_free(o);
     qkv_tensor_free(ps[0]);
     qkv_tensor_free(ps[1]);
+}
+END_TEST
+
+/* Values that are not finite are words in messages: "NaN" whatever its
+ * sign bit (x86's default NaN has it set, and printf wrote "-nan"),
+ * "infinity" and "-infinity" (printf's "inf"); others as %g writes them. */
+START_TEST(test_messages_say_nan_and_infinity_in_words)
+{
+    char buf[32];
+    ck_assert_str_eq(qkv_num_str(buf, sizeof buf, NAN), "NaN");
+    ck_assert_str_eq(qkv_num_str(buf, sizeof buf, copysign(NAN, -1)), "NaN");
+    ck_assert_str_eq(qkv_num_str(buf, sizeof buf, INFINITY), "infinity");
+    ck_assert_str_eq(qkv_num_str(buf, sizeof buf, -INFINITY), "-infinity");
+    ck_assert_str_eq(qkv_num_str(buf, sizeof buf, 1e300), "1e+300");
+    ck_assert_str_eq(qkv_num_str(buf, sizeof buf, -0.25), "-0.25");
+    ck_assert_str_eq(qkv_num_str(buf, 4, -INFINITY), "-in"); /* cut to fit */
+    /* the optimizer's refusal of a NaN with its sign bit set */
+    qkv_tensor *p = param((const double[]){1, 2}, (const double[]){0.5, 0}, 2);
+    p->grad[1] = (qkv_real)copysign(NAN, -1);
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(qkv_optim_error(o), "optim: the gradient of parameter 0 is not finite: "
+                                         "grad[1] = NaN; no parameter was changed");
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
 }
 END_TEST
 
@@ -259,7 +285,7 @@ START_TEST(test_an_sgd_update_that_overflows_is_refused)
     qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
     ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
     ck_assert_str_eq(qkv_optim_error(o), "optim: the update of parameter 1 is not finite: "
-                                         "data[1] = -inf, from finite gradients; every "
+                                         "data[1] = -infinity, from finite gradients; every "
                                          "parameter was updated");
     ck_assert(ps[0]->data[0] == (qkv_real)(-real_max() / 2));
     ck_assert(ps[1]->data[0] == 1 && isinf(ps[1]->data[1]) && ps[1]->data[1] < 0);
@@ -298,10 +324,11 @@ START_TEST(test_an_adam_update_that_overflows_is_refused_on_every_kernel_set)
             qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
             ck_assert_int_eq(qkv_optim_set_name(o, 1, "head.w"), QKV_OK);
             ck_assert_msg(qkv_optim_step(o) == QKV_ERR_NUMERIC, "%s, weight %zu", impls[im], k);
-            snprintf(want, sizeof want,
-                     "optim: the update of head.w is not finite: data[%zu] = -inf, from finite "
-                     "gradients; every parameter was updated",
-                     k);
+            snprintf(
+                want, sizeof want,
+                "optim: the update of head.w is not finite: data[%zu] = -infinity, from finite "
+                "gradients; every parameter was updated",
+                k);
             ck_assert_str_eq(qkv_optim_error(o), want);
             for (size_t j = 0; j < N; j++)
                 ck_assert(j == k ? isinf(ps[1]->data[j]) : ps[1]->data[j] == 0);
@@ -318,7 +345,7 @@ START_TEST(test_an_adam_update_that_overflows_is_refused_on_every_kernel_set)
             ck_assert_msg(qkv_optim_step(o) == QKV_ERR_NUMERIC, "%s, weight %zu", impls[im], k);
             snprintf(want, sizeof want,
                      "optim: the update of parameter 0 is not finite: Adam's second moment "
-                     "v[%zu] = inf, from finite gradients; every parameter was updated",
+                     "v[%zu] = infinity, from finite gradients; every parameter was updated",
                      k);
             ck_assert_str_eq(qkv_optim_error(o), want);
             ck_assert(p->data[k] == 1);
@@ -597,6 +624,7 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_clip_by_global_norm);
     tcase_add_test(tc, test_non_finite_gradient_changes_nothing);
     tcase_add_test(tc, test_a_non_finite_gradient_is_named_by_its_index);
+    tcase_add_test(tc, test_messages_say_nan_and_infinity_in_words);
     tcase_add_test(tc, test_an_sgd_update_that_overflows_is_refused);
     tcase_add_test(tc, test_an_adam_update_that_overflows_is_refused_on_every_kernel_set);
 #ifdef QKV_DOUBLE

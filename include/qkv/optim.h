@@ -70,8 +70,8 @@ void qkv_optim_zero_grad(qkv_optim *o);
 qkv_status qkv_optim_step(qkv_optim *o);
 
 /* Why the last qkv_optim_step failed, one line, e.g. "optim: the gradient
- * of block0.b is not finite: grad[0] = inf; no parameter was changed" or
- * "optim: the update of wq is not finite: data[3] = -inf, from finite
+ * of block0.b is not finite: grad[0] = infinity; no parameter was changed" or
+ * "optim: the update of wq is not finite: data[3] = -infinity, from finite
  * gradients; every parameter was updated"; ""
  * before the first step and after one that succeeded. Owned by o, valid
  * until its next step. Never NULL: a NULL o gives a message saying so. */

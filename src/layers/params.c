@@ -87,9 +87,10 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
     case QKV_INIT_ONES:
     case QKV_INIT_CONST: {
         const double v = init.kind == QKV_INIT_ZEROS ? 0 : init.kind == QKV_INIT_ONES ? 1 : init.a;
+        char num[32];
         if (!isfinite((qkv_real)v)) /* 1e300 is finite, but not as a float */
-            return qkv_error_set(err, QKV_ERR_ARG, "init: the constant %g is not finite as %s", v,
-                                 REAL_NAME);
+            return qkv_error_set(err, QKV_ERR_ARG, "init: the constant %s is not finite as %s",
+                                 qkv_num_str(num, sizeof num, v), REAL_NAME);
         for (size_t i = 0; i < t->numel; i++)
             t->data[i] = (qkv_real)v;
         return QKV_OK;
@@ -115,10 +116,12 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
         const double v =
             normal ? qkv_rng_normalvariate(g, mean, std) : lo + (hi - lo) * qkv_rng_random(g);
         t->data[i] = (qkv_real)v;
+        char num[32];
         if (!isfinite(t->data[i])) /* a range or a spread too wide for qkv_real */
             return qkv_error_set(err, QKV_ERR_ARG,
-                                 "init: value %zu (%g) is not finite as %s: the %s is too wide", i,
-                                 v, REAL_NAME, normal ? "standard deviation" : "uniform range");
+                                 "init: value %zu (%s) is not finite as %s: the %s is too wide", i,
+                                 qkv_num_str(num, sizeof num, v), REAL_NAME,
+                                 normal ? "standard deviation" : "uniform range");
     }
     return QKV_OK;
 }

@@ -232,15 +232,16 @@ static const char *param_label(const qkv_optim *o, int i, char *buf, size_t size
  * 1e154 and more), the parameter at which the sum of squares overflows. */
 static void say_not_finite(qkv_optim *o)
 {
-    char buf[32];
+    char buf[32], num[32];
     for (int i = 0; i < o->n; i++) {
         const qkv_tensor *p = o->params[i];
         for (size_t j = 0; j < p->numel; j++)
             if (!isfinite(p->grad[j])) {
                 snprintf(o->message, sizeof o->message,
-                         "optim: the gradient of %s is not finite: grad[%zu] = %g; no "
+                         "optim: the gradient of %s is not finite: grad[%zu] = %s; no "
                          "parameter was changed",
-                         param_label(o, i, buf, sizeof buf), j, (double)p->grad[j]);
+                         param_label(o, i, buf, sizeof buf), j,
+                         qkv_num_str(num, sizeof num, (double)p->grad[j]));
                 return;
             }
     }
@@ -267,7 +268,7 @@ static void say_not_finite(qkv_optim *o)
  * first weight that is not, or else its first second moment. */
 static void say_update_not_finite(qkv_optim *o, int i)
 {
-    char buf[32];
+    char buf[32], num[32];
     const qkv_tensor *p = o->params[i];
     const char *what = "data";
     size_t j = 0;
@@ -284,9 +285,9 @@ static void say_update_not_finite(qkv_optim *o, int i)
     }
     if (j < p->numel)
         snprintf(o->message, sizeof o->message,
-                 "optim: the update of %s is not finite: %s[%zu] = %g, from finite gradients; "
+                 "optim: the update of %s is not finite: %s[%zu] = %s, from finite gradients; "
                  "every parameter was updated",
-                 param_label(o, i, buf, sizeof buf), what, j, x);
+                 param_label(o, i, buf, sizeof buf), what, j, qkv_num_str(num, sizeof num, x));
     else
         snprintf(o->message, sizeof o->message,
                  "optim: the update of %s is not finite, from finite gradients; every "

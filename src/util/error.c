@@ -1,6 +1,8 @@
 /*
- * error.c - status names, error records, and the ABI check.
+ * error.c - status names, error records, the ABI check, and numbers and
+ * shapes for messages.
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +87,19 @@ int qkv_abi_ok(unsigned abi, qkv_error *e)
                  &told)) /* a caller that collects no errors still learns why */
         fprintf(stderr, "qkv: %s\n", local.message);
     return 0;
+}
+
+const char *qkv_num_str(char *buf, size_t len, double x)
+{
+    if (len == 0)
+        return buf;
+    if (isnan(x))
+        snprintf(buf, len, "NaN");
+    else if (isinf(x))
+        snprintf(buf, len, x > 0 ? "infinity" : "-infinity");
+    else
+        snprintf(buf, len, "%g", x);
+    return buf;
 }
 
 void qkv_dims_str(int n, const int *dims, char *buf, size_t len)

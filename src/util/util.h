@@ -65,6 +65,13 @@ int qkv_abi_ok(unsigned abi, qkv_error *e);
  * (error.c) */
 void qkv_dims_str(int n, const int *dims, char *buf, size_t len);
 
+/* x for a message, in buf (len bytes, always NUL-terminated, cut short if
+ * it does not fit): "NaN" (whatever its sign bit: x86's default NaN has
+ * it set, and printf writes "-nan"), "infinity" or "-infinity" (printf's
+ * "inf"), else as %g writes it. Returns buf. The one way a message says
+ * a number that may not be finite. (error.c) */
+const char *qkv_num_str(char *buf, size_t len, double x);
+
 /* Copies src into dst (cap bytes, always NUL-terminated) for a one-line
  * message: control characters, DEL and bytes of invalid UTF-8 become \xNN,
  * and characters that print as nothing or steer the terminal or the text's

@@ -52,7 +52,7 @@ typedef qkv_status (*qkv_coref_hook)(void *ctx, const qkv_coref_step *s);
 
 /* Why o refused the step whose loss was `loss`, as qkv_optim_error says
  * it without its "optim: " (e.g. "the gradient of wq is not finite:
- * grad[3] = inf; no parameter was changed"), for a training step that
+ * grad[3] = infinity; no parameter was changed"), for a training step that
  * returned QKV_ERR_NUMERIC; "" when the optimizer did not refuse it: the
  * loss was not finite, which stops the step before the optimizer (whose
  * message is then an older step's), or o is NULL. */
