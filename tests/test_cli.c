@@ -4295,6 +4295,73 @@ START_TEST(test_distance_cells_leave_out_the_seeds_that_diverged)
 }
 END_TEST
 
+/* A run of distance or saturation whose step the optimizer refused says
+ * which parameter and value, as train and ablate do (they said only
+ * "diverged" in the table), on a line of its own that names the run, the
+ * same on any number of jobs; a run stopped by its loss says that. At lr
+ * 1e300 the first update of a weight with a gradient overflows float
+ * (Adam's is about 1e300, SGD's 1e300·g); saturation's Adam at lr 1e18 from
+ * Wq, Wk, Wv of std 10 refuses a gradient of wq (of the scaled run, at step
+ * 3 or 4 as the kernels go); its SGD at lr 1e30 stops at the loss of step
+ * 2. (In float: double has the range to keep these runs finite.) */
+START_TEST(test_distance_and_saturation_name_what_the_optimizer_refused)
+{
+#ifdef QKV_DOUBLE
+    return;
+#endif
+    static const struct {
+        const char *args;  /* with the directory's and --jobs's numbers */
+        const char *line;  /* how a run's line starts */
+        const char *after; /* and what it says after that */
+    } cases[] = {
+        {"distance --quiet --lr 1e300 --steps 5 --eval-every 5 --distances 0 --seeds 1 --models "
+         "attention,rnn --out d%d --jobs %d",
+         "qkv: distance: the run of attention at distance 0, seed 1: diverged at step 1: ",
+         "the update of wq is not finite: data["},
+        {NULL, "qkv: distance: the run of rnn at distance 0, seed 1: diverged at step 1: ",
+         "the update of rnn."},
+        {"saturation --quiet --dk 2 --steps 3 --lr 1e300 --no-variance --out s%d --jobs %d",
+         "qkv: saturation: the scaled run at d_k 2, seed 1: diverged at step 1: ",
+         "the update of wq is not finite: data["},
+        {NULL, "qkv: saturation: the unscaled run at d_k 2, seed 1: diverged at step 1: ",
+         "the update of wq is not finite: data["},
+        {"saturation --quiet --optim adam --init-std 10 --dk 8 --steps 6 --lr 1e18 --no-variance "
+         "--out a%d --jobs %d",
+         "qkv: saturation: the scaled run at d_k 8, seed 1: diverged at step ",
+         ": the gradient of wq is not finite: grad["},
+        {"saturation --quiet --dk 2 --steps 3 --lr 1e30 --no-variance --out t%d --jobs %d",
+         "qkv: saturation: the scaled run at d_k 2, seed 1: diverged at step 2: ",
+         "the loss or a gradient is not finite\n"},
+    };
+    char *out[2] = {NULL, NULL};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].args != NULL) {
+            free(out[0]);
+            free(out[1]);
+            for (int j = 0; j < 2; j++) {
+                char args[256];
+                snprintf(args, sizeof args, cases[i].args, j, j + 1);
+                ck_assert_msg(run(args, &out[j]) == 0, "qkv %s:\n%s", args, out[j]);
+            }
+            /* one job or two: the same, but for the directory named */
+            const char *w0 = strstr(out[0], "\nwrote "), *w1 = strstr(out[1], "\nwrote ");
+            ck_assert(w0 != NULL && w1 != NULL && w0 - out[0] == w1 - out[1]);
+            ck_assert_msg(strncmp(out[0], out[1], (size_t)(w0 - out[0])) == 0, "%s\n---\n%s",
+                          out[0], out[1]);
+        }
+        const char *at = strstr(out[0], cases[i].line);
+        ck_assert_msg(at != NULL && (at == out[0] || at[-1] == '\n'), "lacks a line '%s':\n%s",
+                      cases[i].line, out[0]);
+        const size_t eol = strcspn(at, "\n") + 1;
+        const char *said = strstr(at + strlen(cases[i].line) - 1, cases[i].after);
+        ck_assert_msg(said != NULL && said + strlen(cases[i].after) <= at + eol,
+                      "'%s...' lacks '%s':\n%s", cases[i].line, cases[i].after, out[0]);
+    }
+    free(out[0]);
+    free(out[1]);
+}
+END_TEST
+
 START_TEST(test_distance_says_a_run_diverged)
 {
     /* a run whose loss stops being finite was evaluated as it stood, and
@@ -4974,6 +5041,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_help_with_a_command_shows_that_commands_help);
     tcase_add_test(tc, test_help_lists_version);
     tcase_add_test(tc, test_distance_says_a_run_diverged);
+    tcase_add_test(tc, test_distance_and_saturation_name_what_the_optimizer_refused);
     tcase_add_test(tc, test_distance_cells_leave_out_the_seeds_that_diverged);
     tcase_add_test(tc, test_distance_names_the_forget_bias_only_with_an_lstm);
     tcase_add_test(tc, test_parallel_runs_draw_their_last_count_once);

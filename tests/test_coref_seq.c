@@ -191,6 +191,61 @@ START_TEST(test_every_kind_trains_on_one_batch_and_attention_is_the_coref_model)
 }
 END_TEST
 
+/* qkv_coref_diverged says why a training step stopped, naming the
+ * parameter whose update the optimizer refused, for the RNN models as for
+ * the coreference model's fit (the RNN experiments said nothing, or the
+ * tape's error, empty). Adam at lr 1e308 takes a step of lr/(1 - 0.9),
+ * beyond the largest double, which leaves no weight finite, the first
+ * parameter's first among them; a loss that is not finite (the next step's,
+ * from those weights) stops the step before the optimizer, and is said as
+ * such. */
+START_TEST(test_a_diverged_seq_step_is_named)
+{
+    qkv_coref_batch *b = qkv_coref_batch_new(16, 16, NULL);
+    qkv_rng g;
+    qkv_rng_seed(&g, 4);
+    ck_assert_int_eq(qkv_distance_batch(b, 16, 2, &g, NULL), QKV_OK);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_seq_config c = {QKV_SEQ_RNN,
+                        qkv_coref_vocab_size(),
+                        qkv_coref_classes(),
+                        qkv_seq_default_width(QKV_SEQ_RNN),
+                        QKV_RNN_TANH,
+                        9,
+                        1.0};
+    qkv_seq_model *m = qkv_seq_model_new(&c, NULL);
+    qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
+    qkv_optim *o = qkv_params_optim(m->list, &oc, NULL);
+    qkv_seq_out out;
+    ck_assert_int_eq(qkv_seq_train_step(m, o, t, b, &out), QKV_OK);
+    ck_assert_int_eq(qkv_optim_set_lr(o, 1e308), QKV_OK);
+    ck_assert_int_eq(qkv_seq_train_step(m, o, t, b, &out), QKV_ERR_NUMERIC);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_diverged(&err, 2, o, (double)out.loss->data[0]), QKV_ERR_NUMERIC);
+    ck_assert_int_eq(err.status, QKV_ERR_NUMERIC);
+    const char *first;
+    qkv_params_at(m->list, 0, &first);
+    char want[128];
+    snprintf(want, sizeof want,
+             "diverged at step 2: the update of %s is not finite: data[0] = ", first);
+    ck_assert_msg(strncmp(err.message, want, strlen(want)) == 0, "%s", err.message);
+    static const char tail[] = ", from finite gradients; every parameter was updated";
+    ck_assert_msg(strlen(err.message) > strlen(tail) &&
+                      strcmp(err.message + strlen(err.message) - strlen(tail), tail) == 0,
+                  "%s", err.message);
+    ck_assert_int_eq(qkv_seq_train_step(m, o, t, b, &out), QKV_ERR_NUMERIC);
+    ck_assert(!isfinite(out.loss->data[0]));
+    err = qkv_error_none();
+    ck_assert_int_eq(qkv_coref_diverged(&err, 3, o, (double)out.loss->data[0]), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(err.message, "diverged at step 3: the loss or a gradient is not finite");
+    ck_assert_int_eq(qkv_coref_diverged(NULL, 3, o, 1), QKV_ERR_NUMERIC); /* err may be NULL */
+    qkv_optim_free(o);
+    qkv_seq_model_free(m);
+    qkv_tape_free(t);
+    qkv_coref_batch_free(b);
+}
+END_TEST
+
 /* A batch of distance sentences marks each item's name (the antecedent,
  * token 0) and refuses, naming the length, a batch whose rows are one
  * token short: k fillers make k + 8 tokens. */
@@ -251,6 +306,7 @@ Suite *coref_seq_suite(void)
     tcase_add_test(tc, test_the_rnn_model_reads_the_state_at_each_pronoun);
     tcase_add_test(tc, test_every_kind_trains_on_one_batch_and_attention_is_the_coref_model);
     tcase_add_test(tc, test_distance_batches_mark_the_name_and_need_k_plus_8_tokens);
+    tcase_add_test(tc, test_a_diverged_seq_step_is_named);
     tcase_add_test(tc, test_seq_correct_gives_ties_to_the_first_class);
     suite_add_tcase(s, tc);
     return s;

@@ -166,8 +166,10 @@ static void row_cells(int fit, double slope, double ln_rho, double total, char *
     }
 }
 
-/* Trains m on distance sentences for o->train_steps steps. */
-static int train(bptt_ctx *c, qkv_seq_model *m)
+/* Trains m on distance sentences for o->train_steps steps. A step that
+ * diverges ends the training, and says why on stderr: the row named name
+ * then measures the model as training left it. */
+static int train(bptt_ctx *c, qkv_seq_model *m, const char *name)
 {
     qkv_error err = qkv_error_none();
     qkv_optim_config oc = qkv_optim_defaults(QKV_ADAM);
@@ -184,8 +186,11 @@ static int train(bptt_ctx *c, qkv_seq_model *m)
         qkv_status st = qkv_distance_batch(c->batch, c->o->batch, c->k, &g, &err);
         if (st == QKV_OK)
             st = qkv_seq_train_step(m, opt, c->tape, c->batch, &out);
-        if (st == QKV_ERR_NUMERIC)
+        if (st == QKV_ERR_NUMERIC) { /* a note: the table goes on */
+            qkv_coref_diverged(&err, s + 1, opt, (double)out.loss->data[0]);
+            (void)cli_fail("bptt: %s: %s; it is measured as training left it", name, err.message);
             break;
+        }
         if (st != QKV_OK)
             rc = cli_fail_step("bptt", &err, c->tape);
     }
@@ -263,7 +268,7 @@ static int run(bptt_ctx *c, const double *rhos, int nr)
             if (m == NULL)
                 return CLI_FAIL;
             if (trained)
-                rc = train(c, m);
+                rc = train(c, m, name);
             double r = kind == QKV_SEQ_RNN ? spectral_radius(m->rnn.wh) : NAN;
             if (kind == QKV_SEQ_RNN)
                 snprintf(rho, sizeof rho, "%.4g", r);

@@ -76,9 +76,11 @@ static uint64_t data_seed(uint64_t seed, int k, int which)
     return seed * 1000003u + (uint64_t)k * 101u + (uint64_t)which;
 }
 
-/* Trains one model at distance k; fills r. CLI_OK or CLI_FAIL. */
+/* Trains one model at distance k; fills r. CLI_OK or CLI_FAIL. A run that
+ * diverges is one, said in the table; why goes to stderr, on a line that
+ * starts with name. */
 static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, qkv_tape *t,
-                   qkv_coref_batch *b, qkv_coref_batch *eb, dist_result *r)
+                   qkv_coref_batch *b, qkv_coref_batch *eb, const char *name, dist_result *r)
 {
     qkv_error err = qkv_error_none();
     qkv_seq_config c = {kind,
@@ -110,6 +112,8 @@ static int run_one(const dist_opts *o, qkv_seq_kind kind, int k, uint64_t seed, 
             s = qkv_seq_train_step(m, opt, t, b, &out);
         if (s == QKV_ERR_NUMERIC) {
             r->diverged = 1;
+            qkv_coref_diverged(&err, step, opt, (double)out.loss->data[0]);
+            (void)cli_fail("%s: %s", name, err.message); /* a note: the sweep goes on */
             break; /* evaluated as it stands, and said in the table */
         }
         if (s != QKV_OK) {
@@ -289,12 +293,17 @@ typedef struct dist_tasks {
     dist_result (*res)[MAX_ITEMS][MAX_SEEDS];
 } dist_tasks;
 
+static void dist_name(void *ctx, int task, char *buf, size_t len);
+
 static int dist_run(void *ctx, int task, FILE *out)
 {
     const dist_tasks *w = ctx;
     const int i = task % w->nk, d = task / w->nk % w->nd, s = task / (w->nk * w->nd);
     dist_result x;
-    int r = run_one(w->o, w->kinds[i], w->ks[d], w->o->seed + (uint64_t)s, w->t, w->b, w->eb, &x);
+    char name[128];
+    dist_name(ctx, task, name, sizeof name);
+    int r =
+        run_one(w->o, w->kinds[i], w->ks[d], w->o->seed + (uint64_t)s, w->t, w->b, w->eb, name, &x);
     if (r == CLI_OK && fwrite(&x, sizeof x, 1, out) != 1)
         r = cli_fail_status(QKV_ERR_NOMEM, "distance: out of memory");
     return r;

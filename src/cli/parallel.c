@@ -5,6 +5,7 @@
  * dependent ops, a property of the computation) and the wall time of a
  * training step on one and on two threads (a property of this machine).
  */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,21 +41,39 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The median over 5 blocks of the time of one training step, each block
- * running enough steps to last min_time seconds; -1 after an error. The
- * block that first lasts min_time is the first of the 5. */
-static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref_batch *b,
-                        double min_time)
+/* One training step of m, the step-th of its optimizer; on failure says
+ * why, the tape's error or, for a step that diverged, the optimizer's
+ * account of what it refused, as "parallel: what: ...". */
+static int train_step(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref_batch *b, long step,
+                      const char *what)
 {
     qkv_seq_out out;
+    const qkv_status s = qkv_seq_train_step(m, opt, t, b, &out);
+    if (s == QKV_OK)
+        return CLI_OK;
+    if (s != QKV_ERR_NUMERIC)
+        return cli_fail_status(qkv_tape_status(t), "parallel: %s: %s", what, qkv_tape_error(t));
+    qkv_error err = qkv_error_none();
+    qkv_coref_diverged(&err, (int)(step < INT_MAX ? step : INT_MAX), opt,
+                       (double)out.loss->data[0]);
+    return cli_fail_status(s, "parallel: %s: %s", what, err.message);
+}
+
+/* The median over 5 blocks of the time of one training step, each block
+ * running enough steps to last min_time seconds; -1 after an error, which
+ * it has said. The block that first lasts min_time is the first of the 5.
+ * *steps counts the steps of opt. */
+static double step_time(qkv_seq_model *m, qkv_optim *opt, qkv_tape *t, qkv_coref_batch *b,
+                        double min_time, long *steps, const char *what)
+{
     long reps = 1;
     double times[5];
-    if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
+    if (train_step(m, opt, t, b, ++*steps, what) != CLI_OK)
         return -1;
     for (int k = 0; k < 5;) {
         double t0 = wall();
         for (long r = 0; r < reps; r++)
-            if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
+            if (train_step(m, opt, t, b, ++*steps, what) != CLI_OK)
                 return -1;
         double dt = wall() - t0;
         if (k > 0 || dt >= min_time || reps > 100000)
@@ -154,15 +173,18 @@ int cmd_parallel(int argc, char **argv)
             qkv_optim *opt = m != NULL ? qkv_params_optim(m->list, &oc, &err) : NULL;
             qkv_rng g;
             qkv_rng_seed(&g, o.seed);
-            qkv_seq_out out;
             size_t path_len = 0, nodes = 0;
             qkv_status cs; /* the critical path's */
             double ms[2] = {0, 0};
+            long steps = 0; /* of opt, for a message */
+            char what[64];
+            snprintf(what, sizeof what, "%s at T = %d", qkv_seq_name(kinds[i]), Ts[j]);
             if (opt == NULL || qkv_distance_batch(b, o.batch, Ts[j] - 8, &g, &err) != QKV_OK)
                 r = cli_fail_status(err.status, "parallel: %s", err.message);
-            else if (qkv_seq_train_step(m, opt, t, b, &out) != QKV_OK)
-                r = cli_fail_status(qkv_tape_status(t), "parallel: %s", qkv_tape_error(t));
-            else if ((cs = qkv_tape_critical_path(t, &path_len)) != QKV_OK) /* not on the tape */
+            else
+                r = train_step(m, opt, t, b, ++steps, what);
+            if (r == CLI_OK &&
+                (cs = qkv_tape_critical_path(t, &path_len)) != QKV_OK) /* not on the tape */
                 r = cli_fail_status(cs, "parallel: the critical path: %s", qkv_status_string(cs));
             nodes = qkv_tape_nodes(t);
             for (int k = 0; k < nthreads && r == CLI_OK; k++) {
@@ -171,9 +193,9 @@ int cmd_parallel(int argc, char **argv)
                          Ts[j], k ? o.threads : 1);
                 cli_progress(o.quiet, done++, total, status, 0);
                 qkv_threads_use(k ? o.threads : 1, NULL);
-                double s = step_time(m, opt, t, b, o.min_time);
+                double s = step_time(m, opt, t, b, o.min_time, &steps, what);
                 if (s < 0)
-                    r = cli_fail_status(qkv_tape_status(t), "parallel: %s", qkv_tape_error(t));
+                    r = CLI_FAIL; /* said */
                 ms[k] = 1e3 * s;
                 cell[i][j][k] = (par_cell){path_len, nodes, ms[k]};
             }

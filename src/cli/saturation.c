@@ -110,8 +110,10 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     return s->step < o->steps && logged(o, s->step) ? measure_val(run) : QKV_OK;
 }
 
-/* Trains one model; logs rows; fills r. Returns CLI_OK or CLI_FAIL. */
-static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r)
+/* Trains one model; logs rows; fills r. Returns CLI_OK or CLI_FAIL. A run
+ * that diverges is one, said in the table; why goes to stderr, on a line
+ * that starts with name. */
+static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, const char *name, run_result *r)
 {
     const sat_opts *o = c->o;
     qkv_error err = qkv_error_none();
@@ -120,7 +122,8 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
     qkv_optim_config oc = qkv_optim_defaults(c->kind);
     oc.lr = o->lr;
     qkv_coref_model *m = qkv_coref_model_new(&mc, &err);
-    qkv_optim *opt = m ? qkv_optim_new(&oc, m->params, QKV_COREF_PARAMS, &err) : NULL;
+    /* over the list, which names each parameter in the optimizer's messages */
+    qkv_optim *opt = m ? qkv_params_optim(m->list, &oc, &err) : NULL;
     if (opt == NULL) {
         qkv_coref_model_free(m);
         return cli_fail_status(err.status, "saturation: %s", err.message);
@@ -142,6 +145,8 @@ static int run_one(sat_ctx *c, int d_k, int scaled, uint64_t seed, run_result *r
                                  &run, NULL, &err);
     int rc =
         s == QKV_OK || s == QKV_ERR_NUMERIC ? CLI_OK : cli_fail_step("saturation", &err, c->tape);
+    if (s == QKV_ERR_NUMERIC) /* a note: the sweep goes on */
+        (void)cli_fail("%s: %s", name, err.message);
     qkv_coref_eval te;
     if (rc == CLI_OK && qkv_coref_evaluate(m, c->tape, c->eval_batch, c->data.test, c->data.n_test,
                                            0, &te) != QKV_OK)
@@ -341,6 +346,8 @@ typedef struct sweep_tasks {
     char *var_table; /* the Var(q·k) table's text, a NUL, variance.csv's rows; or NULL */
 } sweep_tasks;
 
+static void sweep_name(void *ctx, int task, char *buf, size_t len);
+
 static int sweep_run(void *ctx, int task, FILE *out)
 {
     sweep_tasks *w = ctx;
@@ -348,8 +355,10 @@ static int sweep_run(void *ctx, int task, FILE *out)
         return variance_table(w->c->o, w->dks, w->ndk, out);
     const int s = task / (2 * w->ndk), d = task / 2 % w->ndk, scaled = task % 2 == 0;
     run_result r;
+    char name[128];
+    sweep_name(ctx, task, name, sizeof name);
     w->c->csv = out; /* log_step's rows */
-    int rc = run_one(w->c, w->dks[d], scaled, w->c->o->seed + (uint64_t)s, &r);
+    int rc = run_one(w->c, w->dks[d], scaled, w->c->o->seed + (uint64_t)s, name, &r);
     if (rc == CLI_OK && fwrite(&r, sizeof r, 1, out) != 1)
         rc = cli_fail_status(QKV_ERR_NOMEM, "saturation: out of memory");
     return rc;

@@ -58,6 +58,15 @@ typedef qkv_status (*qkv_coref_hook)(void *ctx, const qkv_coref_step *s);
  * message is then an older step's), or o is NULL. */
 const char *qkv_coref_refusal(const qkv_optim *o, double loss);
 
+/* Says in err that a training step (qkv_coref_train_step,
+ * qkv_seq_train_step) which returned QKV_ERR_NUMERIC diverged: "diverged
+ * at step N: " and why, the optimizer's account of the gradient or the
+ * update it refused (qkv_coref_refusal of o and the step's loss), or "the
+ * loss or a gradient is not finite" when it refused none. The one wording
+ * of qkv_coref_fit and of the experiments' own loops. err may be NULL.
+ * Returns QKV_ERR_NUMERIC, the status it sets. */
+qkv_status qkv_coref_diverged(qkv_error *err, int step, const qkv_optim *o, double loss);
+
 /* Trains m for `steps` updates on batches from the training split: items in
  * an order that a qkv_rng seeded by batch_seed reshuffles at the start of
  * every epoch (the first batch starts an epoch). hook (may be NULL) runs

@@ -73,6 +73,13 @@ const char *qkv_coref_refusal(const qkv_optim *o, double loss)
     return strncmp(why, "optim: ", 7) == 0 ? why + 7 : why;
 }
 
+qkv_status qkv_coref_diverged(qkv_error *err, int step, const qkv_optim *o, double loss)
+{
+    const char *why = qkv_coref_refusal(o, loss);
+    return qkv_error_set(err, QKV_ERR_NUMERIC, "diverged at step %d: %s", step,
+                         why[0] != '\0' ? why : "the loss or a gradient is not finite");
+}
+
 qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_coref_batch *batch,
                          const qkv_coref_data *d, int steps, uint64_t batch_seed,
                          qkv_coref_hook hook, void *ctx, int *done, qkv_error *err)
@@ -100,12 +107,7 @@ qkv_status qkv_coref_fit(qkv_coref_model *m, qkv_optim *o, qkv_tape *t, qkv_core
         qkv_coref_draw_batch(&g, batch, d->train, order, d->n_train, &pos);
         s = qkv_coref_train_step(m, o, t, batch, &f);
         if (s == QKV_ERR_NUMERIC) {
-            const char *why = qkv_coref_refusal(o, (double)f.loss->data[0]);
-            if (why[0] != '\0')
-                qkv_error_set(err, s, "diverged at step %d: %s", step, why);
-            else
-                qkv_error_set(err, s, "diverged at step %d: the loss or a gradient is not finite",
-                              step);
+            qkv_coref_diverged(err, step, o, (double)f.loss->data[0]);
             break;
         }
         if (s != QKV_OK) {
