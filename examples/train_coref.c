@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "apps/coref.h" /* the tutorial's task, an app on the library */
 #include "qkv.h"
@@ -28,8 +29,40 @@ static void next_batch(qkv_rng *g, qkv_coref_batch *b, const qkv_coref_data *d, 
     }
 }
 
-int main(void)
+/* Prints s, an argument echoed back, to f as a message shows it: control
+ * characters and bytes of invalid UTF-8 as \xNN, so that it cannot steer
+ * the terminal; other UTF-8 (Chinese) as it is. */
+static void put_safe(FILE *f, const char *s)
 {
+    const size_t n = strlen(s);
+    for (size_t i = 0, len; i < n; i += len) {
+        const unsigned char c = (unsigned char)s[i];
+        len = c < 0xc0 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4; /* by its first byte */
+        if (c < 0x20 || c == 0x7f || (c == 0xc2 && (unsigned char)s[i + 1] < 0xa0) || /* C1 */
+            len > n - i || !qkv_utf8_valid(s + i, len, NULL)) {
+            fprintf(f, "\\x%02x", c);
+            len = 1;
+        } else {
+            fwrite(s + i, 1, len, f);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) { /* it takes none: --help says what it does */
+        const int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        if (!help) {
+            fprintf(stderr, "train_coref: unexpected argument '");
+            put_safe(stderr, argv[1]);
+            fprintf(stderr, "'\n");
+        }
+        fprintf(help ? stdout : stderr,
+                "usage: train_coref\n"
+                "Trains the coreference model (Wq, Wk, Wv, Wo) with Adam, then resolves the\n"
+                "tutorial's sentence 小明是个运动达人，他平时很爱打篮球. It takes no arguments.\n");
+        return help ? 0 : 2;
+    }
     qkv_error err = qkv_error_none();
     qkv_coref_data data = {0};
     qkv_coref_model *model = NULL;

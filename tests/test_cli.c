@@ -1469,6 +1469,59 @@ START_TEST(test_every_example_runs_to_its_result)
 }
 END_TEST
 
+/* The examples that take no argument were main(void): `mha --help`
+ * trained 500 steps and exited 0, `xor_mlp foo` ignored foo. --help or -h
+ * prints the usage to stdout (exit 0); anything else is named on a first
+ * line, the usage after it, on stderr (exit 2); neither trains. An
+ * argument echoed back shows a control character and a byte of invalid
+ * UTF-8 as \xNN, and valid UTF-8 (Chinese) as it is. */
+START_TEST(test_examples_without_arguments_refuse_one_and_explain_on_help)
+{
+    static const char *names[] = {"quickstart", "custom_op",     "train_coref",
+                                  "xor_mlp",    "least_squares", "mha"};
+    char dir[512], cmd[1024], want[256], *out;
+    snprintf(dir, sizeof dir, "%s", QKV_BIN);
+    *strrchr(dir, '/') = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *name = names[i];
+        for (int h = 0; h < 2; h++) { /* the usage on stdout alone, stderr dropped */
+            snprintf(cmd, sizeof cmd, "('%s/examples/%s' %s 2>/dev/null)", dir, name,
+                     h ? "-h" : "--help");
+            int rc = sh(cmd, &out);
+            snprintf(want, sizeof want, "usage: %s\n", name);
+            ck_assert_msg(rc == 0 && strstr(out, want) == out, "%s --help: exit %d\n%s", name, rc,
+                          out);
+            ck_assert_msg(strstr(out, "takes no arguments") != NULL, "%s --help:\n%s", name, out);
+            int lines = 0; /* the usage alone: no training's output after it */
+            for (const char *c = out; *c != '\0'; c++)
+                lines += *c == '\n';
+            ck_assert_msg(lines <= 4, "%s --help: %d lines\n%s", name, lines, out);
+            free(out);
+        }
+        static const struct {
+            const char *arg, *shown;
+        } bad[] = {
+            {"foo", "foo"},
+            {"--bogus", "--bogus"},
+            {"foo --help", "foo"},
+            {"\"$(printf 'a\\033[2Jb\\377')\"", "a\\x1b[2Jb\\xff"},
+            {"\"$(printf 'x\\302\\233y')\"", "x\\xc2\\x9by"}, /* C1 CSI, U+009B */
+            {"中文", "中文"},
+        };
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) { /* stderr alone */
+            snprintf(cmd, sizeof cmd, "('%s/examples/%s' %s 2>&1 >/dev/null)", dir, name,
+                     bad[b].arg);
+            int rc = sh(cmd, &out);
+            snprintf(want, sizeof want, "%s: unexpected argument '%s'\nusage: %s\n", name,
+                     bad[b].shown, name);
+            ck_assert_msg(rc == 2 && strstr(out, want) == out, "%s %s: exit %d\n%s", name,
+                          bad[b].arg, rc, out);
+            free(out);
+        }
+    }
+}
+END_TEST
+
 /* The Transformer example checked where it saves its weights only after
  * training 800 steps, and then failed: a path it cannot write is now
  * refused first, with one line. As for qkv train --save: a name that is
@@ -4993,6 +5046,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
     tcase_add_test(tc, test_plots_read_columns_by_header_name);
     tcase_add_test(tc, test_every_example_runs_to_its_result);
+    tcase_add_test(tc, test_examples_without_arguments_refuse_one_and_explain_on_help);
     tcase_add_test(tc, test_transformer_checks_its_weights_path_before_it_trains);
     tcase_add_test(tc, test_a_full_stdout_is_a_failure);
     tcase_add_test(tc, test_plots_on_a_full_disk_fail);
