@@ -154,6 +154,33 @@ static int sort_fresh(qkv_tape *t, const model *m, uint64_t seed, int *out)
     return right;
 }
 
+/* Prints s, a name the user gave, to f as a message shows it: control
+ * characters and bytes of invalid UTF-8 as \xNN, so that it cannot steer
+ * the terminal; other UTF-8 (Chinese) as it is. */
+static void put_safe(FILE *f, const char *s)
+{
+    const size_t n = strlen(s);
+    for (size_t i = 0, len; i < n; i += len) {
+        const unsigned char c = (unsigned char)s[i];
+        len = c < 0xc0 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4; /* by its first byte */
+        if (c < 0x20 || c == 0x7f || (c == 0xc2 && (unsigned char)s[i + 1] < 0xa0) || /* C1 */
+            len > n - i || !qkv_utf8_valid(s + i, len, NULL)) {
+            fprintf(f, "\\x%02x", c);
+            len = 1;
+        } else {
+            fwrite(s + i, 1, len, f);
+        }
+    }
+}
+
+/* "transformer: cannot save to WHAT: why" on stderr, WHAT escaped. */
+static void cannot_save(const char *what, const char *why)
+{
+    fprintf(stderr, "transformer: cannot save to ");
+    put_safe(stderr, what);
+    fprintf(stderr, ": %s\n", why);
+}
+
 /* 0 if the save could make its temporary file for a file called name in
  * prefix (a directory and its slash, or "" for the working directory):
  * prefix.name.XXXXXX, the name qkv_safetensors_save gives it, so that a
@@ -168,7 +195,7 @@ static int can_create(const char *prefix, const char *name, const char *what)
     if (n > 0 && (size_t)n < sizeof probe)
         fd = mkstemp(probe);
     if (fd < 0) {
-        fprintf(stderr, "transformer: cannot save to %s: %s\n", what, strerror(errno));
+        cannot_save(what, strerror(errno));
         return -1;
     }
     close(fd);
@@ -191,19 +218,20 @@ static int can_save_to(const char *path)
     }
     const char *slash = strrchr(path, '/'), *base = slash != NULL ? slash + 1 : path;
     if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
-        fprintf(stderr, "transformer: WEIGHTS '%s' names a directory, not a file\n", path);
+        fprintf(stderr, "transformer: WEIGHTS '");
+        put_safe(stderr, path);
+        fprintf(stderr, "' names a directory, not a file\n");
         return 2;
     }
     struct stat sb;
     if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        fprintf(stderr, "transformer: cannot save to %s: %s\n", path,
-                S_ISDIR(sb.st_mode) ? "it is a directory" : "it is not a regular file");
+        cannot_save(path, S_ISDIR(sb.st_mode) ? "it is a directory" : "it is not a regular file");
         return 1;
     }
     char prefix[4096]; /* path's directory, with its slash */
     const int n = snprintf(prefix, sizeof prefix, "%.*s", (int)(base - path), path);
     if (n < 0 || (size_t)n >= sizeof prefix) {
-        fprintf(stderr, "transformer: cannot save to %s: %s\n", path, strerror(ENAMETOOLONG));
+        cannot_save(path, strerror(ENAMETOOLONG));
         return 1;
     }
     return can_create(prefix, base, path) == 0 ? 0 : 1;
@@ -219,8 +247,11 @@ int main(int argc, char **argv)
         else if (strcmp(argv[1], "-") == 0)
             fprintf(stderr, "transformer: '-' is not standard output here; write ./- for a file "
                             "named '-'\n");
-        else if (!help)
-            fprintf(stderr, "transformer: unknown option '%s'\n", argv[1]);
+        else if (!help) {
+            fprintf(stderr, "transformer: unknown option '");
+            put_safe(stderr, argv[1]);
+            fprintf(stderr, "'\n");
+        }
         fprintf(help ? stdout : stderr,
                 "usage: transformer [WEIGHTS]\n"
                 "Trains a two-block causal Transformer to sort %d digits, saves its weights\n"
@@ -305,7 +336,9 @@ int main(int argc, char **argv)
         snprintf(temp, sizeof temp, "%s/transformer.XXXXXX", tmpdir);
         const int fd = mkstemp(temp);
         if (fd < 0) {
-            fprintf(stderr, "transformer: cannot create %s: %s\n", temp, strerror(errno));
+            fprintf(stderr, "transformer: cannot create ");
+            put_safe(stderr, temp);
+            fprintf(stderr, ": %s\n", strerror(errno));
             temp[0] = '\0';
             goto done;
         }
@@ -321,7 +354,9 @@ int main(int argc, char **argv)
     }
     int right2 = sort_fresh(t, &m2, 99, out2);
     int same = right2 == right && memcmp(out, out2, sizeof out) == 0;
-    printf("reloaded from %s: %s predictions\n", path, same ? "the same" : "DIFFERENT");
+    printf("reloaded from ");
+    put_safe(stdout, path);
+    printf(": %s predictions\n", same ? "the same" : "DIFFERENT");
     printf("heap allocations in steps 2 to %d: %zu\n", STEPS, allocs);
     rc = right >= TESTS * 9 / 10 && same && allocs == 0 ? 0 : 1;
 done:

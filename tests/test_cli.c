@@ -1431,12 +1431,13 @@ START_TEST(test_every_example_runs_to_its_result)
     ck_assert_int_eq(sh("ls -A . tdir", &out), 0);
     ck_assert_str_eq(out, ".:\ntdir\n\ntdir:\n");
     free(out);
-    /* a path given keeps the weights there */
-    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' w.safetensors", dir);
+    /* a path given keeps the weights there; the name is shown with its
+     * control character escaped (it was printed raw), its Chinese as it is */
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' \"$(printf '权重\\033.st')\"", dir);
     ck_assert_int_eq(sh(cmd, &out), 0);
-    ck_assert_msg(strstr(out, "reloaded from w.safetensors: the same predictions\n"), "%s", out);
+    ck_assert_msg(strstr(out, "reloaded from 权重\\x1b.st: the same predictions\n"), "%s", out);
     free(out);
-    ck_assert_int_eq(sh("test -s w.safetensors", &out), 0);
+    ck_assert_int_eq(sh("test -s \"$(printf '权重\\033.st')\"", &out), 0);
     free(out);
     /* its one argument is a path: --help is not taken for one, and
      * another option is refused before any training (exit 2) */
@@ -1451,6 +1452,11 @@ START_TEST(test_every_example_runs_to_its_result)
                   out);
     /* the first line names what was wrong, then the usage */
     ck_assert_msg(strstr(out, "transformer: unknown option '--bogus'\nusage: ") == out, "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' \"$(printf -- '-\\033[2J\\377')\"", dir);
+    ck_assert_int_eq(sh(cmd, &out), 2);
+    ck_assert_msg(strstr(out, "transformer: unknown option '-\\x1b[2J\\xff'\nusage: ") == out, "%s",
+                  out);
     free(out);
     snprintf(cmd, sizeof cmd, "'%s/examples/transformer' -", dir);
     ck_assert_int_eq(sh(cmd, &out), 2);
@@ -1543,6 +1549,12 @@ START_TEST(test_transformer_checks_its_weights_path_before_it_trains)
         {"nodir/w.st", "transformer: cannot save to nodir/w.st: No such file or directory", 1},
         {"link.st", "transformer: cannot save to link.st: it is not a regular file", 1},
         {"''", "transformer: WEIGHTS is empty", 2},
+        /* a control character or invalid UTF-8 in the name is escaped,
+         * as qkv escapes it; Chinese is shown as it is */
+        {"\"$(printf 'd\\033[2J/')\"", "transformer: WEIGHTS 'd\\x1b[2J/' names a directory", 2},
+        {"\"$(printf 'no\\377dir/w\\tst')\"",
+         "transformer: cannot save to no\\xffdir/w\\x09st: No such file or directory", 1},
+        {"目录/", "transformer: WEIGHTS '目录/' names a directory, not a file", 2},
     };
     char dir[512], cmd[1024], *out;
     snprintf(dir, sizeof dir, "%s", QKV_BIN);
@@ -1573,6 +1585,12 @@ START_TEST(test_transformer_checks_its_weights_path_before_it_trains)
     ck_assert_int_eq(sh(cmd, &out), 1);
     ck_assert_msg(strstr(out, "transformer: cannot save to a temporary file in /proc: ") == out &&
                       strstr(out, "step") == NULL,
+                  "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "TMPDIR=\"$(printf '/proc/\\033')\" '%s/examples/transformer'", dir);
+    ck_assert_int_eq(sh(cmd, &out), 1);
+    ck_assert_msg(strstr(out, "transformer: cannot save to a temporary file in /proc/\\x1b: ") ==
+                      out,
                   "%s", out);
     free(out);
     /* nothing was made: no probe file left, sub still empty */
