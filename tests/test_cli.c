@@ -304,7 +304,8 @@ START_TEST(test_train_defaults_reach_the_accuracy_then_eval_and_resolve)
            "unknown word \"排球\" at character 15");
     expect("resolve \"$(printf '\\344\\273')\"", 1,
            "qkv: resolve: the sentence has invalid UTF-8 at byte 0\n");
-    expect("resolve --model nowhere.safetensors \"他\"", 1, "cannot open nowhere.safetensors");
+    expect("resolve --model nowhere.safetensors \"他\"", 1,
+           "qkv: resolve: cannot open nowhere.safetensors");
 }
 END_TEST
 
@@ -948,7 +949,7 @@ START_TEST(test_a_long_path_keeps_the_reason_in_the_message)
     name[240] = '\0'; /* with ".safetensors", a name a directory entry can hold */
     snprintf(args, sizeof args, "eval --model %s.safetensors", name);
     expect(args, 1, "No such file or directory");
-    expect(args, 1, "qkv: cannot open ");
+    expect(args, 1, "qkv: eval: cannot open ");
     /* a name longer than a directory entry may be */
     name[240] = 'a';
     name[sizeof name - 1] = '\0';
@@ -961,9 +962,14 @@ START_TEST(test_a_long_path_keeps_the_reason_in_the_message)
 }
 END_TEST
 
+/* The model's loading errors name the command, as its other errors do
+ * ("qkv: resolve: ..."): they said "qkv: no model at ...", "qkv: cannot
+ * open ...", "qkv: d is a directory, not a file". */
 START_TEST(test_resolve_without_a_model_says_to_train)
 {
-    expect("resolve \"他很爱唱歌\"", 1, "run 'qkv train' first");
+    expect("resolve \"他很爱唱歌\"", 1,
+           "qkv: resolve: no model at out/coref.safetensors: run 'qkv train' first");
+    expect("eval", 1, "qkv: eval: no model at out/coref.safetensors: run 'qkv train' first");
 }
 END_TEST
 
@@ -2105,8 +2111,8 @@ START_TEST(test_a_file_option_naming_a_directory_fails_by_its_spelling_or_the_di
     } cmds[] = {
         {"softmax --csv %s", "--csv", "qkv: softmax: cannot write %s"},
         {"resolve --csv %s 小明他", "--csv", "qkv: resolve: cannot write %s"},
-        {"resolve --model %s 小明他", "--model", "qkv: %s is a directory, not a file\n"},
-        {"eval --model %s", "--model", "qkv: %s is a directory, not a file\n"},
+        {"resolve --model %s 小明他", "--model", "qkv: resolve: %s is a directory, not a file\n"},
+        {"eval --model %s", "--model", "qkv: eval: %s is a directory, not a file\n"},
         {"train --steps 1 --quiet --log %s", "--log", NULL},
         {"train --steps 1 --quiet --save %s", "--save", NULL},
     };
@@ -2291,9 +2297,10 @@ START_TEST(test_a_checkpoint_is_held_to_the_options_bounds)
     ck_assert_int_eq(fseek(f, (long)at, SEEK_SET), 0);
     ck_assert_uint_eq(fwrite(to, 1, sizeof to - 1, f), sizeof to - 1);
     ck_assert_int_eq(fclose(f), 0);
-    expect("eval --model m.st", 1, "m.st: the metadata 'init_std' is not a number in [0, 100]");
+    expect("eval --model m.st", 1,
+           "qkv: eval: m.st: the metadata 'init_std' is not a number in [0, 100]");
     expect("resolve --model m.st 小明他", 1,
-           "m.st: the metadata 'init_std' is not a number in [0, 100]");
+           "qkv: resolve: m.st: the metadata 'init_std' is not a number in [0, 100]");
 }
 END_TEST
 
@@ -2351,9 +2358,9 @@ START_TEST(test_quoting_out_of_memory_is_no_memory_message)
         {"train --levels='1,out of memory'",
          "qkv: --levels: '1,out of memory' is not a list of 1, 2, 3\n", 2},
         {"eval --model 'out of memory.st'",
-         "qkv: cannot open out of memory.st: No such file or directory\n", 1},
+         "qkv: eval: cannot open out of memory.st: No such file or directory\n", 1},
         {"eval --model 'x/out of memory.st'",
-         "qkv: cannot open x/out of memory.st: No such file or directory\n", 1},
+         "qkv: eval: cannot open x/out of memory.st: No such file or directory\n", 1},
         /* the value of --opt=value, quoted without its option */
         {"train --optim='out of memory'",
          "qkv: --optim: 'out of memory' is not sgd, adam or adamw\nTry 'qkv train --help'.\n", 2},
@@ -2425,8 +2432,8 @@ START_TEST(test_memory_advice_follows_the_status_not_the_words)
     ck_assert_int_eq(fclose(f), 0);
     char *out;
     ck_assert_int_eq(run("eval --model m.st", &out), 1);
-    ck_assert_str_eq(out, "qkv: m.st has checkpoint version out of memory; this qkv reads version "
-                          "1 (upgrade qkv)\n");
+    ck_assert_str_eq(out, "qkv: eval: m.st has checkpoint version out of memory; this qkv reads "
+                          "version 1 (upgrade qkv)\n");
     free(out);
 
     static const struct {
@@ -4152,12 +4159,12 @@ START_TEST(test_a_file_whose_size_says_0_is_read_to_its_end)
     char *out;
     ck_assert_int_eq(sh("touch e.st", &out), 0);
     free(out);
-    expect("eval --model e.st", 1, "qkv: e.st is empty\n");
+    expect("eval --model e.st", 1, "qkv: eval: e.st is empty\n");
     struct stat sb;
     if (stat("/proc/version", &sb) != 0 || sb.st_size != 0)
         return; /* no procfs here */
     ck_assert_int_eq(run("eval --model /proc/self/status", &out), 1);
-    static const char want[] = "qkv: /proc/self/status is not a safetensors file";
+    static const char want[] = "qkv: eval: /proc/self/status is not a safetensors file";
     ck_assert_msg(strncmp(out, want, sizeof want - 1) == 0, "%s", out);
     free(out);
     /* what qkv_read_file reads is what stdio reads to the end */

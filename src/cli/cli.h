@@ -345,9 +345,10 @@ int cli_csv_end(FILE *f, const char *path, int ok);
  * (cli_csv_printf), else the close's own. */
 const char *cli_csv_error(void);
 
-/* Loads a checkpoint (path NULL = the default) with a one-line error; the
+/* Loads a checkpoint (path NULL = the default) for the command cmd
+ * ("eval"), with a one-line error that names it ("qkv: eval: ..."); the
  * default's absence gets a hint to run qkv train. NULL on failure. */
-qkv_coref_model *cli_load_model(const char *path);
+qkv_coref_model *cli_load_model(const char *cmd, const char *path);
 
 /* The demo's settings: the tutorial's are {8, 6, 4, 1, 42, 1}. d_k must be
  * a multiple of heads, and heads at most QKV_DEMO_MAX_HEADS. */

@@ -1029,7 +1029,7 @@ qkv_status cli_csv_check(const char *path, qkv_error *err)
     return check_open_for_write(path, err);
 }
 
-qkv_coref_model *cli_load_model(const char *path)
+qkv_coref_model *cli_load_model(const char *cmd, const char *path)
 {
     qkv_error err = qkv_error_none();
     struct stat sb;
@@ -1039,15 +1039,15 @@ qkv_coref_model *cli_load_model(const char *path)
          * called out, a link to nowhere, a directory not to be searched)
          * is the loader's to name, since qkv train would fail on it too */
         if (lstat(path, &sb) != 0 && errno == ENOENT) {
-            cli_fail("no model at %s: run 'qkv train' first, or pass --model FILE", path);
+            cli_fail("%s: no model at %s: run 'qkv train' first, or pass --model FILE", cmd, path);
             return NULL;
         }
     }
     qkv_coref_model *m = qkv_coref_load(path, qkv_coref_fingerprint(), &err);
     if (m == NULL)
-        cli_fail_status(err.status, "%s", err.message);
+        cli_fail_status(err.status, "%s: %s", cmd, err.message);
     else if (m->cfg.vocab != qkv_coref_vocab_size() || m->cfg.classes != qkv_coref_classes()) {
-        cli_fail("%s: model shapes do not fit this task", path);
+        cli_fail("%s: %s: model shapes do not fit this task", cmd, path);
         qkv_coref_model_free(m);
         m = NULL;
     }

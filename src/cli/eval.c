@@ -19,7 +19,7 @@ int cmd_eval(int argc, char **argv)
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
-    qkv_coref_model *m = cli_load_model(path);
+    qkv_coref_model *m = cli_load_model("eval", path);
     if (m == NULL)
         return CLI_FAIL;
     qkv_coref_data d = {0};

@@ -181,7 +181,7 @@ int cmd_resolve(int argc, char **argv)
      * empty one, which exits 2 whatever the files */
     if (csv != NULL && cli_csv_check(csv, &err) != QKV_OK)
         return cli_fail_status(err.status, "resolve: %s", err.message);
-    qkv_coref_model *m = cli_load_model(path);
+    qkv_coref_model *m = cli_load_model("resolve", path);
     if (m == NULL)
         return CLI_FAIL;
     qkv_tape *t = qkv_tape_new(0, &err);
