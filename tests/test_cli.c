@@ -1920,6 +1920,35 @@ START_TEST(test_a_diverged_run_keeps_the_good_checkpoint)
 }
 END_TEST
 
+/* A diverged run said "m.st and a.csv were left untouched" of files that
+ * were not there before it. It names as untouched only those that were,
+ * and says the others were not written; in both of train's ways to fail
+ * on divergence: a step refused (two steps at lr 1e300), and the last
+ * update's loss not finite (one step). */
+START_TEST(test_a_diverged_run_calls_untouched_only_the_files_that_were_there)
+{
+    static const char one[] = "train --quiet --lr 1e300 --steps 1 --save m.st --log a.csv";
+    static const char two[] = "train --quiet --lr 1e300 --steps 2 --save m.st --log a.csv";
+    expect(one, 1, "(try a smaller --lr); neither m.st nor a.csv was written\n");
+    expect(two, 1, "(try a smaller --lr); neither m.st nor a.csv was written\n");
+    char *out;
+    ck_assert_int_eq(sh("ls -A", &out), 0);
+    ck_assert_str_eq(out, "a.csv.failed\n");
+    free(out);
+    ck_assert_int_eq(sh("echo old > a.csv", &out), 0);
+    free(out);
+    expect(one, 1, "(try a smaller --lr); a.csv was left untouched and m.st was not written\n");
+    expect(two, 1, "(try a smaller --lr); a.csv was left untouched and m.st was not written\n");
+    ck_assert_int_eq(sh("mv a.csv m.st", &out), 0);
+    free(out);
+    expect(one, 1, "(try a smaller --lr); m.st was left untouched and a.csv was not written\n");
+    expect(two, 1, "(try a smaller --lr); m.st was left untouched and a.csv was not written\n");
+    ck_assert_int_eq(sh("ls -A && cat m.st", &out), 0);
+    ck_assert_str_eq(out, "a.csv.failed\nm.st\nold\n");
+    free(out);
+}
+END_TEST
+
 /* A NaN in a CSV log is written "nan": x86's default NaN has its sign bit
  * set, and printf wrote it "-nan". Weights of std 100 and lr 1e6 blow up
  * within a few steps (float) or a few dozen (double); the validation loss
@@ -5079,6 +5108,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_a_csv_cut_short_by_a_full_disk_is_removed);
     tcase_add_test(tc, test_a_csv_write_failure_gives_the_first_failures_reason);
     tcase_add_test(tc, test_a_diverged_run_keeps_the_good_checkpoint);
+    tcase_add_test(tc, test_a_diverged_run_calls_untouched_only_the_files_that_were_there);
     tcase_add_test(tc, test_a_nan_in_a_csv_log_is_written_nan);
     tcase_add_test(tc, test_a_negative_zero_option_is_zero);
     tcase_add_test(tc, test_no_negative_zero_or_wrong_plural_in_tables);

@@ -123,6 +123,23 @@ static qkv_status log_step(void *ctx, const qkv_coref_step *s)
     return QKV_OK;
 }
 
+/* The end of a diverged run's message: what became of the checkpoint and
+ * the log, which only a run that ends well writes. A file that is there
+ * was left untouched; one that is not was not written ("m.st was left
+ * untouched and a.csv was not written"). Returns buf. */
+static const char *outputs_kept(char *buf, size_t len, const train_opts *o)
+{
+    const int has_save = access(o->save, F_OK) == 0, has_log = access(o->log, F_OK) == 0;
+    if (has_save && has_log)
+        snprintf(buf, len, "%s and %s were left untouched", o->save, o->log);
+    else if (has_save || has_log)
+        snprintf(buf, len, "%s was left untouched and %s was not written",
+                 has_save ? o->save : o->log, has_save ? o->log : o->save);
+    else
+        snprintf(buf, len, "neither %s nor %s was written", o->save, o->log);
+    return buf;
+}
+
 /* Runs the loop. Returns CLI_OK, or CLI_FAIL after printing why. */
 static int trainer_run(trainer *tr, const train_opts *o)
 {
@@ -135,9 +152,10 @@ static int trainer_run(trainer *tr, const train_opts *o)
                                  o->seed + 1, log_step, tr, &done, &err);
     tr->model->rows_only = 0;
     if (s == QKV_ERR_NUMERIC) {
+        char kept[2 * 4096 + 64];
         cli_progress(o->quiet, done + 1, o->steps, "", 1);
-        return cli_fail("train: %s (try a smaller --lr); %s and %s were left untouched",
-                        err.message, o->save, o->log);
+        return cli_fail("train: %s (try a smaller --lr); %s", err.message,
+                        outputs_kept(kept, sizeof kept, o));
     }
     if (s != QKV_OK)
         return cli_fail_step("train", &err, tr->tape);
@@ -165,12 +183,13 @@ static int trainer_finish(trainer *tr, const train_opts *o, double seconds)
         const qkv_coref_eval *e;
         const char *name;
     } splits[3] = {{&tr_e, "training"}, {&va_e, "validation"}, {&te_e, "test"}};
+    char kept[2 * 4096 + 64];
     for (int i = 0; i < 3; i++)
         if (!isfinite(splits[i].e->loss))
             return cli_fail("train: diverged at step %d: after its update the loss on the %s "
-                            "split is %s (try a smaller --lr); %s and %s were left untouched",
+                            "split is %s (try a smaller --lr); %s",
                             o->steps, splits[i].name, isnan(splits[i].e->loss) ? "NaN" : "infinite",
-                            o->save, o->log);
+                            outputs_kept(kept, sizeof kept, o));
     if (cli_fclose(tr->log) != 0) {
         tr->log = NULL;
         return cli_fail("train: cannot write %s: %s", o->log, cli_csv_error());
