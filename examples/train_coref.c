@@ -4,6 +4,10 @@
  * Builds the data, makes the model (Wq, Wk, Wv, Wo), trains with Adam, and
  * resolves the tutorial's sentence 「小明是个运动达人，他平时很爱打篮球」.
  * `qkv train` is this loop plus logging, checkpoints and flags.
+ *
+ * It builds in the source tree only (make builds it): the app's header
+ * and library (include/apps/, libqkvapps.a) are not installed by make
+ * install, which installs the library alone.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1289,6 +1289,47 @@ START_TEST(test_readme_c_snippets_are_compiled_example_code)
 }
 END_TEST
 
+/* make install installs the library, not the apps (include/apps/,
+ * libqkvapps.a): an example that includes an apps/ header builds only in
+ * the source tree, and nothing said so. README's section on using the
+ * installed library names each such example and says why. */
+START_TEST(test_readme_says_which_examples_build_only_in_the_source_tree)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/../../README.md", QKV_TEST_DATA);
+    char *readme = slurp_path(path);
+    char *section = strstr(readme, "### Using the library in your own program\n");
+    ck_assert_ptr_nonnull(section);
+    char *end = strstr(section + 4, "\n## ");
+    if (end != NULL)
+        *end = '\0';
+    ck_assert_ptr_nonnull(strstr(section, "source tree"));
+    snprintf(path, sizeof path, "%s/../../examples", QKV_TEST_DATA);
+    DIR *dir = opendir(path);
+    ck_assert_ptr_nonnull(dir);
+    int apps = 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;) {
+        const size_t len = strlen(e->d_name);
+        if (len < 3 || strcmp(e->d_name + len - 2, ".c") != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/../../examples/%s", QKV_TEST_DATA, e->d_name);
+        char *text = slurp_path(path), name[300];
+        if (strstr(text, "#include \"apps/") != NULL) {
+            snprintf(name, sizeof name, "`examples/%s`", e->d_name);
+            ck_assert_msg(strstr(section, name) != NULL,
+                          "%s includes an apps/ header, which make install does not install; "
+                          "README's 'Using the library in your own program' does not say so",
+                          e->d_name);
+            apps++;
+        }
+        free(text);
+    }
+    closedir(dir);
+    ck_assert_int_ge(apps, 1); /* train_coref.c */
+    free(readme);
+}
+END_TEST
+
 START_TEST(test_csv_create_makes_directories_and_writes_the_header)
 {
     char p[160], line[64];
@@ -5096,6 +5137,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_make_runs_script_fails_with_a_background_jobs_status);
     tcase_add_test(tc, test_make_runs_script_interrupted_stops_its_jobs_and_cleans_up);
     tcase_add_test(tc, test_readme_c_snippets_are_compiled_example_code);
+    tcase_add_test(tc, test_readme_says_which_examples_build_only_in_the_source_tree);
     tcase_add_test(tc, test_csv_create_makes_directories_and_writes_the_header);
     tcase_add_test(tc, test_a_program_built_for_the_other_scalar_type_fails_clearly);
     tcase_add_test(tc, test_plots_read_columns_by_header_name);
