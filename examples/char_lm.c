@@ -143,8 +143,21 @@ static qkv_status recite(qkv_tape *t, const model *m, int nv, int *out, int n)
     return qkv_tape_status(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1) { /* it takes none: --help says what it does */
+        const int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        if (!help) {
+            char arg[256]; /* escaped: an argument cannot steer the terminal */
+            qkv_escape(arg, sizeof arg, argv[1]);
+            fprintf(stderr, "char_lm: unexpected argument '%s'\n", arg);
+        }
+        fprintf(help ? stdout : stderr,
+                "usage: char_lm\n"
+                "Trains a causal Transformer on a short Chinese text, one character a token,\n"
+                "then recites the text from its first character. It takes no arguments.\n");
+        return help ? 0 : 2;
+    }
     static int text[MAX_CHARS], out[MAX_CHARS], ids[B * T], targets[B * T];
     static vocab_entry vocab[MAX_CHARS];
     int nv;

@@ -51,33 +51,14 @@ static qkv_tensor *loss_of(qkv_tape *t, void *ctx)
     return qkv_mean(t, qkv_mul(t, diff, diff));
 }
 
-/* Prints s, an argument echoed back, to f as a message shows it: control
- * characters and bytes of invalid UTF-8 as \xNN, so that it cannot steer
- * the terminal; other UTF-8 (Chinese) as it is. */
-static void put_safe(FILE *f, const char *s)
-{
-    const size_t n = strlen(s);
-    for (size_t i = 0, len; i < n; i += len) {
-        const unsigned char c = (unsigned char)s[i];
-        len = c < 0xc0 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4; /* by its first byte */
-        if (c < 0x20 || c == 0x7f || (c == 0xc2 && (unsigned char)s[i + 1] < 0xa0) || /* C1 */
-            len > n - i || !qkv_utf8_valid(s + i, len, NULL)) {
-            fprintf(f, "\\x%02x", c);
-            len = 1;
-        } else {
-            fwrite(s + i, 1, len, f);
-        }
-    }
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1) { /* it takes none: --help says what it does */
         const int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
         if (!help) {
-            fprintf(stderr, "custom_op: unexpected argument '");
-            put_safe(stderr, argv[1]);
-            fprintf(stderr, "'\n");
+            char arg[256]; /* escaped: an argument cannot steer the terminal */
+            qkv_escape(arg, sizeof arg, argv[1]);
+            fprintf(stderr, "custom_op: unexpected argument '%s'\n", arg);
         }
         fprintf(help ? stdout : stderr,
                 "usage: custom_op\n"

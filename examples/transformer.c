@@ -155,22 +155,13 @@ static int sort_fresh(qkv_tape *t, const model *m, uint64_t seed, int *out)
 }
 
 /* Prints s, a name the user gave, to f as a message shows it: control
- * characters and bytes of invalid UTF-8 as \xNN, so that it cannot steer
- * the terminal; other UTF-8 (Chinese) as it is. */
+ * characters, invalid UTF-8 and characters that steer the terminal
+ * escaped (qkv_escape); other UTF-8 (Chinese) as it is. */
 static void put_safe(FILE *f, const char *s)
 {
-    const size_t n = strlen(s);
-    for (size_t i = 0, len; i < n; i += len) {
-        const unsigned char c = (unsigned char)s[i];
-        len = c < 0xc0 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4; /* by its first byte */
-        if (c < 0x20 || c == 0x7f || (c == 0xc2 && (unsigned char)s[i + 1] < 0xa0) || /* C1 */
-            len > n - i || !qkv_utf8_valid(s + i, len, NULL)) {
-            fprintf(f, "\\x%02x", c);
-            len = 1;
-        } else {
-            fwrite(s + i, 1, len, f);
-        }
-    }
+    char buf[1024];
+    qkv_escape(buf, sizeof buf, s);
+    fputs(buf, f);
 }
 
 /* "transformer: cannot save to WHAT: why" on stderr, WHAT escaped. */

@@ -1526,12 +1526,13 @@ END_TEST
  * trained 500 steps and exited 0, `xor_mlp foo` ignored foo. --help or -h
  * prints the usage to stdout (exit 0); anything else is named on a first
  * line, the usage after it, on stderr (exit 2); neither trains. An
- * argument echoed back shows a control character and a byte of invalid
- * UTF-8 as \xNN, and valid UTF-8 (Chinese) as it is. */
+ * argument echoed back is escaped as qkv escapes it (qkv_escape): a
+ * control character and a byte of invalid UTF-8 as \xNN, a C1 control or
+ * an invisible character as \u{XXXX}, and Chinese as it is. */
 START_TEST(test_examples_without_arguments_refuse_one_and_explain_on_help)
 {
-    static const char *names[] = {"quickstart", "custom_op",     "train_coref",
-                                  "xor_mlp",    "least_squares", "mha"};
+    static const char *names[] = {"quickstart",    "custom_op", "train_coref", "xor_mlp",
+                                  "least_squares", "mha",       "char_lm"};
     char dir[512], cmd[1024], want[256], *out;
     snprintf(dir, sizeof dir, "%s", QKV_BIN);
     *strrchr(dir, '/') = '\0';
@@ -1558,7 +1559,8 @@ START_TEST(test_examples_without_arguments_refuse_one_and_explain_on_help)
             {"--bogus", "--bogus"},
             {"foo --help", "foo"},
             {"\"$(printf 'a\\033[2Jb\\377')\"", "a\\x1b[2Jb\\xff"},
-            {"\"$(printf 'x\\302\\233y')\"", "x\\xc2\\x9by"}, /* C1 CSI, U+009B */
+            {"\"$(printf 'x\\302\\233y')\"", "x\\u{9b}y"},        /* C1 CSI, U+009B */
+            {"\"$(printf 'x\\342\\200\\213y')\"", "x\\u{200b}y"}, /* zero width */
             {"中文", "中文"},
         };
         for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) { /* stderr alone */

@@ -179,6 +179,13 @@ START_TEST(test_escape_stays_within_its_buffer)
     ck_assert_uint_eq(qkv_escape(buf, 9, "\xEF\xBB\xBF"), 8);
     ck_assert_str_eq(buf, "\\u{feff}");
     ck_assert_int_eq(buf[9], 'Z');
+    /* public since the examples escape what they echo: NULLs are no crash */
+    memset(buf, 'Z', sizeof buf);
+    ck_assert_uint_eq(qkv_escape(buf, sizeof buf, NULL), 0);
+    ck_assert_str_eq(buf, "");
+    ck_assert_uint_eq(qkv_escape(NULL, 16, "abc"), 0);
+    ck_assert_uint_eq(qkv_escape(buf, 0, "abc"), 0);
+    ck_assert_int_eq(buf[0], '\0');
 }
 END_TEST
 

@@ -91,6 +91,16 @@ uint32_t qkv_crc32(uint32_t crc, const void *data, size_t n);
  * 0. */
 int qkv_utf8_valid(const char *s, size_t n, size_t *bad);
 
+/* Copies src into dst (cap bytes, always NUL-terminated) for a one-line
+ * message: control characters, DEL and bytes of invalid UTF-8 become \xNN,
+ * and characters that print as nothing or steer the terminal or the text's
+ * direction (C1 controls, U+00A0, U+200B..U+200F, U+202A..U+202E, U+FEFF,
+ * ...) and the noncharacters (U+FFFE, U+FFFF, ...) become \u{XXXX};
+ * other valid UTF-8 (Chinese included) stays as it is. Stops before a
+ * character that would not fit. Returns the length written: 0, writing
+ * nothing, for a NULL dst or a cap of 0; a NULL src is "". */
+size_t qkv_escape(char *dst, size_t cap, const char *src);
+
 #ifdef __cplusplus
 }
 #endif

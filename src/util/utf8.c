@@ -88,9 +88,9 @@ size_t qkv_escape(char *dst, size_t cap, const char *src)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)src;
-    size_t n = strlen(src), used = 0;
-    if (cap == 0)
+    if (dst == NULL || cap == 0)
         return 0;
+    size_t n = src != NULL ? strlen(src) : 0, used = 0;
     for (size_t i = 0; i < n;) {
         size_t len = utf8_seq(p + i, n - i);
         if (len > 1 && invisible(code_point(p + i, len))) { /* as \u{feff} */

@@ -72,15 +72,6 @@ void qkv_dims_str(int n, const int *dims, char *buf, size_t len);
  * a number that may not be finite. (error.c) */
 const char *qkv_num_str(char *buf, size_t len, double x);
 
-/* Copies src into dst (cap bytes, always NUL-terminated) for a one-line
- * message: control characters, DEL and bytes of invalid UTF-8 become \xNN,
- * and characters that print as nothing or steer the terminal or the text's
- * direction (C1 controls, U+00A0, U+200B..U+200F, U+202A..U+202E, U+FEFF,
- * ...) and the noncharacters (U+FFFE, U+FFFF, ...) become \u{XXXX};
- * other valid UTF-8 (Chinese included) stays as it is. Stops before a
- * character that would not fit. Returns the length written. (utf8.c) */
-size_t qkv_escape(char *dst, size_t cap, const char *src);
-
 /* qkv_escape into dst (cap bytes), by way of work (work_cap bytes, four
  * times src's length holds any escaping): text that does not fit keeps
  * its start (a third of the room) and its end, "..." between them, cut
