@@ -99,7 +99,9 @@ int main(int argc, char **argv)
         qkv_tape_reset(t);
         qkv_tensor *l = loss_of(t, ctx);
         if (qkv_backward(t, l) != QKV_OK || qkv_optim_step(opt) != QKV_OK) {
-            fprintf(stderr, "custom_op: step %d: %s\n", step, qkv_tape_error(t));
+            /* the tape's reason, else the optimizer's (a gradient or update not finite) */
+            fprintf(stderr, "custom_op: step %d: %s\n", step,
+                    qkv_tape_status(t) != QKV_OK ? qkv_tape_error(t) : qkv_optim_error(opt));
             goto done;
         }
         loss = l->data[0];

@@ -100,7 +100,9 @@ int main(int argc, char **argv)
         qkv_tensor *pred = qkv_add(t, qkv_matmul(t, X, w), b); /* (N, 1) */
         qkv_tensor *l = qkv_mse(t, pred, y);
         if (qkv_backward(t, l) != QKV_OK || qkv_optim_step(opt) != QKV_OK) {
-            fprintf(stderr, "least_squares: step %d: %s\n", step, qkv_tape_error(t));
+            /* the tape's reason, else the optimizer's (a gradient or update not finite) */
+            fprintf(stderr, "least_squares: step %d: %s\n", step,
+                    qkv_tape_status(t) != QKV_OK ? qkv_tape_error(t) : qkv_optim_error(opt));
             goto done;
         }
         loss = l->data[0];

@@ -108,7 +108,9 @@ int main(int argc, char **argv)
         qkv_tensor *logits = forward(t, &m, ids, causal);
         qkv_tensor *loss = qkv_cross_entropy(t, logits, targets);
         if (qkv_backward(t, loss) != QKV_OK || qkv_optim_step(opt) != QKV_OK) {
-            fprintf(stderr, "mha: step %d: %s\n", step, qkv_tape_error(t));
+            /* the tape's reason, else the optimizer's (a gradient or update not finite) */
+            fprintf(stderr, "mha: step %d: %s\n", step,
+                    qkv_tape_status(t) != QKV_OK ? qkv_tape_error(t) : qkv_optim_error(opt));
             goto done;
         }
         if (step % 100 == 0)

@@ -307,7 +307,9 @@ int main(int argc, char **argv)
         qkv_tape_reset(t);
         qkv_tensor *loss = qkv_cross_entropy(t, forward(t, &m, ids, B), targets);
         if (qkv_backward(t, loss) != QKV_OK || qkv_optim_step(opt) != QKV_OK) {
-            fprintf(stderr, "transformer: step %d: %s\n", step, qkv_tape_error(t));
+            /* the tape's reason, else the optimizer's (a gradient or update not finite) */
+            fprintf(stderr, "transformer: step %d: %s\n", step,
+                    qkv_tape_status(t) != QKV_OK ? qkv_tape_error(t) : qkv_optim_error(opt));
             goto done;
         }
         if ((step + 1) % 200 == 0)

@@ -73,7 +73,9 @@ int main(int argc, char **argv)
         logits = qkv_add(t, qkv_matmul(t, h, w2), b2);                     /* (4, 1) */
         loss = qkv_bce_with_logits(t, logits, y);
         if (qkv_backward(t, loss) != QKV_OK || qkv_optim_step(opt) != QKV_OK) {
-            fprintf(stderr, "xor_mlp: step %d: %s\n", step, qkv_tape_error(t));
+            /* the tape's reason, else the optimizer's (a gradient or update not finite) */
+            fprintf(stderr, "xor_mlp: step %d: %s\n", step,
+                    qkv_tape_status(t) != QKV_OK ? qkv_tape_error(t) : qkv_optim_error(opt));
             goto done;
         }
     }
