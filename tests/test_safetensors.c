@@ -756,12 +756,12 @@ START_TEST(test_loading_matches_names_and_shapes)
     nan[26] = 0xc0;
     nan[27] = 0x7f; /* b[0] = NaN */
     expect_load_reject(make("{" W_ENTRY "," B_ENTRY "}", nan, 36), p, QKV_ERR_NUMERIC,
-                       "t.safetensors: tensor 'b' value 0 is nan, not a finite number");
+                       "t.safetensors: tensor 'b' value 0 is NaN, not a finite number");
     nan[24] = nan[25] = 0;
     nan[26] = 0x80;
     nan[27] = 0xff; /* b[0] = -inf: 0xff800000 */
     expect_load_reject(make("{" W_ENTRY "," B_ENTRY "}", nan, 36), p, QKV_ERR_NUMERIC,
-                       "t.safetensors: tensor 'b' value 0 is -inf, not a finite number");
+                       "t.safetensors: tensor 'b' value 0 is -infinity, not a finite number");
     ck_assert(w->data[0] == 42); /* no failed load changed anything */
     qkv_params_free(p);
 }
@@ -968,7 +968,10 @@ START_TEST(test_saving_refuses_bad_metadata_and_values)
     qkv_st_close(st);
     qkv_params_get(p, "b")->data[1] = INFINITY;
     ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_ERR_NUMERIC);
-    ck_assert_msg(strstr(err.message, "b[1] = inf is not finite"), "%s", err.message);
+    ck_assert_msg(strstr(err.message, "b[1] = infinity is not finite"), "%s", err.message);
+    qkv_params_get(p, "b")->data[1] = -(qkv_real)NAN; /* printf's "-nan" */
+    ck_assert_int_eq(qkv_safetensors_save(p, path, NULL, 0, &err), QKV_ERR_NUMERIC);
+    ck_assert_msg(strstr(err.message, "b[1] = NaN is not finite"), "%s", err.message);
     qkv_params_free(p);
 }
 END_TEST

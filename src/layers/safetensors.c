@@ -174,11 +174,14 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
         const char *name;
         const qkv_tensor *t = qkv_params_at(p, i, &name);
         for (size_t j = 0; j < t->numel; j++)
-            if (!isfinite(t->data[j]))
+            if (!isfinite(t->data[j])) {
+                char num[32];
                 return qkv_error_set(err, QKV_ERR_NUMERIC,
-                                     "refusing to save %s: %s[%zu] = %g is not finite; %s was "
+                                     "refusing to save %s: %s[%zu] = %s is not finite; %s was "
                                      "left untouched",
-                                     path, name, j, (double)t->data[j], path);
+                                     path, name, j,
+                                     qkv_num_str(num, sizeof num, (double)t->data[j]), path);
+            }
     }
     sbuf h = {0};
     char num[64];
@@ -682,13 +685,11 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
         }
         for (size_t k = 0; k < t->numel; k++) {
             double v = value_at(f, e, k);
+            char num[32];
             if (!isfinite(v))
                 return qkv_error_set(err, QKV_ERR_NUMERIC,
                                      "%s: tensor '%s' value %zu is %s, not a finite number",
-                                     f->label, name, k,
-                                     isnan(v) ? "nan"
-                                     : v > 0  ? "inf"
-                                              : "-inf");
+                                     f->label, name, k, qkv_num_str(num, sizeof num, v));
             /* only an F64 value can be beyond F32's range, and only a
              * float build's weights are F32: the file is most likely a
              * double build's. Beyond means rounding to infinity: from the
