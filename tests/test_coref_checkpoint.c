@@ -394,7 +394,7 @@ START_TEST(test_a_non_finite_model_never_replaces_a_good_one)
     qkv_coref_model *m = small_model();
     ck_assert_int_eq(qkv_coref_save(m, FP, path, NULL), QKV_OK);
     m->wv->data[5] = NAN;
-    expect_save_refused(m, path, QKV_ERR_NUMERIC, "wv[5] = nan");
+    expect_save_refused(m, path, QKV_ERR_NUMERIC, "wv[5] = NaN");
     m->wv->data[5] = INFINITY;
     expect_save_refused(m, path, QKV_ERR_NUMERIC, "not finite");
     ck_assert_int_eq(files_in(dir), 1);
