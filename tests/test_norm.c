@@ -607,6 +607,80 @@ START_TEST(test_backward_from_any_tensor_seeds_its_gradient)
 }
 END_TEST
 
+/* a prediction in two losses gets the sum of both gradients: twice
+ * 2(x - y)/N for mse, twice (σ(x) - y)/N for bce (σ worked out here from
+ * exp, not by the op) */
+START_TEST(test_mse_and_bce_gradients_add_to_what_is_there)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    static const double xv[3] = {1, -2, 0.5}, yv[3] = {0.25, 1, 0};
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, xv, 1);
+    qkv_tensor *y = tensor_of(1, (const int[]){3}, yv, 0);
+    ck_assert_int_eq(qkv_backward(t, qkv_add(t, qkv_mse(t, x, y), qkv_mse(t, x, y))), QKV_OK);
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(x->grad[i], 2 * 2 * (xv[i] - yv[i]) / 3, 4 * REAL_EPS);
+    qkv_tape_reset(t);
+    qkv_tensor_zero_grad(x);
+    ck_assert_int_eq(
+        qkv_backward(t, qkv_add(t, qkv_bce_with_logits(t, x, y), qkv_bce_with_logits(t, x, y))),
+        QKV_OK);
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(x->grad[i], 2 * (1 / (1 + exp(-xv[i])) - yv[i]) / 3, 4 * REAL_EPS);
+    qkv_tensor_free(x);
+    qkv_tensor_free(y);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* mse sums eight partials in lockstep over the first multiple of 8 and
+ * the rest one by one: counts of 1 to 7 past it (here 5, 12 and 15, with
+ * pred i and target 0) each count every entry once, Σ i²/n */
+START_TEST(test_mse_counts_each_entry_once_for_any_count)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    static const int counts[3] = {5, 12, 15};
+    for (int c = 0; c < 3; c++) {
+        const int n = counts[c];
+        qkv_tensor *p = tensor_of(1, &n, NULL, 1);
+        qkv_tensor *z = tensor_of(1, &n, NULL, 0);
+        double want = 0;
+        for (int i = 0; i < n; i++) {
+            p->data[i] = (qkv_real)i;
+            want += (double)i * i;
+        }
+        want /= n; /* 6, 42.1666..., 63.333... */
+        qkv_tape_reset(t);
+        qkv_tensor *m = qkv_mse(t, p, z);
+        ASSERT_NEAR(m->data[0], want, 2 * REAL_EPS * want);
+        ck_assert_int_eq(qkv_backward(t, m), QKV_OK);
+        for (int i = 0; i < n; i++)
+            ASSERT_NEAR(p->grad[i], 2.0 * i / n, 2 * REAL_EPS * i);
+        qkv_tensor_free(p);
+        qkv_tensor_free(z);
+    }
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* a target that is nil (NULL, or a failed call's result) is a missing
+ * input, as a nil prediction is, not a shape that differs */
+START_TEST(test_mse_and_bce_refuse_a_nil_target)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){3}, NULL, 1);
+    EXPECT_ERROR_ON(t, qkv_mse(t, x, NULL), QKV_ERR_ARG,
+                    "mse: input is nil (NULL, or the result of a failed call)");
+    EXPECT_ERROR_ON(t, qkv_mse(t, x, qkv_nil()), QKV_ERR_ARG,
+                    "mse: input is nil (NULL, or the result of a failed call)");
+    EXPECT_ERROR_ON(t, qkv_bce_with_logits(t, x, NULL), QKV_ERR_ARG,
+                    "bce_with_logits: input is nil (NULL, or the result of a failed call)");
+    EXPECT_ERROR_ON(t, qkv_bce_with_logits(t, x, qkv_nil()), QKV_ERR_ARG,
+                    "bce_with_logits: input is nil (NULL, or the result of a failed call)");
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *norm_suite(void)
 {
     Suite *s = suite_create("norm");
@@ -622,6 +696,9 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_norm_out_of_memory_names_the_op);
     tcase_add_test(tc, test_layer_norm_stays_within_its_rounding_bound);
     tcase_add_test(tc, test_mse_and_bce_match_cpython_and_stay_finite);
+    tcase_add_test(tc, test_mse_and_bce_gradients_add_to_what_is_there);
+    tcase_add_test(tc, test_mse_counts_each_entry_once_for_any_count);
+    tcase_add_test(tc, test_mse_and_bce_refuse_a_nil_target);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
     tcase_add_test(tc, test_dropout_gradient_adds_to_another_consumers);
     tcase_add_test(tc, test_dropout_refuses_another_tapes_input);
