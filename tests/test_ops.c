@@ -427,6 +427,42 @@ START_TEST(test_gather_scatter_adds_repeated_ids)
 }
 END_TEST
 
+/* gather, pick_rows and cross_entropy copy their indices onto the tape:
+ * the caller's array may change before backward (a batch buffer refilled)
+ * and the gradients still follow the indices of the forward pass */
+START_TEST(test_indices_are_copied_at_the_call)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *w = hold(&f, tensor_of(2, (const int[]){3, 1}, (const double[]){0, 1, 2}, 1));
+    int ids[2] = {2, 2};
+    qkv_tensor *g = qkv_gather(f.t, w, ids, 1, (const int[]){2});
+    ids[0] = ids[1] = 0;
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, g)), QKV_OK);
+    const double want_w[3] = {0, 0, 2};
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(w->grad[i], want_w[i], 0);
+    qkv_tensor *x = hold(&f, tensor_of(3, (const int[]){2, 3, 1}, NULL, 1));
+    int idx[2] = {2, 1};
+    qkv_tape_reset(f.t);
+    qkv_tensor *p = qkv_pick_rows(f.t, x, idx);
+    idx[0] = idx[1] = 0;
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, p)), QKV_OK);
+    const double want_x[6] = {0, 0, 1, 0, 1, 0};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(x->grad[i], want_x[i], 0);
+    /* equal logits: p = 1/2 each, so the gradient is p - y = ±1/2 exactly */
+    qkv_tensor *z = hold(&f, tensor_of(2, (const int[]){1, 2}, (const double[]){0, 0}, 1));
+    int target[1] = {1};
+    qkv_tape_reset(f.t);
+    qkv_tensor *l = qkv_cross_entropy(f.t, z, target);
+    target[0] = 0;
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    ASSERT_NEAR(z->grad[0], 0.5, 0);
+    ASSERT_NEAR(z->grad[1], -0.5, 0);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_softmax_stable_at_plus_minus_1e4)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -803,6 +839,10 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "transpose: [3]: needs at least 2 dimensions");
     EXPECT_ERROR(qkv_pick_rows(f.t, w, idx), QKV_ERR_SHAPE,
                  "pick_rows: [5,3]: input must be [B,T,D] with B indices");
+    qkv_tensor *a4d = tensor_of(4, (const int[]){2, 3, 4, 1}, NULL, 0); /* not [B,T,D] either */
+    EXPECT_ERROR(qkv_pick_rows(f.t, a4d, idx), QKV_ERR_SHAPE,
+                 "pick_rows: [2,3,4,1]: input must be [B,T,D] with B indices");
+    qkv_tensor_free(a4d);
     /* ids of 4 dimensions would make a 5-D output; a negative row index is
      * outside [0,T) too */
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 4, (const int[]){1, 1, 1, 1}), QKV_ERR_SHAPE,
@@ -826,6 +866,9 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "dimensions, each at least 1");
     EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, 9, (const int[]){1}), QKV_ERR_SHAPE,
                  "gather: table [5,3], ids of 9 dimensions: need a table [V,D] and ids of 1 to "
+                 "3 dimensions, each at least 1");
+    EXPECT_ERROR(qkv_gather(f.t, w, (const int[]){0}, -1, (const int[]){1}), QKV_ERR_SHAPE,
+                 "gather: table [5,3], ids of -1 dimensions: need a table [V,D] and ids of 1 to "
                  "3 dimensions, each at least 1");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, (const int[]){-1, 0}), QKV_ERR_ARG,
                  "pick_rows: index -1 for item 0 is outside [0,3) of [2,3,4]");
@@ -897,6 +940,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_rnn_scan_backward_keeps_the_bits_of_the_transposed_product);
     tcase_add_test(tc, test_gather_and_pick_rows_by_hand);
     tcase_add_test(tc, test_gather_scatter_adds_repeated_ids);
+    tcase_add_test(tc, test_indices_are_copied_at_the_call);
     tcase_add_test(tc, test_softmax_stable_at_plus_minus_1e4);
     tcase_add_test(tc, test_fully_masked_row_gives_zeros_not_nan);
     tcase_add_test(tc, test_log_softmax_masked_row_is_minus_inf_without_nan_gradient);
