@@ -58,12 +58,18 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     qkv_tape_reset(t);
     ck_assert(qkv_reshape(t, x, 5, (const int[]){1, 1, 1, 4, 16}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: a new shape needs 0 to 4 dimensions");
+    qkv_tape_reset(t); /* a count below 0 is as wrong as one above 4 */
+    ck_assert(qkv_reshape(t, x, -1, (const int[]){64}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: a new shape needs 0 to 4 dimensions");
     /* two dimensions, which a shape may have, but no sizes: the message
      * blamed the count ("a new shape needs 0 to 4 dimensions") */
     qkv_tape_reset(t);
     ck_assert(qkv_reshape(t, x, 2, NULL) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_SHAPE);
     ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: no new shape (NULL) for 2 dimensions");
+    qkv_tape_reset(t); /* one dimension needs its size too */
+    ck_assert(qkv_reshape(t, x, 1, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "reshape: [4,16]: no new shape (NULL) for 1 dimensions");
     qkv_tape_reset(t); /* none: a scalar, which needs no sizes */
     ck_assert(qkv_reshape(t, x, 0, NULL) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
@@ -74,6 +80,14 @@ START_TEST(test_reshape_is_a_view_that_shares_values_and_gradients)
     ck_assert(qkv_reshape(t, x, 4, (const int[]){65536, 65536, 65536, 65536}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "reshape: [4,16] has 64 values; the new shape holds another number");
+    /* the same with a -1: no size at -1 can make up for sizes that
+     * overflow already (their product is no divisor to try) */
+    qkv_tape_reset(t);
+    ck_assert(qkv_reshape(t, x, 4, (const int[]){0x7fffffff, 0x7fffffff, 0x7fffffff, -1}) ==
+              qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "reshape: [4,16] has 64 values; the new shape cannot hold them with any size "
+                     "at -1");
     /* a -1 may stand for the largest size there is, 2^31 - 1, and no
      * more: tensors described and never read (a view reads no values) */
     qkv_tape_reset(t);
@@ -122,6 +136,14 @@ START_TEST(test_permute_moves_values_and_gradients_back)
     ck_assert(s->shape[0] == 4 && s->shape[1] == 3 && s->shape[2] == 2);
     ck_assert(s->data[1] == x->data[12]); /* s[0,0,1] = x[1,0,0] */
     ck_assert(qkv_permute(t, x, (const int[]){0, 0, 1}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "permute: [2,3,4]: the permutation must name each of its 3 dimensions once");
+    qkv_tape_reset(t); /* -1 is the last dimension, -4 of three is none */
+    ck_assert(qkv_permute(t, x, (const int[]){-4, 0, 1}) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "permute: [2,3,4]: the permutation must name each of its 3 dimensions once");
+    qkv_tape_reset(t); /* 3 of three is none either */
+    ck_assert(qkv_permute(t, x, (const int[]){1, 3, 0}) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t),
                      "permute: [2,3,4]: the permutation must name each of its 3 dimensions once");
     qkv_tape_reset(t); /* no permutation at all says so */
@@ -279,6 +301,12 @@ START_TEST(test_concat_takes_up_to_its_maximum_of_inputs)
     qkv_tape_reset(t);
     ck_assert(qkv_concat(t, QKV_CONCAT_MAX + 1, xs, 0) == qkv_nil());
     ck_assert_str_eq(qkv_tape_error(t), "concat: needs 1 to 65536 tensors, got 65537");
+    qkv_tape_reset(t); /* and at least one: none has no shape to give */
+    ck_assert(qkv_concat(t, 0, xs, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "concat: needs 1 to 65536 tensors, got 0");
+    qkv_tape_reset(t);
+    ck_assert(qkv_concat(t, -1, xs, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "concat: needs 1 to 65536 tensors, got -1");
     free(xs);
     qkv_tensor_free(one);
     qkv_tape_free(t);
