@@ -188,6 +188,19 @@ START_TEST(test_affine_by_hand)
         ASSERT_NEAR(w->grad[i], dw[i], 0);
     for (int i = 0; i < 3; i++)
         ASSERT_NEAR(b->grad[i], db[i], 0);
+    /* only b takes a gradient (x and w are constants): the output still
+     * records a node, and db is the same Σ_rows c */
+    qkv_tensor *xc =
+        hold(&f, tensor_of(3, (const int[]){2, 1, 2}, (const double[]){1, 2, 3, 4}, 0));
+    qkv_tensor *wc =
+        hold(&f, tensor_of(2, (const int[]){2, 3}, (const double[]){1, 0, -1, 2, 1, 0}, 0));
+    qkv_tape_reset(f.t);
+    qkv_tensor_zero_grad(b);
+    y = qkv_affine(f.t, xc, wc, b);
+    ck_assert_ptr_nonnull(y->grad);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_sum(f.t, qkv_mul(f.t, y, c))), QKV_OK);
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(b->grad[i], db[i], 0);
     fx_free(&f);
 }
 END_TEST
@@ -811,6 +824,10 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "matmul: [2,3,4] x [3,4,5]: batch dimensions differ");
     EXPECT_ERROR(qkv_matmul_nt(f.t, a, w), QKV_ERR_SHAPE,
                  "matmul_nt: [2,3,4] x [5,3]: inner dimensions differ");
+    EXPECT_ERROR(qkv_matmul(f.t, w, v), QKV_ERR_SHAPE,
+                 "matmul: [5,3] x [3]: both inputs need at least 2 dimensions");
+    EXPECT_ERROR(qkv_matmul_nt(f.t, v, w), QKV_ERR_SHAPE,
+                 "matmul_nt: [3] x [5,3]: both inputs need at least 2 dimensions");
     EXPECT_ERROR(qkv_add(f.t, a, v), QKV_ERR_SHAPE,
                  "add: [2,3,4] and [3]: the shapes do not broadcast");
     EXPECT_ERROR(qkv_affine(f.t, a, w, NULL), QKV_ERR_SHAPE,
@@ -820,6 +837,14 @@ START_TEST(test_errors_name_the_op_and_shapes)
                  "exactly 2");
     EXPECT_ERROR(qkv_affine(f.t, w, w, v), QKV_ERR_SHAPE,
                  "affine: x [5,3], w [5,3], b [3]: the last dimension of x is not w's first");
+    /* a scalar x has no last dimension; a nil bias (a failed call's
+     * result) is not NULL, no bias */
+    qkv_tensor *x0 = tensor_of(0, NULL, (const double[]){5}, 0);
+    EXPECT_ERROR(qkv_affine(f.t, x0, w, NULL), QKV_ERR_SHAPE,
+                 "affine: x [], w [5,3], b none: x needs at least 1 dimension and w exactly 2");
+    qkv_tensor_free(x0);
+    EXPECT_ERROR(qkv_affine(f.t, b, w, qkv_nil()), QKV_ERR_ARG,
+                 "affine: input is nil (NULL, or the result of a failed call)");
     EXPECT_ERROR(qkv_gather(f.t, w, ids, 1, (const int[]){2}), QKV_ERR_ARG,
                  "gather: id 5 at position 1 is outside [0,5) of table [5,3]");
     EXPECT_ERROR(qkv_pick_rows(f.t, a, idx), QKV_ERR_ARG,
