@@ -263,6 +263,65 @@ START_TEST(test_sub_and_div_by_hand)
 }
 END_TEST
 
+/* add and sub copy dy (or -dy) into a gradient that no node has filled
+ * yet instead of adding into zeros, and must give the same bits: 0 + -0 is
+ * +0 and 0 - +0 is +0, where a plain copy gives -0 */
+START_TEST(test_add_and_sub_claimed_gradients_of_zero_are_plus_zero)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){4}, (const double[]){1, 2, 3, 4}, 1);
+    qkv_tensor *c = tensor_of(1, (const int[]){4}, (const double[]){5, 6, 7, 8}, 0);
+    const qkv_real mz = (qkv_real)-0.0;
+    const qkv_real dy[2][4] = {{mz, 1, mz, 2}, {0, 1, mz, 2}};
+    for (int op = 0; op < 3; op++) { /* a + c, a - c, c - a: a on the tape, claimed */
+        qkv_tape_reset(t);
+        qkv_tensor *a = qkv_scale(t, x, 1);
+        qkv_tensor *y = op == 0 ? qkv_add(t, a, c) : op == 1 ? qkv_sub(t, a, c) : qkv_sub(t, c, a);
+        const qkv_real *d = dy[op == 2];
+        ck_assert_int_eq(qkv_backward_from(t, y, d, 4), QKV_OK);
+        for (int i = 0; i < 4; i++) {
+            const double want = (op == 2 ? -(double)d[i] : (double)d[i]) + 0.0; /* +0 */
+            ck_assert_msg(a->grad[i] == want && (want != 0 || !signbit(a->grad[i])),
+                          "op %d: da[%d] = %g, want %g", op, i, (double)a->grad[i], want);
+        }
+    }
+    qkv_tensor_free(x);
+    qkv_tensor_free(c);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* the mask adds any value as it is, and only a -inf drops its entry's
+ * gradient: a finite bias (-2, 0) or +inf passes dy, as x + m would */
+START_TEST(test_mask_blocks_the_gradient_only_at_minus_inf)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 4}, (const double[]){1, 2, 3, 4, 5, 6, 7, 8}, 1);
+    qkv_tensor *m = tensor_of(1, (const int[]){4}, (const double[]){-2, -INFINITY, INFINITY, 0}, 0);
+    qkv_tensor *y = qkv_mask(t, x, m);
+    const double yv[8] = {-1, -INFINITY, INFINITY, 4, 3, -INFINITY, INFINITY, 8};
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(y->data[i] == yv[i], "y[%d] = %g", i, (double)y->data[i]);
+    const qkv_real dy[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 8), QKV_OK);
+    const double dx[8] = {1, 0, 3, 4, 5, 0, 7, 8};
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(x->grad[i] == dx[i], "dx[%d] = %g", i, (double)x->grad[i]);
+    /* a mask that does not broadcast to x, or only the other way */
+    qkv_tensor *m3 = tensor_of(1, (const int[]){3}, NULL, 0);
+    qkv_tensor *m124 = tensor_of(3, (const int[]){1, 2, 4}, NULL, 0);
+    EXPECT_ERROR_ON(t, qkv_mask(t, x, m3), QKV_ERR_SHAPE,
+                    "mask: [2,4] and [3]: second shape does not broadcast to the first");
+    EXPECT_ERROR_ON(t, qkv_mask(t, x, m124), QKV_ERR_SHAPE,
+                    "mask: [2,4] and [1,2,4]: second shape does not broadcast to the first");
+    qkv_tensor_free(m3);
+    qkv_tensor_free(m124);
+    qkv_tensor_free(x);
+    qkv_tensor_free(m);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_broadcasting_works_both_ways_and_reduces_gradients)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -319,6 +378,12 @@ START_TEST(test_pow_has_a_zero_gradient_at_exponent_zero)
     qkv_tape_reset(t);
     ck_assert(qkv_pow(t, x, NAN) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+    for (int sign = -1; sign <= 1; sign += 2) { /* an infinite one too, either sign */
+        qkv_tape_reset(t);
+        ck_assert(qkv_pow(t, x, sign * INFINITY) == qkv_nil());
+        ck_assert_str_eq(qkv_tape_error(t), sign < 0 ? "pow: the exponent -inf is not finite"
+                                                     : "pow: the exponent inf is not finite");
+    }
     /* the documented edges: a finite negative x with a fractional p is
      * NaN, and -inf gives C's pow: +inf for p = 0.5, +0 for p = -0.5 */
     qkv_tensor *e = tensor_of(1, (const int[]){2}, (const double[]){-INFINITY, -4}, 0);
@@ -391,6 +456,8 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_pow_has_a_zero_gradient_at_exponent_zero);
     tcase_add_test(tc, test_relu_keeps_nan);
     tcase_add_test(tc, test_relu_keeps_the_sign_of_zero);
+    tcase_add_test(tc, test_add_and_sub_claimed_gradients_of_zero_are_plus_zero);
+    tcase_add_test(tc, test_mask_blocks_the_gradient_only_at_minus_inf);
     suite_add_tcase(s, tc);
     return s;
 }
