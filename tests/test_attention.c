@@ -993,15 +993,15 @@ START_TEST(test_attention_refuses_a_scale_not_finite)
     qkv_tensor *w = tensor_of(2, (const int[]){3, 2}, NULL, 1);
     const int ids[2] = {0, 2};
     EXPECT_ERROR_ON(t, qkv_attention(t, a, a, a, NULL, NAN, NULL), QKV_ERR_ARG,
-                    "attention: the scale nan is not finite");
+                    "attention: the scale NaN is not finite");
     EXPECT_ERROR_ON(t, qkv_attention_online(t, a, a, a, NULL, INFINITY, 0), QKV_ERR_ARG,
-                    "attention_online: the scale inf is not finite");
+                    "attention_online: the scale infinity is not finite");
     EXPECT_ERROR_ON(t, qkv_attention_heads(t, a, 1, NULL, -INFINITY, NULL), QKV_ERR_ARG,
-                    "attention_heads: the scale -inf is not finite");
+                    "attention_heads: the scale -infinity is not finite");
     EXPECT_ERROR_ON(t, qkv_attention_heads_online(t, a, 2, NULL, NAN, 1), QKV_ERR_ARG,
-                    "attention_heads_online: the scale nan is not finite");
+                    "attention_heads_online: the scale NaN is not finite");
     EXPECT_ERROR_ON(t, qkv_embed_attention(t, w, w, w, ids, 1, 2, NULL, INFINITY, NULL),
-                    QKV_ERR_ARG, "embed_attention: the scale inf is not finite");
+                    QKV_ERR_ARG, "embed_attention: the scale infinity is not finite");
     qkv_tensor_free(a);
     qkv_tensor_free(w);
     qkv_tape_free(t);

@@ -316,8 +316,8 @@ START_TEST(test_gradcheck_refuses_bad_arguments)
         {0, 0, 0, 0, "gradcheck: no parameters to check"},
         {1, -1e-3, 0, 0, "gradcheck: the step -0.001 is not a finite number >= 0"},
         {1, 0, -1, 0, "gradcheck: the floor -1 is not a finite number >= 0"},
-        {1, 0, 0, NAN, "gradcheck: the tolerance nan is not a finite number >= 0"},
-        {1, INFINITY, 0, 0, "gradcheck: the step inf is not a finite number >= 0"},
+        {1, 0, 0, NAN, "gradcheck: the tolerance NaN is not a finite number >= 0"},
+        {1, INFINITY, 0, 0, "gradcheck: the step infinity is not a finite number >= 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         qkv_tape *t = qkv_tape_new(0, NULL);

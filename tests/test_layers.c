@@ -1132,7 +1132,8 @@ START_TEST(test_mha_refuses_a_padding_mask_of_other_values)
     const struct {
         qkv_real v;
         const char *says;
-    } bad[] = {{1, "1"}, {(qkv_real)NAN, "nan"}, {(qkv_real)INFINITY, "inf"}, {-1e9f, "-1e+09"}};
+    } bad[] = {
+        {1, "1"}, {(qkv_real)NAN, "NaN"}, {(qkv_real)INFINITY, "infinity"}, {-1e9f, "-1e+09"}};
     for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
         for (size_t i = 0; i < pad->numel; i++)
             pad->data[i] = i == (size_t)T + 3 ? bad[c].v : i % 7 == 6 ? -INFINITY : 0;

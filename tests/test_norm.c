@@ -130,7 +130,7 @@ START_TEST(test_norm_takes_eps_zero_and_refuses_an_infinite_one)
     ck_assert(y->data[0] == -1 && y->data[1] == 1);
     ck_assert(qkv_layer_norm(t, x, NULL, NULL, INFINITY) == qkv_nil());
     ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
-    ck_assert_str_eq(qkv_tape_error(t), "layer_norm: eps inf must be finite and >= 0");
+    ck_assert_str_eq(qkv_tape_error(t), "layer_norm: eps infinity must be finite and >= 0");
     qkv_tensor_free(x);
     qkv_tape_free(t);
 }
@@ -534,6 +534,8 @@ START_TEST(test_dropout_keeps_or_scales_and_is_the_identity_when_off)
     /* each refusal names its own cause: a p of 0 is fine, the NULL
      * generator is not */
     EXPECT_ERROR_ON(t, qkv_dropout(t, x, 1, &g), QKV_ERR_ARG, "dropout: p = 1 must be in [0, 1)");
+    EXPECT_ERROR_ON(t, qkv_dropout(t, x, -NAN, &g), QKV_ERR_ARG,
+                    "dropout: p = NaN must be in [0, 1)"); /* printf's "-nan" */
     EXPECT_ERROR_ON(t, qkv_dropout(t, x, 0, NULL), QKV_ERR_ARG,
                     "dropout: no generator (rng is NULL)");
     qkv_tensor_free(x);

@@ -10,6 +10,7 @@
 
 #include "core/core.h"
 #include "layers/internal.h"
+#include "util/util.h"
 
 /* ---- shared by the layer files (internal.h) ---------------------------- */
 
@@ -266,10 +267,11 @@ static const qkv_tensor *mask_of(qkv_tape *t, int causal, int B, int T, const qk
     for (size_t i = 0; pad != NULL && i < pad->numel; i++) {
         const qkv_real v = pad->data[i];
         if (v != 0 && !(isinf(v) && v < 0)) {
+            char num[32];
             qkv_tape_fail(t, QKV_ERR_ARG,
-                          "mha: the padding mask holds %g at [%zu,%zu]; it takes 0 (a token) and "
+                          "mha: the padding mask holds %s at [%zu,%zu]; it takes 0 (a token) and "
                           "-INFINITY (padding) only",
-                          (double)v, i / (size_t)T, i % (size_t)T);
+                          qkv_num_str(num, sizeof num, (double)v), i / (size_t)T, i % (size_t)T);
             return qkv_nil();
         }
     }

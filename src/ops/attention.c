@@ -547,7 +547,9 @@ static attn_rec *new_rec(qkv_tape *t, const char *name, qkv_tensor *v, const qkv
                          double scale)
 {
     if (!isfinite(scale)) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "%s: the scale %g is not finite", name, scale);
+        char num[32];
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: the scale %s is not finite", name,
+                      qkv_num_str(num, sizeof num, scale));
         return NULL;
     }
     attn_rec *r = qkv_op_alloc(t, name, sizeof *r);

@@ -22,7 +22,9 @@ qkv_tensor *qkv_dropout(qkv_tape *t, qkv_tensor *x, double p, qkv_rng *rng)
     if (!qkv_op_inputs_ok(t, "dropout", x, NULL, 0))
         return qkv_nil();
     if (!(p >= 0 && p < 1)) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "dropout: p = %g must be in [0, 1)", p);
+        char num[32];
+        qkv_tape_fail(t, QKV_ERR_ARG, "dropout: p = %s must be in [0, 1)",
+                      qkv_num_str(num, sizeof num, p));
         return qkv_nil();
     }
     if (rng == NULL) { /* even where no value is drawn: at p = 0, or evaluating */

@@ -435,8 +435,10 @@ static const qkv_op_def op_silu = {"silu", silu_backward, 0};
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 {
     if (!isfinite(c)) { /* as pow's exponent: every value would be ±inf or NaN */
+        char num[32];
         if (t != NULL && qkv_tape_status(t) == QKV_OK)
-            qkv_tape_fail(t, QKV_ERR_ARG, "scale: the factor %g is not finite", c);
+            qkv_tape_fail(t, QKV_ERR_ARG, "scale: the factor %s is not finite",
+                          qkv_num_str(num, sizeof num, c));
         return qkv_nil();
     }
     return unary(t, "scale", &op_scale, x, scale_map, c);
@@ -465,8 +467,10 @@ qkv_tensor *qkv_sqrt(qkv_tape *t, qkv_tensor *x)
 qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p)
 {
     if (!isfinite(p)) {
+        char num[32];
         if (t != NULL && qkv_tape_status(t) == QKV_OK)
-            qkv_tape_fail(t, QKV_ERR_ARG, "pow: the exponent %g is not finite", p);
+            qkv_tape_fail(t, QKV_ERR_ARG, "pow: the exponent %s is not finite",
+                          qkv_num_str(num, sizeof num, p));
         return qkv_nil();
     }
     return unary(t, "pow", &op_pow, x, pow_map, p);

@@ -67,7 +67,9 @@ static qkv_tensor *norm(qkv_tape *t, const char *name, qkv_tensor *x, qkv_tensor
             return qkv_nil();
         }
     if (!(eps >= 0) || !isfinite(eps)) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "%s: eps %g must be finite and >= 0", name, eps);
+        char num[32];
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: eps %s must be finite and >= 0", name,
+                      qkv_num_str(num, sizeof num, eps));
         return qkv_nil();
     }
     int grad = x->grad != NULL || (gamma != NULL && gamma->grad != NULL) ||

@@ -7,6 +7,7 @@
 
 #include "qkv/gradcheck.h"
 #include "qkv/rng.h"
+#include "util/util.h"
 
 /* Defaults, by scalar type. The step balances truncation error against
  * rounding error (~ε·|L|/h). float32 (ε ≈ 6e-8) takes one central
@@ -207,11 +208,13 @@ qkv_status qkv_gradcheck(qkv_tape *t, qkv_loss_fn fn, void *ctx, qkv_tensor **pa
     const double knobs[3] = {step, floor, tol};
     static const char *const knob_names[3] = {"step", "floor", "tolerance"};
     for (int i = 0; i < 3; i++)
-        if (!(knobs[i] >= 0) || !isfinite(knobs[i]))
+        if (!(knobs[i] >= 0) || !isfinite(knobs[i])) {
+            char num[32];
             return qkv_tape_fail(t, QKV_ERR_ARG,
-                                 "gradcheck: the %s %g is not a finite number >= 0 (0 picks "
+                                 "gradcheck: the %s %s is not a finite number >= 0 (0 picks "
                                  "the default)",
-                                 knob_names[i], knobs[i]);
+                                 knob_names[i], qkv_num_str(num, sizeof num, knobs[i]));
+        }
     for (int p = 0; p < nparams; p++) {
         if (qkv_tensor_is_nil(params[p]) || params[p]->grad == NULL)
             return qkv_tape_fail(t, QKV_ERR_ARG,
