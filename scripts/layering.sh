@@ -110,4 +110,4 @@ END {
     exit bad
 }' "$tmp" 2>"$report" && rc=0 || rc=$?
 sort "$report"
-exit $rc
+exit "$rc"
