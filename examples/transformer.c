@@ -231,14 +231,14 @@ static int can_save_to(const char *path)
 int main(int argc, char **argv)
 {
     if (argc > 2 || (argc == 2 && argv[1][0] == '-')) { /* --help, or anything unknown */
-        const int help =
-            argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
-        if (argc > 2)
+        /* --help first is help whatever follows, as in the other examples */
+        const int help = strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0;
+        if (!help && argc > 2) {
             fprintf(stderr, "transformer: one WEIGHTS file at most, not %d arguments\n", argc - 1);
-        else if (strcmp(argv[1], "-") == 0)
+        } else if (!help && strcmp(argv[1], "-") == 0) {
             fprintf(stderr, "transformer: '-' is not standard output here; write ./- for a file "
                             "named '-'\n");
-        else if (!help) {
+        } else if (!help) {
             fprintf(stderr, "transformer: unknown option '");
             put_safe(stderr, argv[1]);
             fprintf(stderr, "'\n");

@@ -1493,6 +1493,11 @@ START_TEST(test_every_example_runs_to_its_result)
     ck_assert_msg(strstr(out, "usage: transformer [WEIGHTS]") != NULL, "%s", out);
     ck_assert_msg(strstr(out, "a temporary file, removed at the end") != NULL, "%s", out);
     free(out);
+    /* --help first answers whatever follows, as every other example does */
+    snprintf(cmd, sizeof cmd, "'%s/examples/transformer' --help extra", dir);
+    ck_assert_int_eq(sh(cmd, &out), 0);
+    ck_assert_msg(strstr(out, "usage: transformer [WEIGHTS]") == out, "%s", out);
+    free(out);
     snprintf(cmd, sizeof cmd, "'%s/examples/transformer' --bogus", dir);
     ck_assert_int_eq(sh(cmd, &out), 2);
     ck_assert_msg(strstr(out, "usage: transformer") != NULL && strstr(out, "step") == NULL, "%s",
