@@ -922,6 +922,22 @@ START_TEST(test_an_empty_prefix_names_parameters_bare)
     ck_assert_str_eq(err.message, "layers: the name prefix of 125 bytes is too long: "
                                   "PREFIX.weight must fit in 127 bytes");
     ck_assert_int_eq(qkv_params_count(p), 2);
+    /* a layer of layers measures the caller's prefix against its longest
+     * name: 116 + 1 + 11 bytes is one too many, 115 fits exactly */
+    qkv_mha m;
+    qkv_ffn f;
+    prefix[116] = '\0';
+    ck_assert_int_eq(qkv_mha_init(&m, p, prefix, 8, 2, 1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "mha: the name prefix of 116 bytes is too long: "
+                                  "PREFIX.proj.weight must fit in 127 bytes");
+    ck_assert_int_eq(qkv_ffn_init(&f, p, prefix, 8, 16, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "ffn: the name prefix of 116 bytes is too long: "
+                                  "PREFIX.down.weight must fit in 127 bytes");
+    ck_assert_int_eq(qkv_params_count(p), 2);
+    prefix[115] = '\0';
+    ck_assert_int_eq(qkv_mha_init(&m, p, prefix, 8, 2, 1, &err), QKV_OK);
+    ck_assert_int_eq(qkv_ffn_init(&f, p, prefix, 8, 16, &err), QKV_OK);
+    ck_assert_int_eq(qkv_params_count(p), 10);
     qkv_params_free(p);
     qkv_params_free(q);
 }
@@ -1008,6 +1024,10 @@ START_TEST(test_layers_refuse_bad_shapes)
         qkv_block bad;
         qkv_linear l1, l2;
         ck_assert_int_eq(qkv_block_init(&bad, r1, prefix, 8, 2, 16, 1, &err), QKV_ERR_ARG);
+        /* the caller's prefix is measured, against the block's longest
+         * name (111 + 1 + 16 > 127), not a name derived from it */
+        ck_assert_str_eq(err.message, "block: the name prefix of 111 bytes is too long: "
+                                      "PREFIX.attn.proj.weight must fit in 127 bytes");
         ck_assert_int_eq(qkv_params_count(r1), 0);
         ck_assert_ptr_null(bad.attn.qkv.weight);
         /* what it had added is out of range: no tensor, no decay */

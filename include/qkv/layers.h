@@ -34,7 +34,9 @@ extern "C" {
 #endif
 
 /* Room for a layer's name, its init's prefix: any prefix that leaves room
- * for its parameters' names (127 bytes) fits. */
+ * for its parameters' names (127 bytes) fits. A layer made of layers
+ * measures the prefix against its longest name (a block's
+ * PREFIX.attn.proj.weight), and its refusal names that. */
 #define QKV_LAYER_NAME_BYTES 128
 
 /* ---- linear ------------------------------------------------------------- */

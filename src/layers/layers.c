@@ -30,6 +30,23 @@ qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char 
     return QKV_OK;
 }
 
+/* For a layer made of layers: QKV_OK when PREFIX.longest, its longest
+ * parameter name, fits. Measured on the caller's prefix, so that a
+ * refusal names it, not a prefix derived from it for an inner layer. */
+static qkv_status prefix_fits(const char *kind, const char *prefix, const char *longest,
+                              qkv_error *err)
+{
+    if (prefix == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "layers: the name prefix is NULL (\"\" for none)");
+    const size_t n = strlen(prefix);
+    if (n + (n > 0) + strlen(longest) > QKV_LAYER_NAME_BYTES - 1)
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "%s: the name prefix of %zu bytes is too long: PREFIX.%s must fit in "
+                             "%d bytes",
+                             kind, n, longest, QKV_LAYER_NAME_BYTES - 1);
+    return QKV_OK;
+}
+
 /* Adds PREFIX.suffix with this shape and init; QKV_OK or the list's error. */
 qkv_status qkv_layer_param(qkv_tensor **out, qkv_params *p, const char *prefix, const char *suffix,
                            int ndim, const int *shape, qkv_init init, qkv_error *err)
@@ -227,8 +244,11 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
     m->d_model = d_model;
     m->heads = heads;
     m->causal = causal != 0;
+    qkv_status s = prefix_fits("mha", prefix, "proj.weight", err);
+    if (s != QKV_OK)
+        return s;
     const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
-    qkv_status s = qkv_layer_name(name, sizeof name, prefix, "qkv", err);
+    s = qkv_layer_name(name, sizeof name, prefix, "qkv", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&m->qkv, p, name, d_model, 3 * d_model, 1, err);
     if (s == QKV_OK)
@@ -345,8 +365,11 @@ qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_mod
     if (d_model < 1 || hidden < 1) /* its own sizes, not its linear layers' in and out */
         return qkv_error_set(err, QKV_ERR_ARG, "ffn: d_model %d and hidden %d must be at least 1",
                              d_model, hidden);
+    qkv_status s = prefix_fits("ffn", prefix, "down.weight", err);
+    if (s != QKV_OK)
+        return s;
     const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
-    qkv_status s = qkv_layer_name(name, sizeof name, prefix, "up", err);
+    s = qkv_layer_name(name, sizeof name, prefix, "up", err);
     if (s == QKV_OK)
         s = qkv_linear_init(&f->up, p, name, d_model, hidden, 1, err);
     if (s == QKV_OK)
@@ -388,8 +411,11 @@ qkv_status qkv_block_init(qkv_block *b, qkv_params *p, const char *prefix, int d
                              "block: d_model %d must be a positive multiple of the heads %d, "
                              "and hidden %d at least 1",
                              d_model, heads, hidden);
+    qkv_status s = prefix_fits("block", prefix, "attn.proj.weight", err);
+    if (s != QKV_OK)
+        return s;
     const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
-    qkv_status s = qkv_layer_name(name, sizeof name, prefix, "ln1", err);
+    s = qkv_layer_name(name, sizeof name, prefix, "ln1", err);
     if (s == QKV_OK)
         s = qkv_norm_init(&b->ln1, p, name, d_model, err);
     if (s == QKV_OK && (s = qkv_layer_name(name, sizeof name, prefix, "attn", err)) == QKV_OK)
