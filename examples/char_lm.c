@@ -5,17 +5,19 @@
  * alone, by greedy decoding, each prediction fed back in as the next input.
  *
  * The text is UTF-8. It is checked with qkv_utf8_valid and cut into
- * characters (Unicode code points), one token each; the vocabulary is the
- * distinct characters in the order they first appear. The model is
- * trained on windows of T characters, so while reciting it reads the last
- * T characters it wrote, or all of them while there are fewer. That is
- * enough: the first character appears once, and each run of T characters
- * is followed by one character only (runs of up to 4 are not).
+ * characters (Unicode code points) with qkv_utf8_next, one token each;
+ * the vocabulary is the distinct characters in the order they first
+ * appear. The model is trained on windows of T characters, so while
+ * reciting it reads the last T characters it wrote, or all of them while
+ * there are fewer. That is enough: the first character appears once, and
+ * each run of T characters is followed by one character only (runs of up
+ * to 4 are not).
  *
  * It prints the loss, the recited text and whether it is the text, and how
  * many heap allocations the training steps after the first made (0: the
  * tape reuses its memory).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,7 +40,7 @@ enum {
 
 /* One character of the vocabulary: where its bytes first appear in TEXT. */
 typedef struct vocab_entry {
-    unsigned code; /* the code point */
+    uint32_t code; /* the code point */
     int at, len;   /* its bytes: TEXT[at .. at+len) */
 } vocab_entry;
 
@@ -49,22 +51,6 @@ typedef struct model {
     qkv_norm ln_f;
     qkv_linear head;
 } model;
-
-/* The code point whose UTF-8 bytes start at s (valid: the whole text was
- * checked), and their count in *len. */
-static unsigned next_char(const unsigned char *s, int *len)
-{
-    if (s[0] < 0x80) {
-        *len = 1;
-        return s[0];
-    }
-    const int n = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : 2;
-    unsigned c = s[0] & (0x7Fu >> n); /* the lead byte's payload */
-    for (int i = 1; i < n; i++)
-        c = c << 6 | (s[i] & 0x3Fu);
-    *len = n;
-    return c;
-}
 
 /* TEXT as token ids in ids[0 .. return value), its vocabulary in vocab
  * (*nv entries); -1 after a message if it is not UTF-8 or too long. */
@@ -79,8 +65,9 @@ static int tokenize(int *ids, vocab_entry *vocab, int *nv)
     int n = 0;
     *nv = 0;
     for (size_t at = 0; at < bytes; n++) {
-        int len, v = 0;
-        const unsigned code = next_char((const unsigned char *)TEXT + at, &len);
+        int v = 0;
+        uint32_t code;
+        const int len = (int)qkv_utf8_next(TEXT + at, bytes - at, &code); /* valid: checked */
         if (n == MAX_CHARS) {
             fprintf(stderr, "char_lm: the text has more than %d characters\n", MAX_CHARS);
             return -1;

@@ -109,6 +109,69 @@ START_TEST(test_tokenizer_rejects_invalid_utf8_with_its_offset)
 }
 END_TEST
 
+/* qkv_utf8_next decodes one character: the code points CPython gives
+ * for "他→小明😀a" ([hex(ord(c)) for c in s], lengths from c.encode()),
+ * every code point encoded by RFC 3629's table and decoded back, and 0
+ * for what qkv_utf8_valid refuses. */
+START_TEST(test_utf8_next_decodes_one_character)
+{
+    static const char text[] = "他→小明😀a";
+    static const uint32_t cps[] = {0x4ed6, 0x2192, 0x5c0f, 0x660e, 0x1f600, 0x61};
+    static const size_t lens[] = {3, 3, 3, 3, 4, 1};
+    size_t at = 0;
+    for (int i = 0; i < 6; i++) {
+        uint32_t cp = 0;
+        ck_assert_uint_eq(qkv_utf8_next(text + at, sizeof text - 1 - at, &cp), lens[i]);
+        ck_assert_uint_eq(cp, cps[i]);
+        at += lens[i];
+    }
+    ck_assert_uint_eq(at, sizeof text - 1);
+    for (uint32_t c = 0; c <= 0x10FFFF; c++) {
+        if (c >= 0xD800 && c <= 0xDFFF)
+            continue;
+        unsigned char b[4];
+        size_t n;
+        if (c < 0x80) {
+            b[0] = (unsigned char)c, n = 1;
+        } else if (c < 0x800) {
+            b[0] = (unsigned char)(0xC0 | c >> 6), b[1] = (unsigned char)(0x80 | (c & 0x3F)), n = 2;
+        } else if (c < 0x10000) {
+            b[0] = (unsigned char)(0xE0 | c >> 12);
+            b[1] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+            b[2] = (unsigned char)(0x80 | (c & 0x3F)), n = 3;
+        } else {
+            b[0] = (unsigned char)(0xF0 | c >> 18);
+            b[1] = (unsigned char)(0x80 | (c >> 12 & 0x3F));
+            b[2] = (unsigned char)(0x80 | (c >> 6 & 0x3F));
+            b[3] = (unsigned char)(0x80 | (c & 0x3F)), n = 4;
+        }
+        /* plain ifs: a ck_assert per code point reports to Check's parent
+         * process each time, a million times */
+        uint32_t cp = 0xFFFFFFFFu;
+        if (qkv_utf8_next((const char *)b, n, &cp) != n || cp != c)
+            ck_abort_msg("U+%04X decodes as %zu bytes, U+%04X", (unsigned)c,
+                         qkv_utf8_next((const char *)b, n, &cp), (unsigned)cp);
+        if (qkv_utf8_next((const char *)b, n - 1, &cp) != 0) /* one byte short */
+            ck_abort_msg("U+%04X cut to %zu bytes decodes", (unsigned)c, n - 1);
+    }
+    /* overlong, a surrogate, above U+10FFFF, a stray continuation byte, a
+     * lead byte where a continuation must be; NULL and empty text */
+    static const char *const bad[] = {"\xC0\x80",         "\xE0\x80\x80", "\xED\xA0\x80",
+                                      "\xF4\x90\x80\x80", "\x80",         "\xC3\xC3"};
+    for (int i = 0; i < 6; i++) {
+        uint32_t cp = 7;
+        ck_assert_uint_eq(qkv_utf8_next(bad[i], strlen(bad[i]), &cp), 0);
+        ck_assert_uint_eq(cp, 7); /* untouched */
+        ck_assert(!qkv_utf8_valid(bad[i], strlen(bad[i]), NULL));
+    }
+    uint32_t cp = 7;
+    ck_assert_uint_eq(qkv_utf8_next(NULL, 3, &cp), 0);
+    ck_assert_uint_eq(qkv_utf8_next("a", 0, &cp), 0);
+    ck_assert_uint_eq(cp, 7);
+    ck_assert_uint_eq(qkv_utf8_next("ab", 2, NULL), 1); /* the length alone */
+}
+END_TEST
+
 /* base.h's checks of bytes take NULL where a caller has no bytes to give:
  * as text it is empty (n = 0) or invalid at offset 0, and as data for a
  * CRC it adds nothing, where both read through it before. */
@@ -474,6 +537,7 @@ Suite *coref_data_suite(void)
     tcase_add_test(tc, test_vocabulary_has_every_required_word_and_gender);
     tcase_add_test(tc, test_tokenizer_splits_the_tutorial_sentence);
     tcase_add_test(tc, test_tokenizer_rejects_invalid_utf8_with_its_offset);
+    tcase_add_test(tc, test_utf8_next_decodes_one_character);
     tcase_add_test(tc, test_utf8_and_crc_take_null_bytes);
     tcase_add_test(tc, test_escape_stays_within_its_buffer);
     tcase_add_test(tc, test_escape_elided_keeps_a_third_for_the_start);

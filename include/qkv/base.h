@@ -91,6 +91,13 @@ uint32_t qkv_crc32(uint32_t crc, const void *data, size_t n);
  * 0. */
 int qkv_utf8_valid(const char *s, size_t n, size_t *bad);
 
+/* Decodes the character at s (n bytes available, as qkv_utf8_valid checks
+ * them): returns its length in bytes (1 to 4) with its code point in *cp
+ * (cp may be NULL), or 0, leaving *cp untouched, when s is NULL, n is 0 or
+ * the bytes there are not a whole valid character. A loop over a text
+ * steps by the return value and stops at 0. */
+size_t qkv_utf8_next(const char *s, size_t n, uint32_t *cp);
+
 /* Copies src into dst (cap bytes, always NUL-terminated) for a one-line
  * message: control characters, DEL and bytes of invalid UTF-8 become \xNN,
  * and characters that print as nothing or steer the terminal or the text's

@@ -67,6 +67,17 @@ static uint32_t code_point(const unsigned char *p, size_t len)
     return cp;
 }
 
+size_t qkv_utf8_next(const char *s, size_t n, uint32_t *cp)
+{
+    if (s == NULL || n == 0)
+        return 0;
+    const unsigned char *p = (const unsigned char *)s;
+    const size_t len = utf8_seq(p, n);
+    if (len > 0 && cp != NULL)
+        *cp = code_point(p, len);
+    return len;
+}
+
 /* Nonzero for a code point that prints as nothing, or that controls the
  * terminal or the text's direction: the C1 controls, the no-break space,
  * the soft hyphen, the zero-width and direction marks, the line and
