@@ -248,7 +248,7 @@ int main(int argc, char **argv)
                 "Trains a two-block causal Transformer to sort %d digits, saves its weights\n"
                 "to WEIGHTS (default: a temporary file, removed at the end, in $TMPDIR or\n"
                 "/tmp), reloads them into a second model and checks that it sorts exactly\n"
-                "as the first. A WEIGHTS that starts with '-' is written ./-NAME.\n",
+                "as the first. Give a WEIGHTS whose name starts with '-' as ./-NAME.\n",
                 N);
         return help ? 0 : 2;
     }
