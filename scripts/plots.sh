@@ -154,7 +154,7 @@ first_value() {
         c { print $c; exit }' "$1"
 }
 
-render loss loss "$data/train.csv" "build/qkv train"
+render loss loss "$data/train.csv" "build/qkv train --log $data/train.csv"
 for run in saturation saturation-adam; do
     csv=$data/$run/runs.csv
     optim=sgd
@@ -167,7 +167,7 @@ for run in saturation saturation-adam; do
         render "$name" saturation "$csv" "build/qkv saturation --optim $optim --out $data/$run"
     fi
 done
-render variance variance "$data/saturation/variance.csv" "build/qkv saturation"
+render variance variance "$data/saturation/variance.csv" "build/qkv saturation --out $data/saturation"
 render heatmap heatmap "$data/heatmap.csv" \
     "build/qkv resolve --csv $data/heatmap.csv \"小明是个运动达人，他平时很爱打篮球\""
 if [ -s "$data/softmax.csv" ]; then

@@ -1130,14 +1130,18 @@ START_TEST(test_every_gnuplot_script_renders_a_png_from_fixtures)
         ck_assert_int_eq(memcmp(magic, "\x89PNG\r\n\x1a\n", 8), 0);
         ck_assert_int_gt(size, 10000); /* a drawn plot, not an empty canvas */
     }
-    /* missing inputs are named and make the exit status 1 */
+    /* missing inputs are named and make the exit status 1; each hint's
+     * command writes where the plot looks, not to its default out/ */
     char *out;
     snprintf(cmd, sizeof cmd, "mkdir -p empty && sh '%s/../../scripts/plots.sh' empty",
              QKV_TEST_DATA);
     ck_assert_int_eq(sh(cmd, &out), 1);
-    ck_assert_msg(
-        strstr(out, "skipped loss.png: missing empty/train.csv (make it with: build/qkv train)"),
-        "%s", out);
+    ck_assert_msg(strstr(out, "skipped loss.png: missing empty/train.csv (make it with: build/qkv "
+                              "train --log empty/train.csv)"),
+                  "%s", out);
+    ck_assert_msg(strstr(out, "skipped variance.png: missing empty/saturation/variance.csv (make "
+                              "it with: build/qkv saturation --out empty/saturation)"),
+                  "%s", out);
     free(out);
     /* named plots: those alone; a name that is no plot is refused */
     snprintf(cmd, sizeof cmd,
