@@ -88,6 +88,9 @@ START_TEST(test_every_command_has_help)
         expect(args, 0, want);
     }
     expect("gradcheck --help", 0, "Usage: qkv gradcheck\n"); /* no blank before the end */
+    /* it says what it checks (the layers too) and what its status means */
+    expect("gradcheck --help", 0, "of every layer (linear, mha, ffn, the Transformer");
+    expect("gradcheck --help", 0, "status is 1 when any check fails.");
     /* and each fits a terminal of 80 columns (options' lines were up to
      * 117 wide), the wrapped part of a description under its start */
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

@@ -9,9 +9,14 @@
 int cmd_gradcheck(int argc, char **argv)
 {
     int r = cli_parse(argc, argv, NULL, 0, "",
-                      "Compares the tape's gradient of every op, and of the attention\n"
-                      "compositions, with central finite differences. Relative error is\n"
-                      "|analytic - numeric| / max(|analytic|, |numeric|, floor).",
+                      "Compares the tape's gradient of every op, of the attention\n"
+                      "compositions and of every layer (linear, mha, ffn, the Transformer\n"
+                      "block, RNN, LSTM, GRU) with central finite differences. Relative\n"
+                      "error is |analytic - numeric| / max(|analytic|, |numeric|, floor).\n"
+                      "A check passes when its worst relative error is within its\n"
+                      "tolerance, printed on the first line: the layers' may be looser than\n"
+                      "the ops' (in float32, their longer chains of rounding). The exit\n"
+                      "status is 1 when any check fails.",
                       NULL, 0, NULL);
     if (r != CLI_OK)
         return r;
