@@ -167,7 +167,8 @@ for run in saturation saturation-adam; do
         render "$name" saturation "$csv" "build/qkv saturation --optim $optim --out $data/$run"
     fi
 done
-render variance variance "$data/saturation/variance.csv" "build/qkv saturation --out $data/saturation"
+render variance variance "$data/saturation/variance.csv" \
+    "build/qkv saturation --out $data/saturation"
 render heatmap heatmap "$data/heatmap.csv" \
     "build/qkv resolve --csv $data/heatmap.csv \"小明是个运动达人，他平时很爱打篮球\""
 if [ -s "$data/softmax.csv" ]; then
