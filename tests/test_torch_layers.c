@@ -35,7 +35,7 @@
  * ratio of the scales (1/σ of a row: a few here, with O(1) inputs and
  * U(±0.5) parameters). So about 2000 roundings: 1.2e-4 in float (ε =
  * 6e-8), where we accept 2e-4, and 2.2e-13 in double, where we accept
- * 1e-12. The worst seen: 9.6e-7 in float (the online form's qkv.bias
+ * 1e-12. The worst seen: 1.0e-6 in float (the online form's qkv.bias
  * gradient), 2.5e-15 in double. A missing 1/√d_h, a causal mask off by
  * one, the padding ignored or the second norm put after the FFN give
  * 1e-1 and more; in double, GELU's 0.044715 as 0.0447 gives 3e-6, a
