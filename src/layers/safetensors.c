@@ -659,6 +659,50 @@ static double value_at(const qkv_st *f, const entry *e, size_t k)
     return v;
 }
 
+/* The number of values of entry e (its shape's product: the checks of
+ * read_entry made its bytes that many values). */
+static size_t entry_numel(const entry *e)
+{
+    return (size_t)((e->end - e->begin) / (uint64_t)e->dtype_size);
+}
+
+/* Checks that every value of entry e becomes a finite qkv_real: finite in
+ * the file and, for an F64 value in a float build, not rounding to
+ * infinity. */
+static qkv_status check_values(const qkv_st *f, const entry *e, qkv_error *err)
+{
+    const size_t n = entry_numel(e);
+    for (size_t k = 0; k < n; k++) {
+        double v = value_at(f, e, k);
+        char num[32];
+        if (!isfinite(v))
+            return qkv_error_set(err, QKV_ERR_NUMERIC,
+                                 "%s: tensor '%s' value %zu is %s, not a finite number", f->label,
+                                 e->name, k, qkv_num_str(num, sizeof num, v));
+        /* only an F64 value can be beyond F32's range, and only a float
+         * build's weights are F32: the file is most likely a double
+         * build's. Beyond means rounding to infinity: from the midpoint
+         * between FLT_MAX (0x1.fffffep+127) and 2^128 on, a tie going to
+         * the even 2^128; below it, FLT_MAX */
+        if (sizeof(qkv_real) == 4 && fabs(v) >= 0x1.ffffffp+127)
+            return qkv_error_set(err, QKV_ERR_NUMERIC,
+                                 "%s: tensor '%s' value %zu (%g) is beyond F32's range: this "
+                                 "build reads F32 weights; the file holds F64, as a double "
+                                 "build (make DOUBLE=1) writes and reads",
+                                 f->label, e->name, k, v);
+    }
+    return QKV_OK;
+}
+
+/* Entry e's values into out, as qkv_real (an F64 value rounded to nearest
+ * in a float build); check_values first. */
+static void convert_values(const qkv_st *f, const entry *e, qkv_real *out)
+{
+    const size_t n = entry_numel(e);
+    for (size_t k = 0; k < n; k++)
+        out[k] = (qkv_real)value_at(f, e, k);
+}
+
 qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
 {
     if (f == NULL || p == NULL)
@@ -683,25 +727,9 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
             return qkv_error_set(err, QKV_ERR_SHAPE, "%s: tensor '%s' is %s, the model's is %s",
                                  f->label, name, got, want);
         }
-        for (size_t k = 0; k < t->numel; k++) {
-            double v = value_at(f, e, k);
-            char num[32];
-            if (!isfinite(v))
-                return qkv_error_set(err, QKV_ERR_NUMERIC,
-                                     "%s: tensor '%s' value %zu is %s, not a finite number",
-                                     f->label, name, k, qkv_num_str(num, sizeof num, v));
-            /* only an F64 value can be beyond F32's range, and only a
-             * float build's weights are F32: the file is most likely a
-             * double build's. Beyond means rounding to infinity: from the
-             * midpoint between FLT_MAX (0x1.fffffep+127) and 2^128 on, a
-             * tie going to the even 2^128; below it, FLT_MAX */
-            if (sizeof(qkv_real) == 4 && fabs(v) >= 0x1.ffffffp+127)
-                return qkv_error_set(err, QKV_ERR_NUMERIC,
-                                     "%s: tensor '%s' value %zu (%g) is beyond F32's range: this "
-                                     "build reads F32 weights; the file holds F64, as a double "
-                                     "build (make DOUBLE=1) writes and reads",
-                                     f->label, name, k, v);
-        }
+        qkv_status s = check_values(f, e, err);
+        if (s != QKV_OK)
+            return s;
     }
     for (int i = 0; i < f->n; i++)
         if (qkv_params_get(p, f->e[i].name) == NULL)
@@ -711,9 +739,7 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
     for (int i = 0; i < qkv_params_count(p); i++) {
         const char *name;
         qkv_tensor *t = qkv_params_at(p, i, &name);
-        const entry *e = find(f, name);
-        for (size_t k = 0; k < t->numel; k++)
-            t->data[k] = (qkv_real)value_at(f, e, k);
+        convert_values(f, find(f, name), t->data);
     }
     return QKV_OK;
 }
