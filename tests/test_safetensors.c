@@ -829,6 +829,175 @@ START_TEST(test_f64_values_that_round_to_the_largest_float_load)
 }
 END_TEST
 
+/* A file's metadata keys in the file's order, a tensor's index by name,
+ * and one tensor's values, read from a file qkv wrote. */
+START_TEST(test_reading_one_tensor_gives_its_values)
+{
+    qkv_params *p = two_params();
+    const qkv_meta_entry meta[2] = {{"note", "他"}, {"a", "b"}};
+    ck_assert_int_eq(qkv_safetensors_save(p, path, meta, 2, NULL), QKV_OK);
+    qkv_params_free(p);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_open(path, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    /* qkv's own entries first, then the caller's, as written */
+    ck_assert_int_eq(qkv_st_meta_count(st), 4);
+    ck_assert_str_eq(qkv_st_meta_key(st, 0), "qkv_format");
+    ck_assert_str_eq(qkv_st_meta_key(st, 1), "qkv_crc32");
+    ck_assert_str_eq(qkv_st_meta_key(st, 2), "note");
+    ck_assert_str_eq(qkv_st_meta_key(st, 3), "a");
+    ck_assert_ptr_null(qkv_st_meta_key(st, 4));
+    ck_assert_ptr_null(qkv_st_meta_key(st, -1));
+    ck_assert_int_eq(qkv_st_meta_count(NULL), 0);
+    ck_assert_ptr_null(qkv_st_meta_key(NULL, 0));
+    /* names to indices */
+    ck_assert_int_eq(qkv_st_find(st, "w"), 0);
+    ck_assert_int_eq(qkv_st_find(st, "b"), 1);
+    ck_assert_int_eq(qkv_st_find(st, "c"), -1);
+    ck_assert_int_eq(qkv_st_find(st, NULL), -1);
+    ck_assert_int_eq(qkv_st_find(NULL, "w"), -1);
+    /* the number of values, and the values */
+    ck_assert_uint_eq(qkv_st_numel(st, 0), 6);
+    ck_assert_uint_eq(qkv_st_numel(st, 1), 3);
+    ck_assert_uint_eq(qkv_st_numel(st, 2), 0);
+    ck_assert_uint_eq(qkv_st_numel(NULL, 0), 0);
+    qkv_real w[6], b[3];
+    ck_assert_int_eq(qkv_st_read(st, 0, w, 6, &err), QKV_OK);
+    ck_assert_int_eq(qkv_st_read(st, 1, b, 3, NULL), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(w[i] == i + 1, "w[%d] = %g", i, (double)w[i]);
+    ck_assert(b[0] == -1 && b[1] == -2 && b[2] == -3);
+    ck_assert_int_eq(err.status, QKV_OK); /* a success leaves err alone */
+    qkv_st_close(st);
+    /* a tensor of more dimensions than qkv_st_shape gives, and an empty
+     * one, have their values too */
+    const float v[2] = {0.25f, -8};
+    unsigned char d[8];
+    f32le(v, 2, d);
+    st = parse_ok(make("{\"x\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,2],\"data_offsets\":[0,8]},"
+                       "\"e\":{\"dtype\":\"F32\",\"shape\":[3,0],\"data_offsets\":[8,8]}}",
+                       d, 8));
+    int shape[QKV_MAX_DIMS];
+    ck_assert_int_eq(qkv_st_shape(st, 0, shape), -1);
+    ck_assert_uint_eq(qkv_st_numel(st, 0), 2);
+    ck_assert_uint_eq(qkv_st_numel(st, 1), 0);
+    ck_assert_int_eq(qkv_st_read(st, 0, w, 2, NULL), QKV_OK);
+    ck_assert(w[0] == (qkv_real)0.25 && w[1] == -8);
+    ck_assert_int_eq(qkv_st_read(st, 1, w, 0, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_st_meta_count(st), 0);
+    ck_assert_ptr_null(qkv_st_meta_key(st, 0));
+    qkv_st_close(st);
+}
+END_TEST
+
+/* qkv_st_read converts as qkv_st_load does: F64 to float32 to nearest in
+ * the float build (0.1 to the float nearest it; just past FLT_MAX to
+ * FLT_MAX), a value that would round to infinity refused with load's
+ * message; exact in the double build. */
+START_TEST(test_reading_f64_rounds_as_loading_does)
+{
+    const double fmax = 0x1.fffffep+127, mid = 0x1.ffffffp+127;
+    const double bv[3] = {0.1, nextafter(fmax, INFINITY), -nextafter(mid, 0)};
+    qkv_st *st = parse_ok(with_f64_b(bv));
+    qkv_params *p = two_params();
+    ck_assert_int_eq(qkv_st_load(st, p, NULL), QKV_OK);
+    qkv_real b[3] = {0, 0, 0};
+    ck_assert_int_eq(qkv_st_read(st, 1, b, 3, NULL), QKV_OK);
+    const qkv_tensor *loaded = qkv_params_get(p, "b");
+#ifdef QKV_DOUBLE
+    const double want[3] = {bv[0], bv[1], bv[2]};
+#else
+    const double want[3] = {(double)0.1f, fmax, -fmax};
+#endif
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(b[i] == (qkv_real)want[i], "b[%d] = %a, not %a", i, (double)b[i], want[i]);
+        ck_assert(memcmp(&b[i], &loaded->data[i], sizeof b[i]) == 0); /* and as loaded */
+    }
+    qkv_st_close(st);
+    qkv_params_free(p);
+    st = parse_ok(with_f64_b((const double[]){1, -mid, 1}));
+    qkv_error err = qkv_error_none();
+    b[1] = 42;
+#ifdef QKV_DOUBLE
+    ck_assert_int_eq(qkv_st_read(st, 1, b, 3, &err), QKV_OK);
+    ck_assert(b[1] == -mid);
+#else
+    ck_assert_int_eq(qkv_st_read(st, 1, b, 3, &err), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(err.message,
+                     "t.safetensors: tensor 'b' value 1 (-3.40282e+38) is beyond F32's range: "
+                     "this build reads F32 weights; the file holds F64, as a double build "
+                     "(make DOUBLE=1) writes and reads");
+    ck_assert(b[1] == 42); /* nothing written */
+#endif
+    qkv_st_close(st);
+}
+END_TEST
+
+/* Expects qkv_st_read(st, i, out, n) to fail with this status and
+ * message, leaving out (at least 6 values) as it was. */
+static void expect_read_error(const qkv_st *st, int i, qkv_real *out, size_t n, qkv_status want,
+                              const char *message)
+{
+    qkv_real before[6];
+    if (out != NULL)
+        memcpy(before, out, sizeof before);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_st_read(st, i, out, n, &err), want);
+    ck_assert_str_eq(err.message, message);
+    ck_assert_int_eq(err.status, want);
+    if (out != NULL)
+        ck_assert(memcmp(before, out, sizeof before) == 0);
+    ck_assert_int_eq(qkv_st_read(st, i, out, n, NULL), want); /* err may be NULL */
+}
+
+/* Each refusal is one line naming the file and the tensor (or its index),
+ * and writes nothing. */
+START_TEST(test_reading_refuses_a_wrong_index_count_or_buffer)
+{
+    unsigned char d[36];
+    wb_data(d);
+    qkv_st *st = parse_ok(make("{" W_ENTRY "," B_ENTRY "}", d, 36));
+    qkv_real out[6] = {7, 7, 7, 7, 7, 7};
+    expect_read_error(st, 0, out, 5, QKV_ERR_ARG,
+                      "t.safetensors: tensor 'w' has 6 values, not the 5 asked for");
+    expect_read_error(st, 1, out, 6, QKV_ERR_ARG,
+                      "t.safetensors: tensor 'b' has 3 values, not the 6 asked for");
+    expect_read_error(st, 2, out, 3, QKV_ERR_ARG,
+                      "t.safetensors has no tensor 2: its tensors are 0 to 1");
+    expect_read_error(st, -1, out, 3, QKV_ERR_ARG,
+                      "t.safetensors has no tensor -1: its tensors are 0 to 1");
+    expect_read_error(st, 1, NULL, 3, QKV_ERR_ARG,
+                      "t.safetensors: tensor 'b': no buffer for its values (NULL)");
+    expect_read_error(NULL, 0, out, 6, QKV_ERR_ARG, "safetensors: no file (NULL)");
+    qkv_st_close(st);
+    st = parse_ok(make("{}", NULL, 0));
+    expect_read_error(st, 0, out, 0, QKV_ERR_ARG, "t.safetensors has no tensor 0: it has none");
+    qkv_st_close(st);
+}
+END_TEST
+
+/* A value that is not finite is refused with load's message, naming the
+ * tensor and the value; the file's other tensors still read. */
+START_TEST(test_reading_refuses_a_value_that_is_not_finite)
+{
+    unsigned char d[36];
+    wb_data(d);
+    d[28] = 0x00, d[29] = 0x00, d[30] = 0xc0, d[31] = 0x7f; /* b[1] = NaN (0x7fc00000) */
+    qkv_st *st = parse_ok(make("{" W_ENTRY "," B_ENTRY "}", d, 36));
+    qkv_real out[6] = {7, 7, 7, 7, 7, 7};
+    expect_read_error(st, 1, out, 3, QKV_ERR_NUMERIC,
+                      "t.safetensors: tensor 'b' value 1 is NaN, not a finite number");
+    ck_assert_int_eq(qkv_st_read(st, 0, out, 6, NULL), QKV_OK);
+    ck_assert(out[0] == 1 && out[5] == 6);
+    qkv_st_close(st);
+    d[28] = 0x00, d[29] = 0x00, d[30] = 0x80, d[31] = 0x7f; /* b[1] = inf (0x7f800000) */
+    st = parse_ok(make("{" W_ENTRY "," B_ENTRY "}", d, 36));
+    expect_read_error(st, 1, out, 3, QKV_ERR_NUMERIC,
+                      "t.safetensors: tensor 'b' value 1 is infinity, not a finite number");
+    qkv_st_close(st);
+}
+END_TEST
+
 /* qkv_safetensors_load, which opens, loads and closes in one call, hands
  * on the error of the step that failed. */
 START_TEST(test_loading_by_path_says_why_it_failed)
@@ -1143,6 +1312,15 @@ START_TEST(test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes)
         ck_assert(w->data[i] == (qkv_real)(i + 1) / 4);
     ck_assert(b->data[0] == (qkv_real)0.1 && b->data[1] == (qkv_real)-2.5 &&
               b->data[2] == (qkv_real)1e-3);
+    /* and read one at a time, by name, the same */
+    ck_assert_int_eq(qkv_st_meta_count(st), 1);
+    ck_assert_str_eq(qkv_st_meta_key(st, 0), "writer");
+    qkv_real v[6];
+    ck_assert_int_eq(qkv_st_read(st, qkv_st_find(st, "b"), v, 3, NULL), QKV_OK);
+    ck_assert(v[0] == (qkv_real)0.1 && v[1] == (qkv_real)-2.5 && v[2] == (qkv_real)1e-3);
+    ck_assert_int_eq(qkv_st_read(st, qkv_st_find(st, "w"), v, 6, NULL), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert(v[i] == (qkv_real)(i + 1) / 4);
     qkv_st_close(st);
     qkv_params_free(p);
 }
@@ -1210,6 +1388,10 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_qkv_metadata_is_checked);
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
     tcase_add_test(tc, test_f64_values_that_round_to_the_largest_float_load);
+    tcase_add_test(tc, test_reading_one_tensor_gives_its_values);
+    tcase_add_test(tc, test_reading_f64_rounds_as_loading_does);
+    tcase_add_test(tc, test_reading_refuses_a_wrong_index_count_or_buffer);
+    tcase_add_test(tc, test_reading_refuses_a_value_that_is_not_finite);
     tcase_add_test(tc, test_loading_by_path_says_why_it_failed);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_saving_refuses_metadata_the_reader_would_refuse);

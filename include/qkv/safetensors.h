@@ -71,6 +71,13 @@ void qkv_st_close(qkv_st *f); /* accepts NULL */
 /* The metadata value of key, or NULL. */
 const char *qkv_st_meta(const qkv_st *f, const char *key);
 
+/* The metadata entries in the file's order ("__metadata__" as written):
+ * how many (0 for NULL), and entry i's key (NULL when i is out of range
+ * or f is NULL); qkv_st_meta gives its value. The strings are f's, valid
+ * until qkv_st_close. */
+int qkv_st_meta_count(const qkv_st *f);
+const char *qkv_st_meta_key(const qkv_st *f, int i);
+
 /* The tensors in the file: how many, and tensor i's name, dtype ("F32",
  * "F64") and shape (up to QKV_MAX_DIMS dimensions into shape; returns the
  * number of dimensions, or -1 when there are more, i is out of range or
@@ -79,6 +86,25 @@ int qkv_st_count(const qkv_st *f);
 const char *qkv_st_name(const qkv_st *f, int i);
 const char *qkv_st_dtype(const qkv_st *f, int i);
 int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS]);
+
+/* The index of the tensor named name, or -1 (none, or f or name NULL). */
+int qkv_st_find(const qkv_st *f, const char *name);
+
+/* Tensor i's number of values, its shape's product (1 for a shape of no
+ * dimensions, 0 for an empty tensor, and for i out of range or f NULL);
+ * for any number of dimensions the file may have, up to 8, where
+ * qkv_st_shape gives at most QKV_MAX_DIMS. */
+size_t qkv_st_numel(const qkv_st *f, int i);
+
+/* Copies tensor i's values, in the file's (row-major) order, into out (n
+ * of them), converted as qkv_st_load converts them: each must be finite,
+ * and an F64 value is rounded to float32 in a float build, to nearest,
+ * one that would round to infinity being refused (QKV_ERR_NUMERIC). n
+ * must be the tensor's number of values (qkv_st_numel); i out of range, n
+ * that differs, or a NULL f or out is QKV_ERR_ARG. Each error is one line
+ * naming the file and the tensor (by its index when i is out of range);
+ * on an error out is not written. */
+qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_error *err);
 
 /* Copies the file's tensors into p's parameters of the same names: every
  * parameter must be in the file with its shape, and every tensor of the

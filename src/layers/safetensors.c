@@ -603,6 +603,16 @@ const char *qkv_st_meta(const qkv_st *f, const char *key)
     return NULL;
 }
 
+int qkv_st_meta_count(const qkv_st *f)
+{
+    return f != NULL ? f->n_meta : 0;
+}
+
+const char *qkv_st_meta_key(const qkv_st *f, int i)
+{
+    return f != NULL && i >= 0 && i < f->n_meta ? f->meta[2 * i] : NULL;
+}
+
 int qkv_st_count(const qkv_st *f)
 {
     return f != NULL ? f->n : 0;
@@ -632,13 +642,19 @@ int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS])
     return f->e[i].ndim;
 }
 
+int qkv_st_find(const qkv_st *f, const char *name)
+{
+    for (int i = 0; f != NULL && name != NULL && i < f->n; i++)
+        if (strcmp(f->e[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
 /* The entry named name, or NULL. */
 static const entry *find(const qkv_st *f, const char *name)
 {
-    for (int i = 0; i < f->n; i++)
-        if (strcmp(f->e[i].name, name) == 0)
-            return &f->e[i];
-    return NULL;
+    const int i = qkv_st_find(f, name);
+    return i >= 0 ? &f->e[i] : NULL;
 }
 
 /* Value k of entry e, decoded from little-endian F32 or F64. */
@@ -664,6 +680,11 @@ static double value_at(const qkv_st *f, const entry *e, size_t k)
 static size_t entry_numel(const entry *e)
 {
     return (size_t)((e->end - e->begin) / (uint64_t)e->dtype_size);
+}
+
+size_t qkv_st_numel(const qkv_st *f, int i)
+{
+    return f != NULL && i >= 0 && i < f->n ? entry_numel(&f->e[i]) : 0;
 }
 
 /* Checks that every value of entry e becomes a finite qkv_real: finite in
@@ -742,6 +763,30 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
         convert_values(f, find(f, name), t->data);
     }
     return QKV_OK;
+}
+
+qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_error *err)
+{
+    if (f == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no file (NULL)");
+    if (i < 0 || i >= f->n) {
+        if (f->n == 0)
+            return qkv_error_set(err, QKV_ERR_ARG, "%s has no tensor %d: it has none", f->label, i);
+        return qkv_error_set(err, QKV_ERR_ARG, "%s has no tensor %d: its tensors are 0 to %d",
+                             f->label, i, f->n - 1);
+    }
+    const entry *e = &f->e[i];
+    if (out == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "%s: tensor '%s': no buffer for its values (NULL)",
+                             f->label, e->name);
+    if (n != entry_numel(e))
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "%s: tensor '%s' has %zu values, not the %zu asked for", f->label,
+                             e->name, entry_numel(e), n);
+    qkv_status s = check_values(f, e, err);
+    if (s == QKV_OK)
+        convert_values(f, e, out);
+    return s;
 }
 
 qkv_status qkv_safetensors_load(qkv_params *p, const char *path, qkv_error *err)
