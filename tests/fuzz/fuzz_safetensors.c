@@ -1,7 +1,8 @@
 /*
  * fuzz_safetensors.c - libFuzzer target: the safetensors reader on
- * arbitrary bytes, then every accessor on what it accepts, and a load into
- * a small parameter list (w [2,3], b [3]) that must either take every
+ * arbitrary bytes, then every accessor on what it accepts, a read of each
+ * tensor that must either give finite values or write nothing, and a load
+ * into a small parameter list (w [2,3], b [3]) that must either take every
  * value or change nothing.
  */
 #include <math.h>
@@ -22,6 +23,36 @@ static qkv_params *list(void)
     return p;
 }
 
+/* Reads tensor i of f: every value finite, or an error that wrote
+ * nothing; a count one more than its own is refused. */
+static void read_tensor(const qkv_st *f, int i)
+{
+    const size_t n = qkv_st_numel(f, i);
+    qkv_real *v = malloc((n + 1) * sizeof *v); /* n is at most the input's size */
+    if (v == NULL)
+        return;
+    for (size_t k = 0; k <= n; k++)
+        v[k] = -7;
+    qkv_error err = qkv_error_none();
+    if (qkv_st_read(f, i, v, n + 1, &err) != QKV_ERR_ARG || v[0] != -7)
+        abort();
+    err = qkv_error_none();
+    if (qkv_st_read(f, i, v, n, &err) == QKV_OK) {
+        for (size_t k = 0; k < n; k++)
+            if (!isfinite(v[k]))
+                abort();
+    } else {
+        if (err.status == QKV_OK)
+            abort();
+        for (size_t k = 0; k < n; k++)
+            if (v[k] != -7)
+                abort(); /* a failed read wrote */
+    }
+    if (v[n] != -7)
+        abort(); /* past the end */
+    free(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     qkv_error err = qkv_error_none();
@@ -35,8 +66,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < qkv_st_count(f); i++) {
         if (qkv_st_name(f, i) == NULL || qkv_st_dtype(f, i) == NULL)
             abort();
+        if (qkv_st_find(f, qkv_st_name(f, i)) != i) /* names are unique */
+            abort();
         qkv_st_shape(f, i, shape);
+        read_tensor(f, i);
     }
+    for (int i = 0; i < qkv_st_meta_count(f); i++)
+        if (qkv_st_meta_key(f, i) == NULL || qkv_st_meta(f, qkv_st_meta_key(f, i)) == NULL)
+            abort();
+    if (qkv_st_meta_key(f, qkv_st_meta_count(f)) != NULL)
+        abort();
     (void)qkv_st_meta(f, "qkv_format");
     qkv_params *p = list();
     qkv_tensor *w = qkv_params_get(p, "w");
