@@ -79,7 +79,7 @@ START_TEST(test_every_command_has_help)
 {
     static const char *cmds[] = {"demo",    "gradcheck",  "train",   "eval",
                                  "resolve", "saturation", "softmax", "distance",
-                                 "bptt",    "parallel",   "ablate"};
+                                 "bptt",    "parallel",   "ablate",  "inspect"};
     char args[64], want[64];
     expect("--help", 0, "Usage: qkv <command>");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
@@ -3920,8 +3920,9 @@ END_TEST
  * from line; returns how many of them f checked (f returns 1 for those). */
 static int each_help_option(int (*f)(const char *cmd, const char *line, size_t n))
 {
-    static const char *cmds[] = {"demo",    "train",    "eval", "resolve",  "saturation",
-                                 "softmax", "distance", "bptt", "parallel", "ablate"};
+    static const char *cmds[] = {"demo",       "train",   "eval",     "resolve",
+                                 "saturation", "softmax", "distance", "bptt",
+                                 "parallel",   "ablate",  "inspect"};
     int checked = 0;
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
         char args[128], *help;
@@ -4018,7 +4019,7 @@ START_TEST(test_an_option_without_a_name_is_quoted_whole)
            "qkv: '--=' is not an option: no name between '--' and '='\n");
     static const char *cmds[] = {"demo",    "gradcheck",  "train",   "eval",
                                  "resolve", "saturation", "softmax", "distance",
-                                 "bptt",    "parallel",   "ablate"};
+                                 "bptt",    "parallel",   "ablate",  "inspect"};
     for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
         char args[64], want[128];
         snprintf(args, sizeof args, "%s --=5", cmds[c]);
@@ -5115,6 +5116,162 @@ START_TEST(test_softmax_checks_every_vector_before_it_writes)
 }
 END_TEST
 
+/* Writes a safetensors file by hand in tmp: the 8-byte length, the
+ * header, then n bytes of data. */
+static void write_st(const char *name, const char *header, const void *data, size_t n)
+{
+    char p[160];
+    snprintf(p, sizeof p, "%s/%s", tmp, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    const uint64_t h = strlen(header);
+    for (int k = 0; k < 8; k++)
+        fputc((int)(h >> (8 * k)) & 0xff, f);
+    fputs(header, f);
+    if (n > 0)
+        ck_assert_uint_eq(fwrite(data, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* w.st in tmp: w [2,3] = 1, -2, 3, -4, 5, -6 and b [3] = 0.5, 0.5, 2,
+ * with a note in Chinese and a key and value with control characters. */
+static void write_inspect_file(void)
+{
+    qkv_params *p = qkv_params_new(1, NULL);
+    const qkv_init z = {QKV_INIT_ZEROS, 0, 0};
+    qkv_tensor *w = qkv_params_add(p, "w", 2, (const int[]){2, 3}, z, NULL);
+    qkv_tensor *b = qkv_params_add(p, "b", 1, (const int[]){3}, z, NULL);
+    const double wv[6] = {1, -2, 3, -4, 5, -6}, bv[3] = {0.5, 0.5, 2};
+    for (int i = 0; i < 6; i++)
+        w->data[i] = (qkv_real)wv[i];
+    for (int i = 0; i < 3; i++)
+        b->data[i] = (qkv_real)bv[i];
+    const qkv_meta_entry meta[2] = {{"note", "他"}, {"line\nbreak", "a\033b"}};
+    char path[160];
+    snprintf(path, sizeof path, "%s/w.st", tmp);
+    qkv_error err = qkv_error_none();
+    ck_assert_msg(qkv_safetensors_save(p, path, meta, 2, &err) == QKV_OK, "%s", err.message);
+    qkv_params_free(p);
+}
+
+#ifdef QKV_DOUBLE
+#define ST_DTYPE "F64"
+#else
+#define ST_DTYPE "F32"
+#endif
+
+/* The statistics are by hand: w's mean is (1 - 2 + 3 - 4 + 5 - 6) / 6 =
+ * -0.5 and its RMS sqrt(91 / 6) = 3.894440...; b's mean is 3 / 3 = 1 and
+ * its RMS sqrt(4.5 / 3) = 1.224744... */
+START_TEST(test_inspect_shows_metadata_and_each_tensors_statistics)
+{
+    write_inspect_file();
+    char *out;
+    ck_assert_int_eq(run("inspect w.st", &out), 0);
+    static const char *const lines[] = {
+        "w.st: 2 tensors, 9 values, 4 metadata entries\n\nmetadata:\n  qkv_format = 1\n",
+        "  note = 他\n  line\\x0abreak = a\\x1bb\n\n",
+        "tensor  dtype  shape  values           min           max          mean           rms\n",
+        "w       " ST_DTYPE "    [2,3]       6            -6             5          -0.5       "
+        "3.89444\n",
+        "b       " ST_DTYPE "    [3]         3           0.5             2             1       "
+        "1.22474\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(out, lines[i]) != NULL, "no '%s' in:\n%s", lines[i], out);
+    ck_assert_ptr_null(strchr(out, '\033')); /* escaped, never sent to the terminal */
+    free(out);
+    /* its values: a matrix as its rows, a vector on a line, each column
+     * as wide as the widest value */
+    ck_assert_int_eq(run("inspect w.st --values w", &out), 0);
+    ck_assert_str_eq(out, " 1 -2  3\n-4  5 -6\n");
+    free(out);
+    ck_assert_int_eq(run("inspect --values=b w.st", &out), 0);
+    ck_assert_str_eq(out, "0.5 0.5   2\n");
+    free(out);
+    expect("inspect w.st --values nope", 1,
+           "qkv: inspect: w.st has no tensor 'nope'; its tensors are w, b\n");
+}
+END_TEST
+
+/* A file by hand: a scalar, a 3-D tensor, an empty F64 one and one with a
+ * NaN. The table shows every tensor, "-" for the empty one's statistics
+ * and "?" for the one that cannot be read, which is then named on a line
+ * of its own; the command fails. t's RMS is sqrt(30 / 4) = 2.738613. */
+START_TEST(test_inspect_shows_what_it_cannot_read_and_fails)
+{
+    const float v[8] = {2.5f, 1, 2, 3, 4, 1, NAN, 3};
+    write_st("nan.st",
+             "{\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+             "\"t\":{\"dtype\":\"F32\",\"shape\":[2,1,2],\"data_offsets\":[4,20]},"
+             "\"e\":{\"dtype\":\"F64\",\"shape\":[2,0],\"data_offsets\":[20,20]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[20,32]}}",
+             v, 32);
+    char *out;
+    ck_assert_int_eq(run("inspect nan.st", &out), 1);
+    static const char *const lines[] = {
+        "nan.st: 4 tensors, 8 values, 0 metadata entries\n\ntensor  dtype  shape    values  ",
+        "tensor  dtype  shape    values           min           max          mean           rms\n",
+        "s       F32    []            1           2.5           2.5           2.5           2.5\n",
+        "t       F32    [2,1,2]       4             1             4           2.5       2.73861\n",
+        "e       F64    [2,0]         0             -             -             -             -\n",
+        "b       F32    [3]           3             ?             ?             ?             ?\n",
+        "qkv: inspect: nan.st: tensor 'b' value 1 is NaN, not a finite number\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(out, lines[i]) != NULL, "no '%s' in:\n%s", lines[i], out);
+    free(out);
+    ck_assert_int_eq(run("inspect nan.st --values s", &out), 0);
+    ck_assert_str_eq(out, "2.5\n");
+    free(out);
+    ck_assert_int_eq(run("inspect nan.st --values t", &out), 0); /* rows of the last dimension */
+    ck_assert_str_eq(out, "1 2\n3 4\n");
+    free(out);
+    ck_assert_int_eq(run("inspect nan.st --values e", &out), 0);
+    ck_assert_str_eq(out, "");
+    free(out);
+    expect("inspect nan.st --values b", 1,
+           "qkv: inspect: nan.st: tensor 'b' value 1 is NaN, not a finite number\n");
+    /* F64 values near the double's largest: their sum and squares
+     * overflow, their mean and RMS do not (the float build refuses them,
+     * as its loader does) */
+    const double big[2] = {1e308, 1e308};
+    write_st("big.st", "{\"x\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", big,
+             16);
+#ifdef QKV_DOUBLE
+    expect(
+        "inspect big.st", 0,
+        "x       F64    [2]         2        1e+308        1e+308        1e+308        1e+308\n");
+#else
+    expect("inspect big.st", 1,
+           "qkv: inspect: big.st: tensor 'x' value 0 (1e+308) is beyond F32's range");
+#endif
+}
+END_TEST
+
+/* A file that cannot be read is one line naming it, the loader's; a
+ * command line without one file is a usage error. */
+START_TEST(test_inspect_names_the_file_it_cannot_read)
+{
+    char *out;
+    expect("inspect nowhere.st", 1,
+           "qkv: inspect: cannot open nowhere.st: No such file or directory\n");
+    ck_assert_int_eq(sh("printf 'hello, world\\n' > notes.txt && mkdir d", &out), 0);
+    free(out);
+    expect("inspect notes.txt", 1, "qkv: inspect: notes.txt is not a safetensors file");
+    expect("inspect ./d", 1, "qkv: inspect: ./d is a directory, not a file\n");
+    write_st("cut.st", "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+             "\0\0\0\0", 4);
+    expect("inspect cut.st", 1, "qkv: inspect: cut.st: tensor 'x' ends at data byte 8, past");
+    expect("inspect", 2, "qkv: give one safetensors file");
+    expect("inspect a.st b.st", 2, "qkv: unexpected argument 'b.st'\nTry 'qkv inspect --help'.\n");
+    expect("inspect -", 2, "'-' is not standard input here");
+    expect("inspect d/", 2, "qkv: 'd/' names a directory, not a file\n");
+    expect("inspect notes.txt --values", 2, "qkv: --values needs a value");
+    expect("inspect --help", 0, "Usage: qkv inspect [--values NAME] FILE\n");
+}
+END_TEST
+
 Suite *cli_suite(void)
 {
     Suite *s = suite_create("cli");
@@ -5123,6 +5280,9 @@ Suite *cli_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_every_command_has_help);
     tcase_add_test(tc, test_top_level_help_fits_80_columns);
+    tcase_add_test(tc, test_inspect_shows_metadata_and_each_tensors_statistics);
+    tcase_add_test(tc, test_inspect_shows_what_it_cannot_read_and_fails);
+    tcase_add_test(tc, test_inspect_names_the_file_it_cannot_read);
     tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);

@@ -224,6 +224,7 @@ int cmd_distance(int argc, char **argv);
 int cmd_bptt(int argc, char **argv);
 int cmd_parallel(int argc, char **argv);
 int cmd_ablate(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
 
 /* ---- shared by several subcommands ---- */
 

@@ -37,6 +37,8 @@ static const command commands[] = {
      "try a smaller --batch or --lengths"},
     {"ablate", cmd_ablate, "why V, why Q and K, why e: train without each, compare",
      "try a smaller --batch or --d-k, or fewer --jobs"},
+    {"inspect", cmd_inspect, "what a safetensors file holds: metadata, tensors, their values",
+     "the file and its largest tensor must fit in memory"},
 };
 
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
