@@ -532,11 +532,12 @@ static void ref_norm(const double *x, int n, int d, const qkv_norm *ln, double *
     }
 }
 
-/* Multi-head attention on x [B,T,D]; attn gets [B,H,T,T]. The mask: key j
- * is hidden from query i when causal and j > i; pad (NULL or [B,T]) adds
- * to every score of key j. */
+/* Multi-head attention on x [B,T,D]; attn gets [B,H,T,T], and scores (if
+ * not NULL) [B,H,T,T] too: Q·Kᵀ/√d_h before any mask. The mask: key j is
+ * hidden from query i when causal and j > i; pad (NULL or [B,T]) adds to
+ * every score of key j. */
 static void ref_mha(const double *x, int B, int T, const qkv_mha *m, const double *pad, double *out,
-                    double *attn)
+                    double *attn, double *scores)
 {
     const int D = m->d_model, H = m->heads, dh = D / H;
     double *qkv = malloc(sizeof *qkv * (size_t)B * T * 3 * D);
@@ -551,6 +552,8 @@ static void ref_mha(const double *x, int B, int T, const qkv_mha *m, const doubl
                     for (int c = 0; c < dh; c++)
                         dot += qkv[(b * T + i) * 3 * D + h * dh + c] *
                                qkv[(b * T + j) * 3 * D + D + h * dh + c];
+                    if (scores != NULL)
+                        scores[((b * H + h) * T + i) * T + j] = dot / sqrt((double)dh);
                     s[j] = dot / sqrt((double)dh) + (pad != NULL ? pad[b * T + j] : 0);
                     if (m->causal && j > i)
                         s[j] = -INFINITY;
@@ -587,7 +590,7 @@ static void ref_block(const double *x, int B, int T, const qkv_block *blk, int h
     double *a = malloc(sizeof *a * (size_t)n * D), *h = malloc(sizeof *h * (size_t)n * D);
     double *u = malloc(sizeof *u * (size_t)n * hidden);
     ref_norm(x, n, D, &blk->ln1, a);
-    ref_mha(a, B, T, &blk->attn, NULL, h, attn);
+    ref_mha(a, B, T, &blk->attn, NULL, h, attn, NULL);
     for (int i = 0; i < n * D; i++)
         h[i] += x[i];
     ref_norm(h, n, D, &blk->ln2, a);
@@ -729,6 +732,7 @@ static void check_mha(int B, int T, int D, int H, int causal, int padded)
     randomise(p, 2);
     double *x = malloc(sizeof *x * (size_t)B * T * D), *want = malloc(sizeof *want * B * T * D);
     double *attn = malloc(sizeof *attn * (size_t)B * H * T * T), pad[64];
+    double *scores = malloc(sizeof *scores * (size_t)B * H * T * T);
     qkv_tensor *xt = input(B, T, D, x), *padt = NULL;
     if (padded) { /* the last key of item 0 and the last two of item 1 are padding */
         padt = qkv_tensor_new(2, (const int[]){B, T}, 0, NULL);
@@ -740,11 +744,14 @@ static void check_mha(int B, int T, int D, int H, int causal, int padded)
     qkv_mha_parts parts;
     qkv_tensor *y = qkv_mha_forward(t, &m, xt, padt, &parts);
     ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
-    ref_mha(x, B, T, &m, padded ? pad : NULL, want, attn);
+    ref_mha(x, B, T, &m, padded ? pad : NULL, want, attn, scores);
     expect_close(y, want, (size_t)B * T * D);
     ck_assert_int_eq(parts.attn->ndim, 4);
     ck_assert(parts.attn->shape[0] == B && parts.attn->shape[1] == H && parts.attn->shape[2] == T);
     expect_close(parts.attn, attn, (size_t)B * H * T * T);
+    /* the scores are the weights' inputs before the causal mask and the
+     * padding: finite everywhere, hidden keys included */
+    expect_close(parts.scores, scores, (size_t)B * H * T * T);
     /* hidden keys get exactly zero weight */
     for (int b = 0; b < B; b++)
         for (int i = 0; i < T; i++)
@@ -757,6 +764,7 @@ static void check_mha(int B, int T, int D, int H, int causal, int padded)
     free(x);
     free(want);
     free(attn);
+    free(scores);
     qkv_params_free(p);
 }
 
@@ -793,7 +801,7 @@ START_TEST(test_mha_long_takes_the_online_form)
         ck_assert_int_eq(qkv_backward(t, qkv_mean(t, y)), QKV_OK);
         high[with_parts] = qkv_tape_high_water(t);
         if (!with_parts) {
-            ref_mha(x, B, T, &m, NULL, want, attn);
+            ref_mha(x, B, T, &m, NULL, want, attn, NULL);
 #ifdef QKV_DOUBLE
             const double tol = FWD_TOL;
 #else
