@@ -1568,6 +1568,186 @@ START_TEST(test_recurrent_cells_follow_pytorchs_formulas)
 }
 END_TEST
 
+/* Every weight and bias of a cell starts U(-1/√H, 1/√H), as PyTorch's
+ * nn.RNN, nn.LSTM and nn.GRU start them (layers.h), drawn from the list's
+ * generator in the order the cell adds them: wx, wh, b (the GRU's wx, wh,
+ * bx, bh). CPython, random.seed(6), then -0.5 + 1.0·random() for each
+ * value in turn (H = 4; in = 3, so that a bound of 1/√in would show):
+ * each parameter's first and last value. One rounding to qkv_real: within
+ * 2·REAL_EPS of each, relative. */
+static const double CELL_DRAWS[3][4][2] = {{{0.29334008376166298, 0.30191548316260364},
+                                            {0.22982483262201603, -0.05478758588715682},
+                                            {-0.40621962580406035, -0.20881643818653439}},
+                                           {{0.29334008376166298, -0.19567559393212486},
+                                            {0.089156740304713433, -0.19432647053548235},
+                                            {0.30474098374889202, -0.44289495659933831}},
+                                           {{0.29334008376166298, 0.15540399337318411},
+                                            {-0.13962043459190387, 0.33125951424254885},
+                                            {0.29609883633606726, -0.47812664108021352},
+                                            {-0.37650468758391187, -0.025291072902921208}}};
+
+/* Cell c (0 Elman, 1 LSTM, 2 GRU) of CI inputs and CH states into p
+ * under prefix; zeroes the other two. */
+static qkv_status cell_init(int c, qkv_params *p, const char *prefix, qkv_rnn *r, qkv_lstm *l,
+                            qkv_gru *g, qkv_error *err)
+{
+    return c == 0   ? qkv_rnn_init(r, p, prefix, CI, CH, QKV_RNN_TANH, err)
+           : c == 1 ? qkv_lstm_init(l, p, prefix, CI, CH, err)
+                    : qkv_gru_init(g, p, prefix, CI, CH, err);
+}
+
+/* Parameters first .. first+n-1 of p against CELL_DRAWS[c]. */
+static void expect_cell_draws(const qkv_params *p, int first, int c)
+{
+    const int n = c == 2 ? 4 : 3;
+    for (int i = 0; i < n; i++) {
+        const qkv_tensor *w = qkv_params_at(p, first + i, NULL);
+        ck_assert_ptr_nonnull(w);
+        const double *want = CELL_DRAWS[c][i];
+        ASSERT_NEAR(w->data[0], want[0], 2 * REAL_EPS * fabs(want[0]));
+        ASSERT_NEAR(w->data[w->numel - 1], want[1], 2 * REAL_EPS * fabs(want[1]));
+    }
+}
+
+START_TEST(test_recurrent_cells_start_from_pytorchs_draws)
+{
+    for (int c = 0; c < 3; c++) {
+        qkv_params *p = qkv_params_new(6, NULL);
+        qkv_rnn r;
+        qkv_lstm l;
+        qkv_gru g;
+        ck_assert_int_eq(cell_init(c, p, "c", &r, &l, &g, NULL), QKV_OK);
+        ck_assert_int_eq(qkv_params_count(p), c == 2 ? 4 : 3);
+        expect_cell_draws(p, 0, c);
+        qkv_params_free(p);
+    }
+}
+END_TEST
+
+/* A cell refused part way, its last parameter's name taken already,
+ * adds nothing and draws nothing, as a layer refused part way does: the
+ * list holds what it held, the cell is zeroed, and the next cell draws
+ * what a fresh list's first cell draws (CELL_DRAWS). */
+START_TEST(test_a_cell_refused_part_way_adds_and_draws_nothing)
+{
+    for (int c = 0; c < 3; c++) {
+        qkv_params *p = qkv_params_new(6, NULL);
+        /* zeros: the taken name draws nothing itself */
+        ck_assert(!qkv_tensor_is_nil(
+            qkv_params_add(p, c == 2 ? "c.bh" : "c.b", 1, (const int[]){4}, ZEROS, NULL)));
+        qkv_rnn r;
+        qkv_lstm l;
+        qkv_gru g;
+        qkv_error err = qkv_error_none();
+        ck_assert_int_eq(cell_init(c, p, "c", &r, &l, &g, &err), QKV_ERR_ARG);
+        ck_assert_ptr_nonnull(strstr(err.message, "already in the list"));
+        ck_assert_int_eq(qkv_params_count(p), 1);
+        ck_assert_ptr_null(c == 0 ? r.wx : c == 1 ? l.wx : g.wx);
+        ck_assert_int_eq(cell_init(c, p, "d", &r, &l, &g, NULL), QKV_OK);
+        ck_assert_int_eq(qkv_params_count(p), c == 2 ? 5 : 4);
+        expect_cell_draws(p, 1, c);
+        qkv_params_free(p);
+    }
+}
+END_TEST
+
+/* QKV_RNN_LINEAR is the identity (layers.h): h' = x·W_x + h·W_h + b, with
+ * no tanh, step by step and in the sequence form, from a given first
+ * state, against the double reference. The check that some |z| > 0.3
+ * keeps the test able to tell: there tanh(z) is off from z by 9e-3 and
+ * more, far above FWD_TOL. */
+START_TEST(test_a_linear_elman_cell_applies_no_activation)
+{
+    qkv_params *p = qkv_params_new(5, NULL);
+    qkv_rnn rnn;
+    ck_assert_int_eq(qkv_rnn_init(&rnn, p, "rnn", CI, CH, QKV_RNN_LINEAR, NULL), QKV_OK);
+    qkv_tensor *xs[CT];
+    double xd[CT][CB * CI];
+    cell_inputs(xs, xd);
+    qkv_tensor *x = qkv_tensor_new(3, (const int[]){CT, CB, CI}, 0, NULL);
+    qkv_tensor *h0 = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
+    for (int s = 0; s < CT; s++)
+        memcpy(x->data + (size_t)s * CB * CI, xs[s]->data, sizeof *x->data * CB * CI);
+    double h[CB * CH], z[CB * CH], zmax = 0;
+    for (int i = 0; i < CB * CH; i++)
+        h0->data[i] = (qkv_real)(h[i] = 0.25 * (i % 5) - 0.5); /* exact in float */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *states[CT], *hc = h0;
+    qkv_rnn_forward(t, &rnn, x, h0, states);
+    for (int s = 0; s < CT; s++) {
+        hc = qkv_rnn_cell(t, &rnn, xs[s], hc);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        ref_pre(xd[s], h, rnn.wx, rnn.wh, rnn.b, CH, z);
+        for (int i = 0; i < CB * CH; i++)
+            zmax = fmax(zmax, fabs(h[i] = z[i]));
+        expect_close(hc, h, CB * CH);
+        expect_close(states[s], h, CB * CH);
+    }
+    ck_assert_msg(zmax > 0.3, "max |z| %g: too small to tell z from tanh(z)", zmax);
+    qkv_tape_free(t);
+    for (int s = 0; s < CT; s++)
+        qkv_tensor_free(xs[s]);
+    qkv_tensor_free(x);
+    qkv_tensor_free(h0);
+    qkv_params_free(p);
+}
+END_TEST
+
+/* An LSTM state with one part NULL has that part zero, the other as
+ * given (layers.h), in the cell and the sequence form: from {NULL, c},
+ * z = x·W_x + b and c' = σ(z_f)∘c + σ(z_i)∘tanh(z_g); from {h, NULL},
+ * z = x·W_x + h·W_h + b and c' = σ(z_i)∘tanh(z_g); h' = σ(z_o)∘tanh(c')
+ * in both. */
+START_TEST(test_an_lstm_state_with_one_part_null_has_that_part_zero)
+{
+    qkv_params *p = qkv_params_new(4, NULL);
+    qkv_lstm lstm;
+    ck_assert_int_eq(qkv_lstm_init(&lstm, p, "lstm", CI, CH, NULL), QKV_OK);
+    qkv_tensor *x[CT];
+    double xd[CT][CB * CI], hd[CB * CH], cd[CB * CH], z[CB * 4 * CH];
+    cell_inputs(x, xd);
+    qkv_tensor *xseq = qkv_tensor_new(3, (const int[]){1, CB, CI}, 0, NULL);
+    ck_assert_int_eq(qkv_tensor_set(xseq, x[0]->data, CB * CI), QKV_OK);
+    qkv_tensor *h = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
+    qkv_tensor *c = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
+    for (int i = 0; i < CB * CH; i++) { /* exact in float */
+        h->data[i] = (qkv_real)(hd[i] = 0.25 * (i % 5) - 0.5);
+        c->data[i] = (qkv_real)(cd[i] = 0.75 - 0.25 * (i % 7));
+    }
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    for (int which = 0; which < 2; which++) { /* 0: {NULL, c}; 1: {h, NULL} */
+        const qkv_lstm_state s0 =
+            which == 0 ? (qkv_lstm_state){NULL, c} : (qkv_lstm_state){h, NULL};
+        ref_pre(xd[0], which == 1 ? hd : NULL, lstm.wx, lstm.wh, lstm.b, 4 * CH, z);
+        double cw[CB * CH], hw[CB * CH];
+        for (int b = 0; b < CB; b++)
+            for (int j = 0; j < CH; j++) {
+                const double *zb = z + b * 4 * CH;
+                double cc = sigm(zb[j]) * tanh(zb[2 * CH + j]);
+                if (which == 0)
+                    cc += sigm(zb[CH + j]) * cd[b * CH + j];
+                cw[b * CH + j] = cc;
+                hw[b * CH + j] = sigm(zb[3 * CH + j]) * tanh(cc);
+            }
+        for (int form = 0; form < 2; form++) {
+            qkv_tape_reset(t);
+            qkv_lstm_state s = form == 0 ? qkv_lstm_cell(t, &lstm, x[0], &s0)
+                                         : qkv_lstm_forward(t, &lstm, xseq, &s0, NULL);
+            ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+            expect_close(s.c, cw, CB * CH);
+            expect_close(s.h, hw, CB * CH);
+        }
+    }
+    qkv_tape_free(t);
+    qkv_tensor_free(xseq);
+    qkv_tensor_free(h);
+    qkv_tensor_free(c);
+    for (int s = 0; s < CT; s++)
+        qkv_tensor_free(x[s]);
+    qkv_params_free(p);
+}
+END_TEST
+
 /* The sequence form against the same recurrence in double: from a zero
  * state and from a given one, every step's state, and the shape errors. */
 START_TEST(test_the_rnn_sequence_form_runs_every_step)
@@ -1847,6 +2027,10 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_a_failed_init_leaves_a_layer_its_forward_names);
     tcase_add_test(tc, test_a_failed_cell_init_leaves_a_cell_its_steps_name);
     tcase_add_test(tc, test_recurrent_cells_follow_pytorchs_formulas);
+    tcase_add_test(tc, test_recurrent_cells_start_from_pytorchs_draws);
+    tcase_add_test(tc, test_a_cell_refused_part_way_adds_and_draws_nothing);
+    tcase_add_test(tc, test_a_linear_elman_cell_applies_no_activation);
+    tcase_add_test(tc, test_an_lstm_state_with_one_part_null_has_that_part_zero);
     tcase_add_test(tc, test_a_zeroed_lstm_state_is_a_zero_state);
     tcase_add_test(tc, test_the_rnn_sequence_form_runs_every_step);
     tcase_add_test(tc, test_token_input_projects_a_small_table_once);
