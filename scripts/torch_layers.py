@@ -10,7 +10,8 @@ tests/test_torch_layers.c writes FILE, one case after another:
 with the values in hex floats, so that torch starts from exactly qkv's
 numbers (the hyperparameters of a training run too). The tags: "p" a
 parameter as qkv stores it (a linear weight is [in, out], the transpose
-of nn.Linear's), "x" the input, "ids" and "tg" token ids and targets
+of nn.Linear's), "x" an input with a gradient (x; a recurrent case's
+first state h0, c0), "ids" and "tg" token ids and targets
 (-1: ignored), "pad" a padding mask [B,T] of 0 and -inf; then qkv's
 results: "y" an output, "dy" the gradient seeded at the output of that
 name, "g" the gradient of the input or parameter of that name, "loss"
@@ -33,6 +34,13 @@ KIND says what torch builds from the parameters, by their names:
          blocks blk0, blk1, ... as above, a final nn.LayerNorm (lnf), an
          nn.Linear head (head), and F.cross_entropy (mean, ignore_index
          -1). Outputs: the loss, the logits and the sinusoidal table.
+  rnn, lstm, gru
+         nn.RNN (tanh), nn.LSTM or nn.GRU, time-major, from CELL.wx and
+         CELL.wh transposed (weight_ih, weight_hh) and CELL.b (bias_ih,
+         with bias_hh frozen at zero: qkv keeps their sum) or CELL.bx and
+         CELL.bh; x [T,B,in], the first state h0 (and c0) when the file
+         has it (tag "x", with a gradient), else zeros. Outputs: y, every
+         step's state, and the LSTM's last cell state c.
   train  the model, trained for steps=K steps by torch.optim.AdamW with two
          parameter groups: weight decay wd on the weights and embeddings,
          none on the biases and the norms' gains and biases (decided here
@@ -135,15 +143,50 @@ class Binder:
         return b
 
     def check(self, modules):
-        """Every file parameter bound once; every torch parameter bound."""
+        """Every file parameter bound once; every torch parameter bound,
+        but for those frozen at zero (zero_frozen)."""
         names = [n for n, _, _ in self.links]
         if sorted(names) != sorted(self.p):
             raise ValueError(f"bound {sorted(names)}, file has {sorted(self.p)}")
         bound = {id(tp) for _, tp, _ in self.links}
         for m in modules:
             for n, tp in m.named_parameters():
-                if id(tp) not in bound:
+                if id(tp) not in bound and tp.requires_grad:
                     raise ValueError(f"torch parameter {n} has no qkv parameter")
+
+    @staticmethod
+    def zero_frozen(tp):
+        """A torch parameter qkv has no counterpart for, which it sums
+        into another (nn.RNN's and nn.LSTM's bias_hh, added to bias_ih):
+        zero, and no gradient."""
+        with torch.no_grad():
+            tp.zero_()
+        tp.requires_grad_(False)
+
+    def recurrent(self, kind, prefix):
+        """nn.RNN (tanh), nn.LSTM or nn.GRU, one layer, time-major, from
+        qkv's W_x [in, kH] and W_h [H, kH] (the transposes of weight_ih and
+        weight_hh, the gates in the same order) and its bias: b, the sum of
+        bias_ih and bias_hh (RNN, LSTM), or bx and bh (GRU)."""
+        n_in, kh = self.p[prefix + ".wx"].shape
+        h = self.p[prefix + ".wh"].shape[0]
+        if kind == "rnn":
+            m = nn.RNN(n_in, h, nonlinearity="tanh", dtype=F64)
+        elif kind == "lstm":
+            m = nn.LSTM(n_in, h, dtype=F64)
+        else:
+            m = nn.GRU(n_in, h, dtype=F64)
+        if m.weight_ih_l0.shape[0] != kh:
+            raise ValueError(f"{prefix}.wx [{n_in}, {kh}] is no {kind} of {h} states")
+        self.load(prefix + ".wx", m.weight_ih_l0, transpose=True)
+        self.load(prefix + ".wh", m.weight_hh_l0, transpose=True)
+        if kind == "gru":
+            self.load(prefix + ".bx", m.bias_ih_l0)
+            self.load(prefix + ".bh", m.bias_hh_l0)
+        else:
+            self.load(prefix + ".b", m.bias_ih_l0)
+            self.zero_frozen(m.bias_hh_l0)
+        return m
 
     def params(self):
         return [tp for _, tp, _ in self.links]
@@ -231,6 +274,18 @@ def forward(kind, one, p, inputs):
     if kind == "model":
         model = Model(b, int(one["heads"]), int(one["blocks"]))
         return model(one, inputs["ids"].long(), inputs["tg"].long(), pad), b
+    if kind in ("rnn", "lstm", "gru"):
+        m = b.recurrent(kind, "cell")
+        b.check([m])
+        x, h0, c0 = inputs["x"], inputs.get("h0"), inputs.get("c0")
+        if kind == "lstm":
+            zero = torch.zeros(x.shape[1], m.hidden_size, dtype=F64)
+            state = ((h0 if h0 is not None else zero).unsqueeze(0),
+                     (c0 if c0 is not None else zero).unsqueeze(0))
+            y, (_, cn) = m(x, state)
+            return {"y": y, "c": cn[0]}, b
+        y, _ = m(x, h0.unsqueeze(0) if h0 is not None else None)
+        return {"y": y}, b
     raise ValueError(f"unknown kind {kind}")
 
 
@@ -265,7 +320,7 @@ def check_case(kind, one, items):
                 total = total + outs[n]
     total.backward()
     grads = [(n, t) for tag, n, t in items if tag == "g"]
-    if sorted(n for n, _ in grads) != sorted(list(p) + [n for n in inputs if n == "x"]):
+    if sorted(n for n, _ in grads) != sorted(list(p) + [n for tag, n, _ in items if tag == "x"]):
         raise ValueError("the file's gradients are not those of every parameter and input")
     for n, t in grads:
         want = inputs[n].grad if n in inputs else b.grad(n)

@@ -18,7 +18,11 @@
  * norm, a head and cross-entropy with ignored targets); and that model
  * trained a few steps by AdamW with the warm-up and cosine schedule and
  * no weight decay on biases and norms, against torch.optim.AdamW with
- * two parameter groups. QKV_TORCH_VERBOSE=1 prints the errors.
+ * two parameter groups; and the Elman (tanh), LSTM and GRU cells against
+ * nn.RNN, nn.LSTM and nn.GRU, in the sequence form from a given first
+ * state and from zeros, and cell by cell, which checks the gates' order
+ * and formulas that layers.h says are PyTorch's.
+ * QKV_TORCH_VERBOSE=1 prints the errors.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,6 +372,97 @@ static void train_case(FILE *f, qkv_tape *t, uint64_t seed)
     model_free(&m);
 }
 
+/* The recurrent cells, as nn.RNN, nn.LSTM and nn.GRU run them. */
+enum { ELMAN, LSTM, GRU };
+enum { RB = 3, RT = 5, RIN = 4, RH = 6 };
+
+/* A recurrent case: the cell of kind over x [RT,RB,RIN] from a random
+ * first state (h0, and c0 for the LSTM; each with a gradient) or from
+ * zeros; the sequence form, or the cell called step by step (cells).
+ * Outputs: every step's state, y [RT·RB, RH] (nn.RNN's output, [T,B,H]),
+ * and the LSTM's last c; backward from L = Σ dy⊙y (+ Σ dc⊙c) with random
+ * dy (and dc). */
+static void recurrent_case(FILE *f, qkv_tape *t, const char *label, int kind, int h0_given,
+                           int cells, uint64_t seed)
+{
+    static const char *const kinds[] = {"rnn", "lstm", "gru"};
+    qkv_params *p = qkv_params_new(seed, NULL);
+    ck_assert_ptr_nonnull(p);
+    qkv_rnn rnn;
+    qkv_lstm lstm;
+    qkv_gru gru;
+    ck_assert_int_eq(kind == ELMAN  ? qkv_rnn_init(&rnn, p, "cell", RIN, RH, QKV_RNN_TANH, NULL)
+                     : kind == LSTM ? qkv_lstm_init(&lstm, p, "cell", RIN, RH, NULL)
+                                    : qkv_gru_init(&gru, p, "cell", RIN, RH, NULL),
+                     QKV_OK);
+    qkv_rng g;
+    qkv_tensor *pad, *x = case_input(t, p, &g, seed, RT, RB, RIN, 0, &pad);
+    qkv_tensor *h0 = NULL, *c0 = NULL;
+    if (h0_given) {
+        h0 = qkv_tape_tensor(t, 2, S(RB, RH), 1);
+        fill_normal(h0, &g);
+        if (kind == LSTM) {
+            c0 = qkv_tape_tensor(t, 2, S(RB, RH), 1);
+            fill_normal(c0, &g);
+        }
+    }
+    qkv_tensor *states[RT], *c = NULL;
+    qkv_lstm_state s = {h0, c0}, ls[RT];
+    if (!cells && kind == ELMAN) {
+        qkv_rnn_forward(t, &rnn, x, h0, states);
+    } else if (!cells && kind == LSTM) {
+        c = qkv_lstm_forward(t, &lstm, x, &s, ls).c;
+    } else if (!cells) {
+        qkv_gru_forward(t, &gru, x, h0, states);
+    } else {
+        qkv_tensor *h = h0;
+        for (int step = 0; step < RT; step++) {
+            qkv_tensor *xs = qkv_reshape(t, qkv_slice(t, x, 0, step, 1), 2, S(RB, RIN));
+            if (kind == ELMAN)
+                h = qkv_rnn_cell(t, &rnn, xs, h);
+            else if (kind == GRU)
+                h = qkv_gru_cell(t, &gru, xs, h);
+            else
+                c = (ls[step] = s = qkv_lstm_cell(t, &lstm, xs, &s)).c;
+            if (kind != LSTM)
+                states[step] = h;
+        }
+    }
+    if (kind == LSTM)
+        for (int step = 0; step < RT; step++)
+            states[step] = ls[step].h;
+    qkv_tensor *y = qkv_concat(t, RT, states, 0);
+    ck_assert_msg(!qkv_tensor_is_nil(y), "%s: %s", label, qkv_tape_error(t));
+    fprintf(f, "case %s-%s %s\n", qkv_kernels_name(), label, kinds[kind]);
+    put_tensor(f, "x", "x", x);
+    if (h0 != NULL)
+        put_tensor(f, "x", "h0", h0);
+    if (c0 != NULL)
+        put_tensor(f, "x", "c0", c0);
+    put_tensor(f, "y", "y", y);
+    if (c != NULL)
+        put_tensor(f, "y", "c", c);
+    /* L = Σ dy⊙y (+ Σ dc⊙c), the seeds random */
+    qkv_tensor *outs[2] = {y, c}, *loss = NULL;
+    for (int o = 0; o < (c != NULL ? 2 : 1); o++) {
+        qkv_tensor *d = qkv_tape_tensor(t, outs[o]->ndim, outs[o]->shape, 0);
+        fill_normal(d, &g);
+        put_tensor(f, "dy", o == 0 ? "y" : "c", d);
+        qkv_tensor *term = qkv_sum(t, qkv_mul(t, d, outs[o]));
+        loss = loss == NULL ? term : qkv_add(t, loss, term);
+    }
+    qkv_params_zero_grad(p);
+    ck_assert_msg(qkv_backward(t, loss) == QKV_OK, "%s: %s", label, qkv_tape_error(t));
+    put(f, "g", "x", x->ndim, x->shape, x->grad);
+    if (h0 != NULL)
+        put(f, "g", "h0", h0->ndim, h0->shape, h0->grad);
+    if (c0 != NULL)
+        put(f, "g", "c0", c0->ndim, c0->shape, c0->grad);
+    put_params(f, "p", p, 1);
+    fputs("end\n", f);
+    qkv_params_free(p);
+}
+
 static void write_cases(FILE *f, qkv_tape *t)
 {
     mha_case(f, t, "mha_causal", 2, 5, 8, 2, CAUSAL | WEIGHTS, 1);
@@ -378,6 +473,15 @@ static void write_cases(FILE *f, qkv_tape *t)
     block_case(f, t, "block_causal_pad", 2, 5, 8, 2, 16, CAUSAL | PAD, 6);
     model_case(f, t, 7);
     train_case(f, t, 8);
+    recurrent_case(f, t, "rnn", ELMAN, 1, 0, 9);
+    recurrent_case(f, t, "rnn_from_zero", ELMAN, 0, 0, 10);
+    recurrent_case(f, t, "rnn_cells", ELMAN, 1, 1, 11);
+    recurrent_case(f, t, "lstm", LSTM, 1, 0, 12);
+    recurrent_case(f, t, "lstm_from_zero", LSTM, 0, 0, 13);
+    recurrent_case(f, t, "lstm_cells", LSTM, 1, 1, 14);
+    recurrent_case(f, t, "gru", GRU, 1, 0, 15);
+    recurrent_case(f, t, "gru_from_zero", GRU, 0, 0, 16);
+    recurrent_case(f, t, "gru_cells", GRU, 1, 1, 17);
 }
 
 /* The cases' file: made and removed by the unchecked fixture, in the
