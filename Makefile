@@ -141,7 +141,9 @@ $(BUILD)/examples/%: examples/%.c $(APPS) $(STATIC) $(PUB_H) $(APP_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(ALLCFLAGS) $(LDSAN) -o $@ $< $(APPS) $(STATIC) $(LDLIBS)
 
-$(TESTS): $(TEST_OBJ) $(CLI_LIBOBJ) $(APPS) $(STATIC)
+# The cli and faults suites run the program and the examples: built with
+# the suites (order-only: a rebuilt program does not relink the suites).
+$(TESTS): $(TEST_OBJ) $(CLI_LIBOBJ) $(APPS) $(STATIC) | $(QKV) $(EXAMPLES)
 	$(CC) $(LDSAN) -o $@ $(TEST_OBJ) $(CLI_LIBOBJ) $(APPS) $(STATIC) $(CHECK_LIBS) $(LDLIBS)
 
 deps:
