@@ -938,6 +938,7 @@ START_TEST(test_an_empty_prefix_names_parameters_bare)
     ck_assert_int_eq(qkv_mha_init(&m, p, prefix, 8, 2, 1, &err), QKV_ERR_ARG);
     ck_assert_str_eq(err.message, "mha: the name prefix of 116 bytes is too long: "
                                   "PREFIX.proj.weight must fit in 127 bytes");
+    ck_assert(m.d_model == 0 && m.heads == 0 && m.causal == 0); /* a refusal leaves zeros */
     ck_assert_int_eq(qkv_ffn_init(&f, p, prefix, 8, 16, &err), QKV_ERR_ARG);
     ck_assert_str_eq(err.message, "ffn: the name prefix of 116 bytes is too long: "
                                   "PREFIX.down.weight must fit in 127 bytes");

@@ -240,13 +240,13 @@ qkv_status qkv_mha_init(qkv_mha *m, qkv_params *p, const char *prefix, int d_mod
         return qkv_error_set(err, QKV_ERR_ARG,
                              "mha: d_model %d must be a positive multiple of the heads %d", d_model,
                              heads);
+    qkv_status s = prefix_fits("mha", prefix, "proj.weight", err);
+    if (s != QKV_OK)
+        return s;
     char name[128];
     m->d_model = d_model;
     m->heads = heads;
     m->causal = causal != 0;
-    qkv_status s = prefix_fits("mha", prefix, "proj.weight", err);
-    if (s != QKV_OK)
-        return s;
     const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     s = qkv_layer_name(name, sizeof name, prefix, "qkv", err);
     if (s == QKV_OK)
