@@ -1372,6 +1372,21 @@ static void cell_inputs(qkv_tensor **x, double (*xd)[CB * CI])
     }
 }
 
+/* The sequence form's inputs: cell_inputs' steps (xs, and xd in double)
+ * laid out as one x [CT,CB,CI] in *x, and a first state h0 [CB,CH] of
+ * values exact in float, in *h0 and h0d. */
+static void sequence_inputs(qkv_tensor **xs, double (*xd)[CB * CI], qkv_tensor **x, qkv_tensor **h0,
+                            double *h0d)
+{
+    cell_inputs(xs, xd);
+    *x = qkv_tensor_new(3, (const int[]){CT, CB, CI}, 0, NULL);
+    *h0 = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
+    for (int s = 0; s < CT; s++)
+        memcpy((*x)->data + (size_t)s * CB * CI, xs[s]->data, sizeof *(*x)->data * CB * CI);
+    for (int i = 0; i < CB * CH; i++)
+        (*h0)->data[i] = (qkv_real)(h0d[i] = 0.25 * (i % 5) - 0.5);
+}
+
 /* A zeroed qkv_lstm_state (h and c NULL) is a zero state, as a NULL one
  * is and as the sequence form's shape check calls it ("none"): it failed
  * inside the cell with "mul: input is nil". One step from it against
@@ -1662,16 +1677,9 @@ START_TEST(test_a_linear_elman_cell_applies_no_activation)
     qkv_params *p = qkv_params_new(5, NULL);
     qkv_rnn rnn;
     ck_assert_int_eq(qkv_rnn_init(&rnn, p, "rnn", CI, CH, QKV_RNN_LINEAR, NULL), QKV_OK);
-    qkv_tensor *xs[CT];
-    double xd[CT][CB * CI];
-    cell_inputs(xs, xd);
-    qkv_tensor *x = qkv_tensor_new(3, (const int[]){CT, CB, CI}, 0, NULL);
-    qkv_tensor *h0 = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
-    for (int s = 0; s < CT; s++)
-        memcpy(x->data + (size_t)s * CB * CI, xs[s]->data, sizeof *x->data * CB * CI);
-    double h[CB * CH], z[CB * CH], zmax = 0;
-    for (int i = 0; i < CB * CH; i++)
-        h0->data[i] = (qkv_real)(h[i] = 0.25 * (i % 5) - 0.5); /* exact in float */
+    qkv_tensor *xs[CT], *x, *h0;
+    double xd[CT][CB * CI], h[CB * CH], z[CB * CH], zmax = 0;
+    sequence_inputs(xs, xd, &x, &h0, h);
     qkv_tape *t = qkv_tape_new(0, NULL);
     qkv_tensor *states[CT], *hc = h0;
     qkv_rnn_forward(t, &rnn, x, h0, states);
@@ -1756,16 +1764,9 @@ START_TEST(test_the_rnn_sequence_form_runs_every_step)
     qkv_params *p = qkv_params_new(3, NULL);
     qkv_rnn rnn;
     ck_assert_int_eq(qkv_rnn_init(&rnn, p, "rnn", CI, CH, QKV_RNN_TANH, NULL), QKV_OK);
-    qkv_tensor *xs[CT];
-    double xd[CT][CB * CI];
-    cell_inputs(xs, xd);
-    qkv_tensor *x = qkv_tensor_new(3, (const int[]){CT, CB, CI}, 0, NULL);
-    qkv_tensor *h0 = qkv_tensor_new(2, (const int[]){CB, CH}, 0, NULL);
-    for (int s = 0; s < CT; s++)
-        memcpy(x->data + (size_t)s * CB * CI, xs[s]->data, sizeof *x->data * CB * CI);
-    double h0d[CB * CH];
-    for (int i = 0; i < CB * CH; i++)
-        h0->data[i] = (qkv_real)(h0d[i] = 0.25 * (i % 5) - 0.5); /* exact in float */
+    qkv_tensor *xs[CT], *x, *h0;
+    double xd[CT][CB * CI], h0d[CB * CH];
+    sequence_inputs(xs, xd, &x, &h0, h0d);
     qkv_tape *t = qkv_tape_new(0, NULL);
     for (int from = 0; from < 2; from++) {
         qkv_tape_reset(t);
