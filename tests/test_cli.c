@@ -5249,6 +5249,33 @@ START_TEST(test_inspect_shows_what_it_cannot_read_and_fails)
 }
 END_TEST
 
+/* Shapes of any rank the reader takes: a 5-D tensor shows its whole
+ * shape and its values as rows of its last dimension, and an empty one
+ * a dimension past INT_MAX (1..6: mean 3.5, RMS sqrt(91/6) = 3.89444). */
+START_TEST(test_inspect_shows_shapes_past_four_dimensions)
+{
+    const float v[6] = {1, 2, 3, 4, 5, 6};
+    write_st("rank.st",
+             "{\"x\":{\"dtype\":\"F32\",\"shape\":[1,1,1,2,3],\"data_offsets\":[0,24]},"
+             "\"e\":{\"dtype\":\"F32\",\"shape\":[0,4294967296],\"data_offsets\":[24,24]}}",
+             v, 24);
+    char *out;
+    ck_assert_int_eq(run("inspect rank.st", &out), 0);
+    /* the shape column as wide as its longest, 14, then the count in 6 */
+    static const char *const parts[] = {
+        "x       F32    [1,1,1,2,3]          6             1             6"
+        "           3.5       3.89444\n",
+        "e       F32    [0,4294967296]       0             -"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        ck_assert_msg(strstr(out, parts[i]) != NULL, "no '%s' in:\n%s", parts[i], out);
+    ck_assert_msg(strstr(out, "?") == NULL, "a shape unknown in:\n%s", out);
+    free(out);
+    ck_assert_int_eq(run("inspect rank.st --values x", &out), 0);
+    ck_assert_str_eq(out, "1 2 3\n4 5 6\n");
+    free(out);
+}
+END_TEST
+
 /* A file that cannot be read is one line naming it, the loader's; a
  * command line without one file is a usage error. */
 START_TEST(test_inspect_names_the_file_it_cannot_read)
@@ -5283,6 +5310,7 @@ Suite *cli_suite(void)
     tcase_add_test(tc, test_inspect_shows_metadata_and_each_tensors_statistics);
     tcase_add_test(tc, test_inspect_shows_what_it_cannot_read_and_fails);
     tcase_add_test(tc, test_inspect_names_the_file_it_cannot_read);
+    tcase_add_test(tc, test_inspect_shows_shapes_past_four_dimensions);
     tcase_add_test(tc, test_usage_errors_exit_2_with_a_message);
     tcase_add_test(tc, test_train_defaults_reach_the_accuracy_then_eval_and_resolve);
     tcase_add_test(tc, test_parallel_flushes_denormals_on_request);

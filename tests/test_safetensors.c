@@ -890,6 +890,43 @@ START_TEST(test_reading_one_tensor_gives_its_values)
 }
 END_TEST
 
+/* qkv_st_dims gives every dimension the file has, where qkv_st_shape
+ * stops: 5 and 8 of them, and an empty tensor's dimension past INT_MAX;
+ * it writes no more than cap (nothing with cap 0 and dims NULL), and -1
+ * for an index out of range or no file. */
+START_TEST(test_dims_gives_every_dimension_the_file_has)
+{
+    qkv_st *st = parse_ok(
+        make("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,2,3],\"data_offsets\":[0,24]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2,1,1,1,1,1,1,1],\"data_offsets\":[24,32]},"
+             "\"c\":{\"dtype\":\"F32\",\"shape\":[0,4294967296],\"data_offsets\":[32,32]},"
+             "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[32,36]}}",
+             "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 36));
+    uint64_t d[9];
+    for (int k = 0; k < 9; k++)
+        d[k] = 99;
+    ck_assert_int_eq(qkv_st_dims(st, 0, d, 9), 5);
+    ck_assert(d[0] == 1 && d[1] == 1 && d[2] == 1 && d[3] == 2 && d[4] == 3 && d[5] == 99);
+    ck_assert_int_eq(qkv_st_dims(st, 1, d, 9), 8);
+    ck_assert(d[0] == 2 && d[7] == 1 && d[8] == 99);
+    ck_assert_int_eq(qkv_st_dims(st, 2, d, 9), 2);
+    ck_assert(d[0] == 0 && d[1] == 4294967296u);
+    d[0] = 99;
+    ck_assert_int_eq(qkv_st_dims(st, 3, d, 9), 0);
+    ck_assert(d[0] == 99);
+    /* cap: the first cap only */
+    for (int k = 0; k < 9; k++)
+        d[k] = 99;
+    ck_assert_int_eq(qkv_st_dims(st, 0, d, 4), 5);
+    ck_assert(d[3] == 2 && d[4] == 99);
+    ck_assert_int_eq(qkv_st_dims(st, 0, NULL, 0), 5);
+    ck_assert_int_eq(qkv_st_dims(st, 4, d, 9), -1);
+    ck_assert_int_eq(qkv_st_dims(st, -1, d, 9), -1);
+    ck_assert_int_eq(qkv_st_dims(NULL, 0, d, 9), -1);
+    qkv_st_close(st);
+}
+END_TEST
+
 /* qkv_st_read converts as qkv_st_load does: F64 to float32 to nearest in
  * the float build (0.1 to the float nearest it; just past FLT_MAX to
  * FLT_MAX), a value that would round to infinity refused with load's
@@ -1389,6 +1426,7 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_loading_matches_names_and_shapes);
     tcase_add_test(tc, test_f64_values_that_round_to_the_largest_float_load);
     tcase_add_test(tc, test_reading_one_tensor_gives_its_values);
+    tcase_add_test(tc, test_dims_gives_every_dimension_the_file_has);
     tcase_add_test(tc, test_reading_f64_rounds_as_loading_does);
     tcase_add_test(tc, test_reading_refuses_a_wrong_index_count_or_buffer);
     tcase_add_test(tc, test_reading_refuses_a_value_that_is_not_finite);

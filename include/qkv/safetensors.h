@@ -87,12 +87,24 @@ const char *qkv_st_name(const qkv_st *f, int i);
 const char *qkv_st_dtype(const qkv_st *f, int i);
 int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS]);
 
+/* The most dimensions the reader takes for a tensor. */
+#define QKV_ST_MAX_DIMS 8
+
+/* Every dimension of tensor i, as the file has them: returns how many (0
+ * to QKV_ST_MAX_DIMS), or -1 when i is out of range or f is
+ * NULL, and writes the first cap of them (all, when it has no more) into
+ * dims, which may be NULL when cap is 0. Where qkv_st_shape stops at
+ * QKV_MAX_DIMS and at what an int holds (an empty tensor's dimension may
+ * exceed it), this gives the rest, for a caller that shows or checks a
+ * file's shapes, such as qkv inspect. */
+int qkv_st_dims(const qkv_st *f, int i, uint64_t *dims, int cap);
+
 /* The index of the tensor named name, or -1 (none, or f or name NULL). */
 int qkv_st_find(const qkv_st *f, const char *name);
 
 /* Tensor i's number of values, its shape's product (1 for a shape of no
  * dimensions, 0 for an empty tensor, and for i out of range or f NULL);
- * for any number of dimensions the file may have, up to 8, where
+ * for any number of dimensions the file may have (QKV_ST_MAX_DIMS), where
  * qkv_st_shape gives at most QKV_MAX_DIMS. */
 size_t qkv_st_numel(const qkv_st *f, int i);
 

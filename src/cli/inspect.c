@@ -4,6 +4,7 @@
  * values and their minimum, maximum, mean and root mean square; or, with
  * --values NAME, one tensor's values.
  */
+#include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -101,8 +102,7 @@ static int no_such_tensor(const qkv_st *f, const char *path, const char *name)
 
 /* Prints tensor name's values, %g, right-aligned in columns: a row per
  * line, a row being the last dimension (a vector on one line, a matrix
- * as its rows); a tensor of more dimensions than qkv_st_shape gives, on
- * one line. */
+ * as its rows, a tensor of more dimensions as the rows of all of them). */
 static int print_values(const qkv_st *f, const char *path, const char *name)
 {
     const int i = qkv_st_find(f, name);
@@ -113,9 +113,10 @@ static int print_values(const qkv_st *f, const char *path, const char *name)
     size_t n;
     if (read_values(f, path, i, &v, &n, &err) != QKV_OK)
         return cli_fail_status(err.status, "inspect: %s", err.message);
-    int shape[QKV_MAX_DIMS];
-    const int nd = qkv_st_shape(f, i, shape);
-    const size_t cols = nd > 0 ? (size_t)shape[nd - 1] : nd == 0 ? 1 : n;
+    uint64_t dims[QKV_ST_MAX_DIMS];
+    const int nd = qkv_st_dims(f, i, dims, QKV_ST_MAX_DIMS);
+    /* with values every dimension is at least 1; with none (n = 0) nothing is printed */
+    const size_t cols = nd > 0 ? (size_t)dims[nd - 1] : 1;
     int width = 1;
     char num[32];
     for (size_t k = 0; k < n; k++) {
@@ -134,8 +135,8 @@ static int print_values(const qkv_st *f, const char *path, const char *name)
 
 /* One tensor's row of the table, its parts as printed. */
 typedef struct row {
-    char *name;      /* escaped */
-    char shape[128]; /* "[2,3]", or "[?]" past QKV_MAX_DIMS */
+    char *name;             /* escaped */
+    char shape[8 * 21 + 2]; /* "[2,3]": up to 8 dimensions of 20 digits */
     char count[24];
     char stat[4][32]; /* min, max, mean, RMS; "-" with no values, "?" unread */
 } row;
@@ -144,12 +145,13 @@ typedef struct row {
  * they cannot be read. */
 static qkv_status fill_row(const qkv_st *f, const char *path, int i, row *r, qkv_error *err)
 {
-    int shape[QKV_MAX_DIMS];
-    const int nd = qkv_st_shape(f, i, shape);
-    if (nd >= 0)
-        qkv_dims_str(nd, shape, r->shape, sizeof r->shape);
-    else
-        snprintf(r->shape, sizeof r->shape, "[?]");
+    uint64_t dims[QKV_ST_MAX_DIMS];
+    const int nd = qkv_st_dims(f, i, dims, QKV_ST_MAX_DIMS);
+    size_t used = (size_t)snprintf(r->shape, sizeof r->shape, "[");
+    for (int d = 0; d < nd; d++)
+        used += (size_t)snprintf(r->shape + used, sizeof r->shape - used,
+                                 d ? ",%" PRIu64 : "%" PRIu64, dims[d]);
+    snprintf(r->shape + used, sizeof r->shape - used, "]");
     snprintf(r->count, sizeof r->count, "%zu", qkv_st_numel(f, i));
     for (int k = 0; k < 4; k++)
         snprintf(r->stat[k], sizeof r->stat[k], "%s", qkv_st_numel(f, i) > 0 ? "?" : "-");
@@ -264,7 +266,7 @@ int cmd_inspect(int argc, char **argv)
                       "minimum, maximum, mean and root mean square. Any writer's file will do,\n"
                       "such as the checkpoint 'qkv train --save FILE' writes. Values are read\n"
                       "as the loader reads them (F64 rounded to float32 in a float build, and\n"
-                      "each must be finite); a shape of more than 4 dimensions shows as [?].",
+                      "each must be finite).",
                       file, 1, &npos);
     if (r != CLI_OK)
         return r;

@@ -19,9 +19,8 @@
 #define DTYPE "F32"
 #endif
 
-#define MAX_DIMS_READ 8 /* the most dimensions a tensor of a file may have */
-#define MAX_NAME 1024   /* bytes of a name or a metadata string */
-#define CHUNK 1024      /* values encoded at a time */
+#define MAX_NAME 1024 /* bytes of a name or a metadata string */
+#define CHUNK 1024    /* values encoded at a time */
 #define STR_(x) #x
 #define STR(x) STR_(x) /* MAX_NAME as a string, for a message */
 
@@ -237,7 +236,7 @@ typedef struct entry {
     char *name;
     int dtype_size; /* 4 (F32) or 8 (F64) */
     int ndim;
-    uint64_t shape[MAX_DIMS_READ];
+    uint64_t shape[QKV_ST_MAX_DIMS];
     uint64_t begin, end; /* into the data */
 } entry;
 
@@ -345,11 +344,11 @@ static qkv_status read_entry(qkv_st *f, const qkv_json *j, int v, entry *e, qkv_
             }
         } else if (qkv_json_string_is(j, k, "shape")) {
             seen |= 2;
-            e->ndim = read_uints(j, k + 1, e->shape, MAX_DIMS_READ);
+            e->ndim = read_uints(j, k + 1, e->shape, QKV_ST_MAX_DIMS);
             if (e->ndim < 0)
                 return qkv_error_set(err, QKV_ERR_FORMAT,
                                      "%s: tensor '%s' needs a shape of at most %d whole numbers",
-                                     lab, name, MAX_DIMS_READ);
+                                     lab, name, QKV_ST_MAX_DIMS);
         } else if (qkv_json_string_is(j, k, "data_offsets")) {
             uint64_t off[2];
             seen |= 4;
@@ -639,6 +638,15 @@ int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS])
             return -1;
         shape[d] = (int)f->e[i].shape[d];
     }
+    return f->e[i].ndim;
+}
+
+int qkv_st_dims(const qkv_st *f, int i, uint64_t *dims, int cap)
+{
+    if (f == NULL || i < 0 || i >= f->n)
+        return -1;
+    for (int d = 0; d < f->e[i].ndim && d < cap; d++)
+        dims[d] = f->e[i].shape[d];
     return f->e[i].ndim;
 }
 

@@ -53,6 +53,30 @@ static void read_tensor(const qkv_st *f, int i)
     free(v);
 }
 
+/* qkv_st_dims agrees with qkv_st_shape and qkv_st_numel: every dimension
+ * (no more than cap written), their product the count, and the same
+ * dimensions as qkv_st_shape wherever that gives them. */
+static void check_dims(const qkv_st *f, int i, int shape[QKV_MAX_DIMS])
+{
+    uint64_t d[QKV_ST_MAX_DIMS + 1];
+    d[QKV_ST_MAX_DIMS] = 7;
+    const int nd = qkv_st_dims(f, i, d, QKV_ST_MAX_DIMS);
+    if (nd < 0 || nd > QKV_ST_MAX_DIMS || d[QKV_ST_MAX_DIMS] != 7 ||
+        qkv_st_dims(f, i, NULL, 0) != nd)
+        abort();
+    uint64_t n = 1;
+    for (int k = 0; k < nd; k++)
+        n *= d[k]; /* the reader refused a product that overflows */
+    if (n != qkv_st_numel(f, i))
+        abort();
+    const int sd = qkv_st_shape(f, i, shape);
+    if (sd >= 0 && sd != nd)
+        abort();
+    for (int k = 0; k < sd; k++)
+        if ((uint64_t)shape[k] != d[k])
+            abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     qkv_error err = qkv_error_none();
@@ -68,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (qkv_st_find(f, qkv_st_name(f, i)) != i) /* names are unique */
             abort();
-        qkv_st_shape(f, i, shape);
+        check_dims(f, i, shape);
         read_tensor(f, i);
     }
     for (int i = 0; i < qkv_st_meta_count(f); i++)
