@@ -434,6 +434,63 @@ START_TEST(test_gather_scatter_zero_on_every_path)
 }
 END_TEST
 
+/* Rows of an outer product scattered, on every kernel set, against a plain
+ * loop: a product rounded and then a sum, row by row in order (the fused
+ * multiply-add of a vector set would round once, and differ in the last
+ * bit for most of these random values). A coefficient of 0 or -0 is
+ * skipped only with skip_zero: not skipped, -0·x adds -0 or +0 to a row
+ * of -0 by the sign of x; and an infinity in x makes 0·x a NaN. */
+START_TEST(test_scatter_add_scaled_on_every_path)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    static const int ids[7] = {3, 0, 3, 5, 1, 3, 0}; /* repeats accumulate in order */
+    static const size_t widths[] = {1, 3, 8, 15, 16, 17, 33, 64, 65};
+    qkv_rng g;
+    qkv_rng_seed(&g, 12);
+    int checked = 0;
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+            for (int mode = 0; mode < 3; mode++) { /* skip_zero 1, 0, 0 with an infinity */
+                const size_t d = widths[w];
+                const int skip = mode == 0;
+                qkv_real table[6 * 65 + 1], want[6 * 65], x[65], coef[7];
+                fill(&g, table, 6 * d);
+                fill(&g, x, d);
+                fill(&g, coef, 7);
+                coef[2] = 0;
+                coef[4] = (qkv_real)-0.0; /* row 1, which holds -0 */
+                for (size_t p = 0; p < d; p++)
+                    table[1 * d + p] = (qkv_real)-0.0;
+                if (mode == 2)
+                    x[d / 2] = (qkv_real)INFINITY;
+                table[6 * d] = 42; /* a sentinel just past the end */
+                memcpy(want, table, sizeof(qkv_real) * 6 * d);
+                for (size_t j = 0; j < 7; j++) {
+                    if (skip && coef[j] == 0)
+                        continue;
+                    for (size_t p = 0; p < d; p++) {
+                        const qkv_real prod = coef[j] * x[p];
+                        want[(size_t)ids[j] * d + p] = want[(size_t)ids[j] * d + p] + prod;
+                    }
+                }
+                qkv_scatter_add_scaled(table, ids, coef, 7, x, d, skip);
+                for (size_t i = 0; i < 6 * d; i++)
+                    CHECK_EACH(isnan(want[i]) ? isnan(table[i])
+                                              : memcmp(&table[i], &want[i], sizeof want[i]) == 0,
+                               "%s d=%zu mode %d entry %zu: %a, want %a", impls[im], d, mode, i,
+                               (double)table[i], (double)want[i]);
+                ck_assert(table[6 * d] == 42);
+                checked++;
+            }
+        }
+    }
+    ck_assert_int_ge(checked, 27); /* the portable set at least */
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 /* ---- element-wise maths ------------------------------------------------ */
 
 #ifdef QKV_DOUBLE
@@ -885,6 +942,7 @@ Suite *kernels_suite(void)
     tcase_add_test(tc, test_softmax_backward_keeps_its_bits_on_every_set);
     tcase_add_test(tc, test_softmax_nan_rows_are_nan_on_every_set);
     tcase_add_test(tc, test_gather_scatter_zero_on_every_path);
+    tcase_add_test(tc, test_scatter_add_scaled_on_every_path);
     tcase_add_test(tc, test_vector_maths_are_within_their_ulp_bounds_of_libm);
     tcase_add_test(tc, test_kernel_set_names_match_exactly);
     tcase_add_test(tc, test_gelu_backward_is_within_its_error_bound);

@@ -136,13 +136,6 @@ static int all_finite(const qkv_real *x, int n)
     return z == 0;
 }
 
-/* y[0..d) += x·row[0..d), each product rounded before its sum. */
-static void add_scaled(qkv_real x, const qkv_real *row, qkv_real *y, int d)
-{
-    for (int p = 0; p < d; p++)
-        y[p] += x * row[p];
-}
-
 /* Nonzero when the one-row products below give the full products' bits:
  * in qkv_gemm's orders (kernels.h), from a zero C, row r of dA = dO·Vᵀ and
  * of dQ = dS·K is a chain from zero in the CHAIN order, and in the BLOCKS
@@ -176,9 +169,7 @@ static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q,
      * change nothing but a -0 (into +0) while the other factor is finite */
     const int skip_v = all_finite(go, d_v);
     if (dv != NULL)
-        for (int j = 0; j < tk; j++)
-            if (!(skip_v && ar[j] == 0))
-                add_scaled(ar[j], go, dv + (size_t)rows[j] * d_v, d_v);
+        qkv_scatter_add_scaled(dv, rows, ar, (size_t)tk, go, (size_t)d_v, skip_v);
     if (dar == NULL)
         return;
     qkv_real *g = scratch, *gq = scratch + tk;
@@ -198,9 +189,7 @@ static void one_row_backward(const qkv_attn_shape *sh, int r, const qkv_real *q,
     }
     const int skip_k = dk != NULL && all_finite(q + (size_t)r * d_k, d_k);
     if (dk != NULL)
-        for (int j = 0; j < tk; j++)
-            if (!(skip_k && g[j] == 0))
-                add_scaled(g[j], q + (size_t)r * d_k, dk + (size_t)rows[j] * d_k, d_k);
+        qkv_scatter_add_scaled(dk, rows, g, (size_t)tk, q + (size_t)r * d_k, (size_t)d_k, skip_k);
 }
 
 /* Nonzero when one_row_backward gives the full computation's bits for

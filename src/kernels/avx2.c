@@ -195,6 +195,25 @@ static void gather_avx2(float *dst, const float *table, const int *ids, size_t n
     }
 }
 
+/* qkv_scatter_add_scaled: a multiply then an add, 8 at a time (the
+ * generic loop's two roundings); the tail entry by entry. */
+static void scatter_add_scaled_avx2(float *table, const int *ids, const float *coef, size_t n,
+                                    const float *x, size_t d, int skip_zero)
+{
+    for (size_t j = 0; j < n; j++) {
+        if (skip_zero && coef[j] == 0)
+            continue;
+        const __m256 c = _mm256_set1_ps(coef[j]);
+        float *y = table + (size_t)ids[j] * d;
+        size_t p = 0;
+        for (; p + 8 <= d; p += 8)
+            _mm256_storeu_ps(y + p, _mm256_add_ps(_mm256_loadu_ps(y + p),
+                                                  _mm256_mul_ps(c, _mm256_loadu_ps(x + p))));
+        for (; p < d; p++)
+            y[p] += coef[j] * x[p];
+    }
+}
+
 /* The low and the high four lanes of v, in double. */
 QKV_ALWAYS_INLINE __m256d lo4_pd(__m256 v)
 {
@@ -401,6 +420,7 @@ const qkv_kernel_set qkv_kernels_avx2 = {
     .exps = exps_avx2,
     .gather = gather_avx2,
     .scatter_add = qkv_portable_scatter_add,
+    .scatter_add_scaled = scatter_add_scaled_avx2,
     .adam = adam_avx2,
     .zero = qkv_portable_zero,
     .exp = qkv_avx2_exp,

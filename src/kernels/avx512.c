@@ -501,6 +501,23 @@ static void mask_scale_bwd_avx512(float *ds, float *g, const float *m, size_t n,
     }
 }
 
+/* qkv_scatter_add_scaled: a multiply then an add, 16 at a time (the
+ * generic loop's two roundings), the tail masked. */
+static void scatter_add_scaled_avx512(float *table, const int *ids, const float *coef, size_t n,
+                                      const float *x, size_t d, int skip_zero)
+{
+    for (size_t j = 0; j < n; j++) {
+        if (skip_zero && coef[j] == 0)
+            continue;
+        const __m512 c = _mm512_set1_ps(coef[j]);
+        float *y = table + (size_t)ids[j] * d;
+        for (size_t p = 0; p < d; p += 16) {
+            const __mmask16 m = lanes(d - p < 16 ? (int)(d - p) : 16);
+            store16(y + p, m, _mm512_add_ps(load16(m, y + p), _mm512_mul_ps(c, load16(m, x + p))));
+        }
+    }
+}
+
 /* AVX-512 rows: 16 lanes at a time, the last chunk masked. */
 static void gather_avx512(float *dst, const float *table, const int *ids, size_t n, size_t d)
 {
@@ -584,6 +601,7 @@ const qkv_kernel_set qkv_kernels_avx512 = {
     .attn_bwd = qkv_attn_bwd_avx512,
     .gather = gather_avx512,
     .scatter_add = scatter_add_avx512,
+    .scatter_add_scaled = scatter_add_scaled_avx512,
     .adam = adam_avx512,
     .zero = zero_avx512,
     .exp = qkv_avx512_exp,

@@ -46,6 +46,15 @@ void qkv_gather_rows(qkv_real *dst, const qkv_real *table, const int *ids, size_
  * perhaps turning a -0 into +0). */
 void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, size_t n, size_t d);
 
+/* table[ids[j],:] += coef[j]·x[:] for j = 0..n-1 in order, rows of d
+ * reals, each product rounded before its sum (no fused multiply-add, as
+ * the generic loop compiles): an outer product coef·x scattered into the
+ * rows of a table, as the one-row attention backward adds dV and dK. With
+ * skip_zero, a j whose coef is 0 is skipped (its products are ±0, which
+ * add nothing to a finite x's rows beyond turning a -0 into +0). */
+void qkv_scatter_add_scaled(qkv_real *table, const int *ids, const qkv_real *coef, size_t n,
+                            const qkv_real *x, size_t d, int skip_zero);
+
 /* x[0..n) = 0 with plain vector stores: for the short buffers of hot loops,
  * where a libc memset may take a path with a costly start-up. */
 void qkv_zero(qkv_real *x, size_t n);
@@ -307,6 +316,10 @@ typedef void (*qkv_map_bwd_fn)(qkv_real *dx, const qkv_real *x, const qkv_real *
 /* Gather or scatter-add n rows of d reals by ids. */
 typedef void (*qkv_rows_fn)(qkv_real *x, const qkv_real *y, const int *ids, size_t n, size_t d);
 
+/* qkv_scatter_add_scaled, with exactly the bits of its generic loop. */
+typedef void (*qkv_scatter_scaled_fn)(qkv_real *table, const int *ids, const qkv_real *coef,
+                                      size_t n, const qkv_real *x, size_t d, int skip_zero);
+
 /* Softmax of rows rows of n entries (y may be x), giving exactly the bits
  * of the generic path: the row maximum, the set's exps, one float multiply
  * by (float)(1/sum); zeros for a row with no maximum above -inf. */
@@ -362,6 +375,7 @@ typedef struct qkv_kernel_set {
     qkv_attn_bwd_fn attn_bwd;
     qkv_rows_fn gather; /* embedding rows */
     qkv_rows_fn scatter_add;
+    qkv_scatter_scaled_fn scatter_add_scaled; /* optional: rows of an outer product */
     qkv_adam_fn adam;
     qkv_zero_fn zero;
     qkv_map_fn exp, log, tanh, sigmoid, gelu; /* element-wise maths */

@@ -88,6 +88,23 @@ void qkv_scatter_add_rows(qkv_real *table, const qkv_real *src, const int *ids, 
     qkv_kernels()->scatter_add(table, src, ids, n, d);
 }
 
+void qkv_scatter_add_scaled(qkv_real *table, const int *ids, const qkv_real *coef, size_t n,
+                            const qkv_real *x, size_t d, int skip_zero)
+{
+    const qkv_scatter_scaled_fn f = qkv_kernels()->scatter_add_scaled;
+    if (f != NULL) {
+        f(table, ids, coef, n, x, d, skip_zero); /* the same bits as the loop below */
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        if (skip_zero && coef[j] == 0)
+            continue;
+        qkv_real *y = table + (size_t)ids[j] * d;
+        for (size_t p = 0; p < d; p++)
+            y[p] += coef[j] * x[p];
+    }
+}
+
 void qkv_zero(qkv_real *x, size_t n)
 {
     qkv_kernels()->zero(x, n);
