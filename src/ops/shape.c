@@ -2,6 +2,7 @@
  * shape.c - shape ops, each forward with its backward: reshape (a view:
  * no copy, no node), permute and swapdims, concat and slice.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/op.h"
@@ -57,10 +58,16 @@ qkv_tensor *qkv_reshape(qkv_tape *t, qkv_tensor *x, int ndim, const int *shape)
     size_t n;
     if ((infer >= 0 && (known == 0 || x->numel % known != 0)) ||
         qkv_shape_numel(ndim, dims, &n) != QKV_OK || n != x->numel) {
+        /* the new shape as given (-1 included) and, without a -1, how
+         * many values it holds */
+        char sn[QKV_MAX_DIMS * 12 + 3], held[48] = "more than a size can count";
         qkv_shape_str(x, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s has %zu values; the new shape %s", sx,
-                      x->numel,
-                      infer >= 0 ? "cannot hold them with any size at -1" : "holds another number");
+        qkv_dims_str(ndim, shape, sn, sizeof sn);
+        if (infer < 0 && known != 0)
+            snprintf(held, sizeof held, "%zu", known);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "reshape: %s has %zu values; the new shape %s %s%s", sx,
+                      x->numel, sn, infer >= 0 ? "cannot hold them with any size at -1" : "holds ",
+                      infer >= 0 ? "" : held);
         return qkv_nil();
     }
     /* the view: x's own data and gradient (when recording), a new shape */
