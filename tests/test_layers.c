@@ -1068,13 +1068,34 @@ START_TEST(test_layers_refuse_bad_shapes)
     qkv_embedding emb;
     const int before = qkv_params_count(p);
     ck_assert_int_eq(qkv_linear_init(&lin0, p, "l0", 3, 0, 1, &err), QKV_ERR_ARG);
-    ck_assert_str_eq(err.message, "linear: in and out must be at least 1");
+    ck_assert_str_eq(err.message, "linear: in 3 and out 0 must be at least 1");
     ck_assert_int_eq(qkv_linear_init(&lin0, p, "l0", 0, 3, 1, &err), QKV_ERR_ARG);
-    ck_assert_str_eq(err.message, "linear: in and out must be at least 1");
+    ck_assert_str_eq(err.message, "linear: in 0 and out 3 must be at least 1");
     ck_assert_int_eq(qkv_embedding_init(&emb, p, "e0", 0, 4, &err), QKV_ERR_ARG);
-    ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
+    ck_assert_str_eq(err.message, "embedding: n 0 and d 4 must be at least 1");
     ck_assert_int_eq(qkv_embedding_init(&emb, p, "e0", 4, 0, &err), QKV_ERR_ARG);
-    ck_assert_str_eq(err.message, "embedding: n and d must be at least 1");
+    ck_assert_str_eq(err.message, "embedding: n 4 and d 0 must be at least 1");
+    /* each refusal of a size names the sizes it was given, as the
+     * ffn's, the block's and the positions' do: "norm: d must be at least
+     * 1" did not say what d was */
+    qkv_norm nm0;
+    ck_assert_int_eq(qkv_norm_init(&nm0, p, "n0", -3, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "norm: d -3 must be at least 1");
+    qkv_rnn rn0;
+    qkv_lstm ls0;
+    qkv_gru gr0;
+    ck_assert_int_eq(qkv_rnn_init(&rn0, p, "r0", 3, 0, QKV_RNN_TANH, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "rnn: in 3 and hidden 0 must be at least 1");
+    ck_assert_int_eq(qkv_lstm_init(&ls0, p, "ls0", 0, 4, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "lstm: in 0 and hidden 4 must be at least 1");
+    ck_assert_int_eq(qkv_gru_init(&gr0, p, "g0", 5, -1, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "gru: in 5 and hidden -1 must be at least 1");
+    qkv_tensor *flat = qkv_tensor_new(1, (const int[]){6}, 0, NULL);
+    ck_assert_int_eq(qkv_sinusoidal_positions(flat, &err), QKV_ERR_SHAPE);
+    ck_assert_str_eq(err.message, "positions: the table [6] must be [T,D]");
+    ck_assert_int_eq(qkv_sinusoidal_positions(NULL, &err), QKV_ERR_SHAPE);
+    ck_assert_str_eq(err.message, "positions: the table nil must be [T,D]");
+    qkv_tensor_free(flat);
     /* layers made of these name themselves and their own sizes: an FFN
      * of no hidden width said "linear: in and out must be at least 1",
      * a position table of no rows "embedding: n and d ..." */

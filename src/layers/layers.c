@@ -135,7 +135,8 @@ qkv_status qkv_linear_init(qkv_linear *l, qkv_params *p, const char *prefix, int
         return qkv_error_set(err, QKV_ERR_ARG, "linear: no layer to initialise (NULL)");
     memset(l, 0, sizeof *l); /* what a refusal leaves, not the old weights */
     if (in < 1 || out < 1)
-        return qkv_error_set(err, QKV_ERR_ARG, "linear: in and out must be at least 1");
+        return qkv_error_set(err, QKV_ERR_ARG, "linear: in %d and out %d must be at least 1", in,
+                             out);
     l->in = in;
     l->out = out;
     const double bound = 1 / sqrt((double)in);
@@ -171,7 +172,7 @@ qkv_status qkv_embedding_init(qkv_embedding *e, qkv_params *p, const char *prefi
         return qkv_error_set(err, QKV_ERR_ARG, "embedding: no layer to initialise (NULL)");
     memset(e, 0, sizeof *e); /* what a refusal leaves, not the old table */
     if (n < 1 || d < 1)
-        return qkv_error_set(err, QKV_ERR_ARG, "embedding: n and d must be at least 1");
+        return qkv_error_set(err, QKV_ERR_ARG, "embedding: n %d and d %d must be at least 1", n, d);
     qkv_status s = qkv_layer_param(&e->weight, p, prefix, "weight", 2, (const int[]){n, d},
                                    (qkv_init){QKV_INIT_NORMAL, 0, 0.02}, err);
     if (s != QKV_OK)
@@ -200,7 +201,7 @@ qkv_status qkv_norm_init(qkv_norm *n, qkv_params *p, const char *prefix, int d, 
         return qkv_error_set(err, QKV_ERR_ARG, "norm: no layer to initialise (NULL)");
     memset(n, 0, sizeof *n); /* what a refusal leaves, not the old γ and β */
     if (d < 1)
-        return qkv_error_set(err, QKV_ERR_ARG, "norm: d must be at least 1");
+        return qkv_error_set(err, QKV_ERR_ARG, "norm: d %d must be at least 1", d);
     n->eps = 1e-5;
     const qkv_params_mark m0 = qkv_params_mark_get(p); /* undone on a failure */
     qkv_status s = qkv_layer_param(&n->gamma, p, prefix, "weight", 1, (const int[]){d},
@@ -462,8 +463,11 @@ qkv_tensor *qkv_block_forward(qkv_tape *t, const qkv_block *b, qkv_tensor *x, co
 
 qkv_status qkv_sinusoidal_positions(qkv_tensor *pe, qkv_error *err)
 {
-    if (qkv_tensor_is_nil(pe) || pe->ndim != 2)
-        return qkv_error_set(err, QKV_ERR_SHAPE, "positions: the table must be [T,D]");
+    if (qkv_tensor_is_nil(pe) || pe->ndim != 2) {
+        char sp[64];
+        qkv_shape_str(pe, sp, sizeof sp);
+        return qkv_error_set(err, QKV_ERR_SHAPE, "positions: the table %s must be [T,D]", sp);
+    }
     const int T = pe->shape[0], D = pe->shape[1];
     for (int pos = 0; pos < T; pos++)
         for (int c = 0; c < D; c++) {

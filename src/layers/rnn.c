@@ -38,7 +38,8 @@ static qkv_status cell_params(qkv_params *p, const char *prefix, int in, int hid
 static qkv_status check_sizes(const char *what, int in, int hidden, qkv_error *err)
 {
     if (in < 1 || hidden < 1)
-        return qkv_error_set(err, QKV_ERR_ARG, "%s: in and hidden must be at least 1", what);
+        return qkv_error_set(err, QKV_ERR_ARG, "%s: in %d and hidden %d must be at least 1", what,
+                             in, hidden);
     return QKV_OK;
 }
 
