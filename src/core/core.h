@@ -23,4 +23,10 @@ void qkv_tape_name_failure(qkv_tape *t, const char *op);
  * innermost layer) is the one that stays. */
 void qkv_tape_reword_failure(qkv_tape *t, size_t drop, const char *head);
 
+/* What is wrong with a shape that qkv_shape_numel refused with s, one
+ * clause naming the shape (or the count of dimensions) into buf: "the
+ * shape [4,0] has a dimension below 1". For the messages of
+ * qkv_tensor_new and qkv_tape_tensor, which refuse the same shapes. */
+void qkv_shape_problem(int ndim, const int *shape, qkv_status s, char *buf, size_t len);
+
 #endif

@@ -248,18 +248,9 @@ qkv_tensor *qkv_tape_tensor(qkv_tape *t, int ndim, const int *shape, int with_gr
         return qkv_nil();
     qkv_status s = qkv_shape_numel(ndim, shape, &n);
     if (s != QKV_OK) { /* say what is wrong, naming the shape */
-        char dims[64] = "";
-        if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS)
-            qkv_dims_str(ndim, shape, dims, sizeof dims);
-        if (ndim < 0 || ndim > QKV_MAX_DIMS)
-            qkv_tape_fail(t, s, "tensor: a shape needs 0 to %d dimensions, not %d", QKV_MAX_DIMS,
-                          ndim);
-        else if (shape == NULL)
-            qkv_tape_fail(t, s, "tensor: no shape (NULL) for %d dimensions", ndim);
-        else if (s == QKV_ERR_NOMEM)
-            qkv_tape_fail(t, s, "tensor: the size of the shape %s overflows", dims);
-        else
-            qkv_tape_fail(t, s, "tensor: the shape %s has a dimension below 1", dims);
+        char why[128];
+        qkv_shape_problem(ndim, shape, s, why, sizeof why);
+        qkv_tape_fail(t, s, "tensor: %s", why);
         return qkv_nil();
     }
     with_grad = with_grad && t->grad_on;

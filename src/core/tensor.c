@@ -2,9 +2,11 @@
  * tensor.c - heap tensors, shapes and printing.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/core.h"
 #include "qkv/tensor.h"
 #include "util/util.h"
 
@@ -37,6 +39,21 @@ qkv_status qkv_shape_numel(int ndim, const int *shape, size_t *numel)
     return QKV_OK;
 }
 
+void qkv_shape_problem(int ndim, const int *shape, qkv_status s, char *buf, size_t len)
+{
+    char dims[64] = "";
+    if (shape != NULL && ndim >= 0 && ndim <= QKV_MAX_DIMS)
+        qkv_dims_str(ndim, shape, dims, sizeof dims);
+    if (ndim < 0 || ndim > QKV_MAX_DIMS)
+        snprintf(buf, len, "a shape needs 0 to %d dimensions, not %d", QKV_MAX_DIMS, ndim);
+    else if (shape == NULL)
+        snprintf(buf, len, "no shape (NULL) for %d dimensions", ndim);
+    else if (s == QKV_ERR_NOMEM)
+        snprintf(buf, len, "the size of the shape %s overflows", dims);
+    else
+        snprintf(buf, len, "the shape %s has a dimension below 1", dims);
+}
+
 qkv_tensor *qkv_tensor_new_abi(unsigned abi, int ndim, const int *shape, int with_grad,
                                qkv_error *err)
 {
@@ -44,10 +61,10 @@ qkv_tensor *qkv_tensor_new_abi(unsigned abi, int ndim, const int *shape, int wit
     if (!qkv_abi_ok(abi, err))
         return qkv_nil();
     qkv_status s = qkv_shape_numel(ndim, shape, &n);
-    if (s != QKV_OK) {
-        qkv_error_set(err, s, "tensor: %s",
-                      s == QKV_ERR_NOMEM ? "the shape's size overflows"
-                                         : "a shape needs 0 to 4 dimensions, each at least 1");
+    if (s != QKV_OK) { /* say what is wrong, naming the shape */
+        char why[128];
+        qkv_shape_problem(ndim, shape, s, why, sizeof why);
+        qkv_error_set(err, s, "tensor: %s", why);
         return qkv_nil();
     }
     qkv_tensor *t = qkv_calloc(1, sizeof *t);
