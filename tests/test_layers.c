@@ -57,9 +57,18 @@ START_TEST(test_a_list_holds_named_parameters)
     /* bad names and duplicates are refused, naming the problem */
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "layer.bias", 1, (const int[]){1}, ZEROS, &err)));
     ck_assert_str_eq(err.message, "params: 'layer.bias' is already in the list");
+    /* each refused name says what is wrong with it: all said "a name
+     * must be 1 to 127 bytes of UTF-8", whichever it was */
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "", 1, (const int[]){1}, ZEROS, &err)));
-    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "\xff", 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert_str_eq(err.message,
+                     "params: a name must be 1 to 127 bytes of UTF-8; this one is empty");
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, NULL, 1, (const int[]){1}, ZEROS, &err)));
+    ck_assert_str_eq(err.message, "params: no name (NULL); a name must be 1 to 127 bytes of UTF-8");
+    ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "ab\xff", 1, (const int[]){1}, ZEROS, &err)));
     ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_str_eq(err.message,
+                     "params: a name must be 1 to 127 bytes of UTF-8; this one is not UTF-8 at "
+                     "byte 2");
     ck_assert(qkv_tensor_is_nil(qkv_params_add(p, "neg", 1, (const int[]){-1}, ZEROS, &err)));
     /* __metadata__ is safetensors' key for metadata: a parameter of that
      * name was added, and only saving refused it */
@@ -81,7 +90,8 @@ START_TEST(test_a_list_holds_named_parameters)
         name[127] = 'n';
         name[128] = '\0';
         ck_assert(qkv_tensor_is_nil(qkv_params_add(p, name, 1, (const int[]){1}, ZEROS, &err)));
-        ck_assert_str_eq(err.message, "params: a name must be 1 to 127 bytes of UTF-8");
+        ck_assert_str_eq(err.message, "params: a name must be 1 to 127 bytes of UTF-8; this one "
+                                      "is 128 bytes");
     }
     /* zero_grad reaches every gradient */
     w->grad[5] = 1, b->grad[0] = 2, e->grad[9] = 3;

@@ -3,6 +3,7 @@
  * list.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,10 +152,24 @@ qkv_tensor *qkv_params_add(qkv_params *p, const char *name, int ndim, const int 
         qkv_error_set(err, QKV_ERR_ARG, "params: no parameter list (NULL)");
         return qkv_nil();
     }
-    size_t len = name != NULL ? strlen(name) : 0;
-    if (len == 0 || len > NAME_MAX_BYTES || !qkv_utf8_valid(name, len, NULL)) {
-        qkv_error_set(err, QKV_ERR_ARG, "params: a name must be 1 to %d bytes of UTF-8",
+    if (name == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG,
+                      "params: no name (NULL); a name must be 1 to %d bytes of UTF-8",
                       NAME_MAX_BYTES);
+        return qkv_nil();
+    }
+    size_t len = strlen(name), bad = 0;
+    if (len == 0 || len > NAME_MAX_BYTES || !qkv_utf8_valid(name, len, &bad)) {
+        char why[48]; /* what is wrong with this one */
+        if (len == 0)
+            snprintf(why, sizeof why, "empty");
+        else if (len > NAME_MAX_BYTES)
+            snprintf(why, sizeof why, "%zu bytes", len);
+        else
+            snprintf(why, sizeof why, "not UTF-8 at byte %zu", bad);
+        qkv_error_set(err, QKV_ERR_ARG,
+                      "params: a name must be 1 to %d bytes of UTF-8; this one is %s",
+                      NAME_MAX_BYTES, why);
         return qkv_nil();
     }
     if (strcmp(name, "__metadata__") == 0) { /* safetensors could not save it */
