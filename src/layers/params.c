@@ -106,13 +106,16 @@ qkv_status qkv_init_tensor(qkv_tensor *t, qkv_init init, qkv_rng *g, qkv_error *
     }
     const int normal = init.kind == QKV_INIT_NORMAL || init.kind == QKV_INIT_XAVIER_NORMAL ||
                        init.kind == QKV_INIT_KAIMING_NORMAL;
-    if (normal ? !(std >= 0) || !isfinite(std) || !isfinite(mean)
-               : !(lo < hi) || !isfinite(lo) || !isfinite(hi))
-        return qkv_error_set(err, QKV_ERR_ARG, "init: %s",
-                             normal ? "the mean and standard deviation must be finite, and "
-                                      "the standard deviation >= 0"
-                                    : "the uniform range [a, b) must be finite "
-                                      "and not empty");
+    char n0[32], n1[32]; /* the numbers refused, in words for NaN and infinities */
+    if (normal && (!(std >= 0) || !isfinite(std) || !isfinite(mean)))
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "init: the mean %s and the standard deviation %s must be finite, "
+                             "and the standard deviation >= 0",
+                             qkv_num_str(n0, sizeof n0, mean), qkv_num_str(n1, sizeof n1, std));
+    if (!normal && (!(lo < hi) || !isfinite(lo) || !isfinite(hi)))
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "init: the uniform range [%s, %s) must be finite and not empty",
+                             qkv_num_str(n0, sizeof n0, lo), qkv_num_str(n1, sizeof n1, hi));
     for (size_t i = 0; i < t->numel; i++) {
         const double v =
             normal ? qkv_rng_normalvariate(g, mean, std) : lo + (hi - lo) * qkv_rng_random(g);
