@@ -183,6 +183,10 @@ START_TEST(test_clip_by_global_norm)
     ASSERT_NEAR(qkv_optim_last_norm(o), 5, 0);
     ASSERT_NEAR(a->data[0], -0.6, 2 * REAL_EPS);
     ASSERT_NEAR(b->data[0], -0.8, 2 * REAL_EPS);
+    /* and leaves the gradients clipped, as the header says (PyTorch's
+     * clip_grad_norm_ too scales them in place) */
+    ASSERT_NEAR(a->grad[0], 0.6, 2 * REAL_EPS);
+    ASSERT_NEAR(b->grad[0], 0.8, 2 * REAL_EPS);
     qkv_optim_free(o);
     qkv_tensor_free(a);
     qkv_tensor_free(b);

@@ -49,7 +49,9 @@ void qkv_optim_free(qkv_optim *o); /* accepts NULL */
 /* Sets every parameter's gradient to zero. */
 void qkv_optim_zero_grad(qkv_optim *o);
 
-/* Clips (if configured) and applies one update. Returns QKV_ERR_NUMERIC and
+/* Clips (if configured: the gradients are scaled in place, as
+ * qkv_clip_grad_norm scales them, and stay scaled after the step) and
+ * applies one update. Returns QKV_ERR_NUMERIC and
  * changes nothing (weights, moments, step count) if some gradient is NaN
  * or infinite, or if the sum of their squares is (in the double build,
  * gradients of about 1e154 and more: their global norm does not fit a
