@@ -920,6 +920,115 @@ START_TEST(test_attention_takes_a_mask_per_query_row)
 }
 END_TEST
 
+/* A finite mask value, however large and negative, is added as it is (as
+ * qkv_mask adds it): only -inf drops a key. With Q = 0 every logit is the
+ * mask's value: even rows hold -1e9 at every key, so their weights are
+ * uniform over all tk keys; odd rows hold -inf below key s and -1e9 from
+ * there, uniform over the last tk - s. Then O[i] = the mean of those rows
+ * of V, and in double dV = Aᵀ·dO, dA = dO·Vᵀ, dS = c·A ⊙ (dA - Σ A⊙dA)
+ * row by row and dQ = dS·K; dK = dSᵀ·Q = 0. The fused and online forms,
+ * every kernel set: tk = 9 (the register paths) and 300 with tq = 70,
+ * past the online form's default blocks of 64 rows and 256 keys, where
+ * every entry of some blocks is -1e9 (such a block must still be read). */
+static void check_finite_mask(int tq, int tk, int online)
+{
+    const int dk = 3, dv = 2, s = tk > 256 ? 256 : tk / 2;
+    const double c = 0.5;
+    qkv_tensor *q = tensor_of(3, (const int[]){1, tq, dk}, NULL, 1);
+    qkv_tensor *k = tensor_of(3, (const int[]){1, tk, dk}, NULL, 1);
+    qkv_tensor *v = tensor_of(3, (const int[]){1, tk, dv}, NULL, 1);
+    qkv_tensor *m = tensor_of(2, (const int[]){tq, tk}, NULL, 0);
+    qkv_real *dy = malloc(sizeof *dy * (size_t)tq * dv);
+    for (int j = 0; j < tk; j++) {
+        for (int p = 0; p < dk; p++)
+            k->data[j * dk + p] = (qkv_real)(((j * 7 + p * 3) % 11 - 5) / 4.0);
+        for (int p = 0; p < dv; p++)
+            v->data[j * dv + p] = (qkv_real)(((j * 5 + p) % 9 - 4) / 2.0);
+    }
+    for (int i = 0; i < tq; i++) {
+        for (int j = 0; j < tk; j++)
+            m->data[i * tk + j] = (qkv_real)(i % 2 == 1 && j < s ? -INFINITY : -1e9);
+        for (int p = 0; p < dv; p++)
+            dy[i * dv + p] = (qkv_real)(((i * 3 + p) % 7 - 3) / 2.0);
+    }
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *o =
+        online ? qkv_attention_online(t, q, k, v, m, c, 0) : qkv_attention(t, q, k, v, m, c, NULL);
+    ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+    ck_assert_int_eq(qkv_backward_from(t, o, dy, (size_t)tq * dv), QKV_OK);
+    const double tol = (4.0 * tk + 64) * REAL_EPS;
+    double *gq = calloc((size_t)tq * dk, sizeof *gq), *mq = calloc((size_t)tq * dk, sizeof *mq);
+    double *gv = calloc((size_t)tk * dv, sizeof *gv), *mv = calloc((size_t)tk * dv, sizeof *mv);
+    double *da = malloc(sizeof *da * (size_t)tk);
+    for (int i = 0; i < tq; i++) {
+        const int j0 = i % 2 == 1 ? s : 0;
+        const double a = 1.0 / (tk - j0);
+        for (int p = 0; p < dv; p++) { /* O[i] = a·Σ_j V[j] */
+            double y = 0, my = 0;
+            for (int j = j0; j < tk; j++) {
+                y += a * v->data[j * dv + p];
+                my += a * fabs((double)v->data[j * dv + p]);
+            }
+            CHECK_EACH(fabs((double)o->data[i * dv + p] - y) <= tol * my,
+                       "%s tq=%d tk=%d: O[%d,%d] = %.9g, expected %.9g",
+                       online ? "online" : "fused", tq, tk, i, p, (double)o->data[i * dv + p], y);
+        }
+        double dot = 0, mdot = 0;
+        for (int j = j0; j < tk; j++) {
+            da[j] = 0;
+            for (int p = 0; p < dv; p++) {
+                da[j] += (double)dy[i * dv + p] * v->data[j * dv + p];
+                gv[j * dv + p] += a * dy[i * dv + p];
+                mv[j * dv + p] += a * fabs((double)dy[i * dv + p]);
+            }
+            dot += a * da[j];
+            mdot += a * fabs(da[j]);
+        }
+        for (int j = j0; j < tk; j++)
+            for (int p = 0; p < dk; p++) {
+                gq[i * dk + p] += c * a * (da[j] - dot) * k->data[j * dk + p];
+                mq[i * dk + p] += c * a * (fabs(da[j]) + mdot) * fabs((double)k->data[j * dk + p]);
+            }
+    }
+    for (int e = 0; e < tq * dk; e++)
+        CHECK_EACH(fabs((double)q->grad[e] - gq[e]) <= tol * mq[e],
+                   "%s tq=%d tk=%d: dQ[%d] = %.9g, expected %.9g", online ? "online" : "fused", tq,
+                   tk, e, (double)q->grad[e], gq[e]);
+    for (int e = 0; e < tk * dk; e++)
+        CHECK_EACH(k->grad[e] == 0, "%s tq=%d tk=%d: dK[%d] = %g, expected 0",
+                   online ? "online" : "fused", tq, tk, e, (double)k->grad[e]);
+    for (int e = 0; e < tk * dv; e++)
+        CHECK_EACH(fabs((double)v->grad[e] - gv[e]) <= tol * mv[e],
+                   "%s tq=%d tk=%d: dV[%d] = %.9g, expected %.9g", online ? "online" : "fused", tq,
+                   tk, e, (double)v->grad[e], gv[e]);
+    free(gq);
+    free(mq);
+    free(gv);
+    free(mv);
+    free(da);
+    free(dy);
+    qkv_tape_free(t);
+    qkv_tensor_free(q);
+    qkv_tensor_free(k);
+    qkv_tensor_free(v);
+    qkv_tensor_free(m);
+}
+
+START_TEST(test_attention_adds_a_finite_mask_as_it_is)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int online = 0; online < 2; online++) {
+            check_finite_mask(5, 9, online);
+            check_finite_mask(70, 300, online);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 /* Attention adds its gradients into Q's, K's and V's where later
  * consumers have filled them first: L = Σ O + Σ Q + Σ K + Σ V with Q = K
  * = I, V = [[1,2],[3,4]], scale 1. A's rows are [p, 1-p] and [1-p, p]
@@ -1397,6 +1506,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_same_on_any_thread_count);
     tcase_add_test(tc, test_attention_nan_score_as_unfused);
     tcase_add_test(tc, test_attention_takes_a_mask_per_query_row);
+    tcase_add_test(tc, test_attention_adds_a_finite_mask_as_it_is);
     tcase_add_test(tc, test_attention_gradients_add_to_other_consumers);
     tcase_add_test(tc, test_embed_attention_sees_a_row_live_by_its_last_entry);
     tcase_add_test(tc, test_attention_gradients_flow_from_the_parts_alone);
