@@ -16,7 +16,8 @@
 
 typedef struct attn_case {
     int nd, shape_q[4], tk, dv;
-    int mask;     /* 0 none, 1 padding [...,1,Tk], 2 causal [...,Tq,Tk] with one empty row */
+    int mask;     /* 0 none, 1 padding [...,1,Tk], 2 causal [...,Tq,Tk] with one empty row,
+                   * 3 one value per query row [...,Tq,1], rows 2, 5, 8, ... dropped */
     int pick;     /* 1: the loss uses one row of O per item (zero rows in dO) */
     int parts;    /* 1: the loss also uses the scores and the weights */
     double scale; /* 1: the unfused form has no qkv_scale */
@@ -93,18 +94,20 @@ static void check_attention_case(const attn_case *c)
     memcpy(sv, sk, sizeof sv);
     sv[nd - 1] = c->dv;
     memcpy(sm, sk, sizeof sm);
-    sm[nd - 1] = c->tk;
+    sm[nd - 1] = c->mask == 3 ? 1 : c->tk;
     sm[nd - 2] = c->mask == 1 ? 1 : tq;
     qkv_tensor *x[3] = {random_tensor(&g, nd, c->shape_q, 1), random_tensor(&g, nd, sk, 1),
                         random_tensor(&g, nd, sv, 1)};
     qkv_tensor *mask = c->mask ? qkv_tensor_new(nd, sm, 0, NULL) : NULL;
     for (size_t e = 0; mask != NULL && e < mask->numel; e++) {
-        int j = (int)(e % c->tk), i = (int)(e / c->tk % (size_t)sm[nd - 2]);
-        int item = (int)(e / ((size_t)c->tk * sm[nd - 2]));
+        const size_t w = (size_t)sm[nd - 1];
+        int j = (int)(e % w), i = (int)(e / w % (size_t)sm[nd - 2]);
+        int item = (int)(e / (w * sm[nd - 2]));
         /* mask 2: causal, and item 1's rows 0, 2, 7 and 17 all dropped (rows
          * at each place in a group of four, and in the tail past them) */
-        int drop = c->mask == 1 ? j >= c->tk - item % 3
-                                : j > i || (item == 1 && (i == 0 || i == 2 || i == 7 || i == 17));
+        int drop = c->mask == 1   ? j >= c->tk - item % 3
+                   : c->mask == 3 ? i % 3 == 2
+                                  : j > i || (item == 1 && (i == 0 || i == 2 || i == 7 || i == 17));
         mask->data[e] = drop ? -INFINITY : 0;
     }
     qkv_tape *tp[2] = {qkv_tape_new(0, NULL), qkv_tape_new(0, NULL)};
@@ -174,6 +177,12 @@ START_TEST(test_attention_equals_unfused_ops)
         /* rows of more than 8 chunks, one pass of the max and two of e^x */
         {3, {2, 5, 8}, 200, 8, 1, 0, 1, 0.3},
         {3, {2, 20, 8}, 256, 8, 2, 0, 1, 0.125},
+        /* a mask per query row, read along the keys with stride 0: in the
+         * register kernels' backward too (AVX2's one key register, and
+         * two), and on the generic path */
+        {3, {2, 12, 8}, 7, 5, 3, 0, 1, 0.3},
+        {3, {2, 20, 8}, 16, 8, 3, 0, 1, 0.25},
+        {3, {2, 18, 8}, 30, 8, 3, 1, 1, 0.3},
     };
     static const char *impls[] = {"portable", "avx2", "avx512"};
     for (int im = 0; im < 3; im++) {
