@@ -1379,6 +1379,53 @@ START_TEST(test_attention_online_within_its_bound)
 }
 END_TEST
 
+/* A NaN score makes its row NaN in the online form, as in qkv_softmax
+ * (and so in qkv_attention), also where every other score of its block is
+ * NaN or -inf, so that the running maximum, which skips NaN as
+ * qkv_softmax's does, is still -inf there, and the row's maximum comes
+ * from a later block; a row of NaN and -inf alone gives 0. d_k = 1, Q =
+ * 1, K = NaN for the keys of the first block (3 keys, or the default
+ * 256) and 0.5 after, V = 1; row 1's mask drops every key after them. */
+START_TEST(test_attention_online_nan_score_as_softmax)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    static const int bks[2] = {3, QKV_ONLINE_BK}, tks[2] = {7, 300};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int n = 0; n < 2; n++) {
+            const int tk = tks[n], bk = bks[n];
+            qkv_tensor *q = tensor_of(3, (const int[]){1, 2, 1}, (const double[]){1, 1}, 0);
+            qkv_tensor *k = tensor_of(3, (const int[]){1, tk, 1}, NULL, 0);
+            qkv_tensor *v = tensor_of(3, (const int[]){1, tk, 1}, NULL, 0);
+            qkv_tensor *m = tensor_of(2, (const int[]){2, tk}, NULL, 0);
+            for (int j = 0; j < tk; j++) {
+                k->data[j] = (qkv_real)(j < bk ? NAN : 0.5);
+                v->data[j] = 1;
+                m->data[tk + j] = (qkv_real)(j < bk ? 0 : -INFINITY);
+            }
+            qkv_tape *t = qkv_tape_new(0, NULL);
+            qkv_attention_online_blocks(2, bk);
+            qkv_tensor *o = qkv_attention_online(t, q, k, v, m, 1, 0);
+            qkv_attention_online_blocks(QKV_ONLINE_BQ, QKV_ONLINE_BK);
+            qkv_tensor *f = qkv_attention(t, q, k, v, m, 1, NULL);
+            ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+            ck_assert_msg(isnan(f->data[0]) && f->data[1] == 0, "%s: attention gives %g, %g",
+                          impls[im], (double)f->data[0], (double)f->data[1]);
+            ck_assert_msg(isnan(o->data[0]) && o->data[1] == 0,
+                          "%s tk=%d: online O = %g, %g; expected NaN, 0", impls[im], tk,
+                          (double)o->data[0], (double)o->data[1]);
+            qkv_tape_free(t);
+            qkv_tensor_free(q);
+            qkv_tensor_free(k);
+            qkv_tensor_free(v);
+            qkv_tensor_free(m);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 /* The online form's O and gradients, for a given thread count. */
 static void online_run(int threads, qkv_real *out, size_t n_out)
 {
@@ -1523,6 +1570,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_refuses_a_scale_not_finite);
     tcase_add_test(tc, test_attention_online_within_its_bound);
     tcase_add_test(tc, test_attention_online_same_on_any_thread_count);
+    tcase_add_test(tc, test_attention_online_nan_score_as_softmax);
     tcase_add_test(tc, test_attention_online_errors_name_the_op);
     tcase_add_test(tc, test_attention_forms_name_themselves_recording_their_node);
     suite_add_tcase(s, tc);

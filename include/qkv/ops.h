@@ -291,7 +291,8 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
  * inputs may spread differently: a block that is dropped entirely is never
  * read, and a NaN in a row of Q or K reaches dK or dQ of every row of its
  * block, weight 0 or not (0·NaN in the block's product). A row whose
- * scores are all NaN or -inf gives 0, as in qkv_softmax. */
+ * scores are all NaN or -inf gives 0, and one with a NaN among finite
+ * scores NaN, as in qkv_softmax. */
 qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                                  const qkv_tensor *mask, double scale, int causal);
 

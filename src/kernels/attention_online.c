@@ -80,6 +80,15 @@ static int online_block_masked(const qkv_attn_shape *sh, int i0, int nq, int j0,
     return 1;
 }
 
+/* Nonzero when x[0..n) holds a NaN. */
+static int any_nan(const qkv_real *x, int n)
+{
+    for (int j = 0; j < n; j++)
+        if (isnan(x[j]))
+            return 1;
+    return 0;
+}
+
 static void scale_row(qkv_real *x, size_t n, double f)
 {
     for (size_t p = 0; p < n; p++)
@@ -93,12 +102,13 @@ void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, c
     const int bq = sh->bq, bk = sh->bk;
     const qkv_kernel_set *im = qkv_kernels();
     double m[QKV_ONLINE_BQ], l[QKV_ONLINE_BQ];
+    int nan[QKV_ONLINE_BQ]; /* a NaN score met while m was -inf */
     for (int i0 = 0; i0 < tq; i0 += bq) {
         const int nq = tq - i0 < bq ? tq - i0 : bq;
         qkv_real *ob = o + (size_t)i0 * d_v;
         qkv_zero(ob, (size_t)nq * d_v);
         for (int i = 0; i < nq; i++)
-            m[i] = -INFINITY, l[i] = 0;
+            m[i] = -INFINITY, l[i] = 0, nan[i] = 0;
         for (int j0 = 0; j0 < tk; j0 += bk) {
             const int nk = tk - j0 < bk ? tk - j0 : bk;
             if (online_block_masked(sh, i0, nq, j0, nk))
@@ -108,7 +118,10 @@ void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, c
                 qkv_real *x = scratch + (size_t)i * nk;
                 online_logits(sh, i0 + i, j0, nk, x);
                 const double mx = qkv_row_max(x, (size_t)nk), top = mx > m[i] ? mx : m[i];
-                if (top == -INFINITY) { /* every key so far masked: no weight */
+                if (top == -INFINITY) { /* every key so far masked: no weight, but a
+                                         * NaN, which the maximum skips, makes the
+                                         * row NaN if a later key is not masked */
+                    nan[i] |= any_nan(x, nk);
                     qkv_zero(x, (size_t)nk);
                     continue;
                 }
@@ -126,7 +139,9 @@ void qkv_attention_online_forward(const qkv_attn_shape *sh, const qkv_real *q, c
             qkv_gemm(0, 0, nq, d_v, nk, scratch, v + (size_t)j0 * d_v, ob, 1);
         }
         for (int i = 0; i < nq; i++) {
-            if (l[i] > 0) /* else a row with every key masked: O = 0 */
+            if (nan[i] && l[i] > 0)
+                l[i] = NAN;
+            if (!(l[i] == 0)) /* else a row with every key masked: O = 0 */
                 scale_row(ob + (size_t)i * d_v, (size_t)d_v, 1 / l[i]);
             if (ml != NULL) { /* m (a score, so exact), then 1/l (1 for a row with
                                * every key masked: m = -inf, P = 0) */
