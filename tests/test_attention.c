@@ -1038,6 +1038,52 @@ START_TEST(test_attention_adds_a_finite_mask_as_it_is)
 }
 END_TEST
 
+/* A row of dO of zeros adds nothing to any gradient, on every kernel set
+ * and path (ops.h), also where V holds an infinity, which the unfused
+ * ops would multiply by its 0: V[0,0] = +inf and dO zero but for row 1.
+ * Row 1's weights meet the infinity, so its dQ row and dK are NaN; the
+ * other rows of dQ stay 0 and dV stays finite. 4 keys (the register
+ * kernels) and 20 (the generic path). */
+START_TEST(test_attention_skips_zero_rows_of_do_by_an_infinite_value)
+{
+    static const char *impls[] = {"portable", "avx2", "avx512"};
+    static const int tks[2] = {4, 20};
+    for (int im = 0; im < 3; im++) {
+        if (qkv_kernels_use(impls[im], NULL) != 0)
+            continue;
+        for (int n = 0; n < 2; n++) {
+            const int tk = tks[n];
+            qkv_tensor *q = tensor_of(3, (const int[]){1, 4, 2}, NULL, 1);
+            qkv_tensor *k = tensor_of(3, (const int[]){1, tk, 2}, NULL, 1);
+            qkv_tensor *v = tensor_of(3, (const int[]){1, tk, 2}, NULL, 1);
+            for (int e = 0; e < 8; e++)
+                q->data[e] = (qkv_real)(0.125 * e);
+            for (int e = 0; e < 2 * tk; e++) {
+                k->data[e] = (qkv_real)(0.25 - 0.0625 * e);
+                v->data[e] = (qkv_real)e;
+            }
+            v->data[0] = INFINITY;
+            const qkv_real dy[8] = {0, 0, 1, 1, 0, 0, 0, 0};
+            qkv_tape *t = qkv_tape_new(0, NULL);
+            qkv_tensor *o = qkv_attention(t, q, k, v, NULL, 1, NULL);
+            ck_assert_int_eq(qkv_backward_from(t, o, dy, 8), QKV_OK);
+            for (int e = 0; e < 8; e++)
+                CHECK_EACH(e / 2 == 1 ? isnan(q->grad[e]) : q->grad[e] == 0,
+                           "%s tk=%d: dQ[%d,%d] = %g, expected %s", impls[im], tk, e / 2, e % 2,
+                           (double)q->grad[e], e / 2 == 1 ? "NaN" : "0");
+            for (int e = 0; e < 2 * tk; e++)
+                CHECK_EACH(isfinite(v->grad[e]), "%s tk=%d: dV[%d] = %g", impls[im], tk, e,
+                           (double)v->grad[e]);
+            qkv_tape_free(t);
+            qkv_tensor_free(q);
+            qkv_tensor_free(k);
+            qkv_tensor_free(v);
+        }
+    }
+    qkv_kernels_use("auto", NULL);
+}
+END_TEST
+
 /* Attention adds its gradients into Q's, K's and V's where later
  * consumers have filled them first: L = Σ O + Σ Q + Σ K + Σ V with Q = K
  * = I, V = [[1,2],[3,4]], scale 1. A's rows are [p, 1-p] and [1-p, p]
@@ -1564,6 +1610,7 @@ Suite *attention_suite(void)
     tcase_add_test(tc, test_attention_takes_a_mask_per_query_row);
     tcase_add_test(tc, test_attention_adds_a_finite_mask_as_it_is);
     tcase_add_test(tc, test_attention_gradients_add_to_other_consumers);
+    tcase_add_test(tc, test_attention_skips_zero_rows_of_do_by_an_infinite_value);
     tcase_add_test(tc, test_embed_attention_sees_a_row_live_by_its_last_entry);
     tcase_add_test(tc, test_attention_gradients_flow_from_the_parts_alone);
     tcase_add_test(tc, test_attention_errors_name_the_shapes);

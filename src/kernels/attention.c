@@ -8,6 +8,8 @@
  * mask, the scaling, dQ = dS·K and dK = dSᵀ·Q. So its order of additions is
  * exactly the unfused ops'. A kernel set with a fused path of its own
  * (avx512_attn.c) takes the shapes it handles and repeats the same order.
+ * An item whose Q, K or V holds an infinity or a NaN goes backward row by
+ * row instead, skipping the rows of zeros that the fused paths skip.
  */
 #include <math.h>
 #include <string.h>
@@ -339,6 +341,48 @@ void qkv_attention_backward_scatter(const qkv_attn_shape *sh, const qkv_real *q,
         qkv_scatter_add_rows(dv, g + nq + nk, sh->row_index, (size_t)sh->tk, (size_t)sh->dv);
 }
 
+/* Nonzero when x[0..n) holds an infinity or a NaN (x - x is then NaN). */
+static int any_not_finite(const qkv_real *x, size_t n)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) /* no exit in the loop, so it vectorises */
+        bad |= !(x[i] - x[i] == 0);
+    return bad;
+}
+
+/* The generic backward row by row, for an item whose Q, K or V holds an
+ * infinity or a NaN: a row of dO of zeros adds nothing, and a row of dS
+ * of zeros nothing to dQ and dK, as in the kernel sets' fused backward
+ * (the full products would add their products of 0: NaN). scratch holds
+ * tk reals. */
+static void backward_rows_skipping(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
+                                   const qkv_real *v, const qkv_real *a, const qkv_real *dout,
+                                   qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk,
+                                   qkv_real *dv, qkv_real *scratch)
+{
+    const int tk = sh->tk, d_k = sh->dk, d_v = sh->dv;
+    for (int i = 0; i < sh->tq; i++) {
+        const qkv_real *go = dout + (size_t)i * d_v, *ai = a + (size_t)i * tk;
+        const int live = qkv_any_nonzero(go, (size_t)d_v);
+        if (live && dv != NULL) /* dV += A[i]ᵀ·dO[i] */
+            qkv_gemm(1, 0, tk, d_v, 1, ai, go, dv, 1);
+        if (da == NULL)
+            continue;
+        qkv_real *dai = da + (size_t)i * tk, *dsi = ds + (size_t)i * tk;
+        if (live) /* dA[i] += dO[i]·Vᵀ */
+            qkv_gemm(0, 1, 1, tk, d_v, go, v, dai, 1);
+        qkv_zero(scratch, (size_t)tk);
+        qkv_softmax_backward_rows(scratch, ai, dai, 1, (size_t)tk);
+        mask_scale_row(sh, i, dsi, scratch);
+        if (!qkv_any_nonzero(dsi, (size_t)tk))
+            continue;
+        if (dq != NULL) /* dQ[i] += dS[i]·K */
+            qkv_gemm(0, 0, 1, d_k, tk, scratch, k, dq + (size_t)i * d_k, 1);
+        if (dk != NULL) /* dK += dS[i]ᵀ·Q[i] */
+            qkv_gemm(1, 0, tk, d_k, 1, scratch, q + (size_t)i * d_k, dk, 1);
+    }
+}
+
 void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const qkv_real *k,
                             const qkv_real *v, const qkv_real *a, const qkv_real *dout,
                             qkv_real *ds, qkv_real *da, qkv_real *dq, qkv_real *dk, qkv_real *dv,
@@ -363,6 +407,11 @@ void qkv_attention_backward(const qkv_attn_shape *sh, const qkv_real *q, const q
         return;
     }
     const int tq = sh->tq, tk = sh->tk;
+    if (any_not_finite(q, (size_t)tq * sh->dk) || any_not_finite(k, (size_t)tk * sh->dk) ||
+        any_not_finite(v, (size_t)tk * sh->dv)) {
+        backward_rows_skipping(sh, q, k, v, a, dout, ds, da, dq, dk, dv, scratch);
+        return;
+    }
     if (dv != NULL) /* dV += Aᵀ·dO */
         qkv_gemm(1, 0, tk, sh->dv, tq, a, dout, dv, 1);
     if (da == NULL)
