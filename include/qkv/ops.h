@@ -290,9 +290,12 @@ qkv_tensor *qkv_attention(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor 
  * the bound and checks it. They do not depend on the thread count. NaN
  * inputs may spread differently: a block that is dropped entirely is never
  * read, and a NaN in a row of Q or K reaches dK or dQ of every row of its
- * block, weight 0 or not (0·NaN in the block's product). A row whose
- * scores are all NaN or -inf gives 0, and one with a NaN among finite
- * scores NaN, as in qkv_softmax. */
+ * block, weight 0 or not (0·NaN in the block's product). An infinity in
+ * V is no better: a row of dO that is all zeros, which qkv_attention
+ * skips, still meets it in its block's products (0·inf), and dQ of every
+ * row of the block comes out NaN. A row whose scores are all NaN or -inf
+ * gives 0, and one with a NaN among finite scores NaN, as in
+ * qkv_softmax. */
 qkv_tensor *qkv_attention_online(qkv_tape *t, qkv_tensor *q, qkv_tensor *k, qkv_tensor *v,
                                  const qkv_tensor *mask, double scale, int causal);
 
