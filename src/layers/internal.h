@@ -1,6 +1,7 @@
 /*
  * internal.h - what the layer files share: parameter names and adding a
- * parameter under a layer's prefix.
+ * parameter under a layer's prefix, and writing and reading safetensors
+ * files of tensors other than a parameter list's (an optimizer's state).
  */
 #ifndef QKV_LAYERS_INTERNAL_H
 #define QKV_LAYERS_INTERNAL_H
@@ -8,6 +9,7 @@
 #include <stddef.h>
 
 #include "qkv/layers.h"
+#include "qkv/safetensors.h"
 
 /* PREFIX.suffix into buf; QKV_ERR_ARG when it does not fit a name. */
 qkv_status qkv_layer_name(char *buf, size_t len, const char *prefix, const char *suffix,
@@ -52,5 +54,36 @@ typedef struct qkv_params_mark {
 } qkv_params_mark;
 qkv_params_mark qkv_params_mark_get(const qkv_params *p);
 void qkv_params_undo(qkv_params *p, const qkv_params_mark *m);
+
+/* One tensor to write: numel values, of qkv_real (real, written F32, or F64
+ * in the double build) or of double (f64, written F64) when f64 is not
+ * NULL; name and shape as a parameter's. */
+typedef struct qkv_st_tensor {
+    const char *name;
+    int ndim;
+    const int *shape; /* (ndim) */
+    const qkv_real *real;
+    const double *f64;
+    size_t numel;
+} qkv_st_tensor;
+
+/* Puts tensor i of ctx's into *out (its pointers valid until the write
+ * returns). */
+typedef void (*qkv_st_get)(const void *ctx, int i, qkv_st_tensor *out);
+
+/* Writes n tensors, in order, to path as qkv_safetensors_save does (its
+ * format, CRC, atomic save and refusals of values that are not finite and
+ * of a header too long), with n_meta entries of metadata after qkv's own,
+ * which the caller has checked (UTF-8 strings of at most 1024 bytes, no
+ * key repeated nor one of qkv_format and qkv_crc32), as it has the names
+ * (unique, not __metadata__). */
+qkv_status qkv_st_write(const char *path, int n, qkv_st_get get, const void *ctx,
+                        const qkv_meta_entry *meta, int n_meta, qkv_error *err);
+
+/* Copies tensor i of f, which must be F64 and hold n values, all finite,
+ * into out, exactly; else QKV_ERR_FORMAT (another dtype), QKV_ERR_ARG
+ * (another count) or QKV_ERR_NUMERIC, with a line that names the file and
+ * the tensor, and out not written. */
+qkv_status qkv_st_read_f64(const qkv_st *f, int i, double *out, size_t n, qkv_error *err);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers/internal.h"
 #include "qkv/safetensors.h"
 #include "util/json.h"
 #include "util/util.h"
@@ -80,63 +81,78 @@ static void sb_json(sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
-/* Encodes n values little-endian in the file's dtype into out. */
-static void encode(const qkv_real *v, size_t n, unsigned char *out)
+/* Encodes values j .. j + n - 1 of t little-endian in its dtype into out;
+ * returns the bytes written. */
+static size_t encode(const qkv_st_tensor *t, size_t j, size_t n, unsigned char *out)
 {
+    const size_t size = t->f64 != NULL ? 8 : sizeof(qkv_real);
     for (size_t i = 0; i < n; i++) {
-#ifdef QKV_DOUBLE
         uint64_t u;
-        memcpy(&u, &v[i], 8);
-        for (int k = 0; k < 8; k++)
-            out[8 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+        if (t->f64 != NULL) {
+            memcpy(&u, &t->f64[j + i], 8);
+        } else {
+#ifdef QKV_DOUBLE
+            memcpy(&u, &t->real[j + i], 8);
 #else
-        uint32_t u;
-        memcpy(&u, &v[i], 4);
-        for (int k = 0; k < 4; k++)
-            out[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+            uint32_t w;
+            memcpy(&w, &t->real[j + i], 4);
+            u = w;
 #endif
-    }
-}
-
-/* CRC-32 of every parameter's data as the file stores it. */
-static uint32_t data_crc(const qkv_params *p)
-{
-    unsigned char buf[CHUNK * sizeof(qkv_real)];
-    uint32_t crc = 0;
-    for (int i = 0; i < qkv_params_count(p); i++) {
-        const qkv_tensor *t = qkv_params_at(p, i, NULL);
-        for (size_t j = 0; j < t->numel; j += CHUNK) {
-            size_t n = t->numel - j < CHUNK ? t->numel - j : CHUNK;
-            encode(t->data + j, n, buf);
-            crc = qkv_crc32(crc, buf, n * sizeof(qkv_real));
         }
+        for (size_t k = 0; k < size; k++)
+            out[size * i + k] = (unsigned char)(u >> (8 * k));
     }
-    return crc;
+    return n * size;
 }
 
 typedef struct writer {
-    const qkv_params *p;
-    const sbuf *header;
+    int n;
+    qkv_st_get get;
+    const void *ctx;
+    const sbuf *header; /* NULL: write nothing but compute the CRC */
+    uint32_t crc;
 } writer;
+
+/* Every tensor's data as the file stores it, to f and into w->crc (to
+ * the CRC alone when f is NULL). */
+static void write_data(writer *w, FILE *f)
+{
+    unsigned char buf[CHUNK * 8];
+    w->crc = 0;
+    for (int i = 0; i < w->n; i++) {
+        qkv_st_tensor t;
+        w->get(w->ctx, i, &t);
+        for (size_t j = 0; j < t.numel; j += CHUNK) {
+            const size_t bytes = encode(&t, j, t.numel - j < CHUNK ? t.numel - j : CHUNK, buf);
+            w->crc = qkv_crc32(w->crc, buf, bytes);
+            if (f != NULL)
+                fwrite(buf, 1, bytes, f);
+        }
+    }
+}
 
 static qkv_status write_file(void *ctx, FILE *f, qkv_error *err)
 {
-    const writer *w = ctx;
-    unsigned char len[8], buf[CHUNK * sizeof(qkv_real)];
+    writer *w = ctx;
+    unsigned char len[8];
     (void)err; /* a failed write shows in ferror, which the caller checks */
     for (int k = 0; k < 8; k++)
         len[k] = (unsigned char)((uint64_t)w->header->len >> (8 * k));
     fwrite(len, 1, 8, f);
     fwrite(w->header->p, 1, w->header->len, f);
-    for (int i = 0; i < qkv_params_count(w->p); i++) {
-        const qkv_tensor *t = qkv_params_at(w->p, i, NULL);
-        for (size_t j = 0; j < t->numel; j += CHUNK) {
-            size_t n = t->numel - j < CHUNK ? t->numel - j : CHUNK;
-            encode(t->data + j, n, buf);
-            fwrite(buf, sizeof(qkv_real), n, f);
-        }
-    }
+    write_data(w, f);
     return QKV_OK;
+}
+
+/* The tensor of a parameter list: parameter i. */
+static void param_tensor(const void *ctx, int i, qkv_st_tensor *out)
+{
+    const qkv_tensor *t = qkv_params_at(ctx, i, &out->name);
+    out->ndim = t->ndim;
+    out->shape = t->shape;
+    out->real = t->data;
+    out->f64 = NULL;
+    out->numel = t->numel;
 }
 
 qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv_meta_entry *meta,
@@ -169,22 +185,31 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
                                      "safetensors: metadata %d repeats the key of metadata %d; "
                                      "%s was left untouched",
                                      i, j, path);
-    for (int i = 0; i < qkv_params_count(p); i++) {
-        const char *name;
-        const qkv_tensor *t = qkv_params_at(p, i, &name);
-        for (size_t j = 0; j < t->numel; j++)
-            if (!isfinite(t->data[j])) {
+    return qkv_st_write(path, qkv_params_count(p), param_tensor, p, meta, n_meta, err);
+}
+
+qkv_status qkv_st_write(const char *path, int n, qkv_st_get get, const void *ctx,
+                        const qkv_meta_entry *meta, int n_meta, qkv_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        qkv_st_tensor t;
+        get(ctx, i, &t);
+        for (size_t j = 0; j < t.numel; j++) {
+            const double x = t.f64 != NULL ? t.f64[j] : (double)t.real[j];
+            if (!isfinite(x)) {
                 char num[32];
                 return qkv_error_set(err, QKV_ERR_NUMERIC,
                                      "refusing to save %s: %s[%zu] = %s is not finite; %s was "
                                      "left untouched",
-                                     path, name, j,
-                                     qkv_num_str(num, sizeof num, (double)t->data[j]), path);
+                                     path, t.name, j, qkv_num_str(num, sizeof num, x), path);
             }
+        }
     }
+    writer w = {n, get, ctx, NULL, 0};
+    write_data(&w, NULL);
     sbuf h = {0};
     char num[64];
-    snprintf(num, sizeof num, "%08" PRIx32, data_crc(p));
+    snprintf(num, sizeof num, "%08" PRIx32, w.crc);
     sb_str(&h, "{\"__metadata__\":{\"qkv_format\":\"1\",\"qkv_crc32\":");
     sb_json(&h, num);
     for (int i = 0; i < n_meta; i++) {
@@ -195,17 +220,18 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
     }
     sb_str(&h, "}");
     uint64_t at = 0;
-    for (int i = 0; i < qkv_params_count(p); i++) {
-        const char *name;
-        const qkv_tensor *t = qkv_params_at(p, i, &name);
+    for (int i = 0; i < n; i++) {
+        qkv_st_tensor t;
+        get(ctx, i, &t);
         sb_str(&h, ",");
-        sb_json(&h, name);
-        sb_str(&h, ":{\"dtype\":\"" DTYPE "\",\"shape\":[");
-        for (int d = 0; d < t->ndim; d++) {
-            snprintf(num, sizeof num, d ? ",%d" : "%d", t->shape[d]);
+        sb_json(&h, t.name);
+        sb_str(&h, t.f64 != NULL ? ":{\"dtype\":\"F64\",\"shape\":["
+                                 : ":{\"dtype\":\"" DTYPE "\",\"shape\":[");
+        for (int d = 0; d < t.ndim; d++) {
+            snprintf(num, sizeof num, d ? ",%d" : "%d", t.shape[d]);
             sb_str(&h, num);
         }
-        const uint64_t bytes = (uint64_t)t->numel * sizeof(qkv_real);
+        const uint64_t bytes = (uint64_t)t.numel * (t.f64 != NULL ? 8 : sizeof(qkv_real));
         snprintf(num, sizeof num, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", at, at + bytes);
         sb_str(&h, num);
         at += bytes;
@@ -222,7 +248,7 @@ qkv_status qkv_safetensors_save(const qkv_params *p, const char *path, const qkv
                           "left untouched",
                           h.len, QKV_SAFETENSORS_MAX_HEADER, path);
     } else {
-        writer w = {p, &h};
+        w.header = &h;
         s = qkv_save_atomic(path, write_file, &w, err);
     }
     free(h.p);
@@ -795,6 +821,29 @@ qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_erro
     if (s == QKV_OK)
         convert_values(f, e, out);
     return s;
+}
+
+qkv_status qkv_st_read_f64(const qkv_st *f, int i, double *out, size_t n, qkv_error *err)
+{
+    const entry *e = &f->e[i];
+    if (e->dtype_size != 8)
+        return qkv_error_set(err, QKV_ERR_FORMAT, "%s: tensor '%s' is F32, not the F64 it needs",
+                             f->label, e->name);
+    if (n != entry_numel(e))
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "%s: tensor '%s' has %zu values, not the %zu asked for", f->label,
+                             e->name, entry_numel(e), n);
+    for (size_t k = 0; k < n; k++) { /* finite; no F32 range: a double build's or not */
+        char num[32];
+        const double v = value_at(f, e, k);
+        if (!isfinite(v))
+            return qkv_error_set(err, QKV_ERR_NUMERIC,
+                                 "%s: tensor '%s' value %zu is %s, not a finite number", f->label,
+                                 e->name, k, qkv_num_str(num, sizeof num, v));
+    }
+    for (size_t k = 0; k < n; k++)
+        out[k] = value_at(f, e, k);
+    return QKV_OK;
 }
 
 qkv_status qkv_safetensors_load(qkv_params *p, const char *path, qkv_error *err)
