@@ -8,20 +8,8 @@
 
 #include "kernels/kernels.h"
 #include "qkv/optim.h"
+#include "train/internal.h"
 #include "util/util.h"
-
-struct qkv_optim {
-    qkv_optim_config cfg;
-    qkv_tensor **params; /* (n) not owned */
-    int n;
-    double **m, **v;      /* (n) first and second moments; SGD keeps its velocity in m, no v */
-    unsigned char *decay; /* (n) 1: this parameter gets weight decay */
-    double *lr_scale;     /* (n) each parameter's rate is lr times this (1 by default) */
-    char **names;         /* (n) each parameter's name for messages, or NULL (its index) */
-    char message[256];    /* why the last step failed, or "" */
-    long t;               /* steps taken */
-    double last_norm;
-};
 
 qkv_optim_config qkv_optim_defaults(qkv_optim_kind kind)
 {
