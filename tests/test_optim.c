@@ -1,9 +1,12 @@
 /*
- * test_optim.c - each optimizer's update against steps worked by hand, and
- * clipping by global norm.
+ * test_optim.c - each optimizer's update against steps worked by hand,
+ * clipping by global norm, and saving and loading an optimizer's state.
  */
 #include <float.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "tests.h"
 
@@ -615,6 +618,387 @@ START_TEST(test_sum_squares_exact_on_integers)
 }
 END_TEST
 
+/* ------------------------------------------------------------------------ */
+/* saving and loading the state                                             */
+
+static char dir[64], wpath[128], opath[128];
+
+static void state_setup(void)
+{
+    strcpy(dir, "/tmp/qkv_optst_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(wpath, sizeof wpath, "%s/w.safetensors", dir);
+    snprintf(opath, sizeof opath, "%s/opt.safetensors", dir);
+}
+
+static void state_teardown(void)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+enum { ROWS = 5, IN = 3, OUT = 2, STEPS = 12, WARM = 3 };
+
+/* A small model: PREFIX.weight [IN, hidden] and bias, tanh, then
+ * out.weight [hidden, OUT] and bias; an MSE loss. */
+typedef struct tiny {
+    qkv_params *p;
+    qkv_linear a, b;
+} tiny;
+
+static tiny tiny_new(uint64_t seed, const char *prefix, int hidden)
+{
+    tiny m;
+    m.p = qkv_params_new(seed, NULL);
+    ck_assert_ptr_nonnull(m.p);
+    ck_assert_int_eq(qkv_linear_init(&m.a, m.p, prefix, IN, hidden, 1, NULL), QKV_OK);
+    ck_assert_int_eq(qkv_linear_init(&m.b, m.p, "out", hidden, OUT, 1, NULL), QKV_OK);
+    return m;
+}
+
+/* An optimizer of kind over m, with momentum, decay and clipping on. */
+static qkv_optim *tiny_optim(tiny *m, qkv_optim_kind kind, qkv_optim_config *c)
+{
+    *c = qkv_optim_defaults(kind);
+    c->lr = kind == QKV_SGD ? 0.05 : 0.02;
+    c->momentum = kind == QKV_SGD ? 0.9 : 0;
+    c->weight_decay = 0.01;
+    c->clip = 0.5;
+    qkv_optim *o = qkv_params_optim(m->p, c, NULL);
+    ck_assert_ptr_nonnull(o);
+    return o;
+}
+
+/* Steps from to to (0-based): a batch that depends on the step, the rate
+ * from the warm-up and cosine schedule at the optimizer's step count. */
+static void tiny_train(tiny *m, qkv_optim *o, const qkv_optim_config *c, int from, int to)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    ck_assert_ptr_nonnull(t);
+    for (int s = from; s < to; s++) {
+        const double lr = qkv_lr_warmup_cosine(qkv_optim_steps(o), WARM, STEPS, c->lr, c->lr / 10);
+        ck_assert_int_eq(qkv_optim_set_lr(o, lr), QKV_OK);
+        qkv_params_zero_grad(m->p);
+        qkv_tape_reset(t);
+        qkv_tensor *x = qkv_tape_tensor(t, 2, (const int[]){ROWS, IN}, 0);
+        qkv_tensor *y = qkv_tape_tensor(t, 2, (const int[]){ROWS, OUT}, 0);
+        for (int i = 0; i < ROWS * IN; i++)
+            x->data[i] = (qkv_real)sin(0.7 * i + 0.3 * s);
+        for (int i = 0; i < ROWS * OUT; i++)
+            y->data[i] = (qkv_real)cos(1.3 * i - 0.2 * s);
+        qkv_tensor *h = qkv_tanh(t, qkv_linear_forward(t, &m->a, x));
+        qkv_tensor *loss = qkv_mse(t, qkv_linear_forward(t, &m->b, h), y);
+        ck_assert_int_eq(qkv_backward(t, loss), QKV_OK);
+        ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    }
+    qkv_tape_free(t);
+}
+
+/* Whether every weight of a and b has the same bits. */
+static int same_weights(const tiny *a, const tiny *b)
+{
+    for (int i = 0; i < qkv_params_count(a->p); i++) {
+        const qkv_tensor *x = qkv_params_at(a->p, i, NULL), *y = qkv_params_at(b->p, i, NULL);
+        if (memcmp(x->data, y->data, x->numel * sizeof *x->data) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* STEPS steps straight, and K steps, a save of the weights and the
+ * optimizer state, a load into a fresh model (another seed) and optimizer,
+ * and the rest: the same bits. Loading the weights alone does not give
+ * them (the check can fail). */
+static void check_resume(qkv_optim_kind kind)
+{
+    enum { K = 5 };
+    qkv_optim_config c;
+    qkv_error err = qkv_error_none();
+    tiny a = tiny_new(1, "h", 4), b = tiny_new(1, "h", 4);
+    qkv_optim *oa = tiny_optim(&a, kind, &c), *ob = tiny_optim(&b, kind, &c);
+    tiny_train(&a, oa, &c, 0, STEPS);
+    tiny_train(&b, ob, &c, 0, K);
+    ck_assert_int_eq(qkv_safetensors_save(b.p, wpath, NULL, 0, &err), QKV_OK);
+    ck_assert_msg(qkv_optim_save(ob, opath, &err) == QKV_OK, "%s", err.message);
+
+    tiny r = tiny_new(2, "h", 4), w = tiny_new(2, "h", 4);
+    qkv_optim *or_ = tiny_optim(&r, kind, &c), *ow = tiny_optim(&w, kind, &c);
+    ck_assert_int_eq(qkv_safetensors_load(r.p, wpath, &err), QKV_OK);
+    ck_assert_msg(qkv_optim_load(or_, opath, &err) == QKV_OK, "%s", err.message);
+    ck_assert_int_eq(qkv_optim_steps(or_), K);
+    ck_assert(qkv_optim_lr(or_) == qkv_optim_lr(ob)); /* the rate in use comes back */
+    ck_assert(qkv_optim_last_norm(or_) == qkv_optim_last_norm(ob));
+    for (int i = 0; i < qkv_params_count(b.p); i++)
+        for (int which = 0; which < 2; which++) {
+            size_t n, n2;
+            const double *m1 = qkv_optim_state(ob, i, which, &n);
+            const double *m2 = qkv_optim_state(or_, i, which, &n2);
+            ck_assert_uint_eq(n, n2);
+            ck_assert((m1 == NULL) == (m2 == NULL));
+            ck_assert(m1 == NULL || memcmp(m1, m2, n * sizeof *m1) == 0);
+        }
+    tiny_train(&r, or_, &c, K, STEPS);
+    ck_assert_msg(same_weights(&a, &r), "%s: the resumed run differs from the straight one",
+                  qkv_optim_name(kind));
+
+    ck_assert_int_eq(qkv_safetensors_load(w.p, wpath, &err), QKV_OK);
+    tiny_train(&w, ow, &c, K, STEPS);
+    ck_assert_msg(!same_weights(&a, &w), "%s: the weights alone resume exactly too",
+                  qkv_optim_name(kind));
+    qkv_optim_free(oa);
+    qkv_optim_free(ob);
+    qkv_optim_free(or_);
+    qkv_optim_free(ow);
+    qkv_params_free(a.p);
+    qkv_params_free(b.p);
+    qkv_params_free(r.p);
+    qkv_params_free(w.p);
+}
+
+START_TEST(test_sgd_resumes_bit_for_bit)
+{
+    check_resume(QKV_SGD);
+}
+END_TEST
+
+START_TEST(test_adam_resumes_bit_for_bit)
+{
+    check_resume(QKV_ADAM);
+}
+END_TEST
+
+START_TEST(test_adamw_resumes_bit_for_bit)
+{
+    check_resume(QKV_ADAMW);
+}
+END_TEST
+
+/* An optimizer of kind over a tiny model, K = 2 steps taken, saved to opath. */
+static tiny saved_state(qkv_optim_kind kind)
+{
+    qkv_optim_config c;
+    qkv_error err = qkv_error_none();
+    tiny m = tiny_new(1, "h", 4);
+    qkv_optim *o = tiny_optim(&m, kind, &c);
+    tiny_train(&m, o, &c, 0, 2);
+    ck_assert_msg(qkv_optim_save(o, opath, &err) == QKV_OK, "%s", err.message);
+    qkv_optim_free(o);
+    return m;
+}
+
+/* Loads opath into o: refused with status and this message (after the
+ * path), and o as it was (no step taken, moments zero). */
+static void expect_refusal(qkv_optim *o, qkv_status status, const char *message)
+{
+    qkv_error err = qkv_error_none();
+    char want[256];
+    snprintf(want, sizeof want, message, opath);
+    ck_assert_int_eq(qkv_optim_load(o, opath, &err), status);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_int_eq(qkv_optim_steps(o), 0);
+    size_t n;
+    const double *m = qkv_optim_state(o, 0, 0, &n);
+    for (size_t j = 0; j < n; j++)
+        CHECK_EACH(m[j] == 0, "a refused load changed the state: m[%zu] = %g", j, m[j]);
+}
+
+START_TEST(test_load_refuses_another_kind)
+{
+    tiny m = saved_state(QKV_ADAM);
+    qkv_optim_config c;
+    qkv_optim *o = tiny_optim(&m, QKV_ADAMW, &c);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of adam; this optimizer is adamw");
+    qkv_optim_free(o);
+    o = tiny_optim(&m, QKV_SGD, &c);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of adam; this optimizer is sgd");
+    qkv_optim_free(o);
+    qkv_params_free(m.p);
+}
+END_TEST
+
+START_TEST(test_load_refuses_other_parameters)
+{
+    qkv_params_free(saved_state(QKV_ADAM).p);
+    qkv_optim_config c;
+    tiny other = tiny_new(1, "g", 4); /* g.weight, g.bias: other names */
+    qkv_optim *o = tiny_optim(&other, QKV_ADAM, &c);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s has no tensor 'g.weight.exp_avg': it holds the state of other parameters");
+    qkv_optim_free(o);
+    qkv_params_free(other.p);
+
+    tiny wide = tiny_new(1, "h", 5); /* the same names, other shapes */
+    o = tiny_optim(&wide, QKV_ADAM, &c);
+    expect_refusal(o, QKV_ERR_SHAPE,
+                   "%s: tensor 'h.weight.exp_avg' is [3,4]; parameter 'h.weight' is [3,5]");
+    qkv_optim_free(o);
+    qkv_params_free(wide.p);
+
+    tiny m = tiny_new(1, "h", 4); /* one parameter fewer */
+    qkv_tensor **ts = qkv_params_tensors(m.p);
+    c = qkv_optim_defaults(QKV_ADAM);
+    o = qkv_optim_new(&c, ts, 3, NULL);
+    ck_assert_ptr_nonnull(o);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of 4 parameters; this optimizer has 3");
+    qkv_optim_free(o);
+    qkv_params_free(m.p);
+}
+END_TEST
+
+/* Each setting a resume could differ in silently, changed alone. */
+START_TEST(test_load_refuses_other_hyperparameters)
+{
+    static const struct {
+        qkv_optim_kind kind;
+        const char *message;
+    } cases[] = {
+        {QKV_SGD,
+         "%s was saved with momentum 0.9; this optimizer has 0.8 (a resume needs the same)"},
+        {QKV_ADAM, "%s was saved with beta1 0.9; this optimizer has 0.8 (a resume needs the same)"},
+        {QKV_ADAM,
+         "%s was saved with beta2 0.999; this optimizer has 0.99 (a resume needs the same)"},
+        {QKV_ADAM,
+         "%s was saved with eps 1e-08; this optimizer has 1e-06 (a resume needs the same)"},
+        {QKV_ADAMW,
+         "%s was saved with weight decay 0.01; this optimizer has 0.1 (a resume needs the same)"},
+        {QKV_ADAMW, "%s was saved with clip 0.5; this optimizer has 1 (a resume needs the same)"},
+        /* one ulp apart: the message shows all 17 digits */
+        {QKV_ADAM, "%s was saved with beta2 0.999; this optimizer has 0.99900000000000011 (a "
+                   "resume needs the same)"},
+    };
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        tiny m = saved_state(cases[k].kind);
+        qkv_optim_config c = qkv_optim_defaults(cases[k].kind);
+        c.lr = 0.123; /* the rate is not checked: loading sets it */
+        c.momentum = cases[k].kind == QKV_SGD ? 0.8 : 0;
+        c.beta1 = k == 1 ? 0.8 : 0.9;
+        c.beta2 = k == 2 ? 0.99 : k == 6 ? nextafter(0.999, 1) : 0.999;
+        c.eps = k == 3 ? 1e-6 : 1e-8;
+        c.weight_decay = k == 4 ? 0.1 : 0.01;
+        c.clip = k == 5 ? 1 : 0.5;
+        if (k != 0)
+            c.momentum = 0;
+        qkv_optim *o = qkv_params_optim(m.p, &c, NULL);
+        ck_assert_ptr_nonnull(o);
+        expect_refusal(o, QKV_ERR_ARG, cases[k].message);
+        qkv_optim_free(o);
+        qkv_params_free(m.p);
+    }
+}
+END_TEST
+
+START_TEST(test_load_refuses_other_per_parameter_settings)
+{
+    tiny m = saved_state(QKV_ADAMW);
+    qkv_optim_config c;
+    qkv_optim *o = tiny_optim(&m, QKV_ADAMW, &c);
+    ck_assert_int_eq(qkv_optim_set_decay(o, 1, 1), QKV_OK); /* h.bias: off in the list */
+    expect_refusal(o, QKV_ERR_ARG,
+                   "%s: parameter 'h.bias' was saved with weight decay off; here it is on");
+    qkv_optim_free(o);
+    o = tiny_optim(&m, QKV_ADAMW, &c);
+    ck_assert_int_eq(qkv_optim_set_lr_scale(o, 2, 0.5), QKV_OK);
+    expect_refusal(o, QKV_ERR_ARG,
+                   "%s: parameter 'out.weight' was saved with lr scale 1; here it is 0.5");
+    qkv_optim_free(o);
+    qkv_params_free(m.p);
+}
+END_TEST
+
+/* A damaged file, a weights file and a missing one are refused. */
+START_TEST(test_load_refuses_a_corrupt_file)
+{
+    tiny m = saved_state(QKV_ADAM);
+    qkv_optim_config c;
+    qkv_optim *o = tiny_optim(&m, QKV_ADAM, &c);
+    FILE *f = fopen(opath, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, -3, SEEK_END), 0); /* a bit of the last moment */
+    int byte = fgetc(f);
+    ck_assert_int_eq(fseek(f, -3, SEEK_END), 0);
+    fputc(byte ^ 0x10, f);
+    ck_assert_int_eq(fclose(f), 0);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s is corrupted: checksum mismatch");
+
+    ck_assert_int_eq(qkv_safetensors_save(m.p, opath, NULL, 0, NULL), QKV_OK);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s holds no optimizer state (no qkv_optim in its metadata; a weights file?)");
+    ck_assert_int_eq(remove(opath), 0);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_optim_load(o, opath, &err), QKV_ERR_IO);
+    ck_assert_int_eq(qkv_optim_load(NULL, opath, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_load(o, NULL, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_save(NULL, opath, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(qkv_optim_save(o, NULL, &err), QKV_ERR_ARG);
+    qkv_optim_free(o);
+    qkv_params_free(m.p);
+}
+END_TEST
+
+/* Parameters without names are known by their index. */
+START_TEST(test_unnamed_parameters_are_saved_by_index)
+{
+    qkv_tensor *p = param((const double[]){1, 2}, (const double[]){0.5, -1}, 2);
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.momentum = 0.5;
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    qkv_error err = qkv_error_none();
+    ck_assert_msg(qkv_optim_save(o, opath, &err) == QKV_OK, "%s", err.message);
+    qkv_st *f = qkv_st_open(opath, &err);
+    ck_assert_ptr_nonnull(f);
+    const int i = qkv_st_find(f, "0.momentum_buffer");
+    ck_assert_int_ge(i, 0);
+    ck_assert_str_eq(qkv_st_dtype(f, i), "F64");
+    ck_assert_str_eq(qkv_st_meta(f, "qkv_optim"), "sgd");
+    ck_assert_str_eq(qkv_st_meta(f, "qkv_optim_steps"), "1");
+    qkv_st_close(f);
+    qkv_optim *o2 = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_int_eq(qkv_optim_load(o2, opath, &err), QKV_OK);
+    const double *v = qkv_optim_state(o2, 0, 0, NULL);
+    ck_assert(v[0] == 0.5 && v[1] == -1); /* the velocity after one step: g */
+    qkv_optim_free(o);
+    qkv_optim_free(o2);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* A velocity that overflowed (a failed step) is not saved, nor are two
+ * parameters of one name; the file stays as it was (absent here). */
+START_TEST(test_save_refuses_what_it_cannot_write)
+{
+    qkv_tensor *ps[2] = {param((const double[]){1e10}, (const double[]){1}, 1),
+                         param((const double[]){1}, (const double[]){1}, 1)};
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.weight_decay = 1e300; /* g + wd·p = 1e310: infinity in double */
+    qkv_optim *o = qkv_optim_new(&c, ps, 2, NULL);
+    ck_assert_ptr_nonnull(o);
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_optim_set_name(o, 0, "w"), QKV_OK);
+    ck_assert_int_eq(qkv_optim_set_name(o, 1, "w"), QKV_OK);
+    char want[512];
+    snprintf(want, sizeof want,
+             "optim: parameters 0 and 1 have one name, w.momentum_buffer; %s was left untouched",
+             opath);
+    ck_assert_int_eq(qkv_optim_save(o, opath, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_int_eq(qkv_optim_set_name(o, 1, "b"), QKV_OK);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    snprintf(want, sizeof want,
+             "refusing to save %s: w.momentum_buffer[0] = infinity is not finite; %s was left "
+             "untouched",
+             opath, opath);
+    ck_assert_int_eq(qkv_optim_save(o, opath, &err), QKV_ERR_NUMERIC);
+    ck_assert_str_eq(err.message, want);
+    ck_assert_int_eq(access(opath, F_OK), -1);
+    qkv_optim_free(o);
+    qkv_tensor_free(ps[0]);
+    qkv_tensor_free(ps[1]);
+}
+END_TEST
+
 Suite *optim_suite(void)
 {
     Suite *s = suite_create("optim");
@@ -640,6 +1024,19 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_set_lr_keeps_the_moments_and_the_step_count);
     tcase_add_test(tc, test_adam_kernel_is_the_formula_on_every_path);
     tcase_add_test(tc, test_sum_squares_exact_on_integers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("state");
+    tcase_add_checked_fixture(tc, state_setup, state_teardown);
+    tcase_add_test(tc, test_sgd_resumes_bit_for_bit);
+    tcase_add_test(tc, test_adam_resumes_bit_for_bit);
+    tcase_add_test(tc, test_adamw_resumes_bit_for_bit);
+    tcase_add_test(tc, test_load_refuses_another_kind);
+    tcase_add_test(tc, test_load_refuses_other_parameters);
+    tcase_add_test(tc, test_load_refuses_other_hyperparameters);
+    tcase_add_test(tc, test_load_refuses_other_per_parameter_settings);
+    tcase_add_test(tc, test_load_refuses_a_corrupt_file);
+    tcase_add_test(tc, test_unnamed_parameters_are_saved_by_index);
+    tcase_add_test(tc, test_save_refuses_what_it_cannot_write);
     suite_add_tcase(s, tc);
     return s;
 }

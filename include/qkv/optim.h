@@ -4,6 +4,8 @@
  *
  * An optimizer keeps its state (velocities, moments) for a fixed list of
  * parameters; it allocates everything in qkv_optim_new and nothing per step.
+ * qkv_optim_save and qkv_optim_load keep that state in a safetensors file,
+ * so that a run can stop and resume exactly.
  */
 #ifndef QKV_OPTIM_H
 #define QKV_OPTIM_H
@@ -123,6 +125,49 @@ qkv_status qkv_optim_set_decay(qkv_optim *o, int i, int on);
  * tests and inspection; do not write through it. */
 long qkv_optim_steps(const qkv_optim *o);
 const double *qkv_optim_state(const qkv_optim *o, int i, int which, size_t *n);
+
+/* Saving and loading the state, so that a run stopped after k steps and
+ * resumed (the weights with qkv_safetensors_save and _load, this with
+ * qkv_optim_save and _load, into a new optimizer over the same parameters
+ * made with the same config) takes the same steps, to the bit, as one
+ * that never stopped; as PyTorch's optimizer.state_dict() does.
+ *
+ * The file is safetensors (safetensors.h), written atomically with the CRC
+ * of qkv's weights. Its tensors, F64 in either build (the moments are
+ * double, so they come back exact), are each parameter's state under its
+ * name (qkv_optim_set_name; qkv_params_optim gives the list's names) or,
+ * for one without a name, its index: NAME.momentum_buffer for SGD,
+ * NAME.exp_avg and NAME.exp_avg_sq for Adam and AdamW (PyTorch's names),
+ * with the parameter's shape; and qkv_optim.decay and qkv_optim.lr_scale,
+ * [n], each parameter's weight decay switch (0 or 1) and rate scale. Its
+ * metadata holds the kind (qkv_optim: "sgd", "adam", "adamw"), the step
+ * count (qkv_optim_steps), the learning rate in use and the last norm, and
+ * the config's momentum, betas, eps, weight decay and clip (as %.17g,
+ * which reads back exact). The weights themselves are not in it.
+ *
+ * qkv_optim_save: QKV_ERR_NUMERIC (and the file left as it was) when some
+ * state is not finite (a failed step made it so); QKV_ERR_ARG for a NULL
+ * o or path, or for names that cannot make a file (two parameters with
+ * one name, a name too long or not UTF-8); QKV_ERR_IO as
+ * qkv_safetensors_save.
+ *
+ * qkv_optim_load reads path into o and changes nothing unless all of it
+ * fits; it refuses, with a one-line message naming the file and what
+ * differs: a file that is not a safetensors file, is damaged (the CRC),
+ * or holds no optimizer state (QKV_ERR_FORMAT, QKV_ERR_IO when it cannot
+ * be read); the state of another kind, of another number of parameters,
+ * or a parameter missing from it (QKV_ERR_FORMAT); a parameter whose
+ * shape differs (QKV_ERR_SHAPE); a momentum, beta, eps, weight decay or
+ * clip that differs from o's by a bit, or a parameter whose decay switch
+ * or rate scale does (QKV_ERR_ARG). Those are set once, when a run is
+ * set up, and a resume that changed one would take other steps without a
+ * word. The learning rate is not checked but restored, as PyTorch's
+ * load_state_dict restores it: a schedule changes it between steps (call
+ * it with qkv_optim_steps, which the load restores too), and a caller who
+ * means to change it sets it after the load. QKV_ERR_ARG for a NULL o or
+ * path. */
+qkv_status qkv_optim_save(const qkv_optim *o, const char *path, qkv_error *err);
+qkv_status qkv_optim_load(qkv_optim *o, const char *path, qkv_error *err);
 
 /* The learning rate at step (0-based) of a linear warm-up over warmup
  * steps, from lr_max/warmup up to lr_max, followed by a cosine decay to
