@@ -115,6 +115,7 @@ def forward(op, p, xs, cs):
     unary = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "tanh": torch.tanh,
              "sigmoid": torch.sigmoid, "relu": torch.relu, "silu": F.silu,
              "gelu": lambda x: F.gelu(x, approximate="tanh"), "neg": torch.neg,
+             "abs": torch.abs,
              "transpose": lambda x: x.transpose(-2, -1)}
     binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
               "matmul": torch.matmul, "matmul_nt": lambda a, b: a @ b.transpose(-2, -1)}

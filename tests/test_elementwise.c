@@ -3,7 +3,8 @@
  * both operands (with the gradients reduced over the broadcast dimensions),
  * and the maps exp, log, sqrt, pow, sigmoid, gelu, silu and tanh against
  * CPython's math module (tests/data/ops_golden.h, from
- * scripts/golden_ops.py), at their edges, on every kernel set.
+ * scripts/golden_ops.py), at their edges, on every kernel set; abs by
+ * hand and at its edges, against values PyTorch gives.
  */
 #include <float.h>
 #include <string.h>
@@ -442,6 +443,38 @@ START_TEST(test_relu_keeps_the_sign_of_zero)
 }
 END_TEST
 
+START_TEST(test_abs_by_hand_and_at_its_edges)
+{
+    /* |x| and dx = dy·sign(x), with sign(±0) = sign(NaN) = 0: PyTorch
+     * 1.13 in float64 gives torch.abs([0, -0, nan, -2, inf, -inf]) =
+     * [0, 0, nan, 2, inf, inf] (both zeros +0) and gradients
+     * [0, 0, 0, -1, 1, -1] for dy = 1 */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double xs[7] = {-2.5, 3, -0.0, 0.0, NAN, -INFINITY, INFINITY};
+    qkv_tensor *x = tensor_of(1, (const int[]){7}, xs, 1);
+    qkv_tensor *y = qkv_abs(t, x);
+    ck_assert(!qkv_tensor_is_nil(y));
+    ck_assert(y->data[0] == 2.5 && y->data[1] == 3);
+    ck_assert(y->data[2] == 0 && !signbit(y->data[2]) && y->data[3] == 0 && !signbit(y->data[3]));
+    ck_assert(isnan(y->data[4]) && y->data[5] == INFINITY && y->data[6] == INFINITY);
+    const qkv_real dy[7] = {3, 5, 7, 11, 13, 17, 19};
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 7), QKV_OK);
+    const double want[7] = {-3, 5, 0, 0, 0, -17, 19};
+    for (int i = 0; i < 7; i++)
+        ck_assert_msg(x->grad[i] == want[i], "abs'(%g)·dy = %g, expected %g", xs[i],
+                      (double)x->grad[i], want[i]);
+    /* errors name the op */
+    EXPECT_ERROR_ON(t, qkv_abs(t, qkv_nil()), QKV_ERR_ARG,
+                    "abs: input is nil (NULL, or the result of a failed call)");
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_abs(t, qkv_scale(u, x, 2)), "abs");
+    qkv_tensor_free(x);
+    qkv_tape_free(u);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -458,6 +491,7 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_relu_keeps_the_sign_of_zero);
     tcase_add_test(tc, test_add_and_sub_claimed_gradients_of_zero_are_plus_zero);
     tcase_add_test(tc, test_mask_blocks_the_gradient_only_at_minus_inf);
+    tcase_add_test(tc, test_abs_by_hand_and_at_its_edges);
     suite_add_tcase(s, tc);
     return s;
 }

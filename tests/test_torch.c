@@ -177,6 +177,7 @@ static void map_cases(probe *p)
                 {"gelu gelu", qkv_gelu, NORMAL},
                 {"silu silu", qkv_silu, NORMAL},
                 {"neg neg", qkv_neg, NORMAL},
+                {"abs abs", qkv_abs, NORMAL},
                 {"transpose transpose", qkv_transpose, NORMAL}};
     for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
         begin(p, 100 + i);
@@ -444,6 +445,8 @@ static void edge_cases(probe *p)
     static const double low[8] = {-1e4, -100, -88, -30, -1, 0, 0.5, 2};
     begin(p, 900);
     finish(p, "relu_at_0 relu", qkv_relu(p->t, in_values(p, 1, S(6), at0)));
+    begin(p, 930);
+    finish(p, "abs_at_0 abs", qkv_abs(p->t, in_values(p, 1, S(6), at0)));
     begin(p, 901);
     finish(p, "sqrt_at_0 sqrt", qkv_sqrt(p->t, in_values(p, 1, S(6), pos0)));
     begin(p, 902);

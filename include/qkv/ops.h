@@ -85,6 +85,9 @@ qkv_tensor *qkv_mask(qkv_tape *t, qkv_tensor *x, const qkv_tensor *m);
  *            gradients NaN at both)
  *   silu     x·σ(x); NaN at -inf, gradient NaN at ±inf,          dx = dy·(σ + y(1 - σ))
  *            as in PyTorch
+ *   abs      |x|; -0 gives +0 and NaN stays NaN. The gradient    dx = dy·sign(x)
+ *            at ±0 is 0 (the middle of the subgradients
+ *            [-1, 1], and PyTorch's), and 0 at NaN (PyTorch's)
  * The vector kernels compute exp, log, tanh, sigmoid and GELU within a few
  * ulp of libm (test_kernels states the bounds). */
 qkv_tensor *qkv_exp(qkv_tape *t, qkv_tensor *x);
@@ -95,6 +98,7 @@ qkv_tensor *qkv_sigmoid(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_relu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x);
+qkv_tensor *qkv_abs(qkv_tape *t, qkv_tensor *x);
 
 /* y = x^p for a constant p (libm's pow: a finite negative x with a
  * fractional p gives NaN; -inf gives +inf or +0, as PyTorch does except

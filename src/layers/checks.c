@@ -64,6 +64,7 @@ UNARY(sigmoid)
 UNARY(gelu)
 UNARY(silu)
 UNARY(relu)
+UNARY(abs)
 BINARY(matmul)
 BINARY(matmul_nt)
 BINARY(add)
@@ -579,6 +580,7 @@ static const gc_case cases[] = {
     {"bce_with_logits", c_bce, 1, {2}, {{3, 4}}, 0, 0},
     {"dropout", c_dropout, 1, {2}, {{4, 5}}, 0, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1, 0},
+    {"abs", c_abs, 1, {2}, {{3, 4}}, AWAY, 0},
     {"attention softmax(QKᵀ/√d)V",
      c_attention,
      3,

@@ -2,7 +2,7 @@
  * elementwise.c - element-wise ops, each forward with its backward: add,
  * sub, mul and div (numpy broadcasting of both operands), scale, neg, the
  * additive mask, and the maps exp, log, sqrt, pow, tanh, sigmoid, relu,
- * GELU and SiLU.
+ * GELU, SiLU and abs.
  */
 #include <float.h>
 #include <math.h>
@@ -420,6 +420,22 @@ static void silu_backward(const qkv_node *nd)
     }
 }
 
+static void abs_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    for (size_t i = 0; i < n; i++) /* fabs: -0 gives +0, NaN stays NaN */
+        y[i] = (qkv_real)fabs((double)x[i]);
+}
+
+static void abs_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad;
+    /* dx = dy·sign(x), with sign(±0) = sign(NaN) = 0, as PyTorch's */
+    for (size_t i = 0; i < x->numel; i++)
+        x->grad[i] += x->data[i] > 0 ? dy[i] : x->data[i] < 0 ? -dy[i] : 0;
+}
+
 static const qkv_op_def op_scale = {"scale", scale_backward, 0};
 static const qkv_op_def op_neg = {"neg", neg_backward, 0};
 static const qkv_op_def op_exp = {"exp", exp_backward, 0};
@@ -431,6 +447,7 @@ static const qkv_op_def op_sigmoid = {"sigmoid", sigmoid_backward, 0};
 static const qkv_op_def op_relu = {"relu", relu_backward, 0};
 static const qkv_op_def op_gelu = {"gelu", gelu_backward, QKV_OP_CLAIMS_GRADS};
 static const qkv_op_def op_silu = {"silu", silu_backward, 0};
+static const qkv_op_def op_abs = {"abs", abs_backward, 0};
 
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 {
@@ -499,4 +516,9 @@ qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x)
 qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x)
 {
     return unary(t, "silu", &op_silu, x, silu_map, 0);
+}
+
+qkv_tensor *qkv_abs(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "abs", &op_abs, x, abs_map, 0);
 }
