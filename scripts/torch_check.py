@@ -130,6 +130,8 @@ def forward(op, p, xs, cs):
         return reduce_dim[op](xs[0], int(p["dim"]), bool(int(p["keepdim"])))
     if op == "pow":
         return xs[0] ** float(p["p"])
+    if op == "clamp":
+        return torch.clamp(xs[0], float(p["min"]), float(p["max"]))
     if op == "scale":
         return xs[0] * float(p["c"])
     if op == "mask":  # dropped entries pass no gradient, as masked_fill

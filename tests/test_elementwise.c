@@ -3,8 +3,8 @@
  * both operands (with the gradients reduced over the broadcast dimensions),
  * and the maps exp, log, sqrt, pow, sigmoid, gelu, silu and tanh against
  * CPython's math module (tests/data/ops_golden.h, from
- * scripts/golden_ops.py), at their edges, on every kernel set; abs by
- * hand and at its edges, against values PyTorch gives.
+ * scripts/golden_ops.py), at their edges, on every kernel set; abs and
+ * clamp by hand and at their edges, against values PyTorch gives.
  */
 #include <float.h>
 #include <string.h>
@@ -475,6 +475,80 @@ START_TEST(test_abs_by_hand_and_at_its_edges)
 }
 END_TEST
 
+START_TEST(test_clamp_by_hand_and_at_its_bounds)
+{
+    /* min(max(x, lo), hi); dx = dy where lo <= x <= hi, bounds included,
+     * 0 elsewhere and at NaN. PyTorch 1.13 in float64 gives
+     * torch.clamp([-2, -1, 0, 1, 2, nan, inf, -inf], -1, 1) =
+     * [-1, -1, 0, 1, 1, nan, 1, -1] with gradients [0, 1, 1, 1, 0, 0, 0, 0]
+     * for dy = 1; with bounds -inf and inf, x itself and gradients
+     * [1, 1, 1, 1, 1, 0, 1, 1]; with 0 and inf (min only), [0, 0, 0, 1, 2,
+     * nan, inf, 0] and gradients [0, 0, 1, 1, 1, 0, 1, 0] */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double xs[9] = {-2, -1, -0.5, 0, 1, 2, NAN, INFINITY, -INFINITY};
+    const qkv_real dy[9] = {3, 5, 7, 11, 13, 17, 19, 23, 29};
+    static const struct {
+        double lo, hi, y[9], dx[9];
+    } cases[3] = {
+        {-1, 1, {-1, -1, -0.5, 0, 1, 1, NAN, 1, -1}, {0, 5, 7, 11, 13, 0, 0, 0, 0}},
+        {-INFINITY,
+         INFINITY,
+         {-2, -1, -0.5, 0, 1, 2, NAN, INFINITY, -INFINITY},
+         {3, 5, 7, 11, 13, 17, 0, 23, 29}},
+        {0, INFINITY, {0, 0, 0, 0, 1, 2, NAN, INFINITY, 0}, {0, 0, 0, 11, 13, 17, 0, 23, 0}},
+    };
+    for (int c = 0; c < 3; c++) {
+        qkv_tape_reset(t);
+        qkv_tensor *x = tensor_of(1, (const int[]){9}, xs, 1);
+        qkv_tensor *y = qkv_clamp(t, x, cases[c].lo, cases[c].hi);
+        ck_assert_msg(!qkv_tensor_is_nil(y), "%s", qkv_tape_error(t));
+        ck_assert_int_eq(qkv_backward_from(t, y, dy, 9), QKV_OK);
+        for (int i = 0; i < 9; i++) {
+            const double w = cases[c].y[i];
+            CHECK_EACH(isnan(w) ? isnan(y->data[i]) : y->data[i] == w,
+                       "clamp(%g, %g, %g) = %g, expected %g", xs[i], cases[c].lo, cases[c].hi,
+                       (double)y->data[i], w);
+            CHECK_EACH(x->grad[i] == cases[c].dx[i], "clamp'(%g; %g, %g)·dy = %g, expected %g",
+                       xs[i], cases[c].lo, cases[c].hi, (double)x->grad[i], cases[c].dx[i]);
+        }
+        qkv_tensor_free(x);
+    }
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_clamp_refuses_bounds_out_of_order_or_nan)
+{
+    /* PyTorch takes min > max and gives max everywhere; here it is taken
+     * for the mistake it almost surely is, as a NaN bound is */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *x = tensor_of(1, (const int[]){2}, (const double[]){1, 2}, 1);
+    EXPECT_ERROR_ON(t, qkv_clamp(t, x, 1, -1), QKV_ERR_ARG, "clamp: the min 1 is above the max -1");
+    EXPECT_ERROR_ON(t, qkv_clamp(t, x, NAN, 1), QKV_ERR_ARG, "clamp: the min NaN is not a number");
+    EXPECT_ERROR_ON(t, qkv_clamp(t, x, 0, NAN), QKV_ERR_ARG, "clamp: the max NaN is not a number");
+    EXPECT_ERROR_ON(t, qkv_clamp(t, qkv_nil(), 0, 1), QKV_ERR_ARG,
+                    "clamp: input is nil (NULL, or the result of a failed call)");
+    /* equal bounds are fine: every value is that bound, and only an x
+     * equal to it passes its gradient */
+    qkv_tape_reset(t);
+    qkv_tensor *y = qkv_clamp(t, x, 2, 2);
+    ck_assert(!qkv_tensor_is_nil(y) && y->data[0] == 2 && y->data[1] == 2);
+    ck_assert_int_eq(qkv_backward_from(t, y, (const qkv_real[]){3, 5}, 2), QKV_OK);
+    ck_assert(x->grad[0] == 0 && x->grad[1] == 5);
+    /* sticky: after an error, clamp keeps it and does nothing */
+    qkv_tape_reset(t);
+    ck_assert(qkv_clamp(t, x, 1, 0) == qkv_nil());
+    ck_assert(qkv_clamp(t, x, 0, 1) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "clamp: the min 1 is above the max 0");
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_clamp(t, qkv_scale(u, x, 2), 0, 1), "clamp");
+    qkv_tensor_free(x);
+    qkv_tape_free(u);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *elementwise_suite(void)
 {
     Suite *s = suite_create("elementwise");
@@ -492,6 +566,8 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_add_and_sub_claimed_gradients_of_zero_are_plus_zero);
     tcase_add_test(tc, test_mask_blocks_the_gradient_only_at_minus_inf);
     tcase_add_test(tc, test_abs_by_hand_and_at_its_edges);
+    tcase_add_test(tc, test_clamp_by_hand_and_at_its_bounds);
+    tcase_add_test(tc, test_clamp_refuses_bounds_out_of_order_or_nan);
     suite_add_tcase(s, tc);
     return s;
 }

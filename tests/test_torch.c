@@ -189,6 +189,12 @@ static void map_cases(probe *p)
     finish(p, "pow_3 pow p=3", qkv_pow(p->t, in(p, 2, S(3, 4), NORMAL), 3));
     begin(p, 122);
     finish(p, "pow_-2 pow p=-2", qkv_pow(p->t, in(p, 2, S(3, 4), AWAY_FROM_ZERO), -2));
+    begin(p, 125);
+    finish(p, "clamp clamp min=-0.5 max=0.75",
+           qkv_clamp(p->t, in(p, 2, S(4, 5), NORMAL), -0.5, 0.75));
+    begin(p, 126);
+    finish(p, "clamp_min_only clamp min=0 max=inf",
+           qkv_clamp(p->t, in(p, 2, S(4, 5), NORMAL), 0, INFINITY));
     begin(p, 123);
     finish(p, "scale scale c=-0.75", qkv_scale(p->t, in(p, 2, S(3, 4), NORMAL), -0.75));
     /* a mask of 0 and -inf, broadcast along the rows */
@@ -447,6 +453,9 @@ static void edge_cases(probe *p)
     finish(p, "relu_at_0 relu", qkv_relu(p->t, in_values(p, 1, S(6), at0)));
     begin(p, 930);
     finish(p, "abs_at_0 abs", qkv_abs(p->t, in_values(p, 1, S(6), at0)));
+    begin(p, 931);
+    finish(p, "clamp_at_bounds clamp min=-1.5 max=0.25",
+           qkv_clamp(p->t, in_values(p, 1, S(6), at0), -1.5, 0.25));
     begin(p, 901);
     finish(p, "sqrt_at_0 sqrt", qkv_sqrt(p->t, in_values(p, 1, S(6), pos0)));
     begin(p, 902);

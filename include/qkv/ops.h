@@ -107,6 +107,14 @@ qkv_tensor *qkv_abs(qkv_tape *t, qkv_tensor *x);
  * QKV_ERR_ARG, as qkv_scale refuses its factor. */
 qkv_tensor *qkv_pow(qkv_tape *t, qkv_tensor *x, double p);
 
+/* y = min(max(x, lo), hi), PyTorch's clamp with constant bounds; lo may
+ * be -INFINITY and hi INFINITY (no bound on that side). dx = dy where lo
+ * <= x <= hi, the bounds included (PyTorch's), and 0 elsewhere. NaN stays
+ * NaN and passes no gradient (as in PyTorch). The bounds are rounded to
+ * qkv_real once. A NaN bound, or lo > hi, is refused with QKV_ERR_ARG
+ * (PyTorch takes lo > hi and gives hi everywhere); lo == hi is taken. */
+qkv_tensor *qkv_clamp(qkv_tape *t, qkv_tensor *x, double lo, double hi);
+
 /* ---- shapes and views (src/ops/shape.c) ------------------------------- */
 
 /* The same values in a new shape of ndim dimensions, one of which may be

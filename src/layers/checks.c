@@ -23,7 +23,8 @@ typedef struct gc_case {
     int np;
     int ndim[MAXP];
     int shape[MAXP][QKV_MAX_DIMS];
-    int domain;       /* ANY; AWAY: off 0 (relu's kink); POSITIVE: > 0.5 (log, sqrt) */
+    int domain;       /* ANY; AWAY: off 0 (relu's kink); POSITIVE: > 0.5 (log, sqrt);
+                         OFF_ONE: off ±1 (clamp's bounds) */
     double float_tol; /* float32 builds only: a looser tolerance, or 0 for the default */
 } gc_case;
 
@@ -35,7 +36,7 @@ typedef struct gc_case {
  * factor gives; the double build holds them to 1e-6 like every op. */
 #define LAYER_TOL 5e-2
 
-enum { ANY, AWAY, POSITIVE };
+enum { ANY, AWAY, POSITIVE, OFF_ONE };
 
 /* The cases that call one op on their inputs as they are. */
 #define UNARY(op)                                          \
@@ -91,6 +92,11 @@ static qkv_tensor *c_rnn_scan_linear(qkv_tape *t, qkv_tensor **p)
 static qkv_tensor *c_scale(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_scale(t, p[0], 0.37);
+}
+/* Both bounds, and one: the gradient passes inside, and stops outside. */
+static qkv_tensor *c_clamp(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_add(t, qkv_clamp(t, p[0], -1, 1), qkv_clamp(t, p[0], -INFINITY, 1));
 }
 static qkv_tensor *c_pow(qkv_tape *t, qkv_tensor **p)
 {
@@ -581,6 +587,7 @@ static const gc_case cases[] = {
     {"dropout", c_dropout, 1, {2}, {{4, 5}}, 0, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1, 0},
     {"abs", c_abs, 1, {2}, {{3, 4}}, AWAY, 0},
+    {"clamp (to [-1, 1] and to 1)", c_clamp, 1, {2}, {{4, 5}}, OFF_ONE, 0},
     {"attention softmax(QKᵀ/√d)V",
      c_attention,
      3,
@@ -801,6 +808,8 @@ qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result 
                 v += v < 0 ? -0.2 : 0.2;
             else if (run.c->domain == POSITIVE)
                 v = fabs(v) + 0.5;
+            else if (run.c->domain == OFF_ONE) /* |v| in [0, 0.8) or [1.2, inf) */
+                v = copysign(fabs(v) < 1 ? 0.8 * fabs(v) : fabs(v) + 0.2, v);
             run.p[p]->data[j] = (qkv_real)v;
         }
     }

@@ -1,8 +1,8 @@
 /*
  * elementwise.c - element-wise ops, each forward with its backward: add,
  * sub, mul and div (numpy broadcasting of both operands), scale, neg, the
- * additive mask, and the maps exp, log, sqrt, pow, tanh, sigmoid, relu,
- * GELU, SiLU and abs.
+ * additive mask, the maps exp, log, sqrt, pow, tanh, sigmoid, relu,
+ * GELU, SiLU and abs, and clamp.
  */
 #include <float.h>
 #include <math.h>
@@ -521,4 +521,45 @@ qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x)
 qkv_tensor *qkv_abs(qkv_tape *t, qkv_tensor *x)
 {
     return unary(t, "abs", &op_abs, x, abs_map, 0);
+}
+
+/* ---- clamp: y = min(max(x, lo), hi) ------------------------------------- */
+
+static void clamp_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *y = nd->out->data, *dy = nd->out->grad;
+    /* dx = dy where lo <= x <= hi, bounds included (PyTorch's), else 0:
+     * exactly where y == x, since y is a bound wherever x lies outside,
+     * and NaN (never equal) stops it as PyTorch does */
+    for (size_t i = 0; i < x->numel; i++)
+        x->grad[i] += y[i] == x->data[i] ? dy[i] : 0;
+}
+
+static const qkv_op_def op_clamp = {"clamp", clamp_backward, 0};
+
+qkv_tensor *qkv_clamp(qkv_tape *t, qkv_tensor *x, double lo, double hi)
+{
+    if (t != NULL && qkv_tape_status(t) == QKV_OK && (isnan(lo) || isnan(hi) || lo > hi)) {
+        char a[32], b[32];
+        if (isnan(lo) || isnan(hi))
+            qkv_tape_fail(t, QKV_ERR_ARG, "clamp: the %s NaN is not a number",
+                          isnan(lo) ? "min" : "max");
+        else
+            qkv_tape_fail(t, QKV_ERR_ARG, "clamp: the min %s is above the max %s",
+                          qkv_num_str(a, sizeof a, lo), qkv_num_str(b, sizeof b, hi));
+        return qkv_nil();
+    }
+    if (!qkv_op_inputs_ok(t, "clamp", x, NULL, 0))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, "clamp", x->ndim, x->shape, x, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    /* the bounds rounded once; comparisons that are false for NaN keep it */
+    const qkv_real l = (qkv_real)lo, h = (qkv_real)hi;
+    for (size_t i = 0; i < x->numel; i++) {
+        const qkv_real v = x->data[i] < l ? l : x->data[i];
+        out->data[i] = v > h ? h : v;
+    }
+    return qkv_op_finish(t, &op_clamp, out, x, NULL, 0);
 }
