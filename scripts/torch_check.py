@@ -121,7 +121,8 @@ def forward(op, p, xs, cs):
               "matmul": torch.matmul, "matmul_nt": lambda a, b: a @ b.transpose(-2, -1)}
     reduce_dim = {"sum_dim": lambda x, d, k: x.sum(d, keepdim=k),
                   "mean_dim": lambda x, d, k: x.mean(d, keepdim=k),
-                  "max_dim": lambda x, d, k: x.max(d, keepdim=k).values}
+                  "max_dim": lambda x, d, k: x.max(d, keepdim=k).values,
+                  "logsumexp_dim": lambda x, d, k: x.logsumexp(d, keepdim=k)}
     if op in unary:
         return unary[op](xs[0])
     if op in binary:

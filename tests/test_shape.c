@@ -2,8 +2,8 @@
  * test_shape.c - shapes and reductions along a dimension: reshape is a view
  * (writes show through, gradients flow, nothing is copied or recorded),
  * permute, swapdims, concat and slice move values and gradients to where
- * they belong, and sum, mean and max along any dimension (keepdim or not)
- * on hand-worked examples; and the errors that name the op and the shapes.
+ * they belong, and sum, mean, max and logsumexp along any dimension
+ * (keepdim or not) on hand-worked examples; and the errors that name the op and the shapes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -411,6 +411,74 @@ START_TEST(test_max_dim_keeps_each_column_to_itself_with_nans)
 }
 END_TEST
 
+/* logsumexp along a dimension, against CPython's math module
+ * (math.log(math.e + math.e**2 + math.e**3) and so on, each value as
+ * CPython 3 prints it) and PyTorch 1.13's torch.logsumexp in float64:
+ * stable for large inputs (the row maximum subtracted first), and at its
+ * edges. */
+START_TEST(test_logsumexp_dim_by_hand_and_at_its_edges)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double inf = INFINITY;
+    const double xs[21] = {1, 2,    3,    1000, 1000, 999, -1e4, -1e4, -1e4, -inf, 0,
+                           1, -inf, -inf, -inf, inf,  1,   2,    NAN,  1,    2};
+    qkv_tensor *x = tensor_of(2, (const int[]){7, 3}, xs, 1);
+    qkv_tensor *y = qkv_logsumexp_dim(t, x, 1, 1);
+    ck_assert_msg(!qkv_tensor_is_nil(y), "%s", qkv_tape_error(t));
+    ck_assert(y->ndim == 2 && y->shape[0] == 7 && y->shape[1] == 1);
+    /* rows: e, e², e³; 1000 twice and 999 (torch: 1000.8619948040582,
+     * e^1000 would overflow); -1e4 three times (-1e4 + log 3, where e^-1e4
+     * underflows); -inf, 0, 1 (log(1 + e)); all -inf (-inf, as torch
+     * gives); +inf (inf, torch's); NaN (NaN, torch's) */
+    const double want[4] = {3.40760596444438, 1000.8619948040582, -9998.901387711332,
+                            1.3132616875182228};
+    for (int r = 0; r < 4; r++)
+        ASSERT_NEAR(y->data[r], want[r], 4 * REAL_EPS * fabs(want[r]));
+    ck_assert(y->data[4] == -INFINITY && y->data[5] == INFINITY && isnan(y->data[6]));
+    /* dx = dy·e^(x - y), the softmax of the row; torch gives the same but
+     * for the row of -inf (NaN, where this gives 0, as qkv_softmax does)
+     * and NaN at +inf (e^(inf - inf)) */
+    const qkv_real dy[7] = {1, 2, 1, 1, 3, 1, 1};
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 7), QKV_OK);
+    const double g[12] = {0.09003057317038048,
+                          0.2447284710547977,
+                          0.665240955774822,
+                          2 * 0.4223187982515182,
+                          2 * 0.4223187982515182,
+                          2 * 0.1553624034969636,
+                          1.0 / 3,
+                          1.0 / 3,
+                          1.0 / 3,
+                          0,
+                          0.2689414213699951,
+                          0.7310585786300049};
+    for (int i = 0; i < 12; i++)
+        ASSERT_NEAR(x->grad[i], g[i], 4 * REAL_EPS);
+    for (int i = 12; i < 15; i++)
+        ck_assert_msg(x->grad[i] == 0, "grad[%d] = %g, expected 0", i, (double)x->grad[i]);
+    ck_assert(isnan(x->grad[15]) && x->grad[16] == 0 && x->grad[17] == 0);
+    for (int i = 18; i < 21; i++)
+        ck_assert_msg(isnan(x->grad[i]), "grad[%d] = %g, expected NaN", i, (double)x->grad[i]);
+    /* along dimension 0 without keepdim: a + log 2 for columns (a, a) */
+    qkv_tensor *c = tensor_of(2, (const int[]){2, 3}, (const double[]){0, 1, 2, 0, 1, 2}, 0);
+    qkv_tape_reset(t);
+    qkv_tensor *yc = qkv_logsumexp_dim(t, c, -2, 0);
+    ck_assert(yc->ndim == 1 && yc->shape[0] == 3);
+    const double wc[3] = {0.6931471805599453, 1.6931471805599454, 2.6931471805599454};
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(yc->data[i], wc[i], 4 * REAL_EPS * wc[i]);
+    /* errors name the op and the shape */
+    EXPECT_ERROR_ON(t, qkv_logsumexp_dim(t, c, 2, 0), QKV_ERR_ARG,
+                    "logsumexp_dim: dimension 2 is out of range for [2,3]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_logsumexp_dim(t, qkv_sum(t, c), 0, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "logsumexp_dim: [] has no dimension to reduce");
+    qkv_tensor_free(c);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *shape_suite(void)
 {
     Suite *s = suite_create("shape");
@@ -423,6 +491,7 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_concat_takes_up_to_its_maximum_of_inputs);
     tcase_add_test(tc, test_reductions_along_any_dimension);
     tcase_add_test(tc, test_max_dim_keeps_each_column_to_itself_with_nans);
+    tcase_add_test(tc, test_logsumexp_dim_by_hand_and_at_its_edges);
     suite_add_tcase(s, tc);
     return s;
 }

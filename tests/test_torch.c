@@ -271,11 +271,11 @@ static void reduce_cases(probe *p)
     finish(p, "sum sum", qkv_sum(p->t, in(p, 3, S(2, 3, 4), NORMAL)));
     begin(p, 401);
     finish(p, "mean mean", qkv_mean(p->t, in(p, 3, S(2, 3, 4), NORMAL)));
-    static const char *names[3] = {"sum_dim", "mean_dim", "max_dim"};
-    qkv_tensor *(*const ops[3])(qkv_tape *, qkv_tensor *, int, int) = {qkv_sum_dim, qkv_mean_dim,
-                                                                       qkv_max_dim};
+    typedef qkv_tensor *(*dim_op)(qkv_tape *, qkv_tensor *, int, int);
+    static const char *names[4] = {"sum_dim", "mean_dim", "max_dim", "logsumexp_dim"};
+    const dim_op ops[4] = {qkv_sum_dim, qkv_mean_dim, qkv_max_dim, qkv_logsumexp_dim};
     char header[96];
-    for (int o = 0; o < 3; o++)
+    for (int o = 0; o < 4; o++)
         for (int dim = -1; dim <= 1; dim++)
             for (int keep = 0; keep <= 1; keep++) {
                 begin(p, (uint64_t)(410 + 10 * o + 2 * (dim + 1) + keep));
@@ -496,6 +496,16 @@ static void edge_cases(probe *p)
                        in_values(p, 2, S(3, 4),
                                  (const double[]){1, 3, 3, 2, NAN, 1, NAN, 0, -1, -1, -1, -1}),
                        1, 0));
+    /* logsumexp: large entries, -inf, +inf and NaN (the row of -inf
+     * alone, where torch's gradient is NaN, is left to test_shape) */
+    begin(p, 932);
+    finish(
+        p, "logsumexp_edges logsumexp_dim dim=1 keepdim=0",
+        qkv_logsumexp_dim(p->t,
+                          in_values(p, 2, S(4, 4),
+                                    (const double[]){1000, 1000, 999, 998, -INFINITY, 0, 1,
+                                                     -INFINITY, INFINITY, 1, 2, 0, NAN, 1, 2, 3}),
+                          1, 0));
     /* rows with dropped entries, one all equal */
     static const double masked[8] = {-INFINITY, 1, -INFINITY, 2, 0.5, 0.5, 0.5, 0.5};
     begin(p, 922);

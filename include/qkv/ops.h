@@ -168,6 +168,16 @@ qkv_tensor *qkv_sum_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 
+/* log Σ e^x along dimension dim (torch.logsumexp), dim and keepdim as
+ * above. Stable: the largest entry m is subtracted first, y = m +
+ * log Σ e^(x - m), summed in double, so 1e4 or -1e4 give no overflow or
+ * underflow. dx = dy·e^(x - y), the softmax along dim, which backward
+ * takes from the sum computed again. Edges: a row of -inf gives -inf
+ * and no gradient (PyTorch: NaN gradients), as qkv_softmax's masked row;
+ * +inf gives +inf, with gradient NaN at the +inf entries and 0 at the
+ * others; a NaN gives NaN and NaN gradients (all three as in PyTorch). */
+qkv_tensor *qkv_logsumexp_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
+
 /* Sum and mean along the last dimension: [...,n] -> [...]; a 1-D input
  * gives a scalar. Shorthands for sum_dim and mean_dim(x, -1, 0). */
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x);

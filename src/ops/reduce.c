@@ -1,7 +1,8 @@
 /*
  * reduce.c - reductions, each forward with its backward: sum and mean of
- * everything; sum, mean and max along any one dimension, keeping it (as
- * size 1) or not; and the _last shorthands. Sums accumulate in double.
+ * everything; sum, mean, max and logsumexp along any one dimension,
+ * keeping it (as size 1) or not; and the _last shorthands. Sums
+ * accumulate in double.
  */
 #include <math.h>
 
@@ -88,13 +89,48 @@ static void max_dim_backward(const qkv_node *nd)
             x->grad[(o * n + (size_t)arg[o * inner + i]) * inner + i] += dy[o * inner + i];
 }
 
+/* The n entries col[0], col[inner], ... as logsumexp takes them apart:
+ * Σ e^(x - shift) in double, with shift the largest entry, or 0 when that
+ * is infinite (PyTorch's choice: a row of -inf sums to 0, one with +inf
+ * to +inf) or there is none above -inf. NaN entries make the sum NaN. */
+static double lse_sum(const qkv_real *col, size_t n, size_t inner, double *shift)
+{
+    double m = -INFINITY, s = 0;
+    for (size_t j = 0; j < n; j++)
+        m = col[j * inner] > m ? col[j * inner] : m;
+    *shift = isinf(m) ? 0 : m;
+    for (size_t j = 0; j < n; j++)
+        s += exp((double)col[j * inner] - *shift);
+    return s;
+}
+
+static void logsumexp_dim_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    size_t outer, n, inner;
+    split(x, nd->ints[0], &outer, &n, &inner);
+    const qkv_real *dy = nd->out->grad;
+    /* dx = dy·e^(x - y) = dy·e^(x - shift)/Σ, the row's softmax, from the
+     * sum taken again (y rounded would cost |y|·ε); 0 for a row of -inf
+     * (Σ = 0), where PyTorch gives NaN */
+    for (size_t o = 0; o < outer; o++)
+        for (size_t i = 0; i < inner; i++) {
+            qkv_real *g = x->grad + o * n * inner + i;
+            const qkv_real *col = x->data + o * n * inner + i;
+            double shift, s = lse_sum(col, n, inner, &shift), d = dy[o * inner + i];
+            for (size_t j = 0; s != 0 && j < n; j++)
+                g[j * inner] += (qkv_real)(d * (exp((double)col[j * inner] - shift) / s));
+        }
+}
+
 static const qkv_op_def op_sum_dim = {"sum_dim", sum_dim_backward, 0};
 static const qkv_op_def op_mean_dim = {"mean_dim", sum_dim_backward, 0};
 static const qkv_op_def op_max_dim = {"max_dim", max_dim_backward, 0};
+static const qkv_op_def op_logsumexp_dim = {"logsumexp_dim", logsumexp_dim_backward, 0};
 static const qkv_op_def op_sum_last = {"sum_last", sum_dim_backward, 0};
 static const qkv_op_def op_mean_last = {"mean_last", sum_dim_backward, 0};
 
-typedef enum reduce_kind { SUM, MEAN, MAX } reduce_kind;
+typedef enum reduce_kind { SUM, MEAN, MAX, LSE } reduce_kind;
 
 /* The op def's name names the op in its errors. */
 static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x, int dim,
@@ -135,6 +171,9 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x,
                 out->data[o * inner + i] = col[best * inner];
                 if (arg != NULL)
                     arg[1 + o * inner + i] = (int)best;
+            } else if (kind == LSE) {
+                double shift, s = lse_sum(col, n, inner, &shift);
+                out->data[o * inner + i] = (qkv_real)(shift + log(s));
             } else if (inner == 1) {
                 out->data[o] = (qkv_real)(c * qkv_sum_real(col, n));
             } else {
@@ -171,6 +210,11 @@ qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 {
     return reduce_dim(t, &op_max_dim, x, dim, keepdim, MAX);
+}
+
+qkv_tensor *qkv_logsumexp_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
+{
+    return reduce_dim(t, &op_logsumexp_dim, x, dim, keepdim, LSE);
 }
 
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x)
