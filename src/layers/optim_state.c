@@ -90,8 +90,7 @@ static qkv_status check_names(const qkv_optim *o, const char *path, qkv_error *e
         if (strlen(name) > MAX_LABEL || !qkv_utf8_valid(name, strlen(name), NULL))
             return qkv_error_set(err, QKV_ERR_ARG,
                                  "optim: parameter %d's name is %s; %s was left untouched", i,
-                                 strlen(name) > MAX_LABEL ? "over 1000 bytes" : "not UTF-8",
-                                 path);
+                                 strlen(name) > MAX_LABEL ? "over 1000 bytes" : "not UTF-8", path);
     }
     for (int i = 1; i < o->n; i++) /* the reader refuses a repeated key: never write one */
         for (int j = 0; j < i; j++) {
@@ -109,9 +108,10 @@ static qkv_status check_names(const qkv_optim *o, const char *path, qkv_error *e
 /* The metadata keys, in the order qkv_optim_save writes them. */
 enum { M_KIND, M_STEPS, M_LR, M_NORM, M_MOMENTUM, M_BETA1, M_BETA2, M_EPS, M_WD, M_CLIP, N_META };
 static const char *const meta_key[N_META] = {
-    "qkv_optim",          "qkv_optim_steps", "qkv_optim_lr",  "qkv_optim_last_norm",
-    "qkv_optim_momentum", "qkv_optim_beta1", "qkv_optim_beta2", "qkv_optim_eps",
-    "qkv_optim_weight_decay", "qkv_optim_clip"};
+    "qkv_optim",           "qkv_optim_steps",    "qkv_optim_lr",
+    "qkv_optim_last_norm", "qkv_optim_momentum", "qkv_optim_beta1",
+    "qkv_optim_beta2",     "qkv_optim_eps",      "qkv_optim_weight_decay",
+    "qkv_optim_clip"};
 
 /* The config's settings that a load checks, as meta_key orders them from
  * M_MOMENTUM, and their names in messages. */
@@ -124,8 +124,8 @@ static void checked_settings(const qkv_optim_config *c, double v[N_META - M_MOME
     v[4] = c->weight_decay;
     v[5] = c->clip;
 }
-static const char *const setting_name[N_META - M_MOMENTUM] = {
-    "momentum", "beta1", "beta2", "eps", "weight decay", "clip"};
+static const char *const setting_name[N_META - M_MOMENTUM] = {"momentum", "beta1",        "beta2",
+                                                              "eps",      "weight decay", "clip"};
 
 qkv_status qkv_optim_save(const qkv_optim *o, const char *path, qkv_error *err)
 {
@@ -256,8 +256,8 @@ static qkv_status check_tensors(const qkv_optim *o, const qkv_st *f, const char 
     if (qkv_st_count(f) != o->n * k + 2) /* each one above is there once: one more is extra */
         for (int j = 0; j < qkv_st_count(f); j++) {
             const char *name = qkv_st_name(f, j);
-            int ours = strcmp(name, "qkv_optim.decay") == 0 ||
-                       strcmp(name, "qkv_optim.lr_scale") == 0;
+            int ours =
+                strcmp(name, "qkv_optim.decay") == 0 || strcmp(name, "qkv_optim.lr_scale") == 0;
             for (int i = 0; !ours && i < o->n; i++)
                 for (int w = 0; !ours && w < k; w++) {
                     state_key(o, i, w, key, sizeof key);
