@@ -83,7 +83,8 @@ qkv_status qkv_st_write(const char *path, int n, qkv_st_get get, const void *ctx
 /* Copies tensor i of f, which must be F64 and hold n values, all finite,
  * into out, exactly; else QKV_ERR_FORMAT (another dtype), QKV_ERR_ARG
  * (another count) or QKV_ERR_NUMERIC, with a line that names the file and
- * the tensor, and out not written. */
+ * the tensor, and out not written; QKV_ERR_ARG for a NULL f or out, or
+ * an i that is no tensor of f (qkv_st_find's -1). */
 qkv_status qkv_st_read_f64(const qkv_st *f, int i, double *out, size_t n, qkv_error *err);
 
 #endif

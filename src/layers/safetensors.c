@@ -825,6 +825,9 @@ qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_erro
 
 qkv_status qkv_st_read_f64(const qkv_st *f, int i, double *out, size_t n, qkv_error *err)
 {
+    if (f == NULL || i < 0 || i >= f->n || out == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no file, no tensor %d or no buffer",
+                             i);
     const entry *e = &f->e[i];
     if (e->dtype_size != 8)
         return qkv_error_set(err, QKV_ERR_FORMAT, "%s: tensor '%s' is F32, not the F64 it needs",
