@@ -799,24 +799,42 @@ qkv_status qkv_st_load(const qkv_st *f, qkv_params *p, qkv_error *err)
     return QKV_OK;
 }
 
-qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_error *err)
+/* The entry that a read of n values from tensor i of f into out (NULL or
+ * not) takes, or NULL with err saying why: no file, no such tensor, no
+ * buffer or another count. For qkv_st_read and qkv_st_read_f64. */
+static const entry *entry_to_read(const qkv_st *f, int i, const void *out, size_t n, qkv_error *err)
 {
-    if (f == NULL)
-        return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no file (NULL)");
+    if (f == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "safetensors: no file (NULL)");
+        return NULL;
+    }
     if (i < 0 || i >= f->n) {
         if (f->n == 0)
-            return qkv_error_set(err, QKV_ERR_ARG, "%s has no tensor %d: it has none", f->label, i);
-        return qkv_error_set(err, QKV_ERR_ARG, "%s has no tensor %d: its tensors are 0 to %d",
-                             f->label, i, f->n - 1);
+            qkv_error_set(err, QKV_ERR_ARG, "%s has no tensor %d: it has none", f->label, i);
+        else
+            qkv_error_set(err, QKV_ERR_ARG, "%s has no tensor %d: its tensors are 0 to %d",
+                          f->label, i, f->n - 1);
+        return NULL;
     }
     const entry *e = &f->e[i];
-    if (out == NULL)
-        return qkv_error_set(err, QKV_ERR_ARG, "%s: tensor '%s': no buffer for its values (NULL)",
-                             f->label, e->name);
-    if (n != entry_numel(e))
-        return qkv_error_set(err, QKV_ERR_ARG,
-                             "%s: tensor '%s' has %zu values, not the %zu asked for", f->label,
-                             e->name, entry_numel(e), n);
+    if (out == NULL) {
+        qkv_error_set(err, QKV_ERR_ARG, "%s: tensor '%s': no buffer for its values (NULL)",
+                      f->label, e->name);
+        return NULL;
+    }
+    if (n != entry_numel(e)) {
+        qkv_error_set(err, QKV_ERR_ARG, "%s: tensor '%s' has %zu values, not the %zu asked for",
+                      f->label, e->name, entry_numel(e), n);
+        return NULL;
+    }
+    return e;
+}
+
+qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_error *err)
+{
+    const entry *e = entry_to_read(f, i, out, n, err);
+    if (e == NULL)
+        return QKV_ERR_ARG;
     qkv_status s = check_values(f, e, err);
     if (s == QKV_OK)
         convert_values(f, e, out);
@@ -825,17 +843,12 @@ qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_erro
 
 qkv_status qkv_st_read_f64(const qkv_st *f, int i, double *out, size_t n, qkv_error *err)
 {
-    if (f == NULL || i < 0 || i >= f->n || out == NULL)
-        return qkv_error_set(err, QKV_ERR_ARG, "safetensors: no file, no tensor %d or no buffer",
-                             i);
-    const entry *e = &f->e[i];
+    const entry *e = entry_to_read(f, i, out, n, err);
+    if (e == NULL)
+        return QKV_ERR_ARG;
     if (e->dtype_size != 8)
         return qkv_error_set(err, QKV_ERR_FORMAT, "%s: tensor '%s' is F32, not the F64 it needs",
                              f->label, e->name);
-    if (n != entry_numel(e))
-        return qkv_error_set(err, QKV_ERR_ARG,
-                             "%s: tensor '%s' has %zu values, not the %zu asked for", f->label,
-                             e->name, entry_numel(e), n);
     for (size_t k = 0; k < n; k++) { /* finite; no F32 range: a double build's or not */
         char num[32];
         const double v = value_at(f, e, k);
