@@ -2,14 +2,19 @@
  * test_threads.c - the thread pool (threads.c): which parts a job is cut
  * into, that every index runs exactly once in the part that owns it, over
  * many jobs in a row, that a call from inside a job runs on its caller,
- * that the workers run in their caller's floating-point mode, and that
- * threads of a program's own train models of their own at once.
+ * that the workers run in their caller's floating-point mode, that
+ * threads of a program's own train models of their own at once, and that
+ * a child forked after the workers started runs jobs on workers of its
+ * own.
  * (That results do not depend on the thread count is tested where the work
  * is: test_attention.c, test_nn.c, test_cli.c.)
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests.h"
 
@@ -271,6 +276,62 @@ static void *train_own(void *arg)
     return NULL;
 }
 
+/* ThreadSanitizer refuses to start threads in a child forked from a
+ * process that has some (its die_after_fork), so the fork test is
+ * skipped in that build; the others run the same code. */
+#if defined(__SANITIZE_THREAD__)
+#define QKV_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define QKV_TEST_TSAN 1
+#endif
+#endif
+
+/* Runs `jobs` jobs of 97 indices on the pool and checks that every index
+ * ran `jobs` times and that the workers ran some (part 2 of 3); returns 0
+ * if so, else 1 (no ck_assert: it may run in a forked child). */
+static int jobs_on_three_threads(int jobs)
+{
+    enum { N = 97 };
+    int part[N], count[N] = {0};
+    record r = {part, count};
+    for (int j = 0; j < jobs; j++)
+        qkv_parallel_for(N, LOTS, 64, mark, &r);
+    for (int i = 0; i < N; i++)
+        if (count[i] != jobs)
+            return 1;
+    return part[N - 1] == 2 ? 0 : 1;
+}
+
+/* fork() copies only the calling thread. A child forked after the pool's
+ * workers started must not wait for the parent's workers, which do not
+ * exist in it (it spun for ever), nor run a stale job: it starts workers
+ * of its own. The parent's pool goes on as before. */
+START_TEST(test_a_forked_child_starts_workers_of_its_own)
+{
+#ifdef QKV_TEST_TSAN
+    return;
+#endif
+    qkv_threads_use(3, NULL);
+    ck_assert_int_eq(qkv_parallel_parts(97, LOTS, 64), 3);
+    ck_assert_int_eq(jobs_on_three_threads(20), 0); /* the parent's workers start */
+    fflush(NULL);
+    const pid_t pid = fork();
+    ck_assert_msg(pid >= 0, "fork failed");
+    if (pid == 0) {
+        alarm(20); /* a hang fails the test, before the suite's timeout */
+        exit(jobs_on_three_threads(50));
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child %s %d",
+                  WIFSIGNALED(st) ? "died of signal" : "exited with",
+                  WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    ck_assert_int_eq(jobs_on_three_threads(20), 0);
+    qkv_threads_use(1, NULL);
+}
+END_TEST
+
 /* runtime.h: threads of one's own may train models of their own at once
  * (the pool runs one caller's batched work, the others on their own
  * threads), with the bits of the same runs one after the other. */
@@ -313,6 +374,7 @@ Suite *threads_suite(void)
     tcase_add_test(tc, test_a_call_inside_a_job_runs_on_its_caller);
     tcase_add_test(tc, test_flush_denormals_reaches_the_workers);
     tcase_add_test(tc, test_threads_of_ones_own_train_their_own_models_at_once);
+    tcase_add_test(tc, test_a_forked_child_starts_workers_of_its_own);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -38,7 +38,9 @@ const char *qkv_kernels_name(void);
  * lists and optimizers at the same time, with the same results as one
  * after the other: the pool runs one caller's batched work at a time,
  * and a call that finds it busy runs on its own thread alone. A tape, a
- * list or an optimizer is for one thread at a time. */
+ * list or an optimizer is for one thread at a time. A child process
+ * forked after the threads started starts threads of its own when it
+ * first needs them. */
 qkv_status qkv_threads_use(int n, qkv_error *err);
 
 /* The thread count in use. */

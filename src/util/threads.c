@@ -17,6 +17,11 @@
  * MXCSR: rounding, and flushing subnormals to zero), so that a caller's
  * qkv_flush_denormals, or its own fesetround, gives the same bits on any
  * thread count.
+ *
+ * fork() copies only the thread that calls it. A child of a process whose
+ * workers had started would wait for ever on workers it does not have, so
+ * the child forgets them (pthread_atfork) and starts its own when it
+ * first needs them, as PyTorch's intra-op pool does.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -164,6 +169,33 @@ static void *worker_main(void *arg)
     }
 }
 
+/* Around fork(): the lock is held across it, so that the child's copy is
+ * in a known state (no other thread was inside it); the child, where none
+ * of the workers exist, then takes the pool as never started, its
+ * mailboxes back at round 0 as a new worker expects them. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&pool.lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static void fork_child(void)
+{
+    pool.started = 0;
+    pool.busy = 0;
+    atomic_store_explicit(&pool.pending, 0, memory_order_relaxed);
+    for (int w = 0; w < MAX_THREADS; w++) {
+        atomic_store_explicit(&pool.slot[w].round, 0, memory_order_relaxed);
+        pool.slot[w].fn = NULL;
+    }
+    pthread_cond_init(&pool.go, NULL); /* the parent's sleepers are not here */
+    pthread_mutex_unlock(&pool.lock);
+}
+
 /* At exit: every worker gets a stop message and is joined, so that no
  * thread outlives the program's data (and leak checkers see none). */
 static void stop_workers(void)
@@ -238,10 +270,13 @@ void qkv_parallel_for(size_t n, size_t work, int max_parts, qkv_range_fn fn, voi
         return;
     }
     while (pool.started < parts - 1) { /* start workers as first needed */
-        static int stop_registered;
+        static int stop_registered, fork_registered;
         if (!stop_registered && atexit(stop_workers) != 0)
             break; /* without a way to stop them, start none */
         stop_registered = 1;
+        if (!fork_registered && pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+            break; /* nor without a way to forget them in a forked child */
+        fork_registered = 1;
         int w = pool.started + 1;
         if (pthread_create(&pool.thread[w], NULL, worker_main, (void *)(size_t)w) != 0)
             break;
