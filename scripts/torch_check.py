@@ -122,6 +122,7 @@ def forward(op, p, xs, cs):
     reduce_dim = {"sum_dim": lambda x, d, k: x.sum(d, keepdim=k),
                   "mean_dim": lambda x, d, k: x.mean(d, keepdim=k),
                   "max_dim": lambda x, d, k: x.max(d, keepdim=k).values,
+                  "min_dim": lambda x, d, k: x.min(d, keepdim=k).values,
                   "logsumexp_dim": lambda x, d, k: x.logsumexp(d, keepdim=k)}
     if op in unary:
         return unary[op](xs[0])

@@ -145,9 +145,9 @@ START_TEST(test_reductions_name_themselves_recording_their_node)
     qkv_tape *t = qkv_tape_new(0, NULL), *u = qkv_tape_new(0, NULL);
     qkv_tensor *w = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 4, 5, 6}, 1);
     qkv_tensor *x = qkv_scale(u, w, 2); /* its gradient is u's */
-    const char *const names[] = {"sum",     "mean",     "sum_dim",   "mean_dim",
-                                 "max_dim", "sum_last", "mean_last", "logsumexp_dim"};
-    for (int i = 0; i < 8; i++) {
+    const char *const names[] = {"sum",      "mean",      "sum_dim",       "mean_dim", "max_dim",
+                                 "sum_last", "mean_last", "logsumexp_dim", "min_dim"};
+    for (int i = 0; i < 9; i++) {
         qkv_tape_reset(t);
         qkv_tensor *y = i == 0   ? qkv_sum(t, x)
                         : i == 1 ? qkv_mean(t, x)
@@ -156,7 +156,8 @@ START_TEST(test_reductions_name_themselves_recording_their_node)
                         : i == 4 ? qkv_max_dim(t, x, -1, 0)
                         : i == 5 ? qkv_sum_last(t, x)
                         : i == 6 ? qkv_mean_last(t, x)
-                                 : qkv_logsumexp_dim(t, x, 1, 0);
+                        : i == 7 ? qkv_logsumexp_dim(t, x, 1, 0)
+                                 : qkv_min_dim(t, x, 0, 1);
         expect_another_tapes_input(t, y, names[i]);
     }
     qkv_tensor_free(w);

@@ -2,7 +2,7 @@
  * test_shape.c - shapes and reductions along a dimension: reshape is a view
  * (writes show through, gradients flow, nothing is copied or recorded),
  * permute, swapdims, concat and slice move values and gradients to where
- * they belong, and sum, mean, max and logsumexp along any dimension
+ * they belong, and sum, mean, max, min and logsumexp along any dimension
  * (keepdim or not) on hand-worked examples; and the errors that name the op and the shapes.
  */
 #include <stdlib.h>
@@ -411,6 +411,66 @@ START_TEST(test_max_dim_keeps_each_column_to_itself_with_nans)
 }
 END_TEST
 
+/* min_dim mirrors max_dim, against torch.min(x, dim) (PyTorch 1.13):
+ * the first minimum takes the gradient, a NaN counts as the minimum (the
+ * first NaN of a column), -inf is an ordinary minimum, and of 0 and -0
+ * (equal) the first is kept with its sign. */
+START_TEST(test_min_dim_by_hand_with_ties_and_nans)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    /* torch.min(x, 0) of these [4,3] values: (-7, NaN, NaN) at rows
+     * (2, 3, 0); the gradient of sum(m²) is -14, NaN and NaN there */
+    const double v[12] = {0, 0, NAN, 1, -2, 0, -7, 8, 0, 3, NAN, 0};
+    qkv_tensor *x = tensor_of(2, (const int[]){4, 3}, v, 1);
+    qkv_tensor *m = qkv_min_dim(t, x, 0, 0);
+    ck_assert_msg(!qkv_tensor_is_nil(m), "%s", qkv_tape_error(t));
+    ck_assert(m->ndim == 1 && m->shape[0] == 3);
+    ck_assert(m->data[0] == -7 && isnan(m->data[1]) && isnan(m->data[2]));
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_mul(t, m, m))), QKV_OK);
+    for (int i = 0; i < 12; i++) {
+        const int ok = i == 6              ? x->grad[i] == -14
+                       : i == 10 || i == 2 ? isnan(x->grad[i])
+                                           : x->grad[i] == 0;
+        ck_assert_msg(ok, "grad[%d] = %g", i, (double)x->grad[i]);
+    }
+    /* two NaNs in a column: the first wins (torch: index 0) */
+    qkv_tensor *y = tensor_of(2, (const int[]){4, 1}, (const double[]){NAN, 1, NAN, -2}, 1);
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_min_dim(t, y, 0, 0))), QKV_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(y->grad[i] == (i == 0), "grad[%d] = %g", i, (double)y->grad[i]);
+    /* ties along the last dimension, keepdim: rows (3, 1, 1) and (-inf,
+     * -inf, 2) give [[1], [-inf]], the gradient at columns 1 and 0 */
+    const double zv[6] = {3, 1, 1, -INFINITY, -INFINITY, 2};
+    qkv_tensor *z = tensor_of(2, (const int[]){2, 3}, zv, 1);
+    qkv_tape_reset(t);
+    qkv_tensor *mz = qkv_min_dim(t, z, -1, 1);
+    ck_assert(mz->ndim == 2 && mz->shape[0] == 2 && mz->shape[1] == 1);
+    ck_assert(mz->data[0] == 1 && mz->data[1] == -INFINITY);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, mz)), QKV_OK);
+    const double gz[6] = {0, 1, 0, 1, 0, 0};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(z->grad[i] == gz[i], "grad[%d] = %g", i, (double)z->grad[i]);
+    /* 0 and -0 tie: torch.min gives 0 for (0, -0) and -0 for (-0, 0) */
+    qkv_tensor *zs = tensor_of(2, (const int[]){2, 2}, (const double[]){0, -0.0, -0.0, 0}, 0);
+    qkv_tape_reset(t);
+    qkv_tensor *ms = qkv_min_dim(t, zs, 1, 0);
+    ck_assert(ms->data[0] == 0 && !signbit(ms->data[0]));
+    ck_assert(ms->data[1] == 0 && signbit(ms->data[1]));
+    /* errors name the op and the shape */
+    EXPECT_ERROR_ON(t, qkv_min_dim(t, z, 2, 0), QKV_ERR_ARG,
+                    "min_dim: dimension 2 is out of range for [2,3]");
+    qkv_tape_reset(t);
+    ck_assert(qkv_min_dim(t, qkv_sum(t, z), 0, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "min_dim: [] has no dimension to reduce");
+    qkv_tensor_free(zs);
+    qkv_tensor_free(z);
+    qkv_tensor_free(y);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 /* logsumexp along a dimension, against CPython's math module
  * (math.log(math.e + math.e**2 + math.e**3) and so on, each value as
  * CPython 3 prints it) and PyTorch 1.13's torch.logsumexp in float64:
@@ -491,6 +551,7 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_concat_takes_up_to_its_maximum_of_inputs);
     tcase_add_test(tc, test_reductions_along_any_dimension);
     tcase_add_test(tc, test_max_dim_keeps_each_column_to_itself_with_nans);
+    tcase_add_test(tc, test_min_dim_by_hand_with_ties_and_nans);
     tcase_add_test(tc, test_logsumexp_dim_by_hand_and_at_its_edges);
     suite_add_tcase(s, tc);
     return s;

@@ -272,10 +272,10 @@ static void reduce_cases(probe *p)
     begin(p, 401);
     finish(p, "mean mean", qkv_mean(p->t, in(p, 3, S(2, 3, 4), NORMAL)));
     typedef qkv_tensor *(*dim_op)(qkv_tape *, qkv_tensor *, int, int);
-    static const char *names[4] = {"sum_dim", "mean_dim", "max_dim", "logsumexp_dim"};
-    const dim_op ops[4] = {qkv_sum_dim, qkv_mean_dim, qkv_max_dim, qkv_logsumexp_dim};
+    static const char *names[5] = {"sum_dim", "mean_dim", "max_dim", "logsumexp_dim", "min_dim"};
+    const dim_op ops[5] = {qkv_sum_dim, qkv_mean_dim, qkv_max_dim, qkv_logsumexp_dim, qkv_min_dim};
     char header[96];
-    for (int o = 0; o < 4; o++)
+    for (int o = 0; o < 5; o++)
         for (int dim = -1; dim <= 1; dim++)
             for (int keep = 0; keep <= 1; keep++) {
                 begin(p, (uint64_t)(410 + 10 * o + 2 * (dim + 1) + keep));
@@ -496,6 +496,14 @@ static void edge_cases(probe *p)
                        in_values(p, 2, S(3, 4),
                                  (const double[]){1, 3, 3, 2, NAN, 1, NAN, 0, -1, -1, -1, -1}),
                        1, 0));
+    /* and to the first minimum, where a NaN is the minimum too */
+    begin(p, 933);
+    finish(p, "min_dim_ties_nan min_dim dim=0 keepdim=1",
+           qkv_min_dim(p->t,
+                       in_values(p, 2, S(4, 3),
+                                 (const double[]){1, NAN, 2, -3, 0, 2, -3, NAN, -INFINITY, 0, -1,
+                                                  -INFINITY}),
+                       0, 1));
     /* logsumexp: large entries, -inf, +inf and NaN (the row of -inf
      * alone, where torch's gradient is NaN, is left to test_shape) */
     begin(p, 932);

@@ -160,13 +160,16 @@ qkv_tensor *qkv_rnn_scan(qkv_tape *t, qkv_tensor *xw, qkv_tensor *wh, qkv_tensor
 qkv_tensor *qkv_sum(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x);
 
-/* Sum, mean and maximum along dimension dim (negative counts from the
- * end): the dimension goes, or stays with size 1 when keepdim is nonzero
- * ([B,T,D] -> [B,T] or [B,T,1]). Sums accumulate in double. max_dim's
- * gradient goes to the first maximum; a NaN counts as the maximum. */
+/* Sum, mean, maximum and minimum along dimension dim (negative counts
+ * from the end): the dimension goes, or stays with size 1 when keepdim is
+ * nonzero ([B,T,D] -> [B,T] or [B,T,1]). Sums accumulate in double.
+ * max_dim's gradient goes to the first maximum, min_dim's to the first
+ * minimum; a NaN counts as the maximum and as the minimum (the first NaN
+ * along dim), as torch.max and torch.min count it. */
 qkv_tensor *qkv_sum_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
+qkv_tensor *qkv_min_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 
 /* log Σ e^x along dimension dim (torch.logsumexp), dim and keepdim as
  * above. Stable: the largest entry m is subtracted first, y = m +

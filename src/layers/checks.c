@@ -146,6 +146,11 @@ static qkv_tensor *c_max_dim(qkv_tape *t, qkv_tensor **p)
     return qkv_max_dim(t, p[0], -1, 0);
 }
 
+static qkv_tensor *c_min_dim(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_min_dim(t, p[0], 1, 1);
+}
+
 static qkv_tensor *c_logsumexp_dim(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_logsumexp_dim(t, p[0], 1, 1);
@@ -584,6 +589,7 @@ static const gc_case cases[] = {
     {"sum_dim (keepdim)", c_sum_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"mean_dim", c_mean_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"max_dim", c_max_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
+    {"min_dim (keepdim)", c_min_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"logsumexp_dim (keepdim)", c_logsumexp_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"layer_norm", c_layer_norm, 3, {3, 1, 1}, {{2, 3, 5}, {5}, {5}}, 0, 0},
     {"layer_norm without gamma, beta", c_layer_norm_plain, 1, {2}, {{4, 6}}, 0, 0},

@@ -1,6 +1,6 @@
 /*
  * reduce.c - reductions, each forward with its backward: sum and mean of
- * everything; sum, mean, max and logsumexp along any one dimension,
+ * everything; sum, mean, max, min and logsumexp along any one dimension,
  * keeping it (as size 1) or not; and the _last shorthands. Sums
  * accumulate in double.
  */
@@ -50,8 +50,9 @@ qkv_tensor *qkv_mean(qkv_tape *t, qkv_tensor *x)
 /* ---- along one dimension ------------------------------------------------ */
 /*
  * Along dimension d, x is outer × n × inner; the result is outer × inner
- * (with a 1 at d when kept). The node keeps d in ints[0] and, for max,
- * the index of each output's first maximum in ints[1..].
+ * (with a 1 at d when kept). The node keeps d in ints[0] and, for max
+ * and min, the index of each output's first maximum or minimum in
+ * ints[1..].
  */
 
 /* outer, n and inner of x along d. */
@@ -77,6 +78,7 @@ static void sum_dim_backward(const qkv_node *nd)
                 x->grad[(o * n + j) * inner + i] += (qkv_real)(nd->c * dy[o * inner + i]);
 }
 
+/* max_dim's and min_dim's: the index of the winner is on the node. */
 static void max_dim_backward(const qkv_node *nd)
 {
     qkv_tensor *x = nd->in[0];
@@ -84,7 +86,7 @@ static void max_dim_backward(const qkv_node *nd)
     split(x, nd->ints[0], &outer, &n, &inner);
     const qkv_real *dy = nd->out->grad;
     const int *arg = nd->ints + 1;
-    for (size_t o = 0; o < outer; o++) /* dx = dy at the first maximum, 0 elsewhere */
+    for (size_t o = 0; o < outer; o++) /* dx = dy at the first max (min), 0 elsewhere */
         for (size_t i = 0; i < inner; i++)
             x->grad[(o * n + (size_t)arg[o * inner + i]) * inner + i] += dy[o * inner + i];
 }
@@ -126,11 +128,25 @@ static void logsumexp_dim_backward(const qkv_node *nd)
 static const qkv_op_def op_sum_dim = {"sum_dim", sum_dim_backward, 0};
 static const qkv_op_def op_mean_dim = {"mean_dim", sum_dim_backward, 0};
 static const qkv_op_def op_max_dim = {"max_dim", max_dim_backward, 0};
+static const qkv_op_def op_min_dim = {"min_dim", max_dim_backward, 0};
 static const qkv_op_def op_logsumexp_dim = {"logsumexp_dim", logsumexp_dim_backward, 0};
 static const qkv_op_def op_sum_last = {"sum_last", sum_dim_backward, 0};
 static const qkv_op_def op_mean_last = {"mean_last", sum_dim_backward, 0};
 
-typedef enum reduce_kind { SUM, MEAN, MAX, LSE } reduce_kind;
+typedef enum reduce_kind { SUM, MEAN, MAX, MIN, LSE } reduce_kind;
+
+/* The index of the first maximum (min nonzero: minimum) of the n entries
+ * col[0], col[inner], ...; the first NaN wins either way, as in PyTorch. */
+static size_t arg_extreme(const qkv_real *col, size_t n, size_t inner, int min)
+{
+    size_t best = 0;
+    for (size_t j = 1; j < n && col[best * inner] == col[best * inner]; j++) {
+        const qkv_real v = col[j * inner], b = col[best * inner];
+        if ((min ? v < b : v > b) || v != v)
+            best = j;
+    }
+    return best;
+}
 
 /* The op def's name names the op in its errors. */
 static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x, int dim,
@@ -157,17 +173,14 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x,
     split(x, d, &outer, &n, &inner);
     const double c = kind == MEAN ? 1.0 / (double)n : 1.0;
     int *arg = NULL;
-    if (kind == MAX && out->grad != NULL &&
+    if ((kind == MAX || kind == MIN) && out->grad != NULL &&
         (arg = qkv_op_alloc(t, name, sizeof *arg * (outer * inner + 1))) == NULL)
         return qkv_nil();
     for (size_t o = 0; o < outer; o++)
         for (size_t i = 0; i < inner; i++) {
             const qkv_real *col = x->data + o * n * inner + i;
-            if (kind == MAX) { /* the first maximum; NaN wins, as in PyTorch */
-                size_t best = 0;
-                for (size_t j = 1; j < n && col[best * inner] == col[best * inner]; j++)
-                    if (col[j * inner] > col[best * inner] || col[j * inner] != col[j * inner])
-                        best = j;
+            if (kind == MAX || kind == MIN) {
+                const size_t best = arg_extreme(col, n, inner, kind == MIN);
                 out->data[o * inner + i] = col[best * inner];
                 if (arg != NULL)
                     arg[1 + o * inner + i] = (int)best;
@@ -210,6 +223,11 @@ qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
 {
     return reduce_dim(t, &op_max_dim, x, dim, keepdim, MAX);
+}
+
+qkv_tensor *qkv_min_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
+{
+    return reduce_dim(t, &op_min_dim, x, dim, keepdim, MIN);
 }
 
 qkv_tensor *qkv_logsumexp_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim)
