@@ -150,6 +150,8 @@ def forward(op, p, xs, cs):
         return xs[0].transpose(int(p["d0"]), int(p["d1"]))
     if op == "concat":
         return torch.cat(xs, dim=int(p["dim"]))
+    if op == "stack":
+        return torch.stack(xs, dim=int(p["dim"]))
     if op == "slice":
         return xs[0].narrow(int(p["dim"]), int(p["start"]), int(p["len"]))
     if op == "sum":

@@ -72,6 +72,7 @@ static const char *const alias_names[] = {
     "attention_online(h, h, h), causal",
     "embed_attention(h, h, h)",
     "layer_norm(h, g, g)",
+    "stack {h, h, h}",
     "gelu(h), used twice",
 };
 #define N_ALIAS ((int)(sizeof alias_names / sizeof *alias_names))
@@ -99,6 +100,7 @@ static qkv_tensor *alias_loss(qkv_tape *t, void *p)
         qkv_tensor *g = qkv_reshape(t, qkv_slice(t, h, 0, 1, 1), 1, (const int[]){4});
         return alias_read(t, qkv_layer_norm(t, h, g, g, 1e-5));
     }
+    case 9: return alias_read(t, qkv_stack(t, 3, (qkv_tensor *const[]){h, h, h}, 1));
     default: return alias_read(t, qkv_gelu(t, h));
     }
 }

@@ -1,7 +1,7 @@
 /*
  * test_shape.c - shapes and reductions along a dimension: reshape is a view
  * (writes show through, gradients flow, nothing is copied or recorded),
- * permute, swapdims, concat and slice move values and gradients to where
+ * permute, swapdims, concat, stack and slice move values and gradients to where
  * they belong, and sum, mean, max, min and logsumexp along any dimension
  * (keepdim or not) on hand-worked examples; and the errors that name the op and the shapes.
  */
@@ -318,6 +318,119 @@ START_TEST(test_concat_takes_up_to_its_maximum_of_inputs)
 }
 END_TEST
 
+/* stack joins tensors of one shape along a new dimension, against
+ * torch.stack (PyTorch 1.13) on a = 0..5 and b = 10..15, both [2,3] */
+START_TEST(test_stack_by_hand_along_each_dimension)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *a = iota(2, (const int[]){2, 3});
+    qkv_tensor *b = tensor_of(2, (const int[]){2, 3}, (const double[]){10, 11, 12, 13, 14, 15}, 1);
+    qkv_tensor *ab[2] = {a, b};
+    const double want[3][12] = {{0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15},  /* dim 0: [2,2,3] */
+                                {0, 1, 2, 10, 11, 12, 3, 4, 5, 13, 14, 15},  /* dim 1: [2,2,3] */
+                                {0, 10, 1, 11, 2, 12, 3, 13, 4, 14, 5, 15}}; /* dim -1: [2,3,2] */
+    const int dims[3] = {0, 1, -1}, shapes[3][3] = {{2, 2, 3}, {2, 2, 3}, {2, 3, 2}};
+    for (int k = 0; k < 3; k++) {
+        qkv_tape_reset(t);
+        qkv_tensor *y = qkv_stack(t, 2, ab, dims[k]);
+        ck_assert_msg(!qkv_tensor_is_nil(y), "%s", qkv_tape_error(t));
+        ck_assert_int_eq(y->ndim, 3);
+        for (int i = 0; i < 3; i++)
+            ck_assert_int_eq(y->shape[i], shapes[k][i]);
+        for (int i = 0; i < 12; i++)
+            ck_assert_msg(y->data[i] == want[k][i], "dim %d: y[%d] = %g", dims[k], i,
+                          (double)y->data[i]);
+    }
+    /* backward slices dy back: along dim -1, dy = 1..12 gives a the odd
+     * and b the even values (torch's a.grad and b.grad) */
+    qkv_tensor *y = qkv_stack(t, 2, ab, -1);
+    qkv_real dy[12];
+    for (int i = 0; i < 12; i++)
+        dy[i] = (qkv_real)(i + 1);
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 12), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(a->grad[i] == 2 * i + 1 && b->grad[i] == 2 * i + 2,
+                      "da[%d] = %g, db[%d] = %g", i, (double)a->grad[i], i, (double)b->grad[i]);
+    /* the same tensor twice, and one that takes no gradient: (a, c, a)
+     * along dim 0; a's gradient is the sum of its two slices of dy */
+    qkv_tensor_zero_grad(a);
+    qkv_tensor *c = tensor_of(2, (const int[]){2, 3}, NULL, 0);
+    qkv_tensor *aca[3] = {a, c, a};
+    qkv_tape_reset(t);
+    y = qkv_stack(t, 3, aca, 0);
+    ck_assert(y->ndim == 3 && y->shape[0] == 3 && y->grad != NULL);
+    qkv_real dy3[18];
+    for (int i = 0; i < 18; i++)
+        dy3[i] = (qkv_real)(i + 1);
+    ck_assert_int_eq(qkv_backward_from(t, y, dy3, 18), QKV_OK);
+    for (int i = 0; i < 6; i++) /* (i + 1) + (i + 13) */
+        ck_assert_msg(a->grad[i] == 2 * i + 14, "da[%d] = %g", i, (double)a->grad[i]);
+    /* without gradients, no node and no gradient */
+    qkv_tensor *cc[2] = {c, c};
+    qkv_tape_reset(t);
+    y = qkv_stack(t, 2, cc, 1);
+    ck_assert(y->grad == NULL && qkv_tape_nodes(t) == 0);
+    /* scalars stack into a vector; one tensor gains a dimension of 1 */
+    qkv_tape_reset(t);
+    qkv_tensor *s2[2] = {qkv_sum(t, a), qkv_sum(t, b)}; /* 15 and 75 */
+    y = qkv_stack(t, 2, s2, -1);
+    ck_assert(y->ndim == 1 && y->shape[0] == 2 && y->data[0] == 15 && y->data[1] == 75);
+    y = qkv_stack(t, 1, ab, 2);
+    ck_assert(y->ndim == 3 && y->shape[0] == 2 && y->shape[1] == 3 && y->shape[2] == 1);
+    ck_assert(y->data[4] == 4);
+    qkv_tensor_free(c);
+    qkv_tensor_free(a);
+    qkv_tensor_free(b);
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* stack's refusals: each names the op and the shapes, as concat's do */
+START_TEST(test_stack_refuses_bad_shapes_dims_and_counts)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL), *u = qkv_tape_new(0, NULL);
+    qkv_tensor *a = iota(2, (const int[]){2, 3});
+    qkv_tensor *at = iota(2, (const int[]){3, 2});
+    qkv_tensor *a3 = iota(3, (const int[]){2, 3, 1});
+    qkv_tensor *x4 = iota(4, (const int[]){1, 2, 3, 1});
+    EXPECT_ERROR_ON(t, qkv_stack(t, 3, (qkv_tensor *const[]){a, a, at}, 0), QKV_ERR_SHAPE,
+                    "stack: [2,3] and [3,2] (input 2): every input must have the same shape");
+    EXPECT_ERROR_ON(t, qkv_stack(t, 2, (qkv_tensor *const[]){a, a3}, 0), QKV_ERR_SHAPE,
+                    "stack: [2,3] and [2,3,1] (input 1): every input must have the same shape");
+    EXPECT_ERROR_ON(t, qkv_stack(t, 2, (qkv_tensor *const[]){x4, x4}, 0), QKV_ERR_SHAPE,
+                    "stack: [1,2,3,1]: the result would have 5 dimensions, over the 4 "
+                    "a tensor may have");
+    /* a result of [2,3] stacked has 3 dimensions: dim in [-3, 2] */
+    EXPECT_ERROR_ON(t, qkv_stack(t, 2, (qkv_tensor *const[]){a, a}, 3), QKV_ERR_ARG,
+                    "stack: dimension 3 is out of range for [2,3] stacked (-3 to 2)");
+    EXPECT_ERROR_ON(t, qkv_stack(t, 2, (qkv_tensor *const[]){a, a}, -4), QKV_ERR_ARG,
+                    "stack: dimension -4 is out of range for [2,3] stacked (-3 to 2)");
+    EXPECT_ERROR_ON(t, qkv_stack(t, 2, NULL, 0), QKV_ERR_ARG, "stack: no array of tensors (NULL)");
+    EXPECT_ERROR_ON(t, qkv_stack(t, 0, (qkv_tensor *const[]){a}, 0), QKV_ERR_ARG,
+                    "stack: needs 1 to 65536 tensors, got 0");
+    EXPECT_ERROR_ON(t, qkv_stack(t, QKV_CONCAT_MAX + 1, (qkv_tensor *const[]){a}, 0), QKV_ERR_ARG,
+                    "stack: needs 1 to 65536 tensors, got 65537");
+    EXPECT_ERROR_ON(t, qkv_stack(t, 2, (qkv_tensor *const[]){a, NULL}, 0), QKV_ERR_ARG,
+                    "stack: input is nil (NULL, or the result of a failed call)");
+    /* an input whose gradient another tape records */
+    qkv_tape_reset(t);
+    qkv_tensor *other = qkv_scale(u, a, 2);
+    expect_another_tapes_input(t, qkv_stack(t, 2, (qkv_tensor *const[]){other, a}, 0), "stack");
+    /* after an error, nothing more happens */
+    qkv_tape_reset(t);
+    ck_assert(qkv_stack(t, 2, (qkv_tensor *const[]){a, at}, 0) == qkv_nil());
+    ck_assert(qkv_stack(t, 2, (qkv_tensor *const[]){a, a}, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t),
+                     "stack: [2,3] and [3,2] (input 1): every input must have the same shape");
+    qkv_tensor_free(a);
+    qkv_tensor_free(at);
+    qkv_tensor_free(a3);
+    qkv_tensor_free(x4);
+    qkv_tape_free(t);
+    qkv_tape_free(u);
+}
+END_TEST
+
 START_TEST(test_reductions_along_any_dimension)
 {
     qkv_tape *t = qkv_tape_new(0, NULL);
@@ -549,6 +662,8 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_concat_and_slice_by_hand);
     tcase_add_test(tc, test_concat_gradients_with_inputs_that_take_none);
     tcase_add_test(tc, test_concat_takes_up_to_its_maximum_of_inputs);
+    tcase_add_test(tc, test_stack_by_hand_along_each_dimension);
+    tcase_add_test(tc, test_stack_refuses_bad_shapes_dims_and_counts);
     tcase_add_test(tc, test_reductions_along_any_dimension);
     tcase_add_test(tc, test_max_dim_keeps_each_column_to_itself_with_nans);
     tcase_add_test(tc, test_min_dim_by_hand_with_ties_and_nans);

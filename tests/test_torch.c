@@ -263,6 +263,16 @@ static void shape_cases(probe *p)
     begin(p, 308);
     finish(p, "slice_last slice dim=-1 start=2 len=3",
            qkv_slice(p->t, in(p, 2, S(3, 6), NORMAL), -1, 2, 3));
+    /* stack: a new first, middle and last dimension (counted from the end) */
+    static const int stack_dims[3] = {0, 1, -1};
+    char header[64];
+    for (int i = 0; i < 3; i++) {
+        begin(p, (uint64_t)(310 + i));
+        for (int k = 0; k < 3; k++)
+            xs[k] = in(p, 2, S(2, 3), NORMAL);
+        snprintf(header, sizeof header, "stack_%d stack dim=%d", stack_dims[i], stack_dims[i]);
+        finish(p, header, qkv_stack(p->t, 3, xs, stack_dims[i]));
+    }
 }
 
 static void reduce_cases(probe *p)

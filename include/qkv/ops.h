@@ -136,6 +136,18 @@ qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1);
 #define QKV_CONCAT_MAX 65536
 qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
 
+/* Joins n tensors (1 to QKV_CONCAT_MAX) of one shape along a new
+ * dimension dim of the result, as torch.stack: [d0,d1] stacked along 1
+ * gives [d0,n,d1], with entry k of the new dimension xs[k]. dim counts
+ * in the result, from -(ndim+1) to ndim for inputs of ndim dimensions
+ * (negative from its end, so -1 puts the new one last); the result has
+ * at most QKV_MAX_DIMS. A copy; backward gives each input its slice of
+ * the gradient (added twice for a tensor passed twice). Inputs of other
+ * shapes (QKV_ERR_SHAPE, naming both), a result over QKV_MAX_DIMS
+ * (QKV_ERR_SHAPE), a dim out of that range, a NULL array or n out of
+ * range (QKV_ERR_ARG) are refused. */
+qkv_tensor *qkv_stack(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
+
 /* The len entries from start along dim: [..., start:start+len, ...].
  * start is counted from 0 (a negative start is refused, not counted from
  * the end as torch.narrow counts it), and len is at least 1. */

@@ -126,6 +126,11 @@ static qkv_tensor *c_concat(qkv_tape *t, qkv_tensor **p)
     return qkv_concat(t, 2, p, 1);
 }
 
+static qkv_tensor *c_stack(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_stack(t, 3, p, -2);
+}
+
 static qkv_tensor *c_slice(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_slice(t, p[0], 1, 1, 2);
@@ -585,6 +590,7 @@ static const gc_case cases[] = {
     {"permute", c_permute, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"swapdims", c_swapdims, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"concat", c_concat, 2, {3, 3}, {{2, 3, 4}, {2, 2, 4}}, 0, 0},
+    {"stack (dim -2)", c_stack, 3, {3, 3, 3}, {{2, 3, 4}, {2, 3, 4}, {2, 3, 4}}, 0, 0},
     {"slice", c_slice, 1, {3}, {{2, 4, 3}}, 0, 0},
     {"sum_dim (keepdim)", c_sum_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"mean_dim", c_mean_dim, 1, {3}, {{2, 3, 4}}, 0, 0},

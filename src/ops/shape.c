@@ -1,6 +1,6 @@
 /*
  * shape.c - shape ops, each forward with its backward: reshape (a view:
- * no copy, no node), permute and swapdims, concat and slice.
+ * no copy, no node), permute and swapdims, concat, stack and slice.
  */
 #include <stdio.h>
 #include <string.h>
@@ -297,6 +297,109 @@ qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
     if (out->grad == NULL)
         return out;
     qkv_node *node = qkv_tape_record(t, &op_concat, out, n, xs);
+    if (node == NULL)
+        return qkv_nil();
+    node->c = d;
+    return out;
+}
+
+/*
+ * stack: inputs of one shape, each outer × inner around the new dimension
+ * d (outer the sizes before d, inner those from d on); the result is
+ * outer × n × inner, input k's block of inner values at k in every row.
+ */
+
+static void stack_backward(const qkv_node *nd)
+{
+    const int d = (int)nd->c, n = nd->n_in;
+    size_t outer, inner;
+    outer_inner(nd->out, d, &outer, &inner);
+    const qkv_real *dy = nd->out->grad;
+    for (int k = 0; k < n; k++) { /* dx_k[o,i] += dy[o,k,i] */
+        qkv_tensor *x = nd->in[k];
+        if (x->grad != NULL)
+            for (size_t o = 0; o < outer; o++)
+                for (size_t i = 0; i < inner; i++)
+                    x->grad[o * inner + i] += dy[(o * (size_t)n + (size_t)k) * inner + i];
+    }
+}
+
+static const qkv_op_def op_stack = {"stack", stack_backward, 0};
+
+/* Nonzero when the n inputs may be stacked (the tape holds no error, each
+ * input is real and fresh, all share xs[0]'s shape, and one dimension
+ * more fits); *grad says whether any takes a gradient. */
+static int stack_inputs_ok(qkv_tape *t, int n, qkv_tensor *const *xs, int *grad)
+{
+    if (t == NULL || qkv_tape_status(t) != QKV_OK)
+        return 0;
+    if (xs == NULL || n < 1 || n > QKV_CONCAT_MAX) {
+        if (xs == NULL)
+            qkv_tape_fail(t, QKV_ERR_ARG, "stack: no array of tensors (NULL)");
+        else
+            qkv_tape_fail(t, QKV_ERR_ARG, "stack: needs 1 to %d tensors, got %d", QKV_CONCAT_MAX,
+                          n);
+        return 0;
+    }
+    *grad = 0;
+    for (int k = 0; k < n; k++) {
+        if (!qkv_op_inputs_ok(t, "stack", xs[k], NULL, 0))
+            return 0;
+        *grad |= xs[k]->grad != NULL;
+    }
+    for (int k = 1; k < n; k++) {
+        int same = xs[k]->ndim == xs[0]->ndim;
+        for (int i = 0; same && i < xs[0]->ndim; i++)
+            same = xs[k]->shape[i] == xs[0]->shape[i];
+        if (!same) {
+            QKV_SHAPES(xs[0], xs[k]);
+            qkv_tape_fail(t, QKV_ERR_SHAPE,
+                          "stack: %s and %s (input %d): every input must have the same shape", sa,
+                          sb, k);
+            return 0;
+        }
+    }
+    if (xs[0]->ndim >= QKV_MAX_DIMS) {
+        char sx[64];
+        qkv_shape_str(xs[0], sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE,
+                      "stack: %s: the result would have %d dimensions, over the %d a tensor may "
+                      "have",
+                      sx, xs[0]->ndim + 1, QKV_MAX_DIMS);
+        return 0;
+    }
+    return 1;
+}
+
+qkv_tensor *qkv_stack(qkv_tape *t, int n, qkv_tensor *const *xs, int dim)
+{
+    int grad;
+    if (!stack_inputs_ok(t, n, xs, &grad))
+        return qkv_nil();
+    const int nd = xs[0]->ndim + 1, d = dim < 0 ? dim + nd : dim;
+    if (d < 0 || d >= nd) {
+        char sx[64];
+        qkv_shape_str(xs[0], sx, sizeof sx);
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "stack: dimension %d is out of range for %s stacked (%d to %d)", dim, sx, -nd,
+                      nd - 1);
+        return qkv_nil();
+    }
+    int shape[QKV_MAX_DIMS];
+    for (int i = 0; i < nd; i++)
+        shape[i] = i < d ? xs[0]->shape[i] : i == d ? n : xs[0]->shape[i - 1];
+    qkv_tensor *out = qkv_op_tensor(t, "stack", nd, shape, grad);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    size_t outer, inner;
+    outer_inner(out, d, &outer, &inner);
+    for (size_t o = 0; o < outer; o++) /* out[o,k,:] = xs[k][o,:] */
+        for (int k = 0; k < n; k++)
+            memcpy(out->data + (o * (size_t)n + (size_t)k) * inner, xs[k]->data + o * inner,
+                   inner * sizeof(qkv_real));
+    if (out->grad == NULL)
+        return out;
+    qkv_node *node = qkv_tape_record(t, &op_stack, out, n, xs);
     if (node == NULL)
         return qkv_nil();
     node->c = d;
