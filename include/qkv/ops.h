@@ -183,6 +183,23 @@ qkv_tensor *qkv_mean_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_tensor *qkv_max_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_tensor *qkv_min_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 
+/* The index along dimension dim (negative counts from the end) of the
+ * first maximum, for every other position of x, as torch.argmax(x, dim):
+ * a NaN counts as the maximum (the first NaN), so a column of -inf gives
+ * 0. Writes numel(x)/size(dim) ints into out, in the order of max_dim's
+ * result, and nothing past them; cap is out's room, in ints.
+ *
+ * Not an op: indices have no gradient, so nothing goes on a tape, and x
+ * may be any tensor (a parameter, a heap tensor, a tape's). It reports as
+ * every function outside a tape does (base.h): a status, and err (which
+ * may be NULL) set on failure. The arguments run input, dim, then the
+ * output with its room (as qkv_st_read's out and n), then err: a NULL or
+ * nil x, a dim out of range, a NULL out or a cap below the count are
+ * QKV_ERR_ARG, a scalar x (nothing to reduce, as max_dim says; torch
+ * gives 0) QKV_ERR_SHAPE, each with a message naming argmax_dim and x's
+ * shape; out is then not written. */
+qkv_status qkv_argmax_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err);
+
 /* log Σ e^x along dimension dim (torch.logsumexp), dim and keepdim as
  * above. Stable: the largest entry m is subtracted first, y = m +
  * log Σ e^(x - m), summed in double, so 1e4 or -1e4 give no overflow or

@@ -2,7 +2,8 @@
  * reduce.c - reductions, each forward with its backward: sum and mean of
  * everything; sum, mean, max, min and logsumexp along any one dimension,
  * keeping it (as size 1) or not; and the _last shorthands. Sums
- * accumulate in double.
+ * accumulate in double. Last, argmax along a dimension, which has no
+ * gradient and no tape.
  */
 #include <math.h>
 
@@ -243,4 +244,34 @@ qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x)
 qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x)
 {
     return reduce_dim(t, &op_mean_last, x, -1, 0, MEAN);
+}
+
+/* ---- indices, with no tape ---------------------------------------------- */
+
+qkv_status qkv_argmax_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err)
+{
+    if (qkv_tensor_is_nil(x))
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "argmax_dim: input is nil (NULL, or the result of a failed call)");
+    char sx[64];
+    qkv_shape_str(x, sx, sizeof sx);
+    if (x->ndim < 1)
+        return qkv_error_set(err, QKV_ERR_SHAPE, "argmax_dim: %s has no dimension to reduce", sx);
+    const int d = dim < 0 ? dim + x->ndim : dim;
+    if (d < 0 || d >= x->ndim)
+        return qkv_error_set(err, QKV_ERR_ARG, "argmax_dim: dimension %d is out of range for %s",
+                             dim, sx);
+    if (out == NULL)
+        return qkv_error_set(err, QKV_ERR_ARG, "argmax_dim: no array for the indices (NULL)");
+    size_t outer, n, inner;
+    split(x, d, &outer, &n, &inner);
+    if (cap < outer * inner)
+        return qkv_error_set(err, QKV_ERR_ARG,
+                             "argmax_dim: %s along dimension %d gives %zu indices, and out has "
+                             "room for %zu",
+                             sx, d, outer * inner, cap);
+    for (size_t o = 0; o < outer; o++)
+        for (size_t i = 0; i < inner; i++)
+            out[o * inner + i] = (int)arg_extreme(x->data + o * n * inner + i, n, inner, 0);
+    return QKV_OK;
 }
