@@ -790,20 +790,74 @@ static tiny saved_state(qkv_optim_kind kind)
     return m;
 }
 
+/* What a refused load must leave as it was: the step count, the rate,
+ * the last norm, the message and every moment (of up to 8 parameters). */
+typedef struct snapshot {
+    long steps;
+    double lr, norm;
+    char message[256];
+    int count;
+    double *state[8][2]; /* (n[i]) parameter i's moments, NULL where it has none */
+    size_t n[8];
+} snapshot;
+
+/* (Plain ifs here and below, not ck_assert: each of those costs a
+ * write of Check's, and a test calls these some twenty times.) */
+static snapshot snapshot_take(const qkv_optim *o)
+{
+    snapshot s;
+    s.steps = qkv_optim_steps(o);
+    s.lr = qkv_optim_lr(o);
+    s.norm = qkv_optim_last_norm(o);
+    snprintf(s.message, sizeof s.message, "%s", qkv_optim_error(o));
+    for (s.count = 0; s.count < 8 && qkv_optim_state(o, s.count, 0, NULL) != NULL; s.count++)
+        for (int w = 0; w < 2; w++) {
+            const double *m = qkv_optim_state(o, s.count, w, &s.n[s.count]);
+            s.state[s.count][w] = NULL;
+            if (m == NULL)
+                continue;
+            s.state[s.count][w] = malloc(s.n[s.count] * sizeof *m + 1);
+            CHECK_EACH(s.state[s.count][w] != NULL, "out of memory");
+            memcpy(s.state[s.count][w], m, s.n[s.count] * sizeof *m);
+        }
+    CHECK_EACH(qkv_optim_state(o, s.count, 0, NULL) == NULL, "over 8 parameters");
+    return s;
+}
+
+/* o against s, the copies of which this frees. */
+static void snapshot_check(const qkv_optim *o, snapshot *s)
+{
+    CHECK_EACH(qkv_optim_steps(o) == s->steps, "a refused load set the step count to %ld",
+               qkv_optim_steps(o));
+    CHECK_EACH(qkv_optim_lr(o) == s->lr, "a refused load set the rate to %g", qkv_optim_lr(o));
+    CHECK_EACH(qkv_optim_last_norm(o) == s->norm, "a refused load set the last norm to %g",
+               qkv_optim_last_norm(o));
+    CHECK_EACH(strcmp(qkv_optim_error(o), s->message) == 0, "a refused load set the message: %s",
+               qkv_optim_error(o));
+    for (int i = 0; i < s->count; i++)
+        for (int w = 0; w < 2; w++) {
+            size_t n;
+            const double *m = qkv_optim_state(o, i, w, &n);
+            CHECK_EACH((m == NULL) == (s->state[i][w] == NULL) && n == s->n[i] &&
+                           (m == NULL || memcmp(m, s->state[i][w], n * sizeof *m) == 0),
+                       "a refused load changed moment %d of parameter %d", w, i);
+            free(s->state[i][w]);
+        }
+}
+
 /* Loads opath into o: refused with status and this message (after the
- * path), and o as it was (no step taken, moments zero). */
+ * path), and o as it was (steps, rate, norm, message, moments). */
 static void expect_refusal(qkv_optim *o, qkv_status status, const char *message)
 {
     qkv_error err = qkv_error_none();
     char want[256];
     snprintf(want, sizeof want, message, opath);
-    ck_assert_int_eq(qkv_optim_load(o, opath, &err), status);
-    ck_assert_str_eq(err.message, want);
-    ck_assert_int_eq(qkv_optim_steps(o), 0);
-    size_t n;
-    const double *m = qkv_optim_state(o, 0, 0, &n);
-    for (size_t j = 0; j < n; j++)
-        CHECK_EACH(m[j] == 0, "a refused load changed the state: m[%zu] = %g", j, m[j]);
+    snapshot before = snapshot_take(o);
+    const qkv_status s = qkv_optim_load(o, opath, &err);
+    CHECK_EACH(s == status && strcmp(err.message, want) == 0,
+               "the load gave status %d and \"%s\", not %d and \"%s\"", s, err.message, status,
+               want);
+    snapshot_check(o, &before);
 }
 
 START_TEST(test_load_refuses_another_kind)
@@ -939,6 +993,369 @@ START_TEST(test_load_refuses_a_corrupt_file)
 }
 END_TEST
 
+/* An optimizer of kind over m, one step taken: moments, a step count and
+ * a rate (the warm-up's first) that a refused load must keep. */
+static qkv_optim *trained(tiny *m, qkv_optim_kind kind)
+{
+    qkv_optim_config c;
+    qkv_optim *o = tiny_optim(m, kind, &c);
+    tiny_train(m, o, &c, 0, 1);
+    ck_assert_int_eq(qkv_optim_steps(o), 1);
+    return o;
+}
+
+/* Writes opath: a header (a length, then the n bytes of json) and len
+ * bytes of data. */
+static void write_file(const char *json, size_t n, const void *data, size_t len)
+{
+    unsigned char head[8];
+    for (int k = 0; k < 8; k++)
+        head[k] = (unsigned char)((uint64_t)n >> 8 * k);
+    FILE *f = fopen(opath, "wb");
+    CHECK_EACH(f != NULL, "cannot write %s", opath);
+    const size_t put = fwrite(head, 1, 8, f) + fwrite(json, 1, n, f) + fwrite(data, 1, len, f);
+    CHECK_EACH(fclose(f) == 0 && put == 8 + n + len, "cannot write %s", opath);
+}
+
+/* A copy of opath (up to 4 KiB) that edit_header edits. */
+static char kept[4096];
+static size_t kept_len;
+
+static void keep_file(void)
+{
+    FILE *f = fopen(opath, "rb");
+    ck_assert_ptr_nonnull(f);
+    kept_len = fread(kept, 1, sizeof kept, f);
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert(kept_len > 8 && kept_len < sizeof kept);
+}
+
+/* Writes opath as the kept file with from, which must be in its header
+ * once, replaced by to; the data, and so its CRC, stay. */
+static void edit_header(const char *from, const char *to)
+{
+    static char json[sizeof kept + 64];
+    size_t n = 0;
+    for (int k = 7; k >= 0; k--)
+        n = n << 8 | (unsigned char)kept[k];
+    CHECK_EACH(n <= kept_len - 8, "the kept file is not safetensors");
+    memcpy(json, kept + 8, n);
+    json[n] = '\0';
+    char *at = strstr(json, from);
+    CHECK_EACH(at != NULL && strstr(at + 1, from) == NULL, "'%s' is not in the header once", from);
+    const size_t skip = (size_t)(at - json) + strlen(from), tail = n - skip;
+    CHECK_EACH(n - strlen(from) + strlen(to) < sizeof json, "'%s' is too long", to);
+    memmove(at + strlen(to), json + skip, tail);
+    memcpy(at, to, strlen(to));
+    write_file(json, n - strlen(from) + strlen(to), kept + 8 + n, kept_len - 8 - n);
+}
+
+/* Little-endian F64 and F32 values into b; the bytes written. */
+static size_t put_f64(unsigned char *b, double x)
+{
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    for (int k = 0; k < 8; k++)
+        b[k] = (unsigned char)(u >> 8 * k);
+    return 8;
+}
+
+static size_t put_f32(unsigned char *b, float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    for (int k = 0; k < 4; k++)
+        b[k] = (unsigned char)(u >> 8 * k);
+    return 4;
+}
+
+/* The metadata of SGD with momentum 0.5 and the other defaults, 7 steps,
+ * rate 0.1, last norm 1.5, as qkv_optim_save writes them, less qkv's
+ * format and CRC (which a file need not have: the CRC is not checked). */
+#define SGD_META                                                                                  \
+    "{\"__metadata__\":{\"qkv_optim\":\"sgd\",\"qkv_optim_steps\":\"7\",\"qkv_optim_lr\":"        \
+    "\"0.1\",\"qkv_optim_last_norm\":\"1.5\",\"qkv_optim_momentum\":\"0.5\",\"qkv_optim_beta1\":" \
+    "\"0.9\",\"qkv_optim_beta2\":\"0.999\",\"qkv_optim_eps\":\"1e-08\",\"qkv_optim_weight_"       \
+    "decay\":\"0\",\"qkv_optim_clip\":\"0\"},"
+
+/* One tensor's entry of a header: name, dtype, shape (in brackets), its
+ * bytes from begin to end, and "," unless last. */
+#define ENTRY(name, dtype, shape, begin, end, sep)                                                 \
+    "\"" name "\":{\"dtype\":\"" dtype "\",\"shape\":" shape ",\"data_offsets\":[" #begin "," #end \
+    "]}" sep
+
+/* A valid file's three tensors, for one unnamed parameter of two values. */
+#define SGD_VELOCITY ENTRY("0.momentum_buffer", "F64", "[2]", 0, 16, ",")
+#define SGD_DECAY ENTRY("qkv_optim.decay", "F64", "[1]", 16, 24, ",")
+#define SGD_SCALE ENTRY("qkv_optim.lr_scale", "F64", "[1]", 24, 32, "")
+
+/* Writes opath by hand: SGD_META, then these tensors' entries (the json
+ * of the header from there on, less the closing brace) and data. */
+static void write_sgd(const char *tensors, const unsigned char *data, size_t len)
+{
+    char json[2048];
+    const int n = snprintf(json, sizeof json, "%s%s}", SGD_META, tensors);
+    ck_assert(n > 0 && n < (int)sizeof json);
+    write_file(json, (size_t)n, data, len);
+}
+
+/* The data of a valid file: the velocity (0.5, -1), decay on, scale 1. */
+static size_t sgd_data(unsigned char *b)
+{
+    size_t at = put_f64(b, 0.5);
+    at += put_f64(b + at, -1);
+    at += put_f64(b + at, 1);
+    return at + put_f64(b + at, 1);
+}
+
+/* SGD with momentum 0.5 over p, one step taken (velocity (0.25, 0.75)),
+ * rate 0.05: the state file of write_sgd is for it. */
+static qkv_optim *sgd_target(qkv_tensor **p)
+{
+    *p = param((const double[]){1, 2}, (const double[]){0.25, 0.75}, 2);
+    qkv_optim_config c = qkv_optim_defaults(QKV_SGD);
+    c.momentum = 0.5;
+    qkv_optim *o = qkv_optim_new(&c, p, 1, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    ck_assert_int_eq(qkv_optim_set_lr(o, 0.05), QKV_OK);
+    return o;
+}
+
+/* The control for the files below: the one written by hand loads. */
+START_TEST(test_a_state_file_written_by_hand_loads)
+{
+    unsigned char data[64];
+    const size_t len = sgd_data(data);
+    write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    qkv_error err = qkv_error_none();
+    ck_assert_msg(qkv_optim_load(o, opath, &err) == QKV_OK, "%s", err.message);
+    const double *v = qkv_optim_state(o, 0, 0, NULL);
+    ck_assert(v[0] == 0.5 && v[1] == -1);
+    ck_assert_int_eq(qkv_optim_steps(o), 7);
+    ck_assert(qkv_optim_lr(o) == 0.1);
+    ck_assert(qkv_optim_last_norm(o) == 1.5);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* Every tensor of the state is F64: F32 is refused, whichever it is. */
+START_TEST(test_load_refuses_a_state_tensor_of_another_dtype)
+{
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    unsigned char data[64];
+    size_t at = put_f32(data, 0.5f);
+    at += put_f32(data + at, -1);
+    at += put_f64(data + at, 1);
+    at += put_f64(data + at, 1);
+    write_sgd(ENTRY("0.momentum_buffer", "F32", "[2]", 0, 8, ",")
+                  ENTRY("qkv_optim.decay", "F64", "[1]", 8, 16, ",")
+                      ENTRY("qkv_optim.lr_scale", "F64", "[1]", 16, 24, ""),
+              data, at);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s: tensor '0.momentum_buffer' is F32, not the F64 it needs");
+
+    at = put_f64(data, 0.5);
+    at += put_f64(data + at, -1);
+    at += put_f32(data + at, 1);
+    at += put_f64(data + at, 1);
+    write_sgd(SGD_VELOCITY ENTRY("qkv_optim.decay", "F32", "[1]", 16, 20, ",")
+                  ENTRY("qkv_optim.lr_scale", "F64", "[1]", 20, 28, ""),
+              data, at);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s: tensor 'qkv_optim.decay' is F32, not the F64 it needs");
+
+    at = put_f64(data, 0.5);
+    at += put_f64(data + at, -1);
+    at += put_f64(data + at, 1);
+    at += put_f32(data + at, 1);
+    write_sgd(SGD_VELOCITY SGD_DECAY ENTRY("qkv_optim.lr_scale", "F32", "[1]", 24, 28, ""), data,
+              at);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s: tensor 'qkv_optim.lr_scale' is F32, not the F64 it needs");
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* A moment that is not finite is no state a step could have saved. */
+START_TEST(test_load_refuses_a_state_value_that_is_not_finite)
+{
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    unsigned char data[64];
+    const size_t len = sgd_data(data);
+    put_f64(data + 8, NAN);
+    write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
+    expect_refusal(o, QKV_ERR_NUMERIC,
+                   "%s: tensor '0.momentum_buffer' value 1 is NaN, not a finite number");
+    put_f64(data + 8, -1);
+    put_f64(data + 24, INFINITY);
+    write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
+    expect_refusal(o, QKV_ERR_NUMERIC,
+                   "%s: tensor 'qkv_optim.lr_scale' value 0 is infinity, not a finite number");
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* A tensor more, or one fewer, than the optimizer's state. */
+START_TEST(test_load_refuses_another_number_of_state_tensors)
+{
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    unsigned char data[64];
+    size_t len = sgd_data(data);
+    len += put_f64(data + len, 3);
+    write_sgd(SGD_VELOCITY SGD_DECAY ENTRY("qkv_optim.lr_scale", "F64", "[1]", 24, 32, ",")
+                  ENTRY("0.exp_avg_sq", "F64", "[1]", 32, 40, ""),
+              data, len);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s has tensor '0.exp_avg_sq', which is no state of this optimizer");
+
+    len = sgd_data(data);
+    write_sgd(ENTRY("1.momentum_buffer", "F64", "[2]", 0, 16, ",") SGD_DECAY SGD_SCALE, data, len);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s has no tensor '0.momentum_buffer': it holds the state of other parameters");
+    write_sgd(SGD_VELOCITY ENTRY("decay", "F64", "[1]", 16, 24, ",") SGD_SCALE, data, len);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s has no tensor 'qkv_optim.decay' of one dimension");
+    write_sgd(SGD_VELOCITY SGD_DECAY ENTRY("qkv_optim.lr_scale", "F64", "[]", 24, 32, ""), data,
+              len);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s has no tensor 'qkv_optim.lr_scale' of one dimension");
+    len += put_f64(data + len, 1);
+    write_sgd(SGD_VELOCITY SGD_DECAY ENTRY("qkv_optim.lr_scale", "F64", "[2]", 24, 40, ""), data,
+              len);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of 2 parameters; this optimizer has 1");
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* Adam's file less one moment of one parameter: its second moment's
+ * name changed, so the file has as many tensors, and one that is no
+ * state. */
+START_TEST(test_load_refuses_a_file_missing_a_moment)
+{
+    tiny m = saved_state(QKV_ADAM);
+    qkv_optim *o = trained(&m, QKV_ADAM);
+    keep_file();
+    edit_header("\"h.bias.exp_avg_sq\"", "\"h.bias.exp_avg_sz\"");
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s has no tensor 'h.bias.exp_avg_sq': it holds the state of other parameters");
+    qkv_optim_free(o);
+    qkv_params_free(m.p);
+}
+END_TEST
+
+/* The parameter's count of values, in another shape, is refused too. */
+START_TEST(test_load_refuses_a_state_tensor_of_another_shape)
+{
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    unsigned char data[64];
+    const size_t len = sgd_data(data);
+    write_sgd(ENTRY("0.momentum_buffer", "F64", "[1,2]", 0, 16, ",") SGD_DECAY SGD_SCALE, data,
+              len);
+    expect_refusal(o, QKV_ERR_SHAPE, "%s: tensor '0.momentum_buffer' is [1,2]; parameter 0 is [2]");
+    write_sgd(ENTRY("0.momentum_buffer", "F64", "[2,1,1]", 0, 16, ",") SGD_DECAY SGD_SCALE, data,
+              len);
+    expect_refusal(o, QKV_ERR_SHAPE,
+                   "%s: tensor '0.momentum_buffer' is [2,1,1]; parameter 0 is [2]");
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* Each number of the metadata that a load reads: missing, or not one
+ * that qkv_optim_save could have written. */
+START_TEST(test_load_refuses_damaged_metadata_numbers)
+{
+    static const char *const steps[] = {"12x", "-1", "1e400", "", "2.5", "1e16", "nan", "inf"};
+    static const struct {
+        const char *from, *to, *message;
+    } cases[] = {
+        {"\"qkv_optim_steps\":", "\"qkv_optim_stepz\":", "%s: no qkv_optim_steps in its metadata"},
+        {"\"qkv_optim_lr\":", "\"qkv_optim_lx\":", "%s: no qkv_optim_lr in its metadata"},
+        {"\"qkv_optim_lr\":\"0.1\"", "\"qkv_optim_lr\":\"-0.1\"",
+         "%s: a damaged qkv_optim_lr in its metadata"},
+        {"\"qkv_optim_lr\":\"0.1\"", "\"qkv_optim_lr\":\"0.1x\"",
+         "%s: a damaged qkv_optim_lr in its metadata"},
+        {"\"qkv_optim_last_norm\":", "\"qkv_optim_last_nor\":",
+         "%s: no qkv_optim_last_norm in its metadata"},
+        {"\"qkv_optim_last_norm\":\"1.5\"", "\"qkv_optim_last_norm\":\"-1.5\"",
+         "%s: a damaged qkv_optim_last_norm in its metadata"},
+        {"\"qkv_optim_eps\":", "\"qkv_optim_epz\":", "%s: no qkv_optim_eps in its metadata"},
+        {"\"qkv_optim_eps\":\"1e-08\"", "\"qkv_optim_eps\":\"1e-08 \"",
+         "%s: a damaged qkv_optim_eps in its metadata"},
+        {"\"qkv_optim_beta2\":\"0.999\"", "\"qkv_optim_beta2\":\"1e999\"",
+         "%s: a damaged qkv_optim_beta2 in its metadata"},
+    };
+    unsigned char data[64];
+    const size_t len = sgd_data(data);
+    write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    char to[64];
+    keep_file();
+    for (int k = 0; k < (int)(sizeof steps / sizeof steps[0]); k++) {
+        snprintf(to, sizeof to, "\"qkv_optim_steps\":\"%s\"", steps[k]);
+        edit_header("\"qkv_optim_steps\":\"7\"", to);
+        expect_refusal(o, QKV_ERR_FORMAT, "%s: a damaged qkv_optim_steps in its metadata");
+    }
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+        edit_header(cases[k].from, cases[k].to);
+        expect_refusal(o, QKV_ERR_FORMAT, cases[k].message);
+    }
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+START_TEST(test_load_refuses_an_unknown_kind)
+{
+    unsigned char data[64];
+    const size_t len = sgd_data(data);
+    write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
+    qkv_tensor *p;
+    qkv_optim *o = sgd_target(&p);
+    static const char *const kinds[] = {"lion", "SGD", ""};
+    char to[64];
+    keep_file();
+    for (int k = 0; k < 3; k++) {
+        snprintf(to, sizeof to, "\"qkv_optim\":\"%s\"", kinds[k]);
+        edit_header("\"qkv_optim\":\"sgd\"", to);
+        expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of an unknown kind");
+    }
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
+/* SGD's state into Adam and AdamW's into SGD, each optimizer with a state
+ * of its own that the refusal keeps. */
+START_TEST(test_load_of_another_kind_keeps_the_state)
+{
+    unsigned char data[64];
+    const size_t len = sgd_data(data);
+    write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
+    tiny m = tiny_new(1, "h", 4);
+    qkv_optim *o = trained(&m, QKV_ADAM);
+    expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of sgd; this optimizer is adam");
+    qkv_optim_free(o);
+    qkv_params_free(m.p);
+    qkv_tensor *p;
+    o = sgd_target(&p);
+    keep_file();
+    edit_header("\"qkv_optim\":\"sgd\"", "\"qkv_optim\":\"adamw\"");
+    expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of adamw; this optimizer is sgd");
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
 /* Parameters without names are known by their index. */
 START_TEST(test_unnamed_parameters_are_saved_by_index)
 {
@@ -1038,6 +1455,15 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_load_refuses_other_hyperparameters);
     tcase_add_test(tc, test_load_refuses_other_per_parameter_settings);
     tcase_add_test(tc, test_load_refuses_a_corrupt_file);
+    tcase_add_test(tc, test_a_state_file_written_by_hand_loads);
+    tcase_add_test(tc, test_load_refuses_a_state_tensor_of_another_dtype);
+    tcase_add_test(tc, test_load_refuses_a_state_value_that_is_not_finite);
+    tcase_add_test(tc, test_load_refuses_another_number_of_state_tensors);
+    tcase_add_test(tc, test_load_refuses_a_file_missing_a_moment);
+    tcase_add_test(tc, test_load_refuses_a_state_tensor_of_another_shape);
+    tcase_add_test(tc, test_load_refuses_damaged_metadata_numbers);
+    tcase_add_test(tc, test_load_refuses_an_unknown_kind);
+    tcase_add_test(tc, test_load_of_another_kind_keeps_the_state);
     tcase_add_test(tc, test_unnamed_parameters_are_saved_by_index);
     tcase_add_test(tc, test_save_refuses_what_it_cannot_write);
     suite_add_tcase(s, tc);
