@@ -1356,6 +1356,51 @@ START_TEST(test_load_of_another_kind_keeps_the_state)
 }
 END_TEST
 
+/* Adam's second moment is a decaying sum of squares: a file with one
+ * below zero was not saved by a step (its sqrt would make the next
+ * update NaN). */
+START_TEST(test_load_refuses_a_negative_second_moment)
+{
+    unsigned char data[64];
+    size_t len = put_f64(data, 0.5);
+    len += put_f64(data + len, -1);
+    len += put_f64(data + len, 0.25);
+    len += put_f64(data + len, -0.5);
+    len += put_f64(data + len, 1);
+    len += put_f64(data + len, 1);
+    write_sgd(ENTRY("0.exp_avg", "F64", "[2]", 0, 16, ",")
+                  ENTRY("0.exp_avg_sq", "F64", "[2]", 16, 32, ",")
+                      ENTRY("qkv_optim.decay", "F64", "[1]", 32, 40, ",")
+                          ENTRY("qkv_optim.lr_scale", "F64", "[1]", 40, 48, ""),
+              data, len);
+    keep_file();
+    edit_header("\"qkv_optim\":\"sgd\"", "\"qkv_optim\":\"adam\"");
+    qkv_tensor *p = param((const double[]){1, 2}, (const double[]){0.25, 0.75}, 2);
+    qkv_optim_config c = qkv_optim_defaults(QKV_ADAM);
+    c.lr = 0.1; /* SGD_META's settings */
+    c.momentum = 0.5;
+    c.weight_decay = 0;
+    qkv_optim *o = qkv_optim_new(&c, &p, 1, NULL);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_OK);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s: tensor '0.exp_avg_sq' value 1 is -0.5; a second moment is never negative");
+    put_f64(data + 24, 0.5); /* the control: the same file with 0.5 loads */
+    write_sgd(ENTRY("0.exp_avg", "F64", "[2]", 0, 16, ",")
+                  ENTRY("0.exp_avg_sq", "F64", "[2]", 16, 32, ",")
+                      ENTRY("qkv_optim.decay", "F64", "[1]", 32, 40, ",")
+                          ENTRY("qkv_optim.lr_scale", "F64", "[1]", 40, 48, ""),
+              data, len);
+    keep_file();
+    edit_header("\"qkv_optim\":\"sgd\"", "\"qkv_optim\":\"adam\"");
+    qkv_error err = qkv_error_none();
+    ck_assert_msg(qkv_optim_load(o, opath, &err) == QKV_OK, "%s", err.message);
+    ck_assert(qkv_optim_state(o, 0, 1, NULL)[1] == 0.5);
+    qkv_optim_free(o);
+    qkv_tensor_free(p);
+}
+END_TEST
+
 /* Parameters without names are known by their index. */
 START_TEST(test_unnamed_parameters_are_saved_by_index)
 {
@@ -1464,6 +1509,7 @@ Suite *optim_suite(void)
     tcase_add_test(tc, test_load_refuses_damaged_metadata_numbers);
     tcase_add_test(tc, test_load_refuses_an_unknown_kind);
     tcase_add_test(tc, test_load_of_another_kind_keeps_the_state);
+    tcase_add_test(tc, test_load_refuses_a_negative_second_moment);
     tcase_add_test(tc, test_unnamed_parameters_are_saved_by_index);
     tcase_add_test(tc, test_save_refuses_what_it_cannot_write);
     suite_add_tcase(s, tc);

@@ -156,7 +156,9 @@ const double *qkv_optim_state(const qkv_optim *o, int i, int which, size_t *n);
  * differs: a file that is not a safetensors file, is damaged (the CRC),
  * or holds no optimizer state (QKV_ERR_FORMAT, QKV_ERR_IO when it cannot
  * be read); the state of another kind, of another number of parameters,
- * or a parameter missing from it (QKV_ERR_FORMAT); a parameter whose
+ * or a parameter missing from it, a state tensor that is not F64, or an
+ * Adam second moment below 0 (QKV_ERR_FORMAT; QKV_ERR_NUMERIC for a
+ * state value that is not finite); a parameter whose
  * shape differs (QKV_ERR_SHAPE); a momentum, beta, eps, weight decay or
  * clip that differs from o's by a bit, or a parameter whose decay switch
  * or rate scale does (QKV_ERR_ARG). Those are set once, when a run is

@@ -309,6 +309,21 @@ static qkv_status check_settings(const qkv_optim *o, const qkv_st *f, const char
     return s;
 }
 
+/* Why values v (n) of tensor key cannot be an Adam second moment, a
+ * decaying sum of squares, into err; or QKV_OK. A negative one would
+ * make the next update NaN (its square root). */
+static qkv_status check_second_moment(const double *v, size_t n, const char *path, const char *key,
+                                      qkv_error *err)
+{
+    for (size_t j = 0; j < n; j++)
+        if (v[j] < 0)
+            return qkv_error_set(err, QKV_ERR_FORMAT,
+                                 "%s: tensor '%s' value %zu is %g; a second moment is never "
+                                 "negative",
+                                 path, key, j, v[j]);
+    return QKV_OK;
+}
+
 /* Reads every moment of f into new arrays, moments[n·k] (parameter i's
  * which-th at i·k + which); on an error frees what it made. */
 static qkv_status read_moments(const qkv_optim *o, const qkv_st *f, const char *path,
@@ -325,6 +340,8 @@ static qkv_status read_moments(const qkv_optim *o, const qkv_st *f, const char *
         }
         state_key(o, i / k, i % k, key, sizeof key);
         s = qkv_st_read_f64(f, qkv_st_find(f, key), moments[i], n, err);
+        if (s == QKV_OK && i % k == 1)
+            s = check_second_moment(moments[i], n, path, key, err);
     }
     if (s != QKV_OK)
         for (int i = 0; i < o->n * k; i++)
