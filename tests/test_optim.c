@@ -1321,13 +1321,19 @@ START_TEST(test_load_refuses_an_unknown_kind)
     write_sgd(SGD_VELOCITY SGD_DECAY SGD_SCALE, data, len);
     qkv_tensor *p;
     qkv_optim *o = sgd_target(&p);
-    static const char *const kinds[] = {"lion", "SGD", ""};
-    char to[64];
+    /* the kind is named, escaped: a control character cannot reach a
+     * terminal through the message */
+    static const char *const kinds[][2] = {
+        {"lion", "lion"}, {"SGD", "SGD"}, {"", ""}, {"a\\u001b[2J", "a\\x1b[2J"}};
+    char to[64], want[128];
     keep_file();
-    for (int k = 0; k < 3; k++) {
-        snprintf(to, sizeof to, "\"qkv_optim\":\"%s\"", kinds[k]);
+    for (int k = 0; k < 4; k++) {
+        snprintf(to, sizeof to, "\"qkv_optim\":\"%s\"", kinds[k][0]);
         edit_header("\"qkv_optim\":\"sgd\"", to);
-        expect_refusal(o, QKV_ERR_FORMAT, "%s holds the state of an unknown kind");
+        snprintf(want, sizeof want,
+                 "%%s holds the state of an unknown kind '%s' (not sgd, adam or adamw)",
+                 kinds[k][1]);
+        expect_refusal(o, QKV_ERR_FORMAT, want);
     }
     qkv_optim_free(o);
     qkv_tensor_free(p);

@@ -200,8 +200,13 @@ static qkv_status check_kind(const qkv_optim *o, const qkv_st *f, const char *pa
                              "%s holds no optimizer state (no qkv_optim in its metadata; a "
                              "weights file?)",
                              path);
-    if (qkv_optim_parse(kind, &k) != 0)
-        return qkv_error_set(err, QKV_ERR_FORMAT, "%s holds the state of an unknown kind", path);
+    if (qkv_optim_parse(kind, &k) != 0) {
+        char shown[48]; /* from the file: escaped, and cut short */
+        qkv_escape(shown, sizeof shown, kind);
+        return qkv_error_set(err, QKV_ERR_FORMAT,
+                             "%s holds the state of an unknown kind '%s' (not sgd, adam or adamw)",
+                             path, shown);
+    }
     if (k != o->cfg.kind)
         return qkv_error_set(err, QKV_ERR_FORMAT, "%s holds the state of %s; this optimizer is %s",
                              path, kind, qkv_optim_name(o->cfg.kind));
