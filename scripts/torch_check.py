@@ -168,7 +168,8 @@ def forward(op, p, xs, cs):
         return torch.log_softmax(xs[0], dim=-1)
     if op == "cross_entropy":
         c = xs[0].shape[-1]
-        return F.cross_entropy(xs[0].reshape(-1, c), cs[0].reshape(-1).long(), ignore_index=-1)
+        return F.cross_entropy(xs[0].reshape(-1, c), cs[0].reshape(-1).long(), ignore_index=-1,
+                               label_smoothing=float(p.get("eps", 0)))
     if op == "mse":
         return F.mse_loss(xs[0], cs[0])
     if op == "bce_with_logits":

@@ -812,6 +812,104 @@ START_TEST(test_cross_entropy_all_ignored_is_zero)
 }
 END_TEST
 
+/* Label smoothing against PyTorch 1.13 (float64), by
+ *   x = [[1,2,3],[5,5,5],[0,0,9],[-1,0.5,2]], t = [2,-1,0,1]
+ *   F.cross_entropy(x, t, label_smoothing=eps, ignore_index=-1); .backward()
+ * row 1 is ignored: it is not counted and gets no gradient. */
+START_TEST(test_cross_entropy_smooth_matches_torch)
+{
+    static const double eps[3] = {0.0, 0.1, 1.0};
+    static const double loss[3] = {3.7163880167515875, 3.649721350084921, 3.04972135008492};
+    static const double grad[3][12] = {
+        {0.030010191056793478, 0.08157615701826587, -0.1115863480750594, 0, 0, 0,
+         -0.3332922068827855, 4.112645054781673e-05, 0.3332510804322377, 0.013037524423562482,
+         -0.27490320261998774, 0.26186567819642526},
+        {0.018899079945682365, 0.07046504590715476, -0.0893641258528372, 0, 0, 0,
+         -0.3110699846605633, -0.011069984660563295, 0.32213996932112665, 0.001926413312451373,
+         -0.25268098039776554, 0.2507545670853142},
+        {-0.08110092005431763, -0.02953495409284523, 0.1106358741471628, 0, 0, 0,
+         -0.1110699846605633, -0.1110699846605633, 0.2221399693211266, -0.09807358668754862,
+         -0.052680980397765545, 0.15075456708531418}};
+    const int targets[4] = {2, QKV_IGNORE, 0, 1};
+    for (int k = 0; k < 3; k++) {
+        fx f = {qkv_tape_new(0, NULL), {0}, 0};
+        qkv_tensor *x =
+            hold(&f, tensor_of(2, (const int[]){4, 3},
+                               (const double[]){1, 2, 3, 5, 5, 5, 0, 0, 9, -1, 0.5, 2}, 1));
+        qkv_tensor *l = qkv_cross_entropy_smooth(f.t, x, targets, eps[k]);
+        ck_assert(!qkv_tensor_is_nil(l));
+        ASSERT_NEAR(l->data[0], loss[k], 4 * REAL_EPS * loss[k]);
+        ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+        for (int i = 0; i < 12; i++)
+            ASSERT_NEAR(x->grad[i], grad[k][i], TOL);
+        for (int i = 3; i < 6; i++)
+            ASSERT_NEAR(x->grad[i], 0, 0);
+        fx_free(&f);
+    }
+}
+END_TEST
+
+/* eps = 0 is qkv_cross_entropy to the last bit, loss and gradient */
+START_TEST(test_cross_entropy_smooth_at_zero_is_cross_entropy)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    const double v[8] = {0.3, -1.7, 2.9, 0.01, 1e4, -1e4, 7.5, 7.25};
+    qkv_tensor *a = hold(&f, tensor_of(2, (const int[]){2, 4}, v, 1));
+    qkv_tensor *b = hold(&f, tensor_of(2, (const int[]){2, 4}, v, 1));
+    const int targets[2] = {1, 3};
+    qkv_tensor *la = qkv_cross_entropy(f.t, a, targets);
+    qkv_tensor *lb = qkv_cross_entropy_smooth(f.t, b, targets, 0.0);
+    ck_assert(memcmp(la->data, lb->data, sizeof(qkv_real)) == 0);
+    ck_assert_int_eq(qkv_backward(f.t, qkv_add(f.t, la, lb)), QKV_OK);
+    ck_assert(memcmp(a->grad, b->grad, 8 * sizeof(qkv_real)) == 0);
+    fx_free(&f);
+}
+END_TEST
+
+/* Logits of ±1e4 stay finite; a -inf logit makes the smoothing term, so the
+ * loss, +inf while the gradient stays finite, as in PyTorch 1.13 (float32
+ * and float64):
+ *   F.cross_entropy([[1e4,-1e4,0],[-1e4,1e4,9999]], [1,2], label_smoothing=0.1)
+ *   F.cross_entropy([[-inf,1,2]], [2], label_smoothing=0.1) */
+START_TEST(test_cross_entropy_smooth_far_logits_match_torch)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(
+        &f, tensor_of(2, (const int[]){2, 3}, (const double[]){1e4, -1e4, 0, -1e4, 1e4, 9999}, 1));
+    qkv_tensor *l = qkv_cross_entropy_smooth(f.t, x, (const int[]){1, 2}, 0.1);
+    ASSERT_NEAR(l->data[0], 9833.95663084376, 4 * REAL_EPS * 9833.96);
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    const double want[6] = {0.48333333333333334,   -0.4666666666666667, -0.016666666666666666,
+                            -0.016666666666666666, 0.3488626226483358,  -0.3321959559816691};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(x->grad[i], want[i], TOL);
+    fx_free(&f);
+    f = (fx){qkv_tape_new(0, NULL), {0}, 0}; /* one backward per recording */
+    qkv_tensor *y =
+        hold(&f, tensor_of(2, (const int[]){1, 3}, (const double[]){-INFINITY, 1, 2}, 1));
+    qkv_tensor *m = qkv_cross_entropy_smooth(f.t, y, (const int[]){2}, 0.1);
+    ck_assert(isinf(m->data[0]) && m->data[0] > 0);
+    ck_assert_int_eq(qkv_backward(f.t, m), QKV_OK);
+    const double wy[3] = {-0.03333333333333333, 0.23560808803666178, -0.20227475470332845};
+    for (int i = 0; i < 3; i++)
+        ASSERT_NEAR(y->grad[i], wy[i], TOL);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(test_cross_entropy_smooth_all_ignored_is_zero)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){2, 2}, (const double[]){1, 2, 3, 4}, 1));
+    qkv_tensor *l = qkv_cross_entropy_smooth(f.t, x, (const int[]){QKV_IGNORE, QKV_IGNORE}, 0.1);
+    ASSERT_NEAR(l->data[0], 0, 0);
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    for (int i = 0; i < 4; i++)
+        ASSERT_NEAR(x->grad[i], 0, 0);
+    fx_free(&f);
+}
+END_TEST
+
 #define EXPECT_ERROR(call, status, message) EXPECT_ERROR_ON(f.t, call, status, message)
 
 START_TEST(test_errors_name_the_op_and_shapes)
@@ -861,6 +959,14 @@ START_TEST(test_errors_name_the_op_and_shapes)
     qkv_tensor *s = tensor_of(0, NULL, (const double[]){1}, 0);
     EXPECT_ERROR(qkv_cross_entropy(f.t, s, tg), QKV_ERR_SHAPE,
                  "cross_entropy: logits [] need a class dimension");
+    EXPECT_ERROR(qkv_cross_entropy_smooth(f.t, a, tg, -0.1), QKV_ERR_ARG,
+                 "cross_entropy_smooth: eps = -0.1 must be in [0, 1]");
+    EXPECT_ERROR(qkv_cross_entropy_smooth(f.t, a, tg, 1.5), QKV_ERR_ARG,
+                 "cross_entropy_smooth: eps = 1.5 must be in [0, 1]");
+    EXPECT_ERROR(qkv_cross_entropy_smooth(f.t, a, tg, NAN), QKV_ERR_ARG,
+                 "cross_entropy_smooth: eps = NaN must be in [0, 1]");
+    EXPECT_ERROR(qkv_cross_entropy_smooth(f.t, a, tg, 0.1), QKV_ERR_ARG,
+                 "cross_entropy_smooth: target 4 of row 4 is outside [0,4) for logits [2,3,4]");
     qkv_tensor_free(s);
     EXPECT_ERROR(qkv_transpose(f.t, v), QKV_ERR_SHAPE,
                  "transpose: [3]: needs at least 2 dimensions");
@@ -984,6 +1090,10 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_cross_entropy_gradient_adds_to_what_is_there);
     tcase_add_test(tc, test_cross_entropy_of_equal_logits_is_exact);
     tcase_add_test(tc, test_cross_entropy_all_ignored_is_zero);
+    tcase_add_test(tc, test_cross_entropy_smooth_matches_torch);
+    tcase_add_test(tc, test_cross_entropy_smooth_at_zero_is_cross_entropy);
+    tcase_add_test(tc, test_cross_entropy_smooth_far_logits_match_torch);
+    tcase_add_test(tc, test_cross_entropy_smooth_all_ignored_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
     suite_add_tcase(s, tc);
     return s;

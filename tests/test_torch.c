@@ -340,6 +340,14 @@ static void softmax_and_loss_cases(probe *p)
     for (size_t i = 0; i < y->numel; i++) /* 0, 1 and probabilities between */
         y->data[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : (qkv_real)qkv_rng_random(&p->g);
     finish(p, "bce_with_logits bce_with_logits", qkv_bce_with_logits(p->t, x, y));
+    begin(p, 605);
+    qkv_tensor *zs = in(p, 3, S(2, 3, 5), NORMAL);
+    qkv_tensor *ts = constant(p, 2, S(2, 3), NORMAL);
+    static const int tsm[6] = {3, QKV_IGNORE, 0, 4, 1, 2};
+    for (int i = 0; i < 6; i++)
+        ts->data[i] = (qkv_real)tsm[i];
+    finish(p, "cross_entropy_smooth cross_entropy eps=0.1",
+           qkv_cross_entropy_smooth(p->t, zs, tsm, 0.1));
 }
 
 static void norm_cases(probe *p)

@@ -267,6 +267,19 @@ qkv_tensor *qkv_log_softmax(qkv_tape *t, qkv_tensor *x);
  * QKV_ERR_ARG. */
 qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets);
 
+/* qkv_cross_entropy with label smoothing, as PyTorch's F.cross_entropy(...,
+ * label_smoothing=eps): each counted row adds (1-eps)·(-log p[target]) +
+ * eps·mean_c(-log p_c), and the loss is their mean over the rows counted
+ * (QKV_IGNORE rows skipped; every row skipped: 0). Gradient:
+ * (p - (1-eps)·onehot(target) - eps/C) / N. eps = 0 gives qkv_cross_entropy's
+ * loss and gradient to the last bit. Logits of ±1e4 stay finite; a -inf
+ * logit in a counted row makes the loss +inf for eps > 0 (its -log p is
+ * infinite) while the gradient stays finite, as in PyTorch 1.13. eps outside
+ * [0, 1] or NaN: QKV_ERR_ARG; otherwise as qkv_cross_entropy, errors naming
+ * cross_entropy_smooth. */
+qkv_tensor *qkv_cross_entropy_smooth(qkv_tape *t, qkv_tensor *logits, const int *targets,
+                                     double eps);
+
 /* Mean squared error: mean((pred - target)²), a scalar. target has pred's
  * shape and takes no gradient. */
 qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target);

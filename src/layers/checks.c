@@ -227,6 +227,12 @@ static qkv_tensor *c_cross_entropy(qkv_tape *t, qkv_tensor **p)
     return qkv_cross_entropy(t, p[0], targets);
 }
 
+static qkv_tensor *c_cross_entropy_smooth(qkv_tape *t, qkv_tensor **p)
+{
+    static const int targets[5] = {1, 3, QKV_IGNORE, 0, 2};
+    return qkv_cross_entropy_smooth(t, p[0], targets, 0.1);
+}
+
 /* A causal mask [2,tq,tk] (query i sees keys j <= i + tk - tq), with row 0
  * of item 1 fully masked. */
 static qkv_tensor *causal_mask(qkv_tape *t, int tq, int tk)
@@ -571,6 +577,7 @@ static const gc_case cases[] = {
     {"softmax", c_softmax, 1, {3}, {{2, 3, 5}}, 0, 0},
     {"log_softmax", c_log_softmax, 1, {2}, {{4, 5}}, 0, 0},
     {"cross_entropy", c_cross_entropy, 1, {2}, {{5, 4}}, 0, 0},
+    {"cross_entropy_smooth", c_cross_entropy_smooth, 1, {2}, {{5, 4}}, 0, 0},
     {"tanh", c_tanh, 1, {2}, {{3, 4}}, 0, 0},
     {"exp", c_exp, 1, {2}, {{3, 4}}, 0, 0},
     {"sub", c_sub, 2, {2, 2}, {{3, 4}, {3, 4}}, 0, 0},

@@ -1,34 +1,44 @@
 /*
  * loss.c - losses, each forward with its backward: cross-entropy fused
- * with log-softmax.
+ * with log-softmax (optionally label-smoothed).
  */
 #include <math.h>
 
 #include "kernels/kernels.h"
 #include "ops/op.h"
 
+/* The smoothing of a cross_entropy node: 0 (no state) or *state. */
+static double node_eps(const qkv_node *nd)
+{
+    return nd->state != NULL ? *(const double *)nd->state : 0.0;
+}
+
 static void cross_entropy_backward(const qkv_node *nd)
 {
-    /* dlogits[r,j] = dL · (p[r,j] - [j == target_r]) / N */
+    /* dlogits[r,j] = dL · (p[r,j] - (1-eps)·[j == target_r] - eps/C) / N;
+     * at eps = 0 the terms subtracted are 1 or 0 and 0, as (p - onehot)/N */
     qkv_tensor *x = nd->in[0];
     size_t C = (size_t)x->shape[x->ndim - 1], rows = x->numel / C;
-    double g = nd->out->grad[0] * nd->c;
+    double g = nd->out->grad[0] * nd->c, eps = node_eps(nd);
+    double hit = 1 - eps, spread = eps / (double)C;
     for (size_t r = 0; r < rows; r++) {
         if (nd->ints[r] == QKV_IGNORE)
             continue;
         const qkv_real *p = nd->saved + r * C;
         qkv_real *dx = x->grad + r * C;
         for (size_t j = 0; j < C; j++)
-            dx[j] += (qkv_real)(g * ((double)p[j] - ((int)j == nd->ints[r])));
+            dx[j] += (qkv_real)(g * ((double)p[j] - ((int)j == nd->ints[r] ? hit : 0) - spread));
     }
 }
 
 static const qkv_op_def op_cross_entropy = {"cross_entropy", cross_entropy_backward, 0};
+static const qkv_op_def op_cross_entropy_smooth = {"cross_entropy_smooth", cross_entropy_backward,
+                                                   0};
 
 /* The number of rows whose target counts, or -1 after recording an error
  * for a target outside [0,C). */
-static long counted_targets(qkv_tape *t, const qkv_tensor *logits, const int *targets, size_t rows,
-                            size_t C)
+static long counted_targets(qkv_tape *t, const char *name, const qkv_tensor *logits,
+                            const int *targets, size_t rows, size_t C)
 {
     long counted = 0;
     for (size_t r = 0; r < rows; r++) {
@@ -38,7 +48,7 @@ static long counted_targets(qkv_tape *t, const qkv_tensor *logits, const int *ta
             char sx[64];
             qkv_shape_str(logits, sx, sizeof sx);
             qkv_tape_fail(t, QKV_ERR_ARG,
-                          "cross_entropy: target %d of row %zu is outside [0,%zu) for logits %s",
+                          "%s: target %d of row %zu is outside [0,%zu) for logits %s", name,
                           targets[r], r, C, sx);
             return -1;
         }
@@ -47,32 +57,50 @@ static long counted_targets(qkv_tape *t, const qkv_tensor *logits, const int *ta
     return counted;
 }
 
-qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets)
+/* One row's loss from its logits x[C], max mx and log Σ e^(x - mx) lse:
+ * -log p[t] = lse - (x[t] - mx), in that order (mx + lse - x[t] loses lse
+ * below mx's last bit); with smoothing, (1-eps)·that + eps·mean_c(-log p_c),
+ * mean_c(-log p_c) = lse - mean_c(x_c - mx). */
+static double row_loss(const qkv_real *x, size_t C, int t, double mx, double lse, double eps)
 {
-    if (!qkv_op_inputs_ok(t, "cross_entropy", logits, NULL, 0))
+    double nll = lse - ((double)x[t] - mx);
+    if (eps == 0)
+        return nll;
+    double s = 0;
+    for (size_t j = 0; j < C; j++)
+        s += (double)x[j] - mx;
+    return (1 - eps) * nll + eps * (lse - s / (double)C);
+}
+
+/* Shared by both entry points: def names the op (and its errors); eps is
+ * checked by the caller. */
+static qkv_tensor *cross_entropy(qkv_tape *t, const qkv_op_def *def, qkv_tensor *logits,
+                                 const int *targets, double eps)
+{
+    const char *name = def->name;
+    if (!qkv_op_inputs_ok(t, name, logits, NULL, 0))
         return qkv_nil();
     if (targets == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG, "cross_entropy: no targets (targets is NULL)");
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: no targets (targets is NULL)", name);
         return qkv_nil();
     }
     if (logits->ndim < 1) {
         char sx[64];
         qkv_shape_str(logits, sx, sizeof sx);
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "cross_entropy: logits %s need a class dimension", sx);
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: logits %s need a class dimension", name, sx);
         return qkv_nil();
     }
     size_t C = (size_t)logits->shape[logits->ndim - 1], rows = logits->numel / C;
-    long counted = counted_targets(t, logits, targets, rows, C);
+    long counted = counted_targets(t, name, logits, targets, rows, C);
     if (counted < 0)
         return qkv_nil();
-    qkv_tensor *out = qkv_op_out(t, "cross_entropy", 0, NULL, logits, NULL);
+    qkv_tensor *out = qkv_op_out(t, name, 0, NULL, logits, NULL);
     if (qkv_tensor_is_nil(out))
         return out;
     /* probabilities (kept for backward when recording) and the loss from
-     * log-sum-exp in double: -log p[t] = log Σ e^(x - max) - (x[t] - max),
-     * in that order (max + log Σ - x[t] loses log Σ below max's last bit) */
+     * log-sum-exp in double (row_loss) */
     const int recording = out->grad != NULL;
-    qkv_real *p = qkv_op_alloc(t, "cross_entropy", logits->numel * sizeof(qkv_real));
+    qkv_real *p = qkv_op_alloc(t, name, logits->numel * sizeof(qkv_real));
     if (p == NULL)
         return qkv_nil();
     double loss = 0;
@@ -81,7 +109,7 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
         qkv_real *pr = p + r * C;
         double mx, sum = qkv_exp_shifted(pr, x, C, &mx);
         if (targets[r] != QKV_IGNORE)
-            loss += log(sum) - ((double)x[targets[r]] - mx);
+            loss += row_loss(x, C, targets[r], mx, log(sum), eps);
         if (recording) {
             qkv_real inv = (qkv_real)(1 / sum);
             for (size_t j = 0; j < C; j++)
@@ -91,16 +119,40 @@ qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *target
     double c = counted ? 1.0 / (double)counted : 0.0;
     out->data[0] = (qkv_real)(loss * c);
     int failed;
-    qkv_node *node = qkv_op_record(t, &op_cross_entropy, out, logits, NULL, &failed);
+    qkv_node *node = qkv_op_record(t, def, out, logits, NULL, &failed);
     if (failed)
         return qkv_nil();
     if (node != NULL) {
         node->c = c;
         node->saved = p;
-        if ((node->ints = qkv_tape_ints(t, "cross_entropy", targets, rows)) == NULL)
+        if (eps != 0) {
+            double *e = qkv_op_alloc(t, name, sizeof *e);
+            if (e == NULL)
+                return qkv_nil();
+            *e = eps;
+            node->state = e;
+        }
+        if ((node->ints = qkv_tape_ints(t, name, targets, rows)) == NULL)
             return qkv_nil();
     }
     return out;
+}
+
+qkv_tensor *qkv_cross_entropy(qkv_tape *t, qkv_tensor *logits, const int *targets)
+{
+    return cross_entropy(t, &op_cross_entropy, logits, targets, 0.0);
+}
+
+qkv_tensor *qkv_cross_entropy_smooth(qkv_tape *t, qkv_tensor *logits, const int *targets,
+                                     double eps)
+{
+    if (!(eps >= 0 && eps <= 1)) {
+        char num[32];
+        qkv_tape_fail(t, QKV_ERR_ARG, "cross_entropy_smooth: eps = %s must be in [0, 1]",
+                      qkv_num_str(num, sizeof num, eps));
+        return qkv_nil();
+    }
+    return cross_entropy(t, &op_cross_entropy_smooth, logits, targets, eps);
 }
 
 /* ---- mean squared error ------------------------------------------------- */
