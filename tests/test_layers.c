@@ -795,6 +795,104 @@ START_TEST(test_mha_forward_matches_the_reference)
 }
 END_TEST
 
+/* The mask of lengths {3, 0, 1} padded to 3, entry by entry; lengths
+ * outside [0, len], a batch or len of 0, and no lengths fail the tape. */
+START_TEST(test_padding_mask_from_lengths)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *pad = qkv_padding_mask(t, 3, 3, (const int[]){3, 0, 1});
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    ck_assert(pad->ndim == 2 && pad->shape[0] == 3 && pad->shape[1] == 3 && pad->grad == NULL);
+    const double inf = INFINITY, want[9] = {0, 0, 0, -inf, -inf, -inf, 0, -inf, -inf};
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg((double)pad->data[i] == want[i], "entry %d: %g", i, (double)pad->data[i]);
+    static const struct {
+        int batch, len, lengths[2];
+        const char *msg;
+    } bad[] = {
+        {2, 3, {3, 4}, "padding_mask: sequence 1 has length 4, outside [0, 3]"},
+        {2, 3, {-1, 2}, "padding_mask: sequence 0 has length -1, outside [0, 3]"},
+        {0, 3, {1, 1}, "padding_mask: batch 0 and len 3 must be at least 1, with a length each"},
+        {2, 0, {0, 0}, "padding_mask: batch 2 and len 0 must be at least 1, with a length each"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qkv_tape_reset(t);
+        ck_assert(qkv_padding_mask(t, bad[i].batch, bad[i].len, bad[i].lengths) == qkv_nil());
+        ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_ARG);
+        ck_assert_str_eq(qkv_tape_error(t), bad[i].msg);
+        /* sticky: a valid call on the failed tape makes nothing */
+        ck_assert(qkv_padding_mask(t, 1, 1, (const int[]){1}) == qkv_nil());
+        ck_assert_str_eq(qkv_tape_error(t), bad[i].msg);
+    }
+    qkv_tape_reset(t);
+    ck_assert(qkv_padding_mask(t, 1, 2, NULL) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "padding_mask: batch 1 and len 2 must be at least 1, "
+                                        "with a length each (lengths is NULL)");
+    qkv_tape_free(t);
+}
+END_TEST
+
+/* What padding is for: a batch of sequences of lengths 6, 4 and 0 padded
+ * to 6. Each real position's output is the output of its sequence run
+ * alone, unpadded (up to rounding: the products run over other lengths);
+ * it does not move when the padded positions' inputs change (their keys
+ * get weight 0 exactly); and a sequence of length 0 sees no key, so its
+ * outputs are the output projection's bias. With and without the causal
+ * mask. */
+START_TEST(test_a_padded_batch_gives_each_sequence_its_own_outputs)
+{
+    enum { B = 3, T = 6, D = 8, H = 2 };
+    const int lengths[B] = {6, 4, 0};
+    for (int causal = 0; causal < 2; causal++) {
+        qkv_params *p = qkv_params_new(1, NULL);
+        qkv_mha m;
+        ck_assert_int_eq(qkv_mha_init(&m, p, "attn", D, H, causal, NULL), QKV_OK);
+        randomise(p, 5);
+        double xs[B * T * D];
+        qkv_tensor *x = input(B, T, D, xs);
+        qkv_tape *t = qkv_tape_new(0, NULL);
+        qkv_tensor *y = qkv_mha_forward(t, &m, x, qkv_padding_mask(t, B, T, lengths), NULL);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        qkv_real got[B * T * D];
+        memcpy(got, y->data, sizeof got);
+        for (int b = 0; b < B; b++) { /* each sequence alone */
+            if (lengths[b] == 0)
+                continue;
+            qkv_tensor *xb = qkv_tape_tensor(t, 3, (const int[]){1, lengths[b], D}, 0);
+            memcpy(xb->data, x->data + (size_t)b * T * D, sizeof(qkv_real) * lengths[b] * D);
+            qkv_tensor *yb = qkv_mha_forward(t, &m, xb, NULL, NULL);
+            ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+            for (int i = 0; i < lengths[b] * D; i++)
+                ck_assert_msg(fabs((double)got[b * T * D + i] - (double)yb->data[i]) <= FWD_TOL,
+                              "causal %d, sequence %d, value %d: %.9g padded, %.9g alone", causal,
+                              b, i, (double)got[b * T * D + i], (double)yb->data[i]);
+        }
+        for (int b = 0; b < B; b++) /* new inputs at the padded positions */
+            for (int i = lengths[b] * D; i < T * D; i++)
+                x->data[b * T * D + i] = (qkv_real)(100 + i);
+        qkv_tape_reset(t);
+        y = qkv_mha_forward(t, &m, x, qkv_padding_mask(t, B, T, lengths), NULL);
+        ck_assert_msg(qkv_tape_status(t) == QKV_OK, "%s", qkv_tape_error(t));
+        const qkv_tensor *bias = qkv_params_get(p, "attn.proj.bias");
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < T * D; i++) {
+                const double v = (double)y->data[b * T * D + i];
+                if (i < lengths[b] * D)
+                    ck_assert_msg(v == (double)got[b * T * D + i],
+                                  "causal %d, sequence %d, value %d moved: %.9g, then %.9g", causal,
+                                  b, i, (double)got[b * T * D + i], v);
+                if (lengths[b] == 0)
+                    ck_assert_msg(v == (double)bias->data[i % D],
+                                  "causal %d, empty sequence, value %d: %.9g, the bias %.9g",
+                                  causal, i, v, (double)bias->data[i % D]);
+            }
+        qkv_tape_free(t);
+        qkv_tensor_free(x);
+        qkv_params_free(p);
+    }
+}
+END_TEST
+
 /* From T = QKV_MHA_ONLINE_T on, a layer asked for no weights takes the
  * online form: a tape without the [B,H,T,T] scores and weights (8 MB
  * here), and the reference's values. The products now run over 512
@@ -2058,6 +2156,8 @@ Suite *layers_suite(void)
     tcase_add_test(tc, test_layers_start_from_the_documented_draws);
     tcase_add_test(tc, test_a_norm_layer_uses_pytorchs_eps);
     tcase_add_test(tc, test_mha_forward_matches_the_reference);
+    tcase_add_test(tc, test_padding_mask_from_lengths);
+    tcase_add_test(tc, test_a_padded_batch_gives_each_sequence_its_own_outputs);
     tcase_add_test(tc, test_mha_long_takes_the_online_form);
     tcase_add_test(tc, test_block_forward_matches_the_reference);
     tcase_add_test(tc, test_positions);

@@ -354,6 +354,32 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
     return qkv_layer_named(t, clean, "mha", m != NULL ? m->name : NULL, y);
 }
 
+qkv_tensor *qkv_padding_mask(qkv_tape *t, int batch, int len, const int *lengths)
+{
+    if (t == NULL || qkv_tape_status(t) != QKV_OK)
+        return qkv_nil();
+    if (batch < 1 || len < 1 || lengths == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG,
+                      "padding_mask: batch %d and len %d must be at least 1, with a length each%s",
+                      batch, len, lengths == NULL ? " (lengths is NULL)" : "");
+        return qkv_nil();
+    }
+    for (int b = 0; b < batch; b++)
+        if (lengths[b] < 0 || lengths[b] > len) {
+            qkv_tape_fail(t, QKV_ERR_ARG,
+                          "padding_mask: sequence %d has length %d, outside [0, %d]", b, lengths[b],
+                          len);
+            return qkv_nil();
+        }
+    qkv_tensor *pad = qkv_tape_tensor(t, 2, (const int[]){batch, len}, 0);
+    if (qkv_tensor_is_nil(pad))
+        return pad;
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < len; j++)
+            pad->data[(size_t)b * (size_t)len + (size_t)j] = j < lengths[b] ? 0 : -INFINITY;
+    return pad;
+}
+
 /* ---- feed-forward ------------------------------------------------------- */
 
 qkv_status qkv_ffn_init(qkv_ffn *f, qkv_params *p, const char *prefix, int d_model, int hidden,
