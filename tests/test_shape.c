@@ -3,8 +3,8 @@
  * (writes show through, gradients flow, nothing is copied or recorded),
  * permute, swapdims, concat, stack and slice move values and gradients to where
  * they belong, and sum, mean, max, min and logsumexp along any dimension
- * (keepdim or not) and argmax_dim's indices on hand-worked examples; and the
- * errors that name the op and the shapes.
+ * (keepdim or not) and argmax_dim's and argmin_dim's indices on hand-worked
+ * examples; and the errors that name the op and the shapes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -674,6 +674,91 @@ START_TEST(test_argmax_dim_refuses_bad_dims_room_and_nulls)
 }
 END_TEST
 
+/* argmin_dim, worked by hand and checked against torch.argmin (PyTorch
+ * 1.13) on x [2,3,2] = [[[1,5],[3,5],[3,-1]], [[NaN,inf],[2,inf],[NaN,inf]]]:
+ * ties go to the first minimum, a NaN is the minimum (the first NaN), a
+ * column of +inf gives 0. No tape is involved. */
+START_TEST(test_argmin_dim_by_hand_with_ties_and_nans)
+{
+    const double inf = INFINITY;
+    const double v[12] = {1, 5, 3, 5, 3, -1, NAN, inf, 2, inf, NAN, inf};
+    qkv_tensor *x = tensor_of(3, (const int[]){2, 3, 2}, v, 1);
+    const int dims[5] = {0, 1, -1, 2, -3}, count[5] = {6, 4, 6, 6, 6};
+    const int want[5][6] = {{1, 0, 1, 0, 1, 0},
+                            {0, 2, 0, 0},
+                            {0, 0, 1, 0, 0, 0},
+                            {0, 0, 1, 0, 0, 0},
+                            {1, 0, 1, 0, 1, 0}};
+    for (int k = 0; k < 5; k++) {
+        int got[8];
+        for (int i = 0; i < 8; i++)
+            got[i] = -7;
+        qkv_error err = qkv_error_none();
+        /* room for 8: only the count the result has is written */
+        ck_assert_int_eq(qkv_argmin_dim(x, dims[k], got, 8, &err), QKV_OK);
+        ck_assert_int_eq(err.status, QKV_OK);
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(got[i] == (i < count[k] ? want[k][i] : -7), "dim %d: [%d] = %d", dims[k],
+                          i, got[i]);
+    }
+    for (int i = 0; i < 12; i++)
+        ck_assert(x->grad[i] == 0);
+    /* 0 and -0 tie: the first (torch: 0 for both orders) */
+    int got[2];
+    qkv_tensor *z = tensor_of(2, (const int[]){2, 2}, (const double[]){0, -0.0, -0.0, 0}, 0);
+    ck_assert_int_eq(qkv_argmin_dim(z, 1, got, 2, NULL), QKV_OK);
+    ck_assert(got[0] == 0 && got[1] == 0);
+    /* a tape tensor: read as it is, and the tape records nothing */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *y = qkv_scale(t, z, -1); /* -0 0 / 0 -0 */
+    const size_t nodes = qkv_tape_nodes(t);
+    y->data[3] = -4;
+    ck_assert_int_eq(qkv_argmin_dim(y, 0, got, 2, NULL), QKV_OK);
+    ck_assert(got[0] == 0 && got[1] == 1);
+    ck_assert_uint_eq(qkv_tape_nodes(t), nodes);
+    ck_assert_int_eq(qkv_tape_status(t), QKV_OK);
+    qkv_tape_free(t);
+    qkv_tensor_free(z);
+    qkv_tensor_free(x);
+}
+END_TEST
+
+/* argmin_dim's refusals are argmax_dim's, each message naming argmin_dim */
+START_TEST(test_argmin_dim_refuses_bad_dims_room_and_nulls)
+{
+    qkv_tensor *x = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 6, 5, 4}, 0);
+    int got[3] = {-7, -7, -7};
+    qkv_error err = qkv_error_none();
+    ck_assert_int_eq(qkv_argmin_dim(x, 2, got, 3, &err), QKV_ERR_ARG);
+    ck_assert_int_eq(err.status, QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "argmin_dim: dimension 2 is out of range for [2,3]");
+    ck_assert_int_eq(qkv_argmin_dim(x, -3, got, 3, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "argmin_dim: dimension -3 is out of range for [2,3]");
+    ck_assert_int_eq(qkv_argmin_dim(x, 0, got, 2, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message,
+                     "argmin_dim: [2,3] along dimension 0 gives 3 indices, and out has room for 2");
+    ck_assert_int_eq(qkv_argmin_dim(x, 0, NULL, 3, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message, "argmin_dim: no array for the indices (NULL)");
+    ck_assert_int_eq(qkv_argmin_dim(NULL, 0, got, 3, &err), QKV_ERR_ARG);
+    ck_assert_str_eq(err.message,
+                     "argmin_dim: input is nil (NULL, or the result of a failed call)");
+    ck_assert_int_eq(qkv_argmin_dim(qkv_nil(), 0, got, 3, &err), QKV_ERR_ARG);
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    qkv_tensor *s = qkv_sum(t, x);
+    ck_assert_int_eq(qkv_argmin_dim(s, 0, got, 3, &err), QKV_ERR_SHAPE);
+    ck_assert_str_eq(err.message, "argmin_dim: [] has no dimension to reduce");
+    ck_assert_int_eq(qkv_argmin_dim(s, 0, got, 3, NULL), QKV_ERR_SHAPE); /* err may be NULL */
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(got[i], -7);
+    ck_assert_int_eq(qkv_argmin_dim(x, 0, got, 3, &err), QKV_OK); /* 0 0 0 */
+    ck_assert(got[0] == 0 && got[1] == 0 && got[2] == 0);
+    ck_assert_int_eq(qkv_argmin_dim(x, 1, got, 2, &err), QKV_OK); /* 0 2 */
+    ck_assert(got[0] == 0 && got[1] == 2);
+    qkv_tape_free(t);
+    qkv_tensor_free(x);
+}
+END_TEST
+
 /* logsumexp along a dimension, against CPython's math module
  * (math.log(math.e + math.e**2 + math.e**3) and so on, each value as
  * CPython 3 prints it) and PyTorch 1.13's torch.logsumexp in float64:
@@ -759,6 +844,8 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_min_dim_by_hand_with_ties_and_nans);
     tcase_add_test(tc, test_argmax_dim_by_hand_with_ties_and_nans);
     tcase_add_test(tc, test_argmax_dim_refuses_bad_dims_room_and_nulls);
+    tcase_add_test(tc, test_argmin_dim_by_hand_with_ties_and_nans);
+    tcase_add_test(tc, test_argmin_dim_refuses_bad_dims_room_and_nulls);
     tcase_add_test(tc, test_logsumexp_dim_by_hand_and_at_its_edges);
     suite_add_tcase(s, tc);
     return s;

@@ -200,6 +200,11 @@ qkv_tensor *qkv_min_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
  * shape; out is then not written. */
 qkv_status qkv_argmax_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err);
 
+/* The same for the first minimum, as torch.argmin(x, dim): a NaN counts
+ * as the minimum (the first NaN), so a column of +inf gives 0. The
+ * contract is argmax_dim's, its messages naming argmin_dim. */
+qkv_status qkv_argmin_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err);
+
 /* log Σ e^x along dimension dim (torch.logsumexp), dim and keepdim as
  * above. Stable: the largest entry m is subtracted first, y = m +
  * log Σ e^(x - m), summed in double, so 1e4 or -1e4 give no overflow or

@@ -2,8 +2,8 @@
  * reduce.c - reductions, each forward with its backward: sum and mean of
  * everything; sum, mean, max, min and logsumexp along any one dimension,
  * keeping it (as size 1) or not; and the _last shorthands. Sums
- * accumulate in double. Last, argmax along a dimension, which has no
- * gradient and no tape.
+ * accumulate in double. Last, argmax and argmin along a dimension,
+ * which have no gradient and no tape.
  */
 #include <math.h>
 
@@ -248,30 +248,42 @@ qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x)
 
 /* ---- indices, with no tape ---------------------------------------------- */
 
-qkv_status qkv_argmax_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err)
+/* argmax_dim and argmin_dim: name names the function in its errors. */
+static qkv_status arg_dim(const char *name, const qkv_tensor *x, int dim, int *out, size_t cap,
+                          int min, qkv_error *err)
 {
     if (qkv_tensor_is_nil(x))
         return qkv_error_set(err, QKV_ERR_ARG,
-                             "argmax_dim: input is nil (NULL, or the result of a failed call)");
+                             "%s: input is nil (NULL, or the result of a failed call)", name);
     char sx[64];
     qkv_shape_str(x, sx, sizeof sx);
     if (x->ndim < 1)
-        return qkv_error_set(err, QKV_ERR_SHAPE, "argmax_dim: %s has no dimension to reduce", sx);
+        return qkv_error_set(err, QKV_ERR_SHAPE, "%s: %s has no dimension to reduce", name, sx);
     const int d = dim < 0 ? dim + x->ndim : dim;
     if (d < 0 || d >= x->ndim)
-        return qkv_error_set(err, QKV_ERR_ARG, "argmax_dim: dimension %d is out of range for %s",
-                             dim, sx);
+        return qkv_error_set(err, QKV_ERR_ARG, "%s: dimension %d is out of range for %s", name, dim,
+                             sx);
     if (out == NULL)
-        return qkv_error_set(err, QKV_ERR_ARG, "argmax_dim: no array for the indices (NULL)");
+        return qkv_error_set(err, QKV_ERR_ARG, "%s: no array for the indices (NULL)", name);
     size_t outer, n, inner;
     split(x, d, &outer, &n, &inner);
     if (cap < outer * inner)
         return qkv_error_set(err, QKV_ERR_ARG,
-                             "argmax_dim: %s along dimension %d gives %zu indices, and out has "
+                             "%s: %s along dimension %d gives %zu indices, and out has "
                              "room for %zu",
-                             sx, d, outer * inner, cap);
+                             name, sx, d, outer * inner, cap);
     for (size_t o = 0; o < outer; o++)
         for (size_t i = 0; i < inner; i++)
-            out[o * inner + i] = (int)arg_extreme(x->data + o * n * inner + i, n, inner, 0);
+            out[o * inner + i] = (int)arg_extreme(x->data + o * n * inner + i, n, inner, min);
     return QKV_OK;
+}
+
+qkv_status qkv_argmax_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err)
+{
+    return arg_dim("argmax_dim", x, dim, out, cap, 0, err);
+}
+
+qkv_status qkv_argmin_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err)
+{
+    return arg_dim("argmin_dim", x, dim, out, cap, 1, err);
 }
