@@ -897,6 +897,23 @@ START_TEST(test_cross_entropy_smooth_far_logits_match_torch)
 }
 END_TEST
 
+/* One class: p is 1 and the smoothed target is 1 whatever eps, so the
+ * loss and every gradient are 0 exactly (PyTorch 1.13 gives 0 and 0 for
+ * F.cross_entropy([[1.],[2.],[3.]], [0,0,0], label_smoothing=0.2)); the
+ * target's weight taken as 1 - eps + eps/1 left -1.85e-17. */
+START_TEST(test_cross_entropy_smooth_of_one_class_is_zero)
+{
+    fx f = {qkv_tape_new(0, NULL), {0}, 0};
+    qkv_tensor *x = hold(&f, tensor_of(2, (const int[]){3, 1}, (const double[]){1, 2, 3}, 1));
+    qkv_tensor *l = qkv_cross_entropy_smooth(f.t, x, (const int[]){0, 0, 0}, 0.2);
+    ck_assert(l->data[0] == 0);
+    ck_assert_int_eq(qkv_backward(f.t, l), QKV_OK);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(x->grad[i] == 0, "gradient %d: %g", i, (double)x->grad[i]);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(test_cross_entropy_smooth_all_ignored_is_zero)
 {
     fx f = {qkv_tape_new(0, NULL), {0}, 0};
@@ -1094,6 +1111,7 @@ Suite *ops_suite(void)
     tcase_add_test(tc, test_cross_entropy_smooth_at_zero_is_cross_entropy);
     tcase_add_test(tc, test_cross_entropy_smooth_far_logits_match_torch);
     tcase_add_test(tc, test_cross_entropy_smooth_all_ignored_is_zero);
+    tcase_add_test(tc, test_cross_entropy_smooth_of_one_class_is_zero);
     tcase_add_test(tc, test_errors_name_the_op_and_shapes);
     suite_add_tcase(s, tc);
     return s;

@@ -15,19 +15,21 @@ static double node_eps(const qkv_node *nd)
 
 static void cross_entropy_backward(const qkv_node *nd)
 {
-    /* dlogits[r,j] = dL · (p[r,j] - (1-eps)·[j == target_r] - eps/C) / N;
-     * at eps = 0 the terms subtracted are 1 or 0 and 0, as (p - onehot)/N */
+    /* dlogits[r,j] = dL · (p[r,j] - q[r,j]) / N, with the smoothed target
+     * q = (1-eps)·[j == target_r] + eps/C: 1 - eps·(C-1)/C at the target,
+     * so exactly 1 for one class (where p is 1), and eps/C elsewhere; at
+     * eps = 0, 1 and 0, as (p - onehot)/N */
     qkv_tensor *x = nd->in[0];
     size_t C = (size_t)x->shape[x->ndim - 1], rows = x->numel / C;
     double g = nd->out->grad[0] * nd->c, eps = node_eps(nd);
-    double hit = 1 - eps, spread = eps / (double)C;
+    double spread = eps / (double)C, hit = 1 - eps * (double)(C - 1) / (double)C;
     for (size_t r = 0; r < rows; r++) {
         if (nd->ints[r] == QKV_IGNORE)
             continue;
         const qkv_real *p = nd->saved + r * C;
         qkv_real *dx = x->grad + r * C;
         for (size_t j = 0; j < C; j++)
-            dx[j] += (qkv_real)(g * ((double)p[j] - ((int)j == nd->ints[r] ? hit : 0) - spread));
+            dx[j] += (qkv_real)(g * ((double)p[j] - ((int)j == nd->ints[r] ? hit : spread)));
     }
 }
 
