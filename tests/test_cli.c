@@ -2551,7 +2551,7 @@ START_TEST(test_memory_advice_follows_the_status_not_the_words)
          "qkv: ablate: out of memory; free some memory and try again\n"},
         /* the library's words for C programmers go, with NOMEM only */
         {"try a smaller --d-k", QKV_ERR_NOMEM,
-         "tape: out of memory allocating 64 bytes (the arena holds 4096 bytes); did a loop "
+         "tape: out of memory allocating 64 bytes (the arena has 4096 bytes in use); did a loop "
          "forget qkv_tape_reset?",
          "qkv: tape: out of memory allocating 64 bytes (4096 bytes in use); try a smaller "
          "--d-k\n"},

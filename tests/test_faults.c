@@ -272,7 +272,7 @@ START_TEST(test_out_of_memory_names_the_options_to_lower_not_c_functions)
             else if (strstr(e, "out of memory") != NULL)
                 ck_assert_msg(at != NULL, "%s: allocation %zu: no '%s':\n%s", args, n, advice, e);
             if (strstr(e, "out of memory allocating") != NULL) {
-                /* "(the arena holds N bytes)" is the library's word: a
+                /* "(the arena has N bytes in use)" is the library's word: a
                  * user reads what was in use */
                 ck_assert_msg(strstr(e, "arena") == NULL && strstr(e, " bytes in use)") != NULL,
                               "%s: allocation %zu:\n%s", args, n, e);

@@ -910,7 +910,7 @@ START_TEST(test_out_of_memory_in_an_op_names_the_op)
         ck_assert(qkv_tensor_is_nil(y));
         ck_assert_int_eq(qkv_tape_status(t), QKV_ERR_NOMEM);
         snprintf(want, sizeof want,
-                 "%s: out of memory allocating %zu bytes for a tensor [300,400] (the arena holds ",
+                 "%s: out of memory allocating %zu bytes for a tensor [300,400] (the arena has ",
                  ops[i], 120000 * sizeof(qkv_real));
         const char *e = qkv_tape_error(t);
         ck_assert_msg(strncmp(e, want, strlen(want)) == 0, "%s", e);

@@ -34,16 +34,16 @@ void cli_memory_advice(const char *advice)
  * command's advice (the options to lower) is added. */
 static void memory_message(char *s, size_t len)
 {
-    static const char hint[] = "; did a loop forget qkv_tape_reset?", arena[] = "(the arena holds ";
+    static const char hint[] = "; did a loop forget qkv_tape_reset?", arena[] = "(the arena has ";
     char *h = strstr(s, hint);
     if (h != NULL)
         memmove(h, h + strlen(hint), strlen(h + strlen(hint)) + 1);
     char *a = strstr(s, arena), *end;
     if (a != NULL) {
         const unsigned long long used = strtoull(a + strlen(arena), &end, 10);
-        if (strncmp(end, " bytes)", 7) == 0) {
+        if (strncmp(end, " bytes in use)", 14) == 0) {
             char rest[1024];
-            snprintf(rest, sizeof rest, "%s", end + 7);
+            snprintf(rest, sizeof rest, "%s", end + 14);
             snprintf(a, len - (size_t)(a - s), "(%llu bytes in use)%s", used, rest);
         }
     }

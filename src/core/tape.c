@@ -212,7 +212,7 @@ static void *arena_alloc(qkv_tape *t, size_t n, int ndim, const int *shape)
             t->cur = t->n_blocks - 1; /* stay on a real block */
             t->cur_used = t->block_cap[t->cur];
             /* the tensor's shape, if it is one; the reset hint only where
-             * the arena holds more than the request: one huge tensor is no
+             * the arena has more in use than the request: one huge tensor is no
              * forgotten reset */
             char what[80] = "";
             if (ndim >= 0) {
@@ -221,8 +221,8 @@ static void *arena_alloc(qkv_tape *t, size_t n, int ndim, const int *shape)
             }
             qkv_tape_fail(
                 t, QKV_ERR_NOMEM,
-                "tape: out of memory allocating %zu bytes%s (the arena holds %zu bytes)%s", n, what,
-                t->in_use, t->in_use >= need ? "; did a loop forget qkv_tape_reset?" : "");
+                "tape: out of memory allocating %zu bytes%s (the arena has %zu bytes in use)%s", n,
+                what, t->in_use, t->in_use >= need ? "; did a loop forget qkv_tape_reset?" : "");
             return NULL;
         }
         t->block[t->n_blocks] = p;
