@@ -75,6 +75,15 @@ static void f32le(const float *v, int n, unsigned char *out)
     }
 }
 
+/* Little-endian bytes of 16-bit patterns v[0..n) (F16 or BF16). */
+static void u16le(const uint16_t *v, int n, unsigned char *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[2 * i] = (unsigned char)(v[i] & 0xff);
+        out[2 * i + 1] = (unsigned char)(v[i] >> 8);
+    }
+}
+
 /* The data of two_params as F32: w then b, 36 bytes. */
 static void wb_data(unsigned char out[36])
 {
@@ -497,8 +506,12 @@ START_TEST(test_each_entry_is_checked)
     unsigned char d[36];
     wb_data(d);
     expect_reject(
-        make("{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", d, 12),
-        QKV_ERR_FORMAT, "tensor 'w' has dtype 'BF16'");
+        make("{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2,3],\"data_offsets\":[0,6]}}", d, 6),
+        QKV_ERR_FORMAT, "tensor 'w' has dtype 'F8_E4M3'; qkv reads F16, BF16, F32 and F64");
+    expect_reject(/* a dtype's name is case-sensitive, as the format's are */
+                  make("{\"w\":{\"dtype\":\"bf16\",\"shape\":[2,3],\"data_offsets\":[0,12]}}", d,
+                       12),
+                  QKV_ERR_FORMAT, "tensor 'w' has dtype 'bf16'; qkv reads F16, BF16, F32 and F64");
     expect_reject(make("{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", NULL, 0), QKV_ERR_FORMAT,
                   "tensor 'w' needs dtype, shape and data_offsets");
     expect_reject(
@@ -1035,6 +1048,127 @@ START_TEST(test_reading_refuses_a_value_that_is_not_finite)
 }
 END_TEST
 
+/* The two 16-bit dtypes of published weights: F16 (IEEE binary16: a sign,
+ * 5 bits of exponent biased by 15, 10 of mantissa) and BF16 (the high 16
+ * bits of a float32), each value exact in float. Expected values by hand
+ * from those layouts: subnormals (exponent 0: mantissa · 2^-24 for F16,
+ * · 2^-133 for BF16), the least normal, the largest finite, ±0. */
+START_TEST(test_f16_and_bf16_decode_bit_exactly)
+{
+    const uint16_t h[12] = {0x0001, 0x0002, 0x03ff, 0x0400, 0x3c00, 0x3555,
+                            0xc100, 0x7bff, 0xfbff, 0x8000, 0x0000, 0x8001};
+    const double hw[12] = {0x1p-24, 0x1p-23, 0x3ffp-24, 0x1p-14, 1, 0x1.554p-2,
+                           -2.5,    65504,   -65504,    -0.0,    0, -0x1p-24};
+    const uint16_t b[9] = {0x0001, 0x007f, 0x0080, 0x3f80, 0x7f7f, 0xff7f, 0x8000, 0x4049, 0x8001};
+    const double bw[9] = {0x1p-133,     0x7fp-133, 0x1p-126,  1,        0x1.fep+127,
+                          -0x1.fep+127, -0.0,      0x1.92p+1, -0x1p-133};
+    unsigned char d[42];
+    u16le(h, 12, d);
+    u16le(b, 9, d + 24);
+    qkv_st *st =
+        parse_ok(make("{\"h\":{\"dtype\":\"F16\",\"shape\":[12],\"data_offsets\":[0,24]},"
+                      "\"b\":{\"dtype\":\"BF16\",\"shape\":[3,3],\"data_offsets\":[24,42]}}",
+                      d, 42));
+    ck_assert_str_eq(qkv_st_dtype(st, 0), "F16");
+    ck_assert_str_eq(qkv_st_dtype(st, 1), "BF16");
+    ck_assert_uint_eq(qkv_st_numel(st, 0), 12);
+    ck_assert_uint_eq(qkv_st_numel(st, 1), 9);
+    qkv_real out[12];
+    ck_assert_int_eq(qkv_st_read(st, 0, out, 12, NULL), QKV_OK);
+    for (int i = 0; i < 12; i++)
+        ck_assert_msg((double)out[i] == hw[i] && !signbit(out[i]) == !signbit(hw[i]),
+                      "F16 0x%04x gave %a, not %a", h[i], (double)out[i], hw[i]);
+    ck_assert_int_eq(qkv_st_read(st, 1, out, 9, NULL), QKV_OK);
+    for (int i = 0; i < 9; i++)
+        ck_assert_msg((double)out[i] == bw[i] && !signbit(out[i]) == !signbit(bw[i]),
+                      "BF16 0x%04x gave %a, not %a", b[i], (double)out[i], bw[i]);
+    qkv_st_close(st);
+}
+END_TEST
+
+/* F16 and BF16 values that are not finite (exponent all ones: ±infinity,
+ * and NaN for any mantissa) are refused as F32 ones are, naming the tensor
+ * and the value; when loading, nothing is changed. */
+START_TEST(test_f16_and_bf16_that_are_not_finite_are_refused)
+{
+    const struct {
+        const char *dtype;
+        uint16_t bits;
+        const char *want;
+    } c[] = {
+        {"F16", 0x7c00, "infinity"},   {"F16", 0xfc00, "-infinity"}, {"F16", 0x7e00, "NaN"},
+        {"F16", 0x7c01, "NaN"},        {"F16", 0xffff, "NaN"},       {"BF16", 0x7f80, "infinity"},
+        {"BF16", 0xff80, "-infinity"}, {"BF16", 0x7fc0, "NaN"},      {"BF16", 0x7f81, "NaN"},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        uint16_t v[9] = {0x3c00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600, 0xbc00, 0xc000, 0xc200};
+        v[4] = c[k].bits; /* w[4] */
+        unsigned char d[18];
+        u16le(v, 9, d);
+        char h[256], want[128];
+        snprintf(h, sizeof h,
+                 "{\"w\":{\"dtype\":\"%s\",\"shape\":[2,3],\"data_offsets\":[0,12]},"
+                 "\"b\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[12,18]}}",
+                 c[k].dtype);
+        snprintf(want, sizeof want, "t.safetensors: tensor 'w' value 4 is %s, not a finite number",
+                 c[k].want);
+        qkv_params *p = two_params();
+        expect_load_reject(make(h, d, 18), p, QKV_ERR_NUMERIC, want);
+        ck_assert(qkv_params_get(p, "b")->data[0] == -1); /* b, which is finite, too */
+        qkv_st *st = parse_ok(make(h, d, 18));
+        qkv_real out[6] = {7, 7, 7, 7, 7, 7};
+        expect_read_error(st, 0, out, 6, QKV_ERR_NUMERIC, want);
+        ck_assert_int_eq(qkv_st_read(st, 1, out, 3, NULL), QKV_OK);
+        ck_assert(out[0] == -1 && out[1] == -2 && out[2] == -3);
+        qkv_st_close(st);
+        qkv_params_free(p);
+    }
+}
+END_TEST
+
+/* A 16-bit tensor's data_offsets must hold 2 bytes a value, no more and no
+ * fewer, and an odd count is refused too. */
+START_TEST(test_f16_and_bf16_need_two_bytes_a_value)
+{
+    unsigned char d[24] = {0};
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,24]}}", d, 24),
+        QKV_ERR_FORMAT,
+        "tensor 'w': data_offsets [0, 24] hold 24 bytes, its dtype and shape need 12");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,11]}}", d, 11),
+        QKV_ERR_FORMAT,
+        "tensor 'w': data_offsets [0, 11] hold 11 bytes, its dtype and shape need 12");
+    expect_reject(
+        make("{\"w\":{\"dtype\":\"F16\",\"shape\":[2,3],\"data_offsets\":[0,13]}}", d, 13),
+        QKV_ERR_FORMAT,
+        "tensor 'w': data_offsets [0, 13] hold 13 bytes, its dtype and shape need 12");
+    /* 2^32 · 2^31 values of 2 bytes overflow 64 bits; · 2^30 do not */
+    expect_reject(make("{\"w\":{\"dtype\":\"F16\",\"shape\":[4294967296,2147483648],"
+                       "\"data_offsets\":[0,12]}}",
+                       d, 12),
+                  QKV_ERR_FORMAT, "tensor 'w': the size of its shape overflows");
+    expect_reject(make("{\"w\":{\"dtype\":\"BF16\",\"shape\":[4294967296,1073741824],"
+                       "\"data_offsets\":[0,12]}}",
+                       d, 12),
+                  QKV_ERR_FORMAT, "its dtype and shape need 9223372036854775808");
+    /* every dtype by name, in one file */
+    qkv_st *st = parse_ok(make("{\"a\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[14,22]},"
+                               "\"b\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[0,2]},"
+                               "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]},"
+                               "\"d\":{\"dtype\":\"F16\",\"shape\":[2,2],\"data_offsets\":[6,14]}}",
+                               d, 22));
+    ck_assert_str_eq(qkv_st_dtype(st, 0), "F64");
+    ck_assert_str_eq(qkv_st_dtype(st, 1), "BF16");
+    ck_assert_str_eq(qkv_st_dtype(st, 2), "F32");
+    ck_assert_str_eq(qkv_st_dtype(st, 3), "F16");
+    ck_assert_ptr_null(qkv_st_dtype(st, 4));
+    ck_assert_uint_eq(qkv_st_numel(st, 1), 1);
+    ck_assert_uint_eq(qkv_st_numel(st, 3), 4);
+    qkv_st_close(st);
+}
+END_TEST
+
 /* qkv_safetensors_load, which opens, loads and closes in one call, hands
  * on the error of the step that failed. */
 START_TEST(test_loading_by_path_says_why_it_failed)
@@ -1363,6 +1497,92 @@ START_TEST(test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes)
 }
 END_TEST
 
+/* The float32 values numpy gives a tensor, from the line "name v v ..." of
+ * out (float.hex, which strtod reads exactly) into want; how many. */
+static int numpy_values(const char *out, const char *name, double *want, int cap)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s ", name);
+    const char *s = out;
+    while (s != NULL && strncmp(s, key, strlen(key)) != 0)
+        s = (s = strchr(s, '\n')) != NULL ? s + 1 : NULL;
+    ck_assert_msg(s != NULL, "numpy printed no line for %s:\n%s", name, out);
+    s += strlen(key);
+    int n = 0;
+    for (char *end; n < cap && *s != '\n' && *s != '\0'; s = end, n++) {
+        want[n] = strtod(s, &end);
+        ck_assert_msg(end != s, "numpy's line for %s: '%s'", name, s);
+    }
+    return n;
+}
+
+/* numpy -> qkv in the 16-bit dtypes: F16 as numpy's float16, BF16 as the
+ * high halves of float32 bit patterns; loaded into a parameter list, each
+ * value is exactly the float32 numpy makes of it (astype(float32), and
+ * the float32 of the pattern shifted up for BF16), -0.0 keeping its sign.
+ * Then every finite value of each dtype, beside numpy's float32 of it. */
+START_TEST(test_numpy_f16_and_bf16_load_as_numpy_converts_them)
+{
+    char args[256];
+    snprintf(args, sizeof args, "write-half '%s'", path);
+    char *out = numpy(args);
+    double hw[14], bw[11];
+    ck_assert_int_eq(numpy_values(out, "h", hw, 14), 14);
+    ck_assert_int_eq(numpy_values(out, "bf", bw, 11), 11);
+    free(out);
+    /* and numpy's values are the ones asked for: 2^-24 (the least
+     * subnormal), 2^-14 - 2^-24 (the largest), 2^-14, 65504, -0.0; BF16's
+     * least subnormal 2^-133 and its largest value */
+    ck_assert(hw[6] == 0x1p-24 && hw[8] == 0x3ffp-24 && hw[9] == 0x1p-14 && hw[11] == 65504);
+    ck_assert(hw[4] == 0 && signbit(hw[4]) && hw[2] == 0x1.998p-4);
+    ck_assert(bw[4] == 0x1p-133 && bw[8] == 0x1.fep+127 && bw[3] == 0 && signbit(bw[3]));
+    qkv_params *p = qkv_params_new(1, NULL);
+    const qkv_init zeros = {QKV_INIT_ZEROS, 0, 0};
+    const qkv_tensor *h = qkv_params_add(p, "h", 1, (const int[]){14}, zeros, NULL);
+    const qkv_tensor *bf = qkv_params_add(p, "bf", 1, (const int[]){11}, zeros, NULL);
+    qkv_error err = qkv_error_none();
+    qkv_st *st = qkv_st_open(path, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    ck_assert_str_eq(qkv_st_dtype(st, qkv_st_find(st, "h")), "F16");
+    ck_assert_str_eq(qkv_st_dtype(st, qkv_st_find(st, "bf")), "BF16");
+    ck_assert_int_eq(qkv_st_load(st, p, &err), QKV_OK);
+    qkv_st_close(st);
+    for (int i = 0; i < 14; i++)
+        ck_assert_msg((double)h->data[i] == hw[i] && !signbit(h->data[i]) == !signbit(hw[i]),
+                      "h[%d] = %a, numpy's is %a", i, (double)h->data[i], hw[i]);
+    for (int i = 0; i < 11; i++)
+        ck_assert_msg((double)bf->data[i] == bw[i] && !signbit(bf->data[i]) == !signbit(bw[i]),
+                      "bf[%d] = %a, numpy's is %a", i, (double)bf->data[i], bw[i]);
+    qkv_params_free(p);
+    /* every finite value */
+    snprintf(args, sizeof args, "write-half-all '%s'", path);
+    free(numpy(args));
+    st = qkv_st_open(path, &err);
+    ck_assert_msg(st != NULL, "%s", err.message);
+    const char *names[2][2] = {{"h", "h_f32"}, {"bf", "bf_f32"}};
+    /* less the patterns of exponent 31 (F16: 2 signs · 1024 mantissas) and
+     * 255 (BF16: 2 · 128) */
+    const size_t count[2] = {65536 - 2048, 65536 - 256};
+    for (int k = 0; k < 2; k++) {
+        const int i = qkv_st_find(st, names[k][0]), j = qkv_st_find(st, names[k][1]);
+        const size_t n = count[k];
+        ck_assert_str_eq(qkv_st_dtype(st, i), k == 0 ? "F16" : "BF16");
+        ck_assert_str_eq(qkv_st_dtype(st, j), "F32");
+        qkv_real *got = malloc(sizeof *got * n), *want = malloc(sizeof *want * n);
+        ck_assert(got != NULL && want != NULL);
+        ck_assert_int_eq(qkv_st_read(st, i, got, n, &err), QKV_OK);
+        ck_assert_int_eq(qkv_st_read(st, j, want, n, &err), QKV_OK);
+        for (size_t v = 0; v < n; v++)
+            if (got[v] != want[v] || !signbit(got[v]) != !signbit(want[v]))
+                ck_abort_msg("%s value %zu = %a, numpy's is %a", names[k][0], v, (double)got[v],
+                             (double)want[v]);
+        free(got);
+        free(want);
+    }
+    qkv_st_close(st);
+}
+END_TEST
+
 START_TEST(test_saving_over_a_directory_is_an_io_error)
 {
     /* safetensors.h: a path that exists and is not a regular file is
@@ -1430,12 +1650,16 @@ Suite *safetensors_suite(void)
     tcase_add_test(tc, test_reading_f64_rounds_as_loading_does);
     tcase_add_test(tc, test_reading_refuses_a_wrong_index_count_or_buffer);
     tcase_add_test(tc, test_reading_refuses_a_value_that_is_not_finite);
+    tcase_add_test(tc, test_f16_and_bf16_decode_bit_exactly);
+    tcase_add_test(tc, test_f16_and_bf16_that_are_not_finite_are_refused);
+    tcase_add_test(tc, test_f16_and_bf16_need_two_bytes_a_value);
     tcase_add_test(tc, test_loading_by_path_says_why_it_failed);
     tcase_add_test(tc, test_saving_refuses_bad_metadata_and_values);
     tcase_add_test(tc, test_saving_refuses_metadata_the_reader_would_refuse);
     tcase_add_test(tc, test_saving_takes_a_header_of_exactly_the_cap);
     tcase_add_test(tc, test_saving_follows_the_umask);
     tcase_add_test(tc, test_numpy_reads_what_qkv_writes_and_qkv_what_numpy_writes);
+    tcase_add_test(tc, test_numpy_f16_and_bf16_load_as_numpy_converts_them);
     tcase_add_test(tc, test_saving_over_a_directory_is_an_io_error);
     tcase_add_test(tc, test_opening_a_fifo_or_device_fails_at_once);
     suite_add_tcase(s, tc);

@@ -11,6 +11,12 @@
  * "qkv_format" and a CRC-32 of the data as "qkv_crc32" in the metadata, and
  * saves atomically (a new temporary file, fsync, rename).
  *
+ * It reads F16, BF16, F32 and F64, the dtypes of published weights. F16
+ * (IEEE binary16) and BF16 (a float32's high 16 bits) values are floats
+ * exactly, subnormals and -0 among them, and become qkv_real with no
+ * rounding; F64 ones are rounded to float32 in a float build. Every value
+ * must be finite, whatever its dtype: ±infinity and NaN are refused.
+ *
  * The reader is strict and safe on hostile files: it checks every size the
  * header declares against the bytes present before allocating anything,
  * and refuses a header length beyond the file or above
@@ -78,8 +84,9 @@ const char *qkv_st_meta(const qkv_st *f, const char *key);
 int qkv_st_meta_count(const qkv_st *f);
 const char *qkv_st_meta_key(const qkv_st *f, int i);
 
-/* The tensors in the file: how many, and tensor i's name, dtype ("F32",
- * "F64") and shape (up to QKV_MAX_DIMS dimensions into shape; returns the
+/* The tensors in the file: how many, and tensor i's name, dtype ("F16",
+ * "BF16", "F32" or "F64", as the file names it; NULL when i is out of
+ * range) and shape (up to QKV_MAX_DIMS dimensions into shape; returns the
  * number of dimensions, or -1 when there are more, i is out of range or
  * shape is NULL). */
 int qkv_st_count(const qkv_st *f);
@@ -109,18 +116,20 @@ int qkv_st_find(const qkv_st *f, const char *name);
 size_t qkv_st_numel(const qkv_st *f, int i);
 
 /* Copies tensor i's values, in the file's (row-major) order, into out (n
- * of them), converted as qkv_st_load converts them: each must be finite,
- * and an F64 value is rounded to float32 in a float build, to nearest,
- * one that would round to infinity being refused (QKV_ERR_NUMERIC). n
- * must be the tensor's number of values (qkv_st_numel); i out of range, n
- * that differs, or a NULL f or out is QKV_ERR_ARG. Each error is one line
- * naming the file and the tensor (by its index when i is out of range);
- * on an error out is not written. */
+ * of them), converted as qkv_st_load converts them: each must be finite;
+ * F16, BF16 and F32 values convert exactly, and an F64 value is rounded
+ * to float32 in a float build, to nearest, one that would round to
+ * infinity being refused (QKV_ERR_NUMERIC). n must be the tensor's
+ * number of values (qkv_st_numel); i out of range, n that differs, or a
+ * NULL f or out is QKV_ERR_ARG. Each error is one line naming the file
+ * and the tensor (by its index when i is out of range); on an error out
+ * is not written. */
 qkv_status qkv_st_read(const qkv_st *f, int i, qkv_real *out, size_t n, qkv_error *err);
 
 /* Copies the file's tensors into p's parameters of the same names: every
  * parameter must be in the file with its shape, and every tensor of the
- * file must be a parameter; values must be finite (F64 values are rounded
+ * file must be a parameter; values, of any dtype the reader takes, must be
+ * finite (F16, BF16 and F32 values convert exactly; F64 values are rounded
  * to float32 in a float build, to nearest: one that would round to
  * infinity, from 0x1.ffffffp+127 in magnitude on, is refused with
  * QKV_ERR_NUMERIC; one just above FLT_MAX becomes FLT_MAX). On an error

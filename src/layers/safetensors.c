@@ -258,9 +258,22 @@ qkv_status qkv_st_write(const char *path, int n, qkv_st_get get, const void *ctx
 /* ------------------------------------------------------------------------ */
 /* reading                                                                  */
 
+/* The dtypes the reader takes, by their names in the format; a value's
+ * bytes are little-endian. F16 is IEEE binary16 (a sign, 5 bits of
+ * exponent, 10 of mantissa) and BF16 the high 16 bits of a float32: every
+ * value of either is a float exactly, so the reader converts them with no
+ * rounding. */
+typedef enum st_dtype { ST_F16, ST_BF16, ST_F32, ST_F64 } st_dtype;
+
+static const struct {
+    const char *name;
+    int size; /* bytes a value */
+} dtypes[] = {{"F16", 2}, {"BF16", 2}, {"F32", 4}, {"F64", 8}};
+
 typedef struct entry {
     char *name;
-    int dtype_size; /* 4 (F32) or 8 (F64) */
+    st_dtype dtype;
+    int dtype_size; /* dtypes[dtype].size: 2, 4 or 8 */
     int ndim;
     uint64_t shape[QKV_ST_MAX_DIMS];
     uint64_t begin, end; /* into the data */
@@ -356,18 +369,21 @@ static qkv_status read_entry(qkv_st *f, const qkv_json *j, int v, entry *e, qkv_
     for (int k = v + 1, m = 0; m < j->tok[v].size; m++, k = j->tok[k + 1].next) {
         if (qkv_json_string_is(j, k, "dtype")) {
             seen |= 1;
-            if (qkv_json_string_is(j, k + 1, "F32"))
-                e->dtype_size = 4;
-            else if (qkv_json_string_is(j, k + 1, "F64"))
-                e->dtype_size = 8;
-            else {
+            int t = 0;
+            while (t < (int)(sizeof dtypes / sizeof dtypes[0]) &&
+                   !qkv_json_string_is(j, k + 1, dtypes[t].name))
+                t++;
+            if (t == (int)(sizeof dtypes / sizeof dtypes[0])) {
                 char d[32];
                 if (qkv_json_string(j, k + 1, d, sizeof d) < 0)
                     snprintf(d, sizeof d, "?");
                 return qkv_error_set(err, QKV_ERR_FORMAT,
-                                     "%s: tensor '%s' has dtype '%s'; qkv reads F32 and F64", lab,
-                                     name, d);
+                                     "%s: tensor '%s' has dtype '%s'; qkv reads F16, BF16, F32 "
+                                     "and F64",
+                                     lab, name, d);
             }
+            e->dtype = (st_dtype)t;
+            e->dtype_size = dtypes[t].size;
         } else if (qkv_json_string_is(j, k, "shape")) {
             seen |= 2;
             e->ndim = read_uints(j, k + 1, e->shape, QKV_ST_MAX_DIMS);
@@ -652,7 +668,7 @@ const char *qkv_st_dtype(const qkv_st *f, int i)
 {
     if (f == NULL || i < 0 || i >= f->n)
         return NULL;
-    return f->e[i].dtype_size == 4 ? "F32" : "F64";
+    return dtypes[f->e[i].dtype].name;
 }
 
 int qkv_st_shape(const qkv_st *f, int i, int shape[QKV_MAX_DIMS])
@@ -691,18 +707,43 @@ static const entry *find(const qkv_st *f, const char *name)
     return i >= 0 ? &f->e[i] : NULL;
 }
 
-/* Value k of entry e, decoded from little-endian F32 or F64. */
+/* The value of F16 bits h, exactly: (-1)^sign · mantissa · 2^(exponent -
+ * 25) with the implicit 1 (1024) for a normal exponent (1 to 30), mantissa
+ * · 2^-24 for a subnormal (exponent 0, ±0 among them), and ±infinity or NaN
+ * for exponent 31. */
+static double f16_value(uint32_t h)
+{
+    const uint32_t exponent = h >> 10 & 0x1f, mantissa = h & 0x3ff;
+    double v;
+    if (exponent == 0x1f)
+        v = mantissa != 0 ? NAN : INFINITY;
+    else if (exponent == 0)
+        v = ldexp(mantissa, -24);
+    else
+        v = ldexp(mantissa | 0x400, (int)exponent - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* The float whose bits are u. */
+static float f32_value(uint32_t u)
+{
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* Value k of entry e, decoded from its little-endian dtype. */
 static double value_at(const qkv_st *f, const entry *e, size_t k)
 {
     const unsigned char *b = f->bytes + f->data_at + e->begin + k * (size_t)e->dtype_size;
     uint64_t u = 0;
     for (int i = e->dtype_size - 1; i >= 0; i--)
         u = u << 8 | b[i];
-    if (e->dtype_size == 4) {
-        uint32_t w = (uint32_t)u;
-        float v;
-        memcpy(&v, &w, 4);
-        return v;
+    switch (e->dtype) {
+    case ST_F16: return f16_value((uint32_t)u);
+    case ST_BF16: /* the high half of a float32 */ return f32_value((uint32_t)u << 16);
+    case ST_F32: return f32_value((uint32_t)u);
+    case ST_F64: break;
     }
     double v;
     memcpy(&v, &u, 8);
@@ -722,8 +763,8 @@ size_t qkv_st_numel(const qkv_st *f, int i)
 }
 
 /* Checks that every value of entry e becomes a finite qkv_real: finite in
- * the file and, for an F64 value in a float build, not rounding to
- * infinity. */
+ * the file (an F16 or BF16 one as an F32 one: not ±infinity nor NaN) and,
+ * for an F64 value in a float build, not rounding to infinity. */
 static qkv_status check_values(const qkv_st *f, const entry *e, qkv_error *err)
 {
     const size_t n = entry_numel(e);
@@ -750,7 +791,7 @@ static qkv_status check_values(const qkv_st *f, const entry *e, qkv_error *err)
 }
 
 /* Entry e's values into out, as qkv_real (an F64 value rounded to nearest
- * in a float build); check_values first. */
+ * in a float build; F16, BF16 and F32 ones exactly); check_values first. */
 static void convert_values(const qkv_st *f, const entry *e, qkv_real *out)
 {
     const size_t n = entry_numel(e);
@@ -846,9 +887,9 @@ qkv_status qkv_st_read_f64(const qkv_st *f, int i, double *out, size_t n, qkv_er
     const entry *e = entry_to_read(f, i, out, n, err);
     if (e == NULL)
         return QKV_ERR_ARG;
-    if (e->dtype_size != 8)
-        return qkv_error_set(err, QKV_ERR_FORMAT, "%s: tensor '%s' is F32, not the F64 it needs",
-                             f->label, e->name);
+    if (e->dtype != ST_F64)
+        return qkv_error_set(err, QKV_ERR_FORMAT, "%s: tensor '%s' is %s, not the F64 it needs",
+                             f->label, e->name, dtypes[e->dtype].name);
     for (size_t k = 0; k < n; k++) { /* finite; no F32 range: a double build's or not */
         char num[32];
         const double v = value_at(f, e, k);
