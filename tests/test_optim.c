@@ -1142,7 +1142,8 @@ START_TEST(test_a_state_file_written_by_hand_loads)
 }
 END_TEST
 
-/* Every tensor of the state is F64: F32 is refused, whichever it is. */
+/* Every tensor of the state is F64: F32 (or F16) is refused, whichever it
+ * is. */
 START_TEST(test_load_refuses_a_state_tensor_of_another_dtype)
 {
     qkv_tensor *p;
@@ -1176,6 +1177,19 @@ START_TEST(test_load_refuses_a_state_tensor_of_another_dtype)
               at);
     expect_refusal(o, QKV_ERR_FORMAT,
                    "%s: tensor 'qkv_optim.lr_scale' is F32, not the F64 it needs");
+
+    /* a half-precision moment is named as what it is */
+    at = 0;
+    data[at++] = 0x00, data[at++] = 0x38; /* F16 0.5 */
+    data[at++] = 0x00, data[at++] = 0xbc; /* F16 -1 */
+    at += put_f64(data + at, 1);
+    at += put_f64(data + at, 1);
+    write_sgd(ENTRY("0.momentum_buffer", "F16", "[2]", 0, 4, ",")
+                  ENTRY("qkv_optim.decay", "F64", "[1]", 4, 12, ",")
+                      ENTRY("qkv_optim.lr_scale", "F64", "[1]", 12, 20, ""),
+              data, at);
+    expect_refusal(o, QKV_ERR_FORMAT,
+                   "%s: tensor '0.momentum_buffer' is F16, not the F64 it needs");
     qkv_optim_free(o);
     qkv_tensor_free(p);
 }

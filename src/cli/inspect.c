@@ -264,9 +264,10 @@ int cmd_inspect(int argc, char **argv)
                       "Shows what a safetensors file holds, without a model: its metadata,\n"
                       "then for each tensor its dtype, shape, number of values, and their\n"
                       "minimum, maximum, mean and root mean square. Any writer's file will do,\n"
-                      "such as the checkpoint 'qkv train --save FILE' writes. Values are read\n"
-                      "as the loader reads them (F64 rounded to float32 in a float build, and\n"
-                      "each must be finite).",
+                      "such as the checkpoint 'qkv train --save FILE' writes. The dtypes read\n"
+                      "are F16, BF16, F32 and F64, each value as the loader reads it (F16, BF16\n"
+                      "and F32 exactly, F64 rounded to float32 in a float build; each must be\n"
+                      "finite).",
                       file, 1, &npos);
     if (r != CLI_OK)
         return r;
