@@ -191,8 +191,24 @@ START_TEST(test_clip_by_global_norm)
     ASSERT_NEAR(a->grad[0], 0.6, 2 * REAL_EPS);
     ASSERT_NEAR(b->grad[0], 0.8, 2 * REAL_EPS);
     qkv_optim_free(o);
+    /* a norm that is not finite, as the header says: infinity scales by
+     * 1/inf = 0 (3 -> 0, inf -> 0·inf = NaN, as in PyTorch); NaN leaves
+     * the gradients as they are; the norm returned says which */
+    qkv_tensor *c3 = param((const double[]){0}, (const double[]){0}, 1);
+    qkv_tensor *ps3[3] = {a, b, c3};
+    a->grad[0] = 3;
+    b->grad[0] = (qkv_real)INFINITY;
+    c3->grad[0] = 4;
+    ck_assert(isinf(qkv_clip_grad_norm(ps3, 3, 1)));
+    ck_assert(a->grad[0] == 0 && isnan(b->grad[0]) && c3->grad[0] == 0);
+    b->grad[0] = (qkv_real)NAN;
+    a->grad[0] = 3;
+    c3->grad[0] = 4;
+    ck_assert(isnan(qkv_clip_grad_norm(ps3, 3, 1)));
+    ck_assert(a->grad[0] == 3 && isnan(b->grad[0]) && c3->grad[0] == 4);
     qkv_tensor_free(a);
     qkv_tensor_free(b);
+    qkv_tensor_free(c3);
 }
 END_TEST
 

@@ -131,8 +131,9 @@ qkv_tensor *qkv_permute(qkv_tape *t, qkv_tensor *x, const int *perm);
 /* Swaps dimensions d0 and d1 (negative counts from the end): a permute. */
 qkv_tensor *qkv_swapdims(qkv_tape *t, qkv_tensor *x, int d0, int d1);
 
-/* Joins n tensors (1 to QKV_CONCAT_MAX) along dim; all other sizes must
- * agree. (An RNN stacks its states with it, one per step.) */
+/* Joins n tensors (1 to QKV_CONCAT_MAX) along dim (negative counts from
+ * the end); all other sizes must agree. (An RNN stacks its states with
+ * it, one per step.) */
 #define QKV_CONCAT_MAX 65536
 qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
 
@@ -148,9 +149,10 @@ qkv_tensor *qkv_concat(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
  * range (QKV_ERR_ARG) are refused. */
 qkv_tensor *qkv_stack(qkv_tape *t, int n, qkv_tensor *const *xs, int dim);
 
-/* The len entries from start along dim: [..., start:start+len, ...].
- * start is counted from 0 (a negative start is refused, not counted from
- * the end as torch.narrow counts it), and len is at least 1. */
+/* The len entries from start along dim (negative counts from the end):
+ * [..., start:start+len, ...]. start is counted from 0 (a negative start
+ * is refused, not counted from the end as torch.narrow counts it), and
+ * len is at least 1. */
 qkv_tensor *qkv_slice(qkv_tape *t, qkv_tensor *x, int dim, int start, int len);
 
 /* ---- recurrence (src/ops/recurrent.c) --------------------------------- */
