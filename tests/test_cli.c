@@ -1466,6 +1466,11 @@ START_TEST(test_every_example_runs_to_its_result)
     expect_example("least_squares", "heap allocations in steps 2 to 600: 0");
     expect_example("mha", "previous-token accuracy on fresh sequences: 1.0000");
     expect_example("mha", "heap allocations in steps 2 to 500: 0");
+    /* padded sequences: the last digit's parity, found with the padding
+     * mask (its exit status: at least 95%, and below 80% with the padding
+     * left visible, which shows what the mask does) */
+    expect_example("padding", "padding masked: 1.0000");
+    expect_example("padding", "heap allocations in steps 2 to 600: 0");
     /* the character model recites its 62-character text from the first
      * character, exactly */
     expect_example("char_lm", "the text, exactly (62 of 62 characters right from the start)\n"
@@ -1559,8 +1564,9 @@ END_TEST
  * an invisible character as \u{XXXX}, and Chinese as it is. */
 START_TEST(test_examples_without_arguments_refuse_one_and_explain_on_help)
 {
-    static const char *names[] = {"quickstart",    "custom_op", "train_coref", "xor_mlp",
-                                  "least_squares", "mha",       "char_lm",     "resume"};
+    static const char *names[] = {"quickstart", "custom_op",     "train_coref",
+                                  "xor_mlp",    "least_squares", "mha",
+                                  "char_lm",    "resume",        "padding"};
     char dir[512], cmd[1024], want[256], *out;
     snprintf(dir, sizeof dir, "%s", QKV_BIN);
     *strrchr(dir, '/') = '\0';
