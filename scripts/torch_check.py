@@ -115,7 +115,8 @@ def forward(op, p, xs, cs):
     unary = {"exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "tanh": torch.tanh,
              "sigmoid": torch.sigmoid, "relu": torch.relu, "silu": F.silu,
              "gelu": lambda x: F.gelu(x, approximate="tanh"), "neg": torch.neg,
-             "abs": torch.abs,
+             "abs": torch.abs, "softplus": F.softplus,
+             "softplus_exact": lambda x: F.relu(x) + torch.log1p(torch.exp(-x.abs())),
              "transpose": lambda x: x.transpose(-2, -1)}
     binary = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
               "matmul": torch.matmul, "matmul_nt": lambda a, b: a @ b.transpose(-2, -1)}
@@ -134,6 +135,8 @@ def forward(op, p, xs, cs):
         return xs[0] ** float(p["p"])
     if op == "clamp":
         return torch.clamp(xs[0], float(p["min"]), float(p["max"]))
+    if op == "leaky_relu":
+        return F.leaky_relu(xs[0], float(p["slope"]))
     if op == "scale":
         return xs[0] * float(p["c"])
     if op == "mask":  # dropped entries pass no gradient, as masked_fill

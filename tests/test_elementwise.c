@@ -3,8 +3,9 @@
  * both operands (with the gradients reduced over the broadcast dimensions),
  * and the maps exp, log, sqrt, pow, sigmoid, gelu, silu and tanh against
  * CPython's math module (tests/data/ops_golden.h, from
- * scripts/golden_ops.py), at their edges, on every kernel set; abs and
- * clamp by hand and at their edges, against values PyTorch gives.
+ * scripts/golden_ops.py), at their edges, on every kernel set; abs,
+ * softplus, leaky_relu and clamp by hand and at their edges, against
+ * values CPython and PyTorch give.
  */
 #include <float.h>
 #include <string.h>
@@ -475,6 +476,121 @@ START_TEST(test_abs_by_hand_and_at_its_edges)
 }
 END_TEST
 
+START_TEST(test_softplus_by_hand_and_at_its_edges)
+{
+    /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|) and σ(x), from CPython's
+     * math module (math.log1p(math.exp(-30)) and so on, as CPython 3
+     * prints them). PyTorch 1.13 (F.softplus, float64) gives the same up
+     * to x = 20, included, and x itself and gradient 1 above; qkv keeps
+     * e^-x there: 25 + 1.4e-11 in double, 25 to the bit in float */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double xs[9] = {-30, -1, 0, 0.5, 2, 20, 25, 1e4, -1e4};
+    const double want[9] = {9.357622968839737e-14,
+                            0.31326168751822286,
+                            0.6931471805599453,
+                            0.9740769841801067,
+                            2.1269280110429727,
+                            20.000000002061153,
+                            25.000000000013888,
+                            1e4,
+                            0};
+    const double sig[9] = {9.3576229688393e-14,
+                           0.2689414213699951,
+                           0.5,
+                           0.6224593312018546,
+                           0.8807970779778823,
+                           0.9999999979388463,
+                           0.999999999986112,
+                           1,
+                           0};
+    qkv_tensor *x = tensor_of(1, (const int[]){9}, xs, 1);
+    qkv_tensor *y = qkv_softplus(t, x);
+    ck_assert_msg(!qkv_tensor_is_nil(y), "%s", qkv_tape_error(t));
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+    for (int i = 0; i < 9; i++) {
+        ASSERT_NEAR(y->data[i], want[i], 2 * REAL_EPS * want[i]);
+        ASSERT_NEAR(x->grad[i], sig[i], 2 * REAL_EPS * sig[i]);
+    }
+    /* exactly 1e4 and 0 at ±1e4; above PyTorch's threshold the double
+     * build keeps what it drops */
+    ck_assert(y->data[7] == 1e4 && y->data[8] == 0 && x->grad[7] == 1 && x->grad[8] == 0);
+    ck_assert(sizeof(qkv_real) == 4 ? y->data[6] == 25 : y->data[6] > 25);
+    /* ±inf give +inf and 0 (gradients 1 and 0), NaN stays NaN, with a
+     * NaN gradient, as in PyTorch */
+    qkv_tensor *e = tensor_of(1, (const int[]){3}, (const double[]){INFINITY, -INFINITY, NAN}, 1);
+    qkv_tape_reset(t);
+    qkv_tensor *ye = qkv_softplus(t, e);
+    ck_assert(ye->data[0] == INFINITY && ye->data[1] == 0 && isnan(ye->data[2]));
+    ck_assert_int_eq(qkv_backward_from(t, ye, (const qkv_real[]){3, 5, 7}, 3), QKV_OK);
+    ck_assert(e->grad[0] == 3 && e->grad[1] == 0 && isnan(e->grad[2]));
+    /* no node while gradients are off */
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    y = qkv_softplus(t, x);
+    ck_assert(!qkv_tensor_is_nil(y) && y->grad == NULL);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    qkv_tape_set_grad(t, 1);
+    /* errors name the op */
+    EXPECT_ERROR_ON(t, qkv_softplus(t, qkv_nil()), QKV_ERR_ARG,
+                    "softplus: input is nil (NULL, or the result of a failed call)");
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_softplus(t, qkv_scale(u, x, 2)), "softplus");
+    qkv_tensor_free(e);
+    qkv_tensor_free(x);
+    qkv_tape_free(u);
+    qkv_tape_free(t);
+}
+END_TEST
+
+START_TEST(test_leaky_relu_by_hand_and_at_its_edges)
+{
+    /* x > 0 ? x : slope·x, and dy or slope·dy: PyTorch 1.13 in float64
+     * gives F.leaky_relu([-2.5, 3, -0, 0, nan, -inf, inf, 1e-3], -0.5) =
+     * [1.25, 3, 0, -0, nan, inf, inf, 1e-3] and, for dy = [3, 5, 7, 11,
+     * 13, 17, 19, 23], gradients [-1.5, 5, -3.5, -5.5, -6.5, -8.5, 19,
+     * 23]: the slope at ±0 and at NaN. With slope 0, -inf gives NaN
+     * (-inf·0) and -2.5 gives -0, as there */
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double xs[8] = {-2.5, 3, -0.0, 0.0, NAN, -INFINITY, INFINITY, 1e-3};
+    const qkv_real dy[8] = {3, 5, 7, 11, 13, 17, 19, 23};
+    qkv_tensor *x = tensor_of(1, (const int[]){8}, xs, 1);
+    qkv_tensor *y = qkv_leaky_relu(t, x, -0.5);
+    ck_assert_msg(!qkv_tensor_is_nil(y), "%s", qkv_tape_error(t));
+    ck_assert(y->data[0] == 1.25 && y->data[1] == 3 && isnan(y->data[4]));
+    ck_assert(y->data[2] == 0 && !signbit(y->data[2]) && y->data[3] == 0 && signbit(y->data[3]));
+    ck_assert(y->data[5] == INFINITY && y->data[6] == INFINITY && y->data[7] == (qkv_real)1e-3);
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 8), QKV_OK);
+    const double want[8] = {-1.5, 5, -3.5, -5.5, -6.5, -8.5, 19, 23};
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(x->grad[i] == want[i], "leaky_relu'(%g)·dy = %g, expected %g", xs[i],
+                      (double)x->grad[i], want[i]);
+    qkv_tape_reset(t);
+    y = qkv_leaky_relu(t, x, 0);
+    ck_assert(y->data[0] == 0 && signbit(y->data[0]) && isnan(y->data[5]));
+    /* no node while gradients are off */
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    y = qkv_leaky_relu(t, x, 0.01);
+    ck_assert(!qkv_tensor_is_nil(y) && y->grad == NULL);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    qkv_tape_set_grad(t, 1);
+    /* a slope that is not finite is refused, and errors name the op */
+    EXPECT_ERROR_ON(t, qkv_leaky_relu(t, x, NAN), QKV_ERR_ARG,
+                    "leaky_relu: the slope NaN is not finite");
+    EXPECT_ERROR_ON(t, qkv_leaky_relu(t, x, -INFINITY), QKV_ERR_ARG,
+                    "leaky_relu: the slope -infinity is not finite");
+    EXPECT_ERROR_ON(t, qkv_leaky_relu(t, qkv_nil(), 0.01), QKV_ERR_ARG,
+                    "leaky_relu: input is nil (NULL, or the result of a failed call)");
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_leaky_relu(t, qkv_scale(u, x, 2), 0.01), "leaky_relu");
+    qkv_tensor_free(x);
+    qkv_tape_free(u);
+    qkv_tape_free(t);
+}
+END_TEST
+
 START_TEST(test_clamp_by_hand_and_at_its_bounds)
 {
     /* min(max(x, lo), hi); dx = dy where lo <= x <= hi, bounds included,
@@ -566,6 +682,8 @@ Suite *elementwise_suite(void)
     tcase_add_test(tc, test_add_and_sub_claimed_gradients_of_zero_are_plus_zero);
     tcase_add_test(tc, test_mask_blocks_the_gradient_only_at_minus_inf);
     tcase_add_test(tc, test_abs_by_hand_and_at_its_edges);
+    tcase_add_test(tc, test_softplus_by_hand_and_at_its_edges);
+    tcase_add_test(tc, test_leaky_relu_by_hand_and_at_its_edges);
     tcase_add_test(tc, test_clamp_by_hand_and_at_its_bounds);
     tcase_add_test(tc, test_clamp_refuses_bounds_out_of_order_or_nan);
     suite_add_tcase(s, tc);

@@ -178,6 +178,7 @@ static void map_cases(probe *p)
                 {"silu silu", qkv_silu, NORMAL},
                 {"neg neg", qkv_neg, NORMAL},
                 {"abs abs", qkv_abs, NORMAL},
+                {"softplus softplus", qkv_softplus, NORMAL},
                 {"transpose transpose", qkv_transpose, NORMAL}};
     for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
         begin(p, 100 + i);
@@ -195,6 +196,12 @@ static void map_cases(probe *p)
     begin(p, 126);
     finish(p, "clamp_min_only clamp min=0 max=inf",
            qkv_clamp(p->t, in(p, 2, S(4, 5), NORMAL), 0, INFINITY));
+    begin(p, 127);
+    finish(p, "leaky_relu leaky_relu slope=0.01",
+           qkv_leaky_relu(p->t, in(p, 2, S(4, 5), NORMAL), 0.01));
+    begin(p, 128);
+    finish(p, "leaky_relu_neg leaky_relu slope=-0.25",
+           qkv_leaky_relu(p->t, in(p, 2, S(4, 5), NORMAL), -0.25));
     begin(p, 123);
     finish(p, "scale scale c=-0.75", qkv_scale(p->t, in(p, 2, S(3, 4), NORMAL), -0.75));
     /* a mask of 0 and -inf, broadcast along the rows */
@@ -471,6 +478,16 @@ static void edge_cases(probe *p)
     finish(p, "relu_at_0 relu", qkv_relu(p->t, in_values(p, 1, S(6), at0)));
     begin(p, 930);
     finish(p, "abs_at_0 abs", qkv_abs(p->t, in_values(p, 1, S(6), at0)));
+    begin(p, 934);
+    finish(p, "leaky_relu_at_0 leaky_relu slope=0.125",
+           qkv_leaky_relu(p->t, in_values(p, 1, S(6), at0), 0.125));
+    /* softplus past PyTorch's threshold of 20, where F.softplus returns x
+     * and qkv keeps e^-x (ops.h): judged against the formula qkv uses,
+     * max(x, 0) + log1p(e^-|x|), in torch */
+    begin(p, 935);
+    finish(p, "softplus_big softplus_exact",
+           qkv_softplus(
+               p->t, in_values(p, 1, S(8), (const double[]){-1e4, -30, -1, 0.5, 20, 25, 30, 1e4})));
     begin(p, 931);
     finish(p, "clamp_at_bounds clamp min=-1.5 max=0.25",
            qkv_clamp(p->t, in_values(p, 1, S(6), at0), -1.5, 0.25));

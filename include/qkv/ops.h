@@ -100,6 +100,26 @@ qkv_tensor *qkv_gelu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x);
 qkv_tensor *qkv_abs(qkv_tape *t, qkv_tensor *x);
 
+/* y = log(1 + e^x), PyTorch's F.softplus at beta = 1, computed in double
+ * as max(x, 0) + log1p(e^-|x|) for every x and rounded once: 1e4 and 0 at
+ * ±1e4, +inf and 0 at ±inf, NaN at NaN. dx = dy·σ(x), σ taken stably in
+ * double (1 and 0 at ±inf, NaN at NaN, as in PyTorch). PyTorch returns x
+ * itself above its threshold of 20 (x = 20 included in the formula), with
+ * gradient 1; qkv does not cut there. In float the two agree to the bit
+ * (past 20, e^-x is below half an ulp of x and 1 - σ(x) below half an ulp
+ * of 1); in double qkv keeps the e^-x that PyTorch drops (1.4e-11 at 25,
+ * a jump of 2.1e-9 just past 20 in PyTorch's). */
+qkv_tensor *qkv_softplus(qkv_tape *t, qkv_tensor *x);
+
+/* y = x for x > 0, else slope·x (PyTorch's F.leaky_relu with
+ * negative_slope = slope; any finite slope, 0 or negative included, is
+ * rounded to qkv_real once). dx = dy for x > 0, else slope·dy: the
+ * gradient at ±0 and at NaN is the slope, as PyTorch 1.13 gives it. -0
+ * gives slope·-0 (-0 for a positive slope), NaN stays NaN, and -inf gives
+ * slope·-inf (NaN for slope 0), all as in PyTorch. A slope that is not
+ * finite is refused with QKV_ERR_ARG. */
+qkv_tensor *qkv_leaky_relu(qkv_tape *t, qkv_tensor *x, double slope);
+
 /* y = x^p for a constant p (libm's pow: a finite negative x with a
  * fractional p gives NaN; -inf gives +inf or +0, as PyTorch does except
  * at p = ±0.5, which it takes as a square root, giving NaN). dx =

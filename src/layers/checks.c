@@ -66,6 +66,7 @@ UNARY(gelu)
 UNARY(silu)
 UNARY(relu)
 UNARY(abs)
+UNARY(softplus)
 BINARY(matmul)
 BINARY(matmul_nt)
 BINARY(add)
@@ -97,6 +98,11 @@ static qkv_tensor *c_scale(qkv_tape *t, qkv_tensor **p)
 static qkv_tensor *c_clamp(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_add(t, qkv_clamp(t, p[0], -1, 1), qkv_clamp(t, p[0], -INFINITY, 1));
+}
+/* A negative slope too: the gradient changes sign across the kink. */
+static qkv_tensor *c_leaky_relu(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_add(t, qkv_leaky_relu(t, p[0], 0.2), qkv_leaky_relu(t, p[0], -0.7));
 }
 static qkv_tensor *c_pow(qkv_tape *t, qkv_tensor **p)
 {
@@ -612,6 +618,8 @@ static const gc_case cases[] = {
     {"dropout", c_dropout, 1, {2}, {{4, 5}}, 0, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1, 0},
     {"abs", c_abs, 1, {2}, {{3, 4}}, AWAY, 0},
+    {"softplus", c_softplus, 1, {2}, {{3, 4}}, 0, 0},
+    {"leaky_relu (slopes 0.2 and -0.7)", c_leaky_relu, 1, {2}, {{3, 4}}, AWAY, 0},
     {"clamp (to [-1, 1] and to 1)", c_clamp, 1, {2}, {{4, 5}}, OFF_ONE, 0},
     {"attention softmax(QKᵀ/√d)V",
      c_attention,

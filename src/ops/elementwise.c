@@ -2,7 +2,7 @@
  * elementwise.c - element-wise ops, each forward with its backward: add,
  * sub, mul and div (numpy broadcasting of both operands), scale, neg, the
  * additive mask, the maps exp, log, sqrt, pow, tanh, sigmoid, relu,
- * GELU, SiLU and abs, and clamp.
+ * GELU, SiLU, abs, softplus and leaky ReLU, and clamp.
  */
 #include <float.h>
 #include <math.h>
@@ -436,6 +436,51 @@ static void abs_backward(const qkv_node *nd)
         x->grad[i] += x->data[i] > 0 ? dy[i] : x->data[i] < 0 ? -dy[i] : 0;
 }
 
+/* σ(x) in double without overflow: 1 and 0 at ±inf, NaN at NaN. */
+static double sigmoid_double(double x)
+{
+    if (x >= 0)
+        return 1 / (1 + exp(-x));
+    const double e = exp(x);
+    return e / (1 + e);
+}
+
+static void softplus_map(qkv_real *y, const qkv_real *x, size_t n, double c)
+{
+    (void)c;
+    /* log(1 + e^x) = max(x, 0) + log1p(e^-|x|): no overflow, and no
+     * threshold (PyTorch returns x above 20, ops.h) */
+    for (size_t i = 0; i < n; i++) {
+        const double v = x[i];
+        y[i] = (qkv_real)((v > 0 ? v : 0) + log1p(exp(-fabs(v))));
+    }
+}
+
+static void softplus_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad;
+    for (size_t i = 0; i < x->numel; i++) /* dx = dy·σ(x) */
+        x->grad[i] += (qkv_real)(dy[i] * sigmoid_double(x->data[i]));
+}
+
+static void leaky_relu_map(qkv_real *y, const qkv_real *x, size_t n, double slope)
+{
+    const qkv_real s = (qkv_real)slope;
+    /* x > 0, as PyTorch tests it: ±0 and NaN take the slope's side */
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0 ? x[i] : s * x[i];
+}
+
+static void leaky_relu_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    const qkv_real *dy = nd->out->grad, s = (qkv_real)nd->c;
+    /* dx = dy for x > 0, slope·dy elsewhere (±0 and NaN too, PyTorch's) */
+    for (size_t i = 0; i < x->numel; i++)
+        x->grad[i] += x->data[i] > 0 ? dy[i] : s * dy[i];
+}
+
 static const qkv_op_def op_scale = {"scale", scale_backward, 0};
 static const qkv_op_def op_neg = {"neg", neg_backward, 0};
 static const qkv_op_def op_exp = {"exp", exp_backward, 0};
@@ -448,6 +493,8 @@ static const qkv_op_def op_relu = {"relu", relu_backward, 0};
 static const qkv_op_def op_gelu = {"gelu", gelu_backward, QKV_OP_CLAIMS_GRADS};
 static const qkv_op_def op_silu = {"silu", silu_backward, 0};
 static const qkv_op_def op_abs = {"abs", abs_backward, 0};
+static const qkv_op_def op_softplus = {"softplus", softplus_backward, 0};
+static const qkv_op_def op_leaky_relu = {"leaky_relu", leaky_relu_backward, 0};
 
 qkv_tensor *qkv_scale(qkv_tape *t, qkv_tensor *x, double c)
 {
@@ -521,6 +568,23 @@ qkv_tensor *qkv_silu(qkv_tape *t, qkv_tensor *x)
 qkv_tensor *qkv_abs(qkv_tape *t, qkv_tensor *x)
 {
     return unary(t, "abs", &op_abs, x, abs_map, 0);
+}
+
+qkv_tensor *qkv_softplus(qkv_tape *t, qkv_tensor *x)
+{
+    return unary(t, "softplus", &op_softplus, x, softplus_map, 0);
+}
+
+qkv_tensor *qkv_leaky_relu(qkv_tape *t, qkv_tensor *x, double slope)
+{
+    if (!isfinite(slope)) { /* as scale's factor */
+        char num[32];
+        if (t != NULL && qkv_tape_status(t) == QKV_OK)
+            qkv_tape_fail(t, QKV_ERR_ARG, "leaky_relu: the slope %s is not finite",
+                          qkv_num_str(num, sizeof num, slope));
+        return qkv_nil();
+    }
+    return unary(t, "leaky_relu", &op_leaky_relu, x, leaky_relu_map, slope);
 }
 
 /* ---- clamp: y = min(max(x, lo), hi) ------------------------------------- */
