@@ -131,6 +131,9 @@ def forward(op, p, xs, cs):
         return binary[op](xs[0], xs[1])
     if op in reduce_dim:
         return reduce_dim[op](xs[0], int(p["dim"]), bool(int(p["keepdim"])))
+    if op == "var_dim":
+        return torch.var(xs[0], int(p["dim"]), correction=int(p["correction"]),
+                         keepdim=bool(int(p["keepdim"])))
     if op == "pow":
         return xs[0] ** float(p["p"])
     if op == "clamp":

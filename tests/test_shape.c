@@ -827,6 +827,88 @@ START_TEST(test_logsumexp_dim_by_hand_and_at_its_edges)
 }
 END_TEST
 
+/* The variance along a dimension, two-pass (the mean first, then
+ * Σ(x - mean)²/(n - correction)), against hand values that PyTorch 1.13's
+ * torch.var(x, dim, correction=c, keepdim=k) gives in float64 too: rows
+ * 1..4 give 5/3 (c = 1), and so do 10001..10004, exact in float, where
+ * Σx² - n·mean² in float would lose every digit. */
+START_TEST(test_var_dim_by_hand_and_at_its_edges)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double xs[20] = {1,     2,     3, 4,        2, 2, 2, 2,   10001, 10002,
+                           10003, 10004, 1, INFINITY, 2, 3, 1, NAN, 2,     3};
+    qkv_tensor *x = tensor_of(2, (const int[]){5, 4}, xs, 1);
+    qkv_tensor *y = qkv_var_dim(t, x, 1, 1, 1);
+    ck_assert_msg(!qkv_tensor_is_nil(y), "%s", qkv_tape_error(t));
+    ck_assert(y->ndim == 2 && y->shape[0] == 5 && y->shape[1] == 1);
+    ASSERT_NEAR(y->data[0], 5.0 / 3, 2 * REAL_EPS);
+    ck_assert(y->data[1] == 0);
+    ASSERT_NEAR(y->data[2], 5.0 / 3, 2 * REAL_EPS);
+    ck_assert(isnan(y->data[3]) && isnan(y->data[4])); /* inf - inf; NaN: as torch */
+    /* dx = dy·2(x - mean)/(n - 1): -1, -1/3, 1/3, 1 for dy = 1; 0 for a
+     * constant row; torch's -inf, NaN, -inf, -inf for the row with +inf
+     * (x - inf, and inf - inf), NaN for the row with NaN */
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, y)), QKV_OK);
+    const double g[4] = {-1, -1.0 / 3, 1.0 / 3, 1};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_NEAR(x->grad[i], g[i], 2 * REAL_EPS);
+        ck_assert(x->grad[4 + i] == 0);
+        ASSERT_NEAR(x->grad[8 + i], g[i], 2 * REAL_EPS);
+        ck_assert(i == 1 ? isnan(x->grad[12 + i]) : x->grad[12 + i] == -INFINITY);
+        ck_assert(isnan(x->grad[16 + i]));
+    }
+    /* along dimension 0 without keepdim, correction 0: columns (1, 3),
+     * (2, 6), (3, 9) give 1, 4, 9, and dx = dy·(x - mean) = ∓dy·1, ∓dy·2,
+     * ∓dy·3 for dy = 1, 2, 3 */
+    qkv_tensor *c = tensor_of(2, (const int[]){2, 3}, (const double[]){1, 2, 3, 3, 6, 9}, 1);
+    qkv_tape_reset(t);
+    qkv_tensor *yc = qkv_var_dim(t, c, -2, 0, 0);
+    ck_assert(yc->ndim == 1 && yc->shape[0] == 3);
+    ck_assert(yc->data[0] == 1 && yc->data[1] == 4 && yc->data[2] == 9);
+    ck_assert_int_eq(qkv_backward_from(t, yc, (const qkv_real[]){1, 2, 3}, 3), QKV_OK);
+    const double gc[6] = {-1, -4, -9, 1, 4, 9};
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(c->grad[i] == gc[i], "grad[%d] = %g, expected %g", i, (double)c->grad[i],
+                      gc[i]);
+    /* a single entry has variance 0 with correction 0 */
+    qkv_tensor *one = tensor_of(2, (const int[]){1, 3}, (const double[]){5, 6, 7}, 0);
+    qkv_tape_reset(t);
+    qkv_tensor *y1 = qkv_var_dim(t, one, 0, 0, 0);
+    ck_assert(y1->data[0] == 0 && y1->data[1] == 0 && y1->data[2] == 0);
+    /* no node while gradients are off */
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    y = qkv_var_dim(t, x, 1, 1, 0);
+    ck_assert(!qkv_tensor_is_nil(y) && y->grad == NULL);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    qkv_tape_set_grad(t, 1);
+    /* errors: n - correction must be at least 1 (torch gives NaN or inf),
+     * correction 0 or 1, a dimension in range, a dimension at all */
+    EXPECT_ERROR_ON(t, qkv_var_dim(t, one, 0, 1, 0), QKV_ERR_SHAPE,
+                    "var_dim: [1,3] has 1 entry along dimension 0, and correction 1 needs at "
+                    "least 2");
+    EXPECT_ERROR_ON(t, qkv_var_dim(t, c, 1, 2, 0), QKV_ERR_ARG,
+                    "var_dim: correction 2 must be 0 or 1");
+    EXPECT_ERROR_ON(t, qkv_var_dim(t, c, 1, -1, 0), QKV_ERR_ARG,
+                    "var_dim: correction -1 must be 0 or 1");
+    EXPECT_ERROR_ON(t, qkv_var_dim(t, c, 2, 1, 0), QKV_ERR_ARG,
+                    "var_dim: dimension 2 is out of range for [2,3]");
+    EXPECT_ERROR_ON(t, qkv_var_dim(t, qkv_nil(), 0, 1, 0), QKV_ERR_ARG,
+                    "var_dim: input is nil (NULL, or the result of a failed call)");
+    qkv_tape_reset(t);
+    ck_assert(qkv_var_dim(t, qkv_sum(t, c), 0, 0, 0) == qkv_nil());
+    ck_assert_str_eq(qkv_tape_error(t), "var_dim: [] has no dimension to reduce");
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_var_dim(t, qkv_scale(u, c, 2), 0, 1, 0), "var_dim");
+    qkv_tape_free(u);
+    qkv_tensor_free(one);
+    qkv_tensor_free(c);
+    qkv_tensor_free(x);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *shape_suite(void)
 {
     Suite *s = suite_create("shape");
@@ -847,6 +929,7 @@ Suite *shape_suite(void)
     tcase_add_test(tc, test_argmin_dim_by_hand_with_ties_and_nans);
     tcase_add_test(tc, test_argmin_dim_refuses_bad_dims_room_and_nulls);
     tcase_add_test(tc, test_logsumexp_dim_by_hand_and_at_its_edges);
+    tcase_add_test(tc, test_var_dim_by_hand_and_at_its_edges);
     suite_add_tcase(s, tc);
     return s;
 }

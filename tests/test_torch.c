@@ -300,6 +300,22 @@ static void reduce_cases(probe *p)
                          keep, names[o], dim, keep);
                 finish(p, header, ops[o](p->t, in(p, 3, S(2, 3, 4), NORMAL), dim, keep));
             }
+    /* the variance: both corrections, with and without keepdim, and
+     * values far from 0 (100 + N(0,1)) that a one-pass sum would spoil */
+    static const struct {
+        int dim, correction, keepdim;
+    } var[4] = {{1, 1, 1}, {-1, 0, 0}, {0, 1, 0}, {-1, 1, 0}};
+    for (int i = 0; i < 4; i++) {
+        begin(p, (uint64_t)(470 + i));
+        snprintf(header, sizeof header,
+                 "var_dim_%d_%d_%d%s var_dim dim=%d correction=%d keepdim=%d", var[i].dim,
+                 var[i].correction, var[i].keepdim, i == 3 ? "_offset" : "", var[i].dim,
+                 var[i].correction, var[i].keepdim);
+        qkv_tensor *x = in(p, 3, S(2, 3, 4), NORMAL);
+        for (size_t j = 0; i == 3 && j < x->numel; j++)
+            x->data[j] += 100;
+        finish(p, header, qkv_var_dim(p->t, x, var[i].dim, var[i].correction, var[i].keepdim));
+    }
     begin(p, 460);
     finish(p, "sum_last sum_dim dim=-1 keepdim=0", qkv_sum_last(p->t, in(p, 2, S(3, 5), NORMAL)));
     begin(p, 461);

@@ -237,6 +237,18 @@ qkv_status qkv_argmin_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qk
  * others; a NaN gives NaN and NaN gradients (all three as in PyTorch). */
 qkv_tensor *qkv_logsumexp_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 
+/* The variance along dimension dim (torch.var(x, dim, correction=...,
+ * keepdim=...)), dim and keepdim as above: Σ(x - mean)²/(n - correction)
+ * over the n entries, in two passes in double (the mean first, then the
+ * squares about it), so an offset far from 0 costs no digits. correction
+ * is 0 (the population variance) or 1 (Bessel's, torch's default); other
+ * values are QKV_ERR_ARG. A dim of size n <= correction (one entry with
+ * correction 1), where torch gives NaN and a warning, is refused with
+ * QKV_ERR_SHAPE naming the shape. dx = dy·2(x - mean)/(n - correction),
+ * the mean taken again in backward. An infinity or a NaN along dim gives
+ * NaN, and gradients ±inf and NaN there, as in PyTorch. */
+qkv_tensor *qkv_var_dim(qkv_tape *t, qkv_tensor *x, int dim, int correction, int keepdim);
+
 /* Sum and mean along the last dimension: [...,n] -> [...]; a 1-D input
  * gives a scalar. Shorthands for sum_dim and mean_dim(x, -1, 0). */
 qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x);

@@ -167,6 +167,16 @@ static qkv_tensor *c_logsumexp_dim(qkv_tape *t, qkv_tensor **p)
     return qkv_logsumexp_dim(t, p[0], 1, 1);
 }
 
+static qkv_tensor *c_var_dim(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_var_dim(t, p[0], 1, 1, 1);
+}
+
+static qkv_tensor *c_var_dim_population(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_var_dim(t, p[0], -1, 0, 0);
+}
+
 static qkv_tensor *c_layer_norm(qkv_tape *t, qkv_tensor **p)
 {
     return qkv_layer_norm(t, p[0], p[1], p[2], 1e-5);
@@ -610,6 +620,8 @@ static const gc_case cases[] = {
     {"max_dim", c_max_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"min_dim (keepdim)", c_min_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"logsumexp_dim (keepdim)", c_logsumexp_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
+    {"var_dim (correction 1, keepdim)", c_var_dim, 1, {3}, {{2, 3, 4}}, 0, 0},
+    {"var_dim (correction 0)", c_var_dim_population, 1, {3}, {{2, 3, 4}}, 0, 0},
     {"layer_norm", c_layer_norm, 3, {3, 1, 1}, {{2, 3, 5}, {5}, {5}}, 0, 0},
     {"layer_norm without gamma, beta", c_layer_norm_plain, 1, {2}, {{4, 6}}, 0, 0},
     {"rms_norm", c_rms_norm, 2, {2, 1}, {{4, 5}, {5}}, 0, 0},

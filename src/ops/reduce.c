@@ -1,6 +1,6 @@
 /*
  * reduce.c - reductions, each forward with its backward: sum and mean of
- * everything; sum, mean, max, min and logsumexp along any one dimension,
+ * everything; sum, mean, max, min, logsumexp and variance along any one dimension,
  * keeping it (as size 1) or not; and the _last shorthands. Sums
  * accumulate in double. Last, argmax and argmin along a dimension,
  * which have no gradient and no tape.
@@ -244,6 +244,108 @@ qkv_tensor *qkv_sum_last(qkv_tape *t, qkv_tensor *x)
 qkv_tensor *qkv_mean_last(qkv_tape *t, qkv_tensor *x)
 {
     return reduce_dim(t, &op_mean_last, x, -1, 0, MEAN);
+}
+
+/* ---- variance along one dimension --------------------------------------- */
+/*
+ * Two passes over each column, in double: the mean, then the squares
+ * about it. The node keeps d in ints[0] and 2/(n - correction) in c;
+ * backward takes the mean again rather than keeping it.
+ */
+
+/* The mean of the n entries col[0], col[inner], ..., summed in double. */
+static double col_mean(const qkv_real *col, size_t n, size_t inner)
+{
+    double s = 0;
+    for (size_t j = 0; j < n; j++)
+        s += col[j * inner];
+    return s / (double)n;
+}
+
+static void var_dim_backward(const qkv_node *nd)
+{
+    qkv_tensor *x = nd->in[0];
+    size_t outer, n, inner;
+    split(x, nd->ints[0], &outer, &n, &inner);
+    const qkv_real *dy = nd->out->grad;
+    /* dx = dy·2(x - mean)/(n - correction), c = 2/(n - correction) */
+    for (size_t o = 0; o < outer; o++)
+        for (size_t i = 0; i < inner; i++) {
+            const qkv_real *col = x->data + o * n * inner + i;
+            qkv_real *g = x->grad + o * n * inner + i;
+            const double mean = col_mean(col, n, inner), d = nd->c * dy[o * inner + i];
+            for (size_t j = 0; j < n; j++)
+                g[j * inner] += (qkv_real)(d * ((double)col[j * inner] - mean));
+        }
+}
+
+static const qkv_op_def op_var_dim = {"var_dim", var_dim_backward, 0};
+
+/* Nonzero when d's size exceeds correction (0 or 1); otherwise records
+ * the error, naming x's shape. */
+static int var_size_ok(qkv_tape *t, const qkv_tensor *x, int d, int correction)
+{
+    if (x->shape[d] > correction)
+        return 1;
+    char sx[64];
+    qkv_shape_str(x, sx, sizeof sx);
+    qkv_tape_fail(t, QKV_ERR_SHAPE,
+                  "var_dim: %s has %d entr%s along dimension %d, and correction %d needs at "
+                  "least %d",
+                  sx, x->shape[d], x->shape[d] == 1 ? "y" : "ies", d, correction, correction + 1);
+    return 0;
+}
+
+qkv_tensor *qkv_var_dim(qkv_tape *t, qkv_tensor *x, int dim, int correction, int keepdim)
+{
+    const char *name = op_var_dim.name;
+    if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
+        return qkv_nil();
+    if (correction != 0 && correction != 1) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "%s: correction %d must be 0 or 1", name, correction);
+        return qkv_nil();
+    }
+    if (x->ndim < 1) {
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no dimension to reduce", name);
+        return qkv_nil();
+    }
+    const int d = qkv_op_dim(t, name, x, dim);
+    if (d < 0 || !var_size_ok(t, x, d, correction))
+        return qkv_nil();
+    int shape[QKV_MAX_DIMS], nd = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != d || keepdim)
+            shape[nd++] = i == d ? 1 : x->shape[i];
+    qkv_tensor *out = qkv_op_out(t, name, nd, shape, x, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    size_t outer, n, inner;
+    split(x, d, &outer, &n, &inner);
+    const double denom = (double)n - correction;
+    for (size_t o = 0; o < outer; o++)
+        for (size_t i = 0; i < inner; i++) {
+            const qkv_real *col = x->data + o * n * inner + i;
+            const double mean = col_mean(col, n, inner);
+            double s = 0;
+            for (size_t j = 0; j < n; j++) {
+                const double e = (double)col[j * inner] - mean;
+                s += e * e;
+            }
+            out->data[o * inner + i] = (qkv_real)(s / denom);
+        }
+    int failed;
+    qkv_node *node = qkv_op_record(t, &op_var_dim, out, x, NULL, &failed);
+    if (failed)
+        return qkv_nil();
+    if (node != NULL) {
+        int *arg = qkv_op_alloc(t, name, sizeof *arg);
+        if (arg == NULL)
+            return qkv_nil();
+        arg[0] = d;
+        node->ints = arg;
+        node->c = 2 / denom;
+    }
+    return out;
 }
 
 /* ---- indices, with no tape ---------------------------------------------- */
