@@ -178,6 +178,10 @@ def forward(op, p, xs, cs):
                                label_smoothing=float(p.get("eps", 0)))
     if op == "mse":
         return F.mse_loss(xs[0], cs[0])
+    if op == "l1_loss":
+        return F.l1_loss(xs[0], cs[0])
+    if op == "huber_loss":
+        return F.huber_loss(xs[0], cs[0], delta=float(p["delta"]))
     if op == "bce_with_logits":
         return F.binary_cross_entropy_with_logits(xs[0], cs[0])
     if op == "layer_norm":

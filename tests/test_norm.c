@@ -1,5 +1,5 @@
 /*
- * test_norm.c - layer norm and RMS norm, the MSE and BCE losses, dropout,
+ * test_norm.c - layer norm and RMS norm, the MSE, BCE, L1 and Huber losses, dropout,
  * and backward from any tensor: values against CPython's math module
  * (tests/data/ops_golden.h, from scripts/golden_ops.py), edges, shape
  * errors, and the gradients that have closed forms.
@@ -689,6 +689,121 @@ START_TEST(test_mse_and_bce_refuse_a_nil_target)
 }
 END_TEST
 
+/* L1 and Huber losses, mean over the entries, by hand: d = pred - target
+ * = [0, 2, -0.5, 0, -3, 0.75] gives mean |d| = 6.25/6 and, at delta 1,
+ * mean of d²/2 where |d| < 1, else |d| - 1/2: (1.5 + 0.125 + 2.5 +
+ * 0.28125)/6 = 0.734375. Gradients sign(d)/6 (0 where d = 0) and
+ * clamp(d, -delta, delta)/6, as PyTorch 1.13 gives them (F.l1_loss,
+ * F.huber_loss in float64, which agree on every value here) */
+START_TEST(test_l1_and_huber_losses_by_hand_and_at_their_edges)
+{
+    qkv_tape *t = qkv_tape_new(0, NULL);
+    const double pv[6] = {1, 2, 3, 0.5, -2, 4}, tv[6] = {1, 0, 3.5, 0.5, 1, 3.25};
+    qkv_tensor *p = tensor_of(2, (const int[]){2, 3}, pv, 1);
+    qkv_tensor *y = tensor_of(2, (const int[]){2, 3}, tv, 0);
+    qkv_tensor *l1 = qkv_l1_loss(t, p, y);
+    ck_assert_msg(!qkv_tensor_is_nil(l1), "%s", qkv_tape_error(t));
+    ck_assert_int_eq(l1->ndim, 0);
+    ASSERT_NEAR(l1->data[0], 6.25 / 6, 2 * REAL_EPS);
+    ck_assert_int_eq(qkv_backward(t, l1), QKV_OK);
+    const double g1[6] = {0, 1.0 / 6, -1.0 / 6, 0, -1.0 / 6, 1.0 / 6};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(p->grad[i], g1[i], REAL_EPS);
+    qkv_tape_reset(t);
+    qkv_tensor_zero_grad(p);
+    qkv_tensor *h = qkv_huber_loss(t, p, y, 1);
+    ck_assert_msg(!qkv_tensor_is_nil(h), "%s", qkv_tape_error(t));
+    ck_assert(h->ndim == 0 && h->data[0] == 0.734375);
+    ck_assert_int_eq(qkv_backward(t, h), QKV_OK);
+    const double gh[6] = {0, 1.0 / 6, -0.5 / 6, 0, -1.0 / 6, 0.75 / 6};
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(p->grad[i], gh[i], REAL_EPS);
+    /* at |d| = delta the two pieces meet: delta 0.5 at d = -0.5 gives
+     * 0.5·(0.5 - 0.25) = 0.125 = 0.5², and gradient -delta */
+    qkv_tape_reset(t);
+    qkv_tensor_zero_grad(p);
+    h = qkv_huber_loss(t, p, y, 0.5);
+    /* (0 + 0.875 + 0.125 + 0 + 1.375 + 0.25)/6 */
+    ASSERT_NEAR(h->data[0], 2.625 / 6, 2 * REAL_EPS);
+    ck_assert_int_eq(qkv_backward(t, h), QKV_OK);
+    ASSERT_NEAR(p->grad[2], -0.5 / 6, REAL_EPS);
+    ASSERT_NEAR(p->grad[5], 0.5 / 6, REAL_EPS);
+    /* 11 entries, past a group of 8: pred i, target 0 gives Σi/11 = 5 and
+     * Σ(i - 1/2)/11 = 50/11 over i = 1..10; gradients 1/11, 0 at i = 0 */
+    qkv_tensor *p11 = tensor_of(1, (const int[]){11}, NULL, 1);
+    qkv_tensor *z11 = tensor_of(1, (const int[]){11}, NULL, 0);
+    for (int i = 0; i < 11; i++)
+        p11->data[i] = (qkv_real)i;
+    qkv_tape_reset(t);
+    qkv_tensor *sum = qkv_add(t, qkv_l1_loss(t, p11, z11), qkv_huber_loss(t, p11, z11, 1));
+    ASSERT_NEAR(sum->data[0], 5 + 50.0 / 11, 4 * REAL_EPS * 10);
+    ck_assert_int_eq(qkv_backward(t, sum), QKV_OK); /* the two add up */
+    for (int i = 0; i < 11; i++)
+        ASSERT_NEAR(p11->grad[i], i == 0 ? 0 : 2.0 / 11, REAL_EPS);
+    /* ±1e4 apart by 2e4: finite; NaN and inf - inf give NaN losses, with
+     * gradient 0 (L1) and NaN (Huber) there, as PyTorch gives them */
+    const double fp[4] = {1e4, -1e4, NAN, INFINITY}, ft[4] = {-1e4, 1e4, 0, INFINITY};
+    qkv_tensor *pf = tensor_of(1, (const int[]){4}, fp, 1);
+    qkv_tensor *tf = tensor_of(1, (const int[]){4}, ft, 0);
+    qkv_tensor *pf2 = tensor_of(1, (const int[]){2}, fp, 1);
+    qkv_tensor *tf2 = tensor_of(1, (const int[]){2}, ft, 0);
+    qkv_tape_reset(t);
+    ck_assert(qkv_l1_loss(t, pf2, tf2)->data[0] == 2e4);
+    ck_assert(qkv_huber_loss(t, pf2, tf2, 1)->data[0] == 19999.5);
+    qkv_tape_reset(t);
+    l1 = qkv_l1_loss(t, pf, tf);
+    ck_assert(isnan(l1->data[0]));
+    ck_assert_int_eq(qkv_backward(t, l1), QKV_OK);
+    ck_assert(pf->grad[0] == 0.25 && pf->grad[1] == -0.25 && pf->grad[2] == 0 && pf->grad[3] == 0);
+    qkv_tape_reset(t);
+    qkv_tensor_zero_grad(pf);
+    h = qkv_huber_loss(t, pf, tf, 2);
+    ck_assert(isnan(h->data[0]));
+    ck_assert_int_eq(qkv_backward(t, h), QKV_OK);
+    ck_assert(pf->grad[0] == 0.5 && pf->grad[1] == -0.5 && isnan(pf->grad[2]) &&
+              isnan(pf->grad[3]));
+    /* no node while gradients are off */
+    qkv_tape_reset(t);
+    qkv_tape_set_grad(t, 0);
+    ck_assert(qkv_l1_loss(t, p, y)->grad == NULL && qkv_huber_loss(t, p, y, 1)->grad == NULL);
+    ck_assert_uint_eq(qkv_tape_nodes(t), 0);
+    qkv_tape_set_grad(t, 1);
+    /* errors: shapes, nil inputs, delta positive and finite, another
+     * tape's prediction */
+    EXPECT_ERROR_ON(t, qkv_l1_loss(t, p, pf), QKV_ERR_SHAPE,
+                    "l1_loss: prediction [2,3] and target [4] differ in shape");
+    EXPECT_ERROR_ON(t, qkv_huber_loss(t, p, pf, 1), QKV_ERR_SHAPE,
+                    "huber_loss: prediction [2,3] and target [4] differ in shape");
+    EXPECT_ERROR_ON(t, qkv_l1_loss(t, p, NULL), QKV_ERR_ARG,
+                    "l1_loss: input is nil (NULL, or the result of a failed call)");
+    EXPECT_ERROR_ON(t, qkv_huber_loss(t, qkv_nil(), y, 1), QKV_ERR_ARG,
+                    "huber_loss: input is nil (NULL, or the result of a failed call)");
+    EXPECT_ERROR_ON(t, qkv_huber_loss(t, p, y, 0), QKV_ERR_ARG,
+                    "huber_loss: delta 0 must be positive and finite");
+    EXPECT_ERROR_ON(t, qkv_huber_loss(t, p, y, -1), QKV_ERR_ARG,
+                    "huber_loss: delta -1 must be positive and finite");
+    EXPECT_ERROR_ON(t, qkv_huber_loss(t, p, y, NAN), QKV_ERR_ARG,
+                    "huber_loss: delta NaN must be positive and finite");
+    EXPECT_ERROR_ON(t, qkv_huber_loss(t, p, y, INFINITY), QKV_ERR_ARG,
+                    "huber_loss: delta infinity must be positive and finite");
+    qkv_tape *u = qkv_tape_new(0, NULL);
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_l1_loss(t, qkv_scale(u, p, 2), y), "l1_loss");
+    qkv_tape_reset(t);
+    expect_another_tapes_input(t, qkv_huber_loss(t, qkv_scale(u, p, 2), y, 1), "huber_loss");
+    qkv_tape_free(u);
+    qkv_tensor_free(pf);
+    qkv_tensor_free(tf);
+    qkv_tensor_free(pf2);
+    qkv_tensor_free(tf2);
+    qkv_tensor_free(p11);
+    qkv_tensor_free(z11);
+    qkv_tensor_free(p);
+    qkv_tensor_free(y);
+    qkv_tape_free(t);
+}
+END_TEST
+
 Suite *norm_suite(void)
 {
     Suite *s = suite_create("norm");
@@ -707,6 +822,7 @@ Suite *norm_suite(void)
     tcase_add_test(tc, test_mse_and_bce_gradients_add_to_what_is_there);
     tcase_add_test(tc, test_mse_counts_each_entry_once_for_any_count);
     tcase_add_test(tc, test_mse_and_bce_refuse_a_nil_target);
+    tcase_add_test(tc, test_l1_and_huber_losses_by_hand_and_at_their_edges);
     tcase_add_test(tc, test_dropout_keeps_or_scales_and_is_the_identity_when_off);
     tcase_add_test(tc, test_dropout_gradient_adds_to_another_consumers);
     tcase_add_test(tc, test_dropout_refuses_another_tapes_input);

@@ -363,6 +363,17 @@ static void softmax_and_loss_cases(probe *p)
     for (size_t i = 0; i < y->numel; i++) /* 0, 1 and probabilities between */
         y->data[i] = i % 3 == 0 ? 0 : i % 3 == 1 ? 1 : (qkv_real)qkv_rng_random(&p->g);
     finish(p, "bce_with_logits bce_with_logits", qkv_bce_with_logits(p->t, x, y));
+    begin(p, 606);
+    pred = in(p, 2, S(4, 6), NORMAL);
+    finish(p, "l1_loss l1_loss", qkv_l1_loss(p->t, pred, constant(p, 2, S(4, 6), NORMAL)));
+    begin(p, 607);
+    pred = in(p, 2, S(4, 6), NORMAL);
+    finish(p, "huber_loss huber_loss delta=1", /* |d| on both sides of delta */
+           qkv_huber_loss(p->t, pred, constant(p, 2, S(4, 6), NORMAL), 1));
+    begin(p, 608);
+    pred = in(p, 3, S(2, 3, 5), NORMAL);
+    finish(p, "huber_loss_0.3 huber_loss delta=0.3",
+           qkv_huber_loss(p->t, pred, constant(p, 3, S(2, 3, 5), NORMAL), 0.3));
     begin(p, 605);
     qkv_tensor *zs = in(p, 3, S(2, 3, 5), NORMAL);
     qkv_tensor *ts = constant(p, 2, S(2, 3), NORMAL);
@@ -504,6 +515,21 @@ static void edge_cases(probe *p)
     finish(p, "softplus_big softplus_exact",
            qkv_softplus(
                p->t, in_values(p, 1, S(8), (const double[]){-1e4, -30, -1, 0.5, 20, 25, 30, 1e4})));
+    /* L1 and Huber at d = 0 and at |d| = delta (0.5), and ±1e4 apart */
+    static const double lp[8] = {1, 2, 3, 0.5, -2, 4, 1e4, -1e4};
+    static const double lt[8] = {1, 0, 3.5, 0.5, 1, 3.5, -1e4, 1e4};
+    begin(p, 936);
+    qkv_tensor *lx = in_values(p, 1, S(8), lp);
+    qkv_tensor *ly = constant(p, 1, S(8), NORMAL);
+    for (int i = 0; i < 8; i++)
+        ly->data[i] = (qkv_real)lt[i];
+    finish(p, "l1_loss_edges l1_loss", qkv_l1_loss(p->t, lx, ly));
+    begin(p, 937);
+    lx = in_values(p, 1, S(8), lp);
+    ly = constant(p, 1, S(8), NORMAL);
+    for (int i = 0; i < 8; i++)
+        ly->data[i] = (qkv_real)lt[i];
+    finish(p, "huber_loss_edges huber_loss delta=0.5", qkv_huber_loss(p->t, lx, ly, 0.5));
     begin(p, 931);
     finish(p, "clamp_at_bounds clamp min=-1.5 max=0.25",
            qkv_clamp(p->t, in_values(p, 1, S(6), at0), -1.5, 0.25));

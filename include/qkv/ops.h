@@ -331,6 +331,23 @@ qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target);
  * dx = (σ(x) - y)/N. */
 qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tensor *target);
 
+/* Mean absolute error: mean |pred - target| (PyTorch's F.l1_loss), a
+ * scalar, summed in double. target has pred's shape and takes no
+ * gradient. dpred = dL·sign(pred - target)/N, 0 where they are equal (as
+ * PyTorch), and 0 where the difference is NaN (a NaN entry, or inf - inf;
+ * the loss is NaN then), as PyTorch gives it. */
+qkv_tensor *qkv_l1_loss(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target);
+
+/* Huber loss (PyTorch's F.huber_loss): the mean over entries of d²/2
+ * where |d| < delta, else delta·(|d| - delta/2), d = pred - target, in
+ * double; a scalar. target has pred's shape and takes no gradient.
+ * dpred = dL·clamp(d, -delta, delta)/N: the two pieces meet at |d| =
+ * delta in value and gradient. A NaN d gives a NaN loss and a NaN
+ * gradient there, as in PyTorch. delta must be positive and finite:
+ * QKV_ERR_ARG otherwise (PyTorch refuses delta <= 0 too, and takes
+ * +inf, half the squared error). */
+qkv_tensor *qkv_huber_loss(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target, double delta);
+
 /* ---- regularisation (src/ops/dropout.c) ------------------------------- */
 
 /* Inverted dropout: each value is zeroed with probability p (one draw of

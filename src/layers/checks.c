@@ -24,7 +24,9 @@ typedef struct gc_case {
     int ndim[MAXP];
     int shape[MAXP][QKV_MAX_DIMS];
     int domain;       /* ANY; AWAY: off 0 (relu's kink); POSITIVE: > 0.5 (log, sqrt);
-                         OFF_ONE: off ±1 (clamp's bounds) */
+                         OFF_ONE: off ±1 (clamp's bounds); QUARTERS: odd multiples of
+                         1/4, 1/4 or more off the L1 and Huber losses' kinks at a
+                         target on multiples of 1/2 (fixed_target's HALVES) */
     double float_tol; /* float32 builds only: a looser tolerance, or 0 for the default */
 } gc_case;
 
@@ -36,7 +38,7 @@ typedef struct gc_case {
  * factor gives; the double build holds them to 1e-6 like every op. */
 #define LAYER_TOL 5e-2
 
-enum { ANY, AWAY, POSITIVE, OFF_ONE };
+enum { ANY, AWAY, POSITIVE, OFF_ONE, QUARTERS };
 
 /* The cases that call one op on their inputs as they are. */
 #define UNARY(op)                                          \
@@ -192,26 +194,45 @@ static qkv_tensor *c_rms_norm(qkv_tape *t, qkv_tensor **p)
     return qkv_rms_norm(t, p[0], p[1], 1e-6);
 }
 
+/* What fixed_target draws: N(0,1), uniform in [0, 1], or N(0,1) rounded
+ * to a multiple of 1/2. */
+enum { NORMAL, UNIT, HALVES };
+
 /* A fixed target of x's shape, the same at every call: from a seeded RNG,
- * in [0, 1] when unit, else N(0,1). */
-static qkv_tensor *fixed_target(qkv_tape *t, const qkv_tensor *x, int unit)
+ * of the kind above. */
+static qkv_tensor *fixed_target(qkv_tape *t, const qkv_tensor *x, int kind)
 {
     qkv_tensor *y = qkv_tape_tensor(t, x->ndim, x->shape, 0);
     qkv_rng g;
     qkv_rng_seed(&g, 77);
-    for (size_t i = 0; !qkv_tensor_is_nil(y) && i < y->numel; i++)
-        y->data[i] = (qkv_real)(unit ? qkv_rng_random(&g) : qkv_rng_normalvariate(&g, 0, 1));
+    for (size_t i = 0; !qkv_tensor_is_nil(y) && i < y->numel; i++) {
+        const double v = kind == UNIT ? qkv_rng_random(&g) : qkv_rng_normalvariate(&g, 0, 1);
+        y->data[i] = (qkv_real)(kind == HALVES ? round(2 * v) / 2 : v);
+    }
     return y;
 }
 
 static qkv_tensor *c_mse(qkv_tape *t, qkv_tensor **p)
 {
-    return qkv_mse(t, p[0], fixed_target(t, p[0], 0));
+    return qkv_mse(t, p[0], fixed_target(t, p[0], NORMAL));
 }
 
 static qkv_tensor *c_bce(qkv_tape *t, qkv_tensor **p)
 {
-    return qkv_bce_with_logits(t, p[0], fixed_target(t, p[0], 1));
+    return qkv_bce_with_logits(t, p[0], fixed_target(t, p[0], UNIT));
+}
+
+/* Predictions on odd multiples of 1/4 and targets on multiples of 1/2:
+ * |d| and |d| - delta (delta 1, and 1.5) are 1/4 or more from 0. */
+static qkv_tensor *c_l1(qkv_tape *t, qkv_tensor **p)
+{
+    return qkv_l1_loss(t, p[0], fixed_target(t, p[0], HALVES));
+}
+
+static qkv_tensor *c_huber(qkv_tape *t, qkv_tensor **p)
+{
+    const qkv_tensor *y = fixed_target(t, p[0], HALVES);
+    return qkv_add(t, qkv_huber_loss(t, p[0], y, 1), qkv_huber_loss(t, p[0], y, 1.5));
 }
 
 /* Dropout with p = 0.4 and the same draws at every call. */
@@ -627,6 +648,8 @@ static const gc_case cases[] = {
     {"rms_norm", c_rms_norm, 2, {2, 1}, {{4, 5}, {5}}, 0, 0},
     {"mse", c_mse, 1, {2}, {{3, 4}}, 0, 0},
     {"bce_with_logits", c_bce, 1, {2}, {{3, 4}}, 0, 0},
+    {"l1_loss", c_l1, 1, {2}, {{3, 4}}, QUARTERS, 0},
+    {"huber_loss (delta 1 and 1.5)", c_huber, 1, {2}, {{3, 4}}, QUARTERS, 0},
     {"dropout", c_dropout, 1, {2}, {{4, 5}}, 0, 0},
     {"relu", c_relu, 1, {2}, {{3, 4}}, 1, 0},
     {"abs", c_abs, 1, {2}, {{3, 4}}, AWAY, 0},
@@ -855,6 +878,8 @@ qkv_status qkv_gradcheck_builtin(int i, const char **name, qkv_gradcheck_result 
                 v = fabs(v) + 0.5;
             else if (run.c->domain == OFF_ONE) /* |v| in [0, 0.8) or [1.2, inf) */
                 v = copysign(fabs(v) < 1 ? 0.8 * fabs(v) : fabs(v) + 0.2, v);
+            else if (run.c->domain == QUARTERS)
+                v = (2 * floor(2 * v) + 1) / 4;
             run.p[p]->data[j] = (qkv_real)v;
         }
     }

@@ -1,6 +1,7 @@
 /*
  * loss.c - losses, each forward with its backward: cross-entropy fused
- * with log-softmax (optionally label-smoothed).
+ * with log-softmax (optionally label-smoothed), mean squared error, binary
+ * cross-entropy on logits, and the L1 and Huber losses.
  */
 #include <math.h>
 
@@ -265,4 +266,100 @@ qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tenso
     out->data[0] =
         (qkv_real)((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) / n);
     return finish_loss(t, &op_bce, out, logits, target, 1 / n);
+}
+
+/* ---- L1 and Huber losses ------------------------------------------------ */
+
+/* The eight partial sums of a loss, added pairwise as mse adds them. */
+static double sum8(const double *s)
+{
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static void l1_backward(const qkv_node *nd)
+{
+    qkv_tensor *p = nd->in[0];
+    const qkv_tensor *y = nd->constant;
+    const double g = nd->out->grad[0] * nd->c; /* c = 1/N */
+    /* dp = dL·sign(p - y)/N, with sign 0 at 0 and at NaN (PyTorch's) */
+    for (size_t i = 0; i < p->numel; i++) {
+        const double d = (double)p->data[i] - y->data[i];
+        p->grad[i] += d > 0 ? (qkv_real)g : d < 0 ? (qkv_real)-g : 0;
+    }
+}
+
+static const qkv_op_def op_l1 = {"l1_loss", l1_backward, 0};
+
+qkv_tensor *qkv_l1_loss(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
+{
+    if (!same_shape_ok(t, "l1_loss", pred, target))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, "l1_loss", 0, NULL, pred, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    double s[8] = {0};
+    for (size_t i = 0; i < pred->numel; i++)
+        s[i % 8] += fabs((double)pred->data[i] - target->data[i]);
+    const double n = (double)pred->numel;
+    out->data[0] = (qkv_real)(sum8(s) / n);
+    return finish_loss(t, &op_l1, out, pred, target, 1 / n);
+}
+
+/* A Huber node's delta, kept on the tape (c holds 1/N). */
+static double node_delta(const qkv_node *nd)
+{
+    return *(const double *)nd->state;
+}
+
+static void huber_backward(const qkv_node *nd)
+{
+    qkv_tensor *p = nd->in[0];
+    const qkv_tensor *y = nd->constant;
+    const double g = nd->out->grad[0] * nd->c, delta = node_delta(nd);
+    /* dp = dL·clamp(d, -delta, delta)/N, d = p - y; NaN stays NaN */
+    for (size_t i = 0; i < p->numel; i++) {
+        const double d = (double)p->data[i] - y->data[i];
+        p->grad[i] += (qkv_real)(g * (d > delta ? delta : d < -delta ? -delta : d));
+    }
+}
+
+static const qkv_op_def op_huber = {"huber_loss", huber_backward, 0};
+
+qkv_tensor *qkv_huber_loss(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target, double delta)
+{
+    if (!(delta > 0 && isfinite(delta))) {
+        char num[32];
+        if (t != NULL && qkv_tape_status(t) == QKV_OK)
+            qkv_tape_fail(t, QKV_ERR_ARG, "huber_loss: delta %s must be positive and finite",
+                          qkv_num_str(num, sizeof num, delta));
+        return qkv_nil();
+    }
+    if (!same_shape_ok(t, "huber_loss", pred, target))
+        return qkv_nil();
+    qkv_tensor *out = qkv_op_out(t, "huber_loss", 0, NULL, pred, NULL);
+    if (qkv_tensor_is_nil(out))
+        return out;
+    /* d²/2 inside (-delta, delta), delta·(|d| - delta/2) outside, as
+     * PyTorch splits it (|d| < delta); NaN goes to the second, NaN too */
+    double s[8] = {0};
+    for (size_t i = 0; i < pred->numel; i++) {
+        const double d = fabs((double)pred->data[i] - target->data[i]);
+        s[i % 8] += d < delta ? 0.5 * d * d : delta * (d - 0.5 * delta);
+    }
+    const double n = (double)pred->numel;
+    out->data[0] = (qkv_real)(sum8(s) / n);
+    int failed;
+    qkv_node *node = qkv_op_record(t, &op_huber, out, pred, NULL, &failed);
+    if (failed)
+        return qkv_nil();
+    if (node != NULL) {
+        double *dl = qkv_op_alloc(t, "huber_loss", sizeof *dl);
+        if (dl == NULL)
+            return qkv_nil();
+        *dl = delta;
+        node->c = 1 / n;
+        node->constant = target;
+        node->state = dl;
+    }
+    return out;
 }
