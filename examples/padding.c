@@ -28,15 +28,15 @@
 #include "qkv.h"
 
 enum {
-    L = 8,           /* padded length: the marker and up to 7 digits */
-    CLS = 10,        /* the marker */
-    PAD = 0,         /* padding (no digit is 0) */
-    V = 11,          /* tokens: PAD, digits 1-9, CLS */
-    D = 16,          /* d_model */
-    H = 2,           /* heads */
-    B = 64,          /* sequences per step */
-    STEPS = 600,     /* training steps */
-    TESTS = 8 * 64   /* fresh sequences, in batches of B */
+    L = 8,         /* padded length: the marker and up to 7 digits */
+    CLS = 10,      /* the marker */
+    PAD = 0,       /* padding (no digit is 0) */
+    V = 11,        /* tokens: PAD, digits 1-9, CLS */
+    D = 16,        /* d_model */
+    H = 2,         /* heads */
+    B = 64,        /* sequences per step */
+    STEPS = 600,   /* training steps */
+    TESTS = 8 * 64 /* fresh sequences, in batches of B */
 };
 
 typedef struct model {
@@ -67,7 +67,7 @@ static qkv_tensor *forward(qkv_tape *t, const model *m, const int *ids, const in
     qkv_tensor *x = qkv_embedding_forward(t, &m->tok, ids, 2, (const int[]){B, L});
     x = qkv_add_positions(t, x, m->pos.weight);
     const qkv_tensor *pad = lengths != NULL ? qkv_padding_mask(t, B, L, lengths) : NULL;
-    qkv_tensor *y = qkv_mha_forward(t, &m->attn, x, pad, NULL);         /* [B, L, D] */
+    qkv_tensor *y = qkv_mha_forward(t, &m->attn, x, pad, NULL); /* [B, L, D] */
     qkv_tensor *cls = qkv_reshape(t, qkv_slice(t, y, 1, 0, 1), 2, (const int[]){B, D});
     return qkv_linear_forward(t, &m->head, cls);
 }

@@ -2,7 +2,7 @@
  * test_shape.c - shapes and reductions along a dimension: reshape is a view
  * (writes show through, gradients flow, nothing is copied or recorded),
  * permute, swapdims, concat, stack and slice move values and gradients to where
- * they belong, and sum, mean, max, min and logsumexp along any dimension
+ * they belong, and sum, mean, max, min, logsumexp and var along any dimension
  * (keepdim or not) and argmax_dim's and argmin_dim's indices on hand-worked
  * examples; and the errors that name the op and the shapes.
  */
