@@ -206,6 +206,13 @@ START_TEST(test_clip_by_global_norm)
     c3->grad[0] = 4;
     ck_assert(isnan(qkv_clip_grad_norm(ps3, 3, 1)));
     ck_assert(a->grad[0] == 3 && isnan(b->grad[0]) && c3->grad[0] == 4);
+    /* the optimizer's step, with a clip, refuses an infinite norm and
+     * leaves the gradients unclipped */
+    b->grad[0] = (qkv_real)INFINITY;
+    o = qkv_optim_new(&c, ps3, 3, NULL);
+    ck_assert_int_eq(qkv_optim_step(o), QKV_ERR_NUMERIC);
+    ck_assert(a->grad[0] == 3 && isinf(b->grad[0]) && c3->grad[0] == 4);
+    qkv_optim_free(o);
     qkv_tensor_free(a);
     qkv_tensor_free(b);
     qkv_tensor_free(c3);

@@ -99,12 +99,13 @@ double qkv_grad_norm(qkv_tensor *const *params, int n);
  * so its clipped gradients are smaller by a relative 1e-6/norm: (3, 4),
  * of norm 5, clipped to 1 gives 0.6 for the 3 here, 0.59999988 there); a max_norm of 0 or
  * below (or NaN) means no clipping, as the config's clip of 0 does
- * (PyTorch's clip_grad_norm_ would zero them). A norm that is not
- * finite: infinity scales every gradient by 0, so an infinite one becomes
- * NaN (as in PyTorch); NaN leaves the gradients as they are (PyTorch makes
- * them all NaN); the norm returned shows either, and qkv_optim_step
- * refuses a gradient that is not finite. The optimizer's clip does the
- * same. Returns the norm before clipping. */
+ * (PyTorch's clip_grad_norm_ would zero them). The optimizer's clip does
+ * the same. A norm that is not finite: infinity scales every gradient by
+ * 0, so an infinite one becomes NaN (as in PyTorch); NaN leaves the
+ * gradients as they are (PyTorch makes them all NaN); the norm returned
+ * shows either. qkv_optim_step clips none of this: it refuses such a
+ * norm, leaving the gradients as they are. Returns the norm before
+ * clipping. */
 double qkv_clip_grad_norm(qkv_tensor *const *params, int n, double max_norm);
 
 /* The learning rate in use, and a new one (for a schedule, between steps).
