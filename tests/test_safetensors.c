@@ -1113,8 +1113,18 @@ START_TEST(test_f16_and_bf16_that_are_not_finite_are_refused)
         snprintf(want, sizeof want, "t.safetensors: tensor 'w' value 4 is %s, not a finite number",
                  c[k].want);
         qkv_params *p = two_params();
+        /* values the file does not hold (its w[0] is F16 1, its b two_params'
+         * -1 -2 -3), so that a write would show */
+        qkv_tensor *w = qkv_params_get(p, "w"), *b = qkv_params_get(p, "b");
+        for (int i = 0; i < 6; i++)
+            w->data[i] = 10 + i;
+        for (int i = 0; i < 3; i++)
+            b->data[i] = 20 + i;
         expect_load_reject(make(h, d, 18), p, QKV_ERR_NUMERIC, want);
-        ck_assert(qkv_params_get(p, "b")->data[0] == -1); /* b, which is finite, too */
+        for (int i = 0; i < 6; i++) /* w, and b, which is finite, too */
+            ck_assert_msg(w->data[i] == 10 + i, "w[%d] = %g", i, (double)w->data[i]);
+        for (int i = 0; i < 3; i++)
+            ck_assert_msg(b->data[i] == 20 + i, "b[%d] = %g", i, (double)b->data[i]);
         qkv_st *st = parse_ok(make(h, d, 18));
         qkv_real out[6] = {7, 7, 7, 7, 7, 7};
         expect_read_error(st, 0, out, 6, QKV_ERR_NUMERIC, want);
