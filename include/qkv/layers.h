@@ -127,9 +127,10 @@ qkv_tensor *qkv_mha_forward(qkv_tape *t, const qkv_mha *m, qkv_tensor *x, const 
  * t, without a gradient; entry [b,j] is 0 for j < lengths[b] (a token)
  * and -INFINITY from there on (padding), as qkv_mha_forward's pad takes
  * it. A length of 0 hides every key of its sequence: its outputs are then
- * the output projection's bias alone (PyTorch's are NaN). A batch or len
- * below 1, or a length outside [0, len], fails the tape (QKV_ERR_ARG,
- * naming the sequence); a tape already failed gives the nil tensor. The
+ * the output projection's bias alone (PyTorch's are NaN), and its
+ * gradients are finite. NULL lengths, a batch or len below 1, or a length
+ * outside [0, len] fail the tape (QKV_ERR_ARG, naming the sequence); a
+ * tape already failed gives the nil tensor. The
  * mask lives until the tape's next reset, as every tape tensor does. */
 qkv_tensor *qkv_padding_mask(qkv_tape *t, int batch, int len, const int *lengths);
 

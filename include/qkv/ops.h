@@ -223,8 +223,9 @@ qkv_tensor *qkv_min_dim(qkv_tape *t, qkv_tensor *x, int dim, int keepdim);
 qkv_status qkv_argmax_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err);
 
 /* The same for the first minimum, as torch.argmin(x, dim): a NaN counts
- * as the minimum (the first NaN), so a column of +inf gives 0. The
- * contract is argmax_dim's, its messages naming argmin_dim. */
+ * as the minimum (the first NaN), and ties go to the first, so a column
+ * of +inf gives 0. The contract is argmax_dim's, its messages naming
+ * argmin_dim. */
 qkv_status qkv_argmin_dim(const qkv_tensor *x, int dim, int *out, size_t cap, qkv_error *err);
 
 /* log Σ e^x along dimension dim (torch.logsumexp), dim and keepdim as

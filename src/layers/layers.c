@@ -358,10 +358,13 @@ qkv_tensor *qkv_padding_mask(qkv_tape *t, int batch, int len, const int *lengths
 {
     if (t == NULL || qkv_tape_status(t) != QKV_OK)
         return qkv_nil();
-    if (batch < 1 || len < 1 || lengths == NULL) {
-        qkv_tape_fail(t, QKV_ERR_ARG,
-                      "padding_mask: batch %d and len %d must be at least 1, with a length each%s",
-                      batch, len, lengths == NULL ? " (lengths is NULL)" : "");
+    if (lengths == NULL) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "padding_mask: no lengths (NULL)");
+        return qkv_nil();
+    }
+    if (batch < 1 || len < 1) {
+        qkv_tape_fail(t, QKV_ERR_ARG, "padding_mask: batch %d and len %d must be at least 1", batch,
+                      len);
         return qkv_nil();
     }
     for (int b = 0; b < batch; b++)

@@ -153,7 +153,8 @@ static qkv_coref_model *model_of(const qkv_st *f, const char *path, uint32_t fin
         return NULL;
     /* the shapes the config implies, checked against the file before the
      * model is allocated: a header cannot make qkv allocate more than the
-     * file's own bytes call for */
+     * file's own values call for (at most twice their bytes, for F16 or
+     * BF16 ones, four times in a double build) */
     const int want[QKV_COREF_PARAMS][2] = {
         {cfg.vocab, cfg.d_k}, {cfg.vocab, cfg.d_k}, {cfg.vocab, cfg.d_k}, {cfg.d_k, cfg.classes}};
     static const char *names[QKV_COREF_PARAMS] = {"wq", "wk", "wv", "wo"};
