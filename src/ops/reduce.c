@@ -149,6 +149,28 @@ static size_t arg_extreme(const qkv_real *col, size_t n, size_t inner, int min)
     return best;
 }
 
+/* The dimension dim of x counts as (from 0), or -1 after failing the tape
+ * for a scalar x or a dim out of range. */
+static int reduced_dim(qkv_tape *t, const char *name, const qkv_tensor *x, int dim)
+{
+    if (x->ndim < 1) {
+        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no dimension to reduce", name);
+        return -1;
+    }
+    return qkv_op_dim(t, name, x, dim);
+}
+
+/* The output of a reduction of x along dimension d: x's shape without d,
+ * or with d as 1 (keepdim). */
+static qkv_tensor *reduced_out(qkv_tape *t, const char *name, qkv_tensor *x, int d, int keepdim)
+{
+    int shape[QKV_MAX_DIMS], nd = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != d || keepdim)
+            shape[nd++] = i == d ? 1 : x->shape[i];
+    return qkv_op_out(t, name, nd, shape, x, NULL);
+}
+
 /* The op def's name names the op in its errors. */
 static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x, int dim,
                               int keepdim, reduce_kind kind)
@@ -156,18 +178,10 @@ static qkv_tensor *reduce_dim(qkv_tape *t, const qkv_op_def *def, qkv_tensor *x,
     const char *name = def->name;
     if (!qkv_op_inputs_ok(t, name, x, NULL, 0))
         return qkv_nil();
-    if (x->ndim < 1) {
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no dimension to reduce", name);
-        return qkv_nil();
-    }
-    const int d = qkv_op_dim(t, name, x, dim);
+    const int d = reduced_dim(t, name, x, dim);
     if (d < 0)
         return qkv_nil();
-    int shape[QKV_MAX_DIMS], nd = 0;
-    for (int i = 0; i < x->ndim; i++)
-        if (i != d || keepdim)
-            shape[nd++] = i == d ? 1 : x->shape[i];
-    qkv_tensor *out = qkv_op_out(t, name, nd, shape, x, NULL);
+    qkv_tensor *out = reduced_out(t, name, x, d, keepdim);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t outer, n, inner;
@@ -305,18 +319,10 @@ qkv_tensor *qkv_var_dim(qkv_tape *t, qkv_tensor *x, int dim, int correction, int
         qkv_tape_fail(t, QKV_ERR_ARG, "%s: correction %d must be 0 or 1", name, correction);
         return qkv_nil();
     }
-    if (x->ndim < 1) {
-        qkv_tape_fail(t, QKV_ERR_SHAPE, "%s: [] has no dimension to reduce", name);
-        return qkv_nil();
-    }
-    const int d = qkv_op_dim(t, name, x, dim);
+    const int d = reduced_dim(t, name, x, dim);
     if (d < 0 || !var_size_ok(t, x, d, correction))
         return qkv_nil();
-    int shape[QKV_MAX_DIMS], nd = 0;
-    for (int i = 0; i < x->ndim; i++)
-        if (i != d || keepdim)
-            shape[nd++] = i == d ? 1 : x->shape[i];
-    qkv_tensor *out = qkv_op_out(t, name, nd, shape, x, NULL);
+    qkv_tensor *out = reduced_out(t, name, x, d, keepdim);
     if (qkv_tensor_is_nil(out))
         return out;
     size_t outer, n, inner;
