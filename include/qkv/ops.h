@@ -117,7 +117,8 @@ qkv_tensor *qkv_softplus(qkv_tape *t, qkv_tensor *x);
  * gradient at ±0 and at NaN is the slope, as PyTorch 1.13 gives it. -0
  * gives slope·-0 (-0 for a positive slope), NaN stays NaN, and -inf gives
  * slope·-inf (NaN for slope 0), all as in PyTorch. A slope that is not
- * finite is refused with QKV_ERR_ARG. */
+ * finite, or not once rounded to qkv_real (1e300 in the float build), is
+ * refused with QKV_ERR_ARG (PyTorch's float32 refuses that one too). */
 qkv_tensor *qkv_leaky_relu(qkv_tape *t, qkv_tensor *x, double slope);
 
 /* y = x^p for a constant p (libm's pow: a finite negative x with a

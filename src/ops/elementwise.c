@@ -577,11 +577,13 @@ qkv_tensor *qkv_softplus(qkv_tape *t, qkv_tensor *x)
 
 qkv_tensor *qkv_leaky_relu(qkv_tape *t, qkv_tensor *x, double slope)
 {
-    if (!isfinite(slope)) { /* as scale's factor */
+    /* as scale's factor; and the slope is used rounded to qkv_real, where
+     * a finite double may be infinite (1e300 in float) */
+    if (!isfinite(slope) || !isfinite((qkv_real)slope)) {
         char num[32];
         if (t != NULL && qkv_tape_status(t) == QKV_OK)
-            qkv_tape_fail(t, QKV_ERR_ARG, "leaky_relu: the slope %s is not finite",
-                          qkv_num_str(num, sizeof num, slope));
+            qkv_tape_fail(t, QKV_ERR_ARG, "leaky_relu: the slope %s is not finite%s",
+                          qkv_num_str(num, sizeof num, slope), isfinite(slope) ? " in float" : "");
         return qkv_nil();
     }
     return unary(t, "leaky_relu", &op_leaky_relu, x, leaky_relu_map, slope);
