@@ -515,6 +515,11 @@ START_TEST(test_softplus_by_hand_and_at_its_edges)
      * build keeps what it drops */
     ck_assert(y->data[7] == 1e4 && y->data[8] == 0 && x->grad[7] == 1 && x->grad[8] == 0);
     ck_assert(sizeof(qkv_real) == 4 ? y->data[6] == 25 : y->data[6] > 25);
+    /* a second backward adds to what the first left: 2σ(x) */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_sum(t, qkv_softplus(t, x))), QKV_OK);
+    for (int i = 0; i < 9; i++)
+        ASSERT_NEAR(x->grad[i], 2 * sig[i], 4 * REAL_EPS * sig[i]);
     /* ±inf give +inf and 0 (gradients 1 and 0), NaN stays NaN, with a
      * NaN gradient, as in PyTorch */
     qkv_tensor *e = tensor_of(1, (const int[]){3}, (const double[]){INFINITY, -INFINITY, NAN}, 1);

@@ -709,6 +709,11 @@ START_TEST(test_l1_and_huber_losses_by_hand_and_at_their_edges)
     const double g1[6] = {0, 1.0 / 6, -1.0 / 6, 0, -1.0 / 6, 1.0 / 6};
     for (int i = 0; i < 6; i++)
         ASSERT_NEAR(p->grad[i], g1[i], REAL_EPS);
+    /* a second backward adds to what the first left */
+    qkv_tape_reset(t);
+    ck_assert_int_eq(qkv_backward(t, qkv_l1_loss(t, p, y)), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(p->grad[i], 2 * g1[i], 2 * REAL_EPS);
     qkv_tape_reset(t);
     qkv_tensor_zero_grad(p);
     qkv_tensor *h = qkv_huber_loss(t, p, y, 1);
@@ -718,6 +723,10 @@ START_TEST(test_l1_and_huber_losses_by_hand_and_at_their_edges)
     const double gh[6] = {0, 1.0 / 6, -0.5 / 6, 0, -1.0 / 6, 0.75 / 6};
     for (int i = 0; i < 6; i++)
         ASSERT_NEAR(p->grad[i], gh[i], REAL_EPS);
+    qkv_tape_reset(t); /* and so for Huber */
+    ck_assert_int_eq(qkv_backward(t, qkv_huber_loss(t, p, y, 1)), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ASSERT_NEAR(p->grad[i], 2 * gh[i], 2 * REAL_EPS);
     /* at |d| = delta the two pieces meet: delta 0.5 at d = -0.5 gives
      * 0.5·(0.5 - 0.25) = 0.125 = 0.5², and gradient -delta */
     qkv_tape_reset(t);

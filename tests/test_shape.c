@@ -870,6 +870,13 @@ START_TEST(test_var_dim_by_hand_and_at_its_edges)
     for (int i = 0; i < 6; i++)
         ck_assert_msg(c->grad[i] == gc[i], "grad[%d] = %g, expected %g", i, (double)c->grad[i],
                       gc[i]);
+    /* a second backward adds to what the first left */
+    qkv_tape_reset(t);
+    yc = qkv_var_dim(t, c, -2, 0, 0);
+    ck_assert_int_eq(qkv_backward_from(t, yc, (const qkv_real[]){1, 2, 3}, 3), QKV_OK);
+    for (int i = 0; i < 6; i++)
+        ck_assert_msg(c->grad[i] == 2 * gc[i], "grad[%d] = %g, expected %g", i, (double)c->grad[i],
+                      2 * gc[i]);
     /* a single entry has variance 0 with correction 0 */
     qkv_tensor *one = tensor_of(2, (const int[]){1, 3}, (const double[]){5, 6, 7}, 0);
     qkv_tape_reset(t);
