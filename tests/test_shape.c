@@ -807,6 +807,12 @@ START_TEST(test_logsumexp_dim_by_hand_and_at_its_edges)
     ck_assert(isnan(x->grad[15]) && x->grad[16] == 0 && x->grad[17] == 0);
     for (int i = 18; i < 21; i++)
         ck_assert_msg(isnan(x->grad[i]), "grad[%d] = %g, expected NaN", i, (double)x->grad[i]);
+    /* a second backward adds to what the first left */
+    qkv_tape_reset(t);
+    y = qkv_logsumexp_dim(t, x, 1, 1);
+    ck_assert_int_eq(qkv_backward_from(t, y, dy, 7), QKV_OK);
+    for (int i = 0; i < 12; i++)
+        ASSERT_NEAR(x->grad[i], 2 * g[i], 8 * REAL_EPS);
     /* along dimension 0 without keepdim: a + log 2 for columns (a, a) */
     qkv_tensor *c = tensor_of(2, (const int[]){2, 3}, (const double[]){0, 1, 2, 0, 1, 2}, 0);
     qkv_tape_reset(t);
