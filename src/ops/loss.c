@@ -185,19 +185,35 @@ static int same_shape_ok(qkv_tape *t, const char *name, const qkv_tensor *a, con
     return 1;
 }
 
-/* Records a loss node whose target is a constant; out when done. */
+/* Records a loss node whose target is a constant, with c and, when
+ * state is not NULL, a copy of *state on the tape as the node's state;
+ * out when done. */
 static qkv_tensor *finish_loss(qkv_tape *t, const qkv_op_def *def, qkv_tensor *out,
-                               qkv_tensor *pred, const qkv_tensor *target, double c)
+                               qkv_tensor *pred, const qkv_tensor *target, double c,
+                               const double *state)
 {
     int failed;
     qkv_node *n = qkv_op_record(t, def, out, pred, NULL, &failed);
     if (failed)
         return qkv_nil();
     if (n != NULL) {
+        if (state != NULL) {
+            double *kept = qkv_op_alloc(t, def->name, sizeof *kept);
+            if (kept == NULL)
+                return qkv_nil();
+            *kept = *state;
+            n->state = kept;
+        }
         n->c = c;
         n->constant = target;
     }
     return out;
+}
+
+/* The eight partial sums of a loss, added pairwise. */
+static double sum8(const double *s)
+{
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
@@ -220,9 +236,8 @@ qkv_tensor *qkv_mse(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
         s[i % 8] += e * e;
     }
     const double n = (double)pred->numel;
-    out->data[0] =
-        (qkv_real)((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) / n);
-    return finish_loss(t, &op_mse, out, pred, target, 2 / n);
+    out->data[0] = (qkv_real)(sum8(s) / n);
+    return finish_loss(t, &op_mse, out, pred, target, 2 / n, NULL);
 }
 
 /* ---- binary cross-entropy on logits ------------------------------------- */
@@ -263,18 +278,11 @@ qkv_tensor *qkv_bce_with_logits(qkv_tape *t, qkv_tensor *logits, const qkv_tenso
         s[i % 8] += (x > 0 ? x : 0) - x * y + log1p(exp(-fabs(x)));
     }
     const double n = (double)logits->numel;
-    out->data[0] =
-        (qkv_real)((((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) / n);
-    return finish_loss(t, &op_bce, out, logits, target, 1 / n);
+    out->data[0] = (qkv_real)(sum8(s) / n);
+    return finish_loss(t, &op_bce, out, logits, target, 1 / n, NULL);
 }
 
 /* ---- L1 and Huber losses ------------------------------------------------ */
-
-/* The eight partial sums of a loss, added pairwise as mse adds them. */
-static double sum8(const double *s)
-{
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
 
 static void l1_backward(const qkv_node *nd)
 {
@@ -302,7 +310,7 @@ qkv_tensor *qkv_l1_loss(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *target)
         s[i % 8] += fabs((double)pred->data[i] - target->data[i]);
     const double n = (double)pred->numel;
     out->data[0] = (qkv_real)(sum8(s) / n);
-    return finish_loss(t, &op_l1, out, pred, target, 1 / n);
+    return finish_loss(t, &op_l1, out, pred, target, 1 / n, NULL);
 }
 
 /* A Huber node's delta, kept on the tape (c holds 1/N). */
@@ -348,18 +356,5 @@ qkv_tensor *qkv_huber_loss(qkv_tape *t, qkv_tensor *pred, const qkv_tensor *targ
     }
     const double n = (double)pred->numel;
     out->data[0] = (qkv_real)(sum8(s) / n);
-    int failed;
-    qkv_node *node = qkv_op_record(t, &op_huber, out, pred, NULL, &failed);
-    if (failed)
-        return qkv_nil();
-    if (node != NULL) {
-        double *dl = qkv_op_alloc(t, "huber_loss", sizeof *dl);
-        if (dl == NULL)
-            return qkv_nil();
-        *dl = delta;
-        node->c = 1 / n;
-        node->constant = target;
-        node->state = dl;
-    }
-    return out;
+    return finish_loss(t, &op_huber, out, pred, target, 1 / n, &delta);
 }
